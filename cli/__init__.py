@@ -1,0 +1,1 @@
+"""The statekit command line (typer + rich), installed as the `statekit` command."""

@@ -1,0 +1,106 @@
+"""The StatekitError tree: every failure a user can cause, with a message naming the fault and the fix."""
+
+from __future__ import annotations
+
+
+class StatekitError(Exception):
+    """Base of every error statekit raises on purpose."""
+
+
+# --- arguments and types -------------------------------------------------------------------------
+
+
+class InvalidArgumentError(StatekitError, ValueError):
+    """An argument is out of range or malformed."""
+
+
+class ParallelismError(InvalidArgumentError):
+    """Parallelism or max parallelism outside Flink's bounds."""
+
+
+class StateTypeError(StatekitError, TypeError):
+    """A type declaration is invalid, or a value does not fit its declared type."""
+
+
+class InvalidKeyError(StatekitError, ValueError):
+    """A key is null, of the wrong type, or duplicated."""
+
+
+class NullKeyError(InvalidKeyError):
+    """A key is null (None); Flink forbids null keys."""
+
+
+class DuplicateKeyError(InvalidKeyError):
+    """The same key (and namespace) appears twice in a keyed table."""
+
+
+# --- state access --------------------------------------------------------------------------------
+
+
+class StateAccessError(StatekitError, RuntimeError):
+    """State used where it is not allowed (keyed state outside a keyed context, late registration)."""
+
+
+class UntrustedPickleError(StatekitError):
+    """Pickled state was met but the caller did not say it trusts it."""
+
+
+# --- savepoints ----------------------------------------------------------------------------------
+
+
+class SavepointError(StatekitError):
+    """Base of savepoint format and I/O errors."""
+
+
+class NotASavepointError(SavepointError, FileNotFoundError):
+    """The path holds no valid `_metadata.json`."""
+
+
+class CorruptSavepointError(SavepointError):
+    """A savepoint file is damaged: truncated, unparsable, or disagreeing with the manifest."""
+
+
+class ChecksumMismatchError(CorruptSavepointError):
+    """A file's checksum differs from the one the manifest recorded."""
+
+
+class SchemaMismatchError(CorruptSavepointError):
+    """A file's columns or types disagree with the manifest."""
+
+
+class UnsupportedFormatError(SavepointError):
+    """Unknown format, major version or feature."""
+
+
+class UnsafePathError(SavepointError):
+    """A manifest path escapes the savepoint directory."""
+
+
+class SavepointExistsError(SavepointError, FileExistsError):
+    """The target of a write already exists; savepoints are never overwritten."""
+
+
+class UnknownOperatorError(SavepointError, LookupError):
+    """No operator with that uid or uid hash in the savepoint."""
+
+
+class UnknownStateError(SavepointError, LookupError):
+    """The operator has no state with that name."""
+
+
+class UntrustedPicklePayloadError(UntrustedPickleError, SavepointError):
+    """A savepoint column holds pickled values and the reader was not told to trust them."""
+
+
+# --- runtime -------------------------------------------------------------------------------------
+
+
+class JobError(StatekitError, RuntimeError):
+    """A job failed and could not be recovered (restart attempts exhausted, bad topology)."""
+
+
+class RestoreError(StatekitError):
+    """A savepoint cannot be restored into this job (unmatched state, parallelism above max)."""
+
+
+__all__ = [name for name, obj in globals().items() if isinstance(obj, type) and issubclass(obj, StatekitError)]

@@ -1,0 +1,370 @@
+"""State descriptors: frozen declarations of keyed and operator state, turned into handles by a backend."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, ClassVar, Literal, Union
+
+import pyarrow as pa
+
+from statekit.errors import InvalidArgumentError, StateTypeError
+from statekit.state.functions import AggregateFunction, ReduceFunction, as_reduce_function
+from statekit.types import TypeLike, is_pickled, parse_ddl, to_arrow, to_ddl
+
+__all__ = [
+    "AggregatingStateDescriptor",
+    "BroadcastStateDescriptor",
+    "KeyedStateDescriptor",
+    "ListStateDescriptor",
+    "MapStateDescriptor",
+    "OperatorStateInfo",
+    "ReducingStateDescriptor",
+    "StateInfo",
+    "StateTtlConfig",
+    "Time",
+    "ValueStateDescriptor",
+]
+
+StateKind = Literal["value", "list", "map", "reducing", "aggregating"]
+Redistribution = Literal["split", "union", "broadcast"]
+
+
+class Time:
+    """PyFlink's ``Time`` helper: durations in milliseconds."""
+
+    @staticmethod
+    def milliseconds(n: int) -> int:
+        return int(n)
+
+    @staticmethod
+    def seconds(n: float) -> int:
+        return int(n * 1000)
+
+    @staticmethod
+    def minutes(n: float) -> int:
+        return int(n * 60_000)
+
+    @staticmethod
+    def hours(n: float) -> int:
+        return int(n * 3_600_000)
+
+    @staticmethod
+    def days(n: float) -> int:
+        return int(n * 86_400_000)
+
+
+@dataclass(frozen=True)
+class StateTtlConfig:
+    """Time-to-live for keyed state (Flink's ``StateTtlConfig``); times are processing-time milliseconds."""
+
+    ttl_ms: int
+    update_type: Literal["on_create_and_write", "on_read_and_write"] = "on_create_and_write"
+    state_visibility: Literal["never_return_expired", "return_expired_if_not_cleaned_up"] = "never_return_expired"
+
+    class UpdateType(str, Enum):
+        OnCreateAndWrite = "on_create_and_write"
+        OnReadAndWrite = "on_read_and_write"
+
+    class StateVisibility(str, Enum):
+        NeverReturnExpired = "never_return_expired"
+        ReturnExpiredIfNotCleanedUp = "return_expired_if_not_cleaned_up"
+
+    def __post_init__(self) -> None:
+        if int(self.ttl_ms) <= 0:
+            raise InvalidArgumentError(f"TTL must be positive milliseconds, got {self.ttl_ms!r}.")
+        object.__setattr__(self, "update_type", str(getattr(self.update_type, "value", self.update_type)))
+        object.__setattr__(
+            self, "state_visibility", str(getattr(self.state_visibility, "value", self.state_visibility))
+        )
+
+    @staticmethod
+    def new_builder(ttl_ms: int) -> "_TtlBuilder":
+        """PyFlink-style builder: ``StateTtlConfig.new_builder(Time.seconds(1)).build()``."""
+        return _TtlBuilder(int(ttl_ms))
+
+
+@dataclass
+class _TtlBuilder:
+    ttl_ms: int
+    update_type: str = "on_create_and_write"
+    state_visibility: str = "never_return_expired"
+
+    def set_update_type(self, update_type: Any) -> "_TtlBuilder":
+        self.update_type = getattr(update_type, "value", update_type)
+        return self
+
+    def set_state_visibility(self, visibility: Any) -> "_TtlBuilder":
+        self.state_visibility = getattr(visibility, "value", visibility)
+        return self
+
+    def update_ttl_on_create_and_write(self) -> "_TtlBuilder":
+        return self.set_update_type("on_create_and_write")
+
+    def update_ttl_on_read_and_write(self) -> "_TtlBuilder":
+        return self.set_update_type("on_read_and_write")
+
+    def never_return_expired(self) -> "_TtlBuilder":
+        return self.set_state_visibility("never_return_expired")
+
+    def return_expired_if_not_cleaned_up(self) -> "_TtlBuilder":
+        return self.set_state_visibility("return_expired_if_not_cleaned_up")
+
+    def cleanup_full_snapshot(self) -> "_TtlBuilder":
+        return self  # expired entries are always dropped from snapshots
+
+    def build(self) -> StateTtlConfig:
+        return StateTtlConfig(self.ttl_ms, self.update_type, self.state_visibility)  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class StateInfo:
+    """What the manifest records about one keyed state: name, kind, column type, pickling, TTL."""
+
+    name: str
+    kind: StateKind
+    type: str  # column type in DDL: T, array<T>, map<K,V>, or the accumulator type
+    pickled: bool = False
+    ttl_ms: int | None = None
+
+    @property
+    def arrow_type(self) -> pa.DataType:
+        return parse_ddl(self.type)
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"name": self.name, "kind": self.kind, "type": self.type}
+        if self.pickled:
+            out["pickled"] = True
+        if self.ttl_ms is not None:
+            out["ttl_ms"] = self.ttl_ms
+        return out
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "StateInfo":
+        return cls(d["name"], d["kind"], d["type"], bool(d.get("pickled", False)), d.get("ttl_ms"))
+
+
+@dataclass(frozen=True)
+class OperatorStateInfo:
+    """What the manifest records about one operator (non-keyed) state."""
+
+    name: str
+    redistribution: Redistribution
+    type: str  # element type for split/union; value type for broadcast
+    key_type: str | None = None  # broadcast only
+    pickled: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"name": self.name, "redistribution": self.redistribution, "type": self.type}
+        if self.key_type is not None:
+            out["key_type"] = self.key_type
+        if self.pickled:
+            out["pickled"] = True
+        return out
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "OperatorStateInfo":
+        return cls(d["name"], d["redistribution"], d["type"], d.get("key_type"), bool(d.get("pickled", False)))
+
+
+def _check_name(name: Any) -> None:
+    if not isinstance(name, str) or not name:
+        raise InvalidArgumentError(f"state name must be a non-empty string, got {name!r}.")
+    if name in ("key", "key_group", "namespace"):
+        raise InvalidArgumentError(
+            f"state name {name!r} is reserved for a keyed-table column; choose another name."
+        )
+
+
+def _arrow_or_pickled(t: TypeLike) -> tuple[pa.DataType, bool]:
+    if t is None:
+        raise StateTypeError(
+            "a state type is required: a DDL string ('bigint'), a pyarrow type, int/float/str/bool/bytes, "
+            "or statekit.types.PICKLED to opt in to pickling."
+        )
+    return to_arrow(t), is_pickled(t)
+
+
+@dataclass(frozen=True)
+class KeyedStateDescriptor:
+    """Common base of the keyed state descriptors."""
+
+    kind: ClassVar[StateKind]
+
+    def _post(self) -> None:
+        _check_name(self.name)  # type: ignore[attr-defined]
+
+    @property
+    def column_type(self) -> pa.DataType:
+        """The Arrow type of this state's column in the keyed table."""
+        raise NotImplementedError
+
+    @property
+    def pickled(self) -> bool:
+        raise NotImplementedError
+
+    def info(self) -> StateInfo:
+        ttl = self.ttl.ttl_ms if self.ttl is not None else None  # type: ignore[attr-defined]
+        return StateInfo(self.name, self.kind, to_ddl(self.column_type), self.pickled, ttl)  # type: ignore[attr-defined]
+
+    def with_ttl(self, ttl: StateTtlConfig | None):
+        """A copy of this descriptor with `ttl` (descriptors are immutable)."""
+        return dataclasses.replace(self, ttl=ttl)
+
+    def enable_time_to_live(self, ttl: StateTtlConfig) -> None:
+        """PyFlink compatibility: set TTL in place. Call before the descriptor is registered."""
+        object.__setattr__(self, "ttl", ttl)
+
+
+@dataclass(frozen=True)
+class ValueStateDescriptor(KeyedStateDescriptor):
+    """A single value per key: ``ValueStateDescriptor("count", "bigint", default=0)``."""
+
+    name: str
+    type: TypeLike
+    default: Any = None
+    ttl: StateTtlConfig | None = field(default=None, kw_only=True)
+    kind: ClassVar[StateKind] = "value"
+
+    def __post_init__(self) -> None:
+        self._post()
+        _arrow_or_pickled(self.type)
+
+    @property
+    def column_type(self) -> pa.DataType:
+        return to_arrow(self.type)
+
+    @property
+    def pickled(self) -> bool:
+        return is_pickled(self.type)
+
+
+@dataclass(frozen=True)
+class ListStateDescriptor(KeyedStateDescriptor):
+    """A list of elements per key; column type ``array<T>``."""
+
+    name: str
+    element_type: TypeLike
+    ttl: StateTtlConfig | None = field(default=None, kw_only=True)
+    kind: ClassVar[StateKind] = "list"
+
+    def __post_init__(self) -> None:
+        self._post()
+        _arrow_or_pickled(self.element_type)
+
+    @property
+    def column_type(self) -> pa.DataType:
+        return pa.list_(to_arrow(self.element_type))
+
+    @property
+    def pickled(self) -> bool:
+        return is_pickled(self.element_type)
+
+
+@dataclass(frozen=True)
+class MapStateDescriptor(KeyedStateDescriptor):
+    """A map per key; column type ``map<K,V>``. Map keys must have a declared (non-pickled) type."""
+
+    name: str
+    key_type: TypeLike
+    value_type: TypeLike
+    ttl: StateTtlConfig | None = field(default=None, kw_only=True)
+    kind: ClassVar[StateKind] = "map"
+
+    def __post_init__(self) -> None:
+        self._post()
+        if is_pickled(self.key_type):
+            raise StateTypeError(f"map state {self.name!r}: map keys need a declared type, not PICKLED.")
+        _arrow_or_pickled(self.key_type)
+        _arrow_or_pickled(self.value_type)
+
+    @property
+    def column_type(self) -> pa.DataType:
+        return pa.map_(to_arrow(self.key_type), to_arrow(self.value_type))
+
+    @property
+    def pickled(self) -> bool:
+        return is_pickled(self.value_type)
+
+
+@dataclass(frozen=True)
+class ReducingStateDescriptor(KeyedStateDescriptor):
+    """A value per key that is folded with `reduce_function` on every ``add``."""
+
+    name: str
+    reduce_function: Union[ReduceFunction, Any]
+    type: TypeLike
+    ttl: StateTtlConfig | None = field(default=None, kw_only=True)
+    kind: ClassVar[StateKind] = "reducing"
+
+    def __post_init__(self) -> None:
+        self._post()
+        object.__setattr__(self, "reduce_function", as_reduce_function(self.reduce_function))
+        _arrow_or_pickled(self.type)
+
+    @property
+    def column_type(self) -> pa.DataType:
+        return to_arrow(self.type)
+
+    @property
+    def pickled(self) -> bool:
+        return is_pickled(self.type)
+
+
+@dataclass(frozen=True)
+class AggregatingStateDescriptor(KeyedStateDescriptor):
+    """A per-key accumulator driven by an `AggregateFunction`; the column holds the accumulator."""
+
+    name: str
+    aggregate_function: AggregateFunction
+    accumulator_type: TypeLike
+    ttl: StateTtlConfig | None = field(default=None, kw_only=True)
+    kind: ClassVar[StateKind] = "aggregating"
+
+    def __post_init__(self) -> None:
+        self._post()
+        if not isinstance(self.aggregate_function, AggregateFunction):
+            raise StateTypeError(
+                f"aggregating state {self.name!r}: {self.aggregate_function!r} is not an AggregateFunction."
+            )
+        _arrow_or_pickled(self.accumulator_type)
+
+    @property
+    def column_type(self) -> pa.DataType:
+        return to_arrow(self.accumulator_type)
+
+    @property
+    def pickled(self) -> bool:
+        return is_pickled(self.accumulator_type)
+
+
+@dataclass(frozen=True)
+class BroadcastStateDescriptor:
+    """Broadcast (map) state shared by all subtasks: same name/key/value shape as `MapStateDescriptor`.
+
+    PyFlink passes a `MapStateDescriptor` to ``broadcast()``; both are accepted there.
+    """
+
+    name: str
+    key_type: TypeLike
+    value_type: TypeLike
+
+    def __post_init__(self) -> None:
+        _check_name(self.name)
+        _arrow_or_pickled(self.key_type)
+        _arrow_or_pickled(self.value_type)
+
+    def info(self) -> OperatorStateInfo:
+        return OperatorStateInfo(
+            self.name, "broadcast", to_ddl(self.value_type), to_ddl(self.key_type), is_pickled(self.value_type)
+        )
+
+
+def operator_list_info(descriptor: ListStateDescriptor, redistribution: Redistribution) -> OperatorStateInfo:
+    """Manifest entry for operator list state (`split` or `union` redistribution)."""
+    return OperatorStateInfo(
+        descriptor.name, redistribution, to_ddl(descriptor.element_type), None, descriptor.pickled
+    )
+
+
