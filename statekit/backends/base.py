@@ -33,15 +33,23 @@ VOID_NAMESPACE = None
 class KeyedSnapshot:
     """A consistent copy of a subtask's keyed state, in the savepoint's keyed-table layout.
 
-    ``table`` has columns ``key_group int32``, ``key <K>``, ``namespace`` (only when some state is
-    namespaced), then one column per state in ``infos`` order; nulls mean "not set"; rows sorted by
-    key group. Native RocksDB checkpoints set ``native_dir`` instead of ``table``.
+    Taking the snapshot is the synchronous part of a checkpoint and must be cheap (a shallow copy,
+    a RocksDB checkpoint); `table()` does the expensive conversion and may run in a background
+    thread while processing goes on. The table has columns ``key_group int32``, ``key <K>``,
+    ``namespace`` (only when some state is namespaced), then one column per state in ``infos``
+    order; nulls mean "not set"; rows sorted by key group. Native RocksDB checkpoints set
+    ``native_dir``/``native_files`` instead.
     """
 
     infos: tuple[StateInfo, ...]
-    table: pa.Table | None = None
+    materialize: Callable[[], pa.Table] | None = None
     native_dir: Path | None = None
     native_files: tuple[str, ...] = ()
+
+    def table(self) -> pa.Table:
+        if self.materialize is None:
+            raise ValueError("native snapshot: read it through statekit.backends.rocksdb.native_to_arrow")
+        return self.materialize()
 
 
 class KeyedStateBackend(ABC):
