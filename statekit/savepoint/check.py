@@ -1,0 +1,158 @@
+"""`check(path)`: a read-only health report of a savepoint (files, checksums, schema, key groups, keys)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import pyarrow as pa
+
+from statekit.errors import CorruptSavepointError, DuplicateKeyError, SavepointError, StatekitError
+from statekit.savepoint import keyed as K
+from statekit.savepoint.files import read_parquet_verified, read_verified_bytes
+from statekit.savepoint.manifest import MANIFEST_NAME, FileEntry, OperatorMetadata, load_manifest
+
+ProblemKind = Literal[
+    "manifest", "missing_file", "extra_file", "size_mismatch", "checksum_mismatch", "unreadable",
+    "schema_mismatch", "wrong_key_group", "duplicate_key", "row_count",
+]
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong with a savepoint."""
+
+    kind: ProblemKind
+    path: str
+    message: str
+
+
+@dataclass
+class CheckReport:
+    """What `check` found; ``ok`` when nothing is wrong."""
+
+    path: Path
+    problems: list[Problem] = field(default_factory=list)
+    files_checked: int = 0
+    rows_checked: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def add(self, kind: ProblemKind, path: str, message: str) -> None:
+        self.problems.append(Problem(kind, path, message))
+
+    def __str__(self) -> str:
+        head = f"{self.path}: {'OK' if self.ok else f'{len(self.problems)} problem(s)'} " \
+               f"({self.files_checked} files, {self.rows_checked} rows checked)"
+        return "\n".join([head] + [f"  [{p.kind}] {p.path}: {p.message}" for p in self.problems])
+
+
+def check(path: str | os.PathLike[str], *, deep: bool = True) -> CheckReport:
+    """Verify a savepoint without modifying anything.
+
+    Checks the manifest, that every listed file exists with the recorded size and checksum, that no
+    unlisted files lie in the savepoint, and (``deep``) each table's schema against the manifest,
+    that every keyed row sits in the key group of its key and inside its file's range, that keys
+    are unique, and that row counts match.
+    """
+    root = Path(path)
+    report = CheckReport(root)
+    try:
+        manifest = load_manifest(root)
+    except SavepointError as exc:
+        report.add("manifest", MANIFEST_NAME, str(exc))
+        return report
+    listed: set[str] = set()
+    for op in manifest.operators:
+        for entry in op.files:
+            listed.add(os.path.normpath(entry.path))
+            _check_file(report, root, op, entry, deep)
+        if deep and op.key_type is not None and not op.is_native:
+            _check_unique(report, root, op)
+    for dirpath, _, names in os.walk(root):
+        for n in names:
+            rel = os.path.normpath(os.path.relpath(os.path.join(dirpath, n), root))
+            if rel != MANIFEST_NAME and rel not in listed:
+                report.add("extra_file", rel, "file is not listed in the manifest; readers ignore it")
+    return report
+
+
+def _check_file(report: CheckReport, root: Path, op: OperatorMetadata, entry: FileEntry, deep: bool) -> None:
+    report.files_checked += 1
+    try:
+        read_verified_bytes(root, entry)
+    except StatekitError as exc:
+        msg = str(exc)
+        kind: ProblemKind = "missing_file" if "missing" in msg else (
+            "checksum_mismatch" if "checksum" in msg else "size_mismatch")
+        report.add(kind, entry.path, msg)
+        return
+    if not deep or entry.table == "rocksdb":
+        return
+    try:
+        table = read_parquet_verified(root, entry)
+    except StatekitError as exc:
+        report.add("unreadable", entry.path, str(exc))
+        return
+    report.rows_checked += table.num_rows
+    if table.num_rows != entry.rows:
+        report.add("row_count", entry.path, f"{table.num_rows} rows but the manifest recorded {entry.rows}")
+    expected = _expected_schema(op, entry)
+    if expected is not None and (
+        table.num_columns != len(expected)
+        or any(a.name != b.name or not K.same_type(a.type, b.type) for a, b in zip(table.schema, expected))
+    ):
+        report.add("schema_mismatch", entry.path, f"columns {table.schema.names} with types "
+                   f"{[str(t) for t in table.schema.types]} disagree with the manifest's {expected}")
+        return
+    if entry.table in ("keyed", "timers") and table.num_rows:
+        kg = np.asarray(table.column("key_group").to_numpy(), dtype=np.int32)
+        actual = K.compute_key_groups(table.column("key"), op.max_parallelism, op.key_type)
+        wrong = int(np.count_nonzero(kg != actual))
+        if wrong:
+            report.add("wrong_key_group", entry.path, f"{wrong} row(s) carry a key group other than their key's")
+        outside = int(np.count_nonzero((actual < entry.key_group_start) | (actual > entry.key_group_end)))
+        if outside:
+            report.add("wrong_key_group", entry.path, f"{outside} row(s) fall outside the file's key-group range "
+                       f"[{entry.key_group_start}, {entry.key_group_end}]")
+        if len(kg) > 1 and not bool(np.all(kg[1:] >= kg[:-1])):
+            report.add("wrong_key_group", entry.path, "rows are not grouped by ascending key group")
+
+
+def _expected_schema(op: OperatorMetadata, entry: FileEntry) -> pa.Schema | None:
+    from statekit.types import parse_ddl
+
+    if entry.table == "keyed":
+        return K.keyed_schema(op.key_type, op.keyed_states, namespace_type=op.namespace_type)
+    if entry.table == "timers":
+        return K.timers_schema(op.key_type, namespace_type=op.namespace_type)
+    info = next((s for s in op.operator_states if s.name == entry.state), None)
+    if info is None:
+        return None
+    if entry.table == "broadcast":
+        return pa.schema([("key", parse_ddl(info.key_type)), ("value", parse_ddl(info.type))])
+    return pa.schema([("subtask", pa.int32()), ("idx", pa.int64()), ("value", parse_ddl(info.type))])
+
+
+def _check_unique(report: CheckReport, root: Path, op: OperatorMetadata) -> None:
+    cols = ["key", "namespace"] if op.namespace_type else ["key"]
+    parts = []
+    for entry in op.files_of("keyed"):
+        try:
+            parts.append(read_parquet_verified(root, entry, columns=cols))
+        except (CorruptSavepointError, pa.ArrowInvalid):
+            return  # already reported per file
+    if not parts:
+        return
+    try:
+        K.check_unique_keys(pa.concat_tables(parts), has_namespace=bool(op.namespace_type),
+                            what=f"keyed table of {op.display_name}")
+    except DuplicateKeyError as exc:
+        report.add("duplicate_key", f"op-{op.uid_hash}/keyed", str(exc))
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        pass  # mismatched file schemas are reported per file

@@ -1,0 +1,179 @@
+"""Keyed tables as Arrow data: schema, validation, key-group assignment, grouping and file splits."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from statekit.errors import DuplicateKeyError, InvalidArgumentError, NullKeyError, StateTypeError
+from statekit.keygroups import assign_key_groups
+from statekit.state.descriptors import StateInfo
+from statekit.types import parse_ddl, to_ddl
+
+NAMESPACE_TYPE = "struct<start:bigint,end:bigint>"
+#: Below this many rows the key-group hash runs on one thread; above, on two halves in parallel.
+PARALLEL_HASH_ROWS = 1_000_000
+
+
+def keyed_schema(
+    key_type: str, infos: Sequence[StateInfo], *, namespace_type: str | None = None, with_key_group: bool = True
+) -> pa.Schema:
+    """The keyed table's schema: ``key_group``, ``key``, [``namespace``], one column per state."""
+    fields = [pa.field("key_group", pa.int32(), nullable=False)] if with_key_group else []
+    fields.append(pa.field("key", parse_ddl(key_type), nullable=False))
+    if namespace_type is not None:
+        fields.append(pa.field("namespace", parse_ddl(namespace_type)))
+    fields.extend(pa.field(s.name, parse_ddl(s.type)) for s in infos)
+    return pa.schema(fields)
+
+
+def timers_schema(key_type: str, *, namespace_type: str | None = None) -> pa.Schema:
+    fields = [pa.field("key_group", pa.int32(), nullable=False), pa.field("key", parse_ddl(key_type), nullable=False)]
+    if namespace_type is not None:
+        fields.append(pa.field("namespace", parse_ddl(namespace_type)))
+    fields += [pa.field("timestamp", pa.int64(), nullable=False), pa.field("domain", pa.string(), nullable=False)]
+    return pa.schema(fields)
+
+
+def same_type(a: pa.DataType, b: pa.DataType) -> bool:
+    """Type equality that ignores list/map child field names (Parquet renames them)."""
+    try:
+        return to_ddl(a) == to_ddl(b)
+    except StateTypeError:
+        return a == b
+
+
+def conform(table: pa.Table, schema: pa.Schema, *, what: str) -> pa.Table:
+    """Select, order and cast `table`'s columns to `schema`; missing state columns become all-null.
+
+    Raises `StateTypeError` for a column that cannot be cast safely and `InvalidArgumentError` for
+    unknown columns, naming them and the declared schema.
+    """
+    names = set(table.column_names)
+    extra = sorted(names - set(schema.names))
+    if extra:
+        raise InvalidArgumentError(
+            f"{what}: column(s) {extra} are not declared; declared columns are {schema.names}. "
+            "Declare the state on the operator or drop the column."
+        )
+    columns = []
+    for f in schema:
+        if f.name not in names:
+            if not f.nullable:
+                raise InvalidArgumentError(f"{what}: required column {f.name!r} is missing.")
+            columns.append(pa.nulls(table.num_rows, f.type))
+            continue
+        col = table.column(f.name)
+        if not same_type(col.type, f.type):
+            try:
+                col = col.cast(f.type, safe=True)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
+                raise StateTypeError(
+                    f"{what}: column {f.name!r} has type {col.type} but is declared {to_ddl(f.type)} and cannot be "
+                    f"converted ({exc}). Convert the data or change the declaration."
+                ) from None
+        elif col.type != f.type:
+            col = col.cast(f.type)  # same logical type, normalise child names
+        columns.append(col)
+    return pa.Table.from_arrays(columns, schema=schema)
+
+
+def compute_key_groups(keys: pa.ChunkedArray | pa.Array, max_parallelism: int, key_type: str) -> np.ndarray:
+    """Key groups for a key column, hashing two halves in parallel when the column is large."""
+    if isinstance(keys, pa.ChunkedArray):
+        keys = keys.combine_chunks() if keys.num_chunks != 1 else keys.chunk(0)
+    if keys.null_count:
+        raise NullKeyError(
+            f"the key column holds {keys.null_count} null key(s); Flink forbids null keys. Drop or fill them."
+        )
+    n = len(keys)
+    if n < PARALLEL_HASH_ROWS:
+        return np.asarray(assign_key_groups(keys, max_parallelism, key_type), dtype=np.int32)
+    half = n // 2
+    with ThreadPoolExecutor(2) as pool:
+        parts = list(
+            pool.map(
+                lambda a: np.asarray(assign_key_groups(a, max_parallelism, key_type), dtype=np.int32),
+                [keys.slice(0, half), keys.slice(half)],
+            )
+        )
+    return np.concatenate(parts)
+
+
+def drop_unset_rows(table: pa.Table, kg: np.ndarray, state_names: Sequence[str]) -> tuple[pa.Table, np.ndarray]:
+    """Drop rows where every state is null (the format keeps only rows with some state set)."""
+    if not state_names or all(table.column(n).null_count == 0 for n in state_names):
+        return table, kg
+    mask = None
+    for n in state_names:
+        valid = pc.is_valid(table.column(n))
+        mask = valid if mask is None else pc.or_(mask, valid)
+    keep = np.asarray(mask.to_numpy(zero_copy_only=False), dtype=bool)
+    return table.filter(mask), kg[keep]
+
+
+def check_unique_keys(table: pa.Table, *, has_namespace: bool, what: str) -> None:
+    """Raise `DuplicateKeyError` naming a duplicated key (and namespace) if any."""
+    cols = ["key", "namespace"] if has_namespace else ["key"]
+    sub = table.select(cols)
+    if not has_namespace and not pa.types.is_struct(sub.schema.field("key").type):
+        if pc.count_distinct(sub.column("key"), mode="all").as_py() == table.num_rows:
+            return
+    else:
+        flat = sub.flatten()
+        if flat.group_by(flat.column_names).aggregate([]).num_rows == table.num_rows:
+            return
+    # Slow path only when duplicates exist: find one to name it.
+    counts = sub.flatten().group_by(sub.flatten().column_names).aggregate([([], "count_all")])
+    dup = counts.filter(pc.greater(counts.column("count_all"), 1)).slice(0, 1).to_pylist()[0]
+    dup.pop("count_all")
+    raise DuplicateKeyError(
+        f"{what}: key {dup} appears more than once; a keyed table holds one row per key"
+        f"{' and namespace' if has_namespace else ''}. Deduplicate (e.g. keep the latest row) before writing."
+    )
+
+
+@dataclass(frozen=True)
+class KeyGroupSplit:
+    """Rows ``[row_start, row_end)`` of a key-group-sorted table, covering key groups ``[kg_start, kg_end]``."""
+
+    kg_start: int
+    kg_end: int
+    row_start: int
+    row_end: int
+
+
+def sort_by_key_group(table: pa.Table, kg: np.ndarray) -> tuple[pa.Table, np.ndarray]:
+    """Stable-sort rows by key group (radix sort on 16-bit key groups) and prepend ``key_group``."""
+    if len(kg) > 1 and not bool(np.all(kg[1:] >= kg[:-1])):
+        order = np.argsort(kg.astype(np.uint16), kind="stable")
+        table = table.take(pa.array(order))
+        kg = kg[order]
+    if "key_group" in table.column_names:
+        table = table.drop_columns(["key_group"])
+    return table.add_column(0, pa.field("key_group", pa.int32(), nullable=False), pa.array(kg, pa.int32())), kg
+
+
+def split_by_key_group(kg_sorted: np.ndarray, rows_per_file: int) -> list[KeyGroupSplit]:
+    """Cut a key-group-sorted column into files of about `rows_per_file` rows at key-group boundaries."""
+    n = len(kg_sorted)
+    if n == 0:
+        return []
+    # Start row of each distinct key group.
+    change = np.flatnonzero(np.diff(kg_sorted)) + 1
+    starts = np.concatenate(([0], change))
+    splits: list[KeyGroupSplit] = []
+    i = 0
+    while i < len(starts):
+        row_start = int(starts[i])
+        j = int(np.searchsorted(starts, row_start + rows_per_file, side="left"))
+        j = max(j, i + 1)  # a file holds at least one whole key group
+        row_end = int(starts[j]) if j < len(starts) else n
+        splits.append(KeyGroupSplit(int(kg_sorted[row_start]), int(kg_sorted[row_end - 1]), row_start, row_end))
+        i = j
+    return splits

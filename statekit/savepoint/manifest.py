@@ -1,0 +1,341 @@
+"""The savepoint manifest (`_metadata.json`): parsing, validation, serialisation and path safety."""
+
+from __future__ import annotations
+
+import json
+import os
+import posixpath
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Literal
+
+from statekit.errors import (
+    CorruptSavepointError,
+    NotASavepointError,
+    UnknownOperatorError,
+    UnknownStateError,
+    UnsafePathError,
+    UnsupportedFormatError,
+)
+from statekit.identifiers import OperatorIdentifier
+from statekit.state.descriptors import OperatorStateInfo, StateInfo
+
+FORMAT = "statekit-savepoint"
+FORMAT_VERSION = 1
+SUPPORTED_VERSIONS = (1,)
+#: Optional features a reader must understand; unknown ones are refused.
+SUPPORTED_FEATURES = frozenset({"rocksdb-native", "pickled"})
+MANIFEST_NAME = "_metadata.json"
+#: A manifest larger than this is refused before parsing (a damaged file, not a savepoint).
+MAX_MANIFEST_BYTES = 256 * 1024 * 1024
+
+TableName = Literal["keyed", "timers", "operator", "broadcast", "rocksdb"]
+SavepointKind = Literal["savepoint", "checkpoint"]
+
+
+@dataclass(frozen=True)
+class FileEntry:
+    """One data file listed by the manifest; `path` is relative to the savepoint root."""
+
+    path: str
+    table: TableName
+    rows: int
+    bytes: int
+    checksum: str
+    state: str | None = None
+    key_group_start: int | None = None
+    key_group_end: int | None = None
+    subtask: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"path": self.path, "table": self.table}
+        if self.state is not None:
+            out["state"] = self.state
+        if self.key_group_start is not None:
+            out["key_group_start"] = self.key_group_start
+            out["key_group_end"] = self.key_group_end
+        if self.subtask is not None:
+            out["subtask"] = self.subtask
+        out.update(rows=self.rows, bytes=self.bytes, checksum=self.checksum)
+        return out
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "FileEntry":
+        return cls(
+            path=d["path"],
+            table=d["table"],
+            rows=int(d["rows"]),
+            bytes=int(d["bytes"]),
+            checksum=d["checksum"],
+            state=d.get("state"),
+            key_group_start=d.get("key_group_start"),
+            key_group_end=d.get("key_group_end"),
+            subtask=d.get("subtask"),
+        )
+
+    def covers(self, key_group: int) -> bool:
+        return self.key_group_start is not None and self.key_group_start <= key_group <= self.key_group_end
+
+
+@dataclass(frozen=True)
+class OperatorMetadata:
+    """Everything the manifest says about one operator."""
+
+    uid: str | None
+    uid_hash: str
+    name: str
+    parallelism: int
+    max_parallelism: int
+    key_type: str | None = None
+    namespace_type: str | None = None
+    keyed_states: tuple[StateInfo, ...] = ()
+    operator_states: tuple[OperatorStateInfo, ...] = ()
+    files: tuple[FileEntry, ...] = ()
+    keyed_format: Literal["parquet", "rocksdb"] = "parquet"
+
+    @property
+    def identifier(self) -> OperatorIdentifier:
+        return OperatorIdentifier.for_uid(self.uid) if self.uid else OperatorIdentifier.for_uid_hash(self.uid_hash)
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(f.bytes for f in self.files)
+
+    @property
+    def is_native(self) -> bool:
+        return self.keyed_format == "rocksdb"
+
+    @property
+    def display_name(self) -> str:
+        return self.uid or self.uid_hash
+
+    def files_of(self, table: TableName, state: str | None = None) -> list[FileEntry]:
+        return [f for f in self.files if f.table == table and (state is None or f.state == state)]
+
+    def keyed_state(self, name: str) -> StateInfo:
+        for s in self.keyed_states:
+            if s.name == name:
+                return s
+        raise UnknownStateError(
+            f"operator {self.display_name!r} has no keyed state {name!r}; it has "
+            f"{[s.name for s in self.keyed_states] or 'none'}."
+        )
+
+    def operator_state(self, name: str, *, redistribution: str | None = None) -> OperatorStateInfo:
+        for s in self.operator_states:
+            if s.name == name and (redistribution is None or s.redistribution == redistribution):
+                return s
+        have = [f"{s.name} ({s.redistribution})" for s in self.operator_states]
+        what = f"{redistribution} state" if redistribution else "operator state"
+        raise UnknownStateError(
+            f"operator {self.display_name!r} has no {what} {name!r}; it has {have or 'no operator state'}."
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "uid": self.uid,
+            "uid_hash": self.uid_hash,
+            "name": self.name,
+            "parallelism": self.parallelism,
+            "max_parallelism": self.max_parallelism,
+            "key_type": self.key_type,
+            "namespace_type": self.namespace_type,
+            "keyed_format": self.keyed_format,
+            "keyed_states": [s.to_json() for s in self.keyed_states],
+            "operator_states": [s.to_json() for s in self.operator_states],
+            "files": [f.to_json() for f in self.files],
+        }
+        return out
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "OperatorMetadata":
+        return cls(
+            uid=d.get("uid"),
+            uid_hash=d["uid_hash"],
+            name=d.get("name") or d.get("uid") or d["uid_hash"],
+            parallelism=int(d["parallelism"]),
+            max_parallelism=int(d["max_parallelism"]),
+            key_type=d.get("key_type"),
+            namespace_type=d.get("namespace_type"),
+            keyed_states=tuple(StateInfo.from_json(s) for s in d.get("keyed_states", [])),
+            operator_states=tuple(OperatorStateInfo.from_json(s) for s in d.get("operator_states", [])),
+            files=tuple(FileEntry.from_json(f) for f in d.get("files", [])),
+            keyed_format=d.get("keyed_format", "parquet"),
+        )
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """The parsed `_metadata.json` of a savepoint or checkpoint."""
+
+    checkpoint_id: int
+    kind: SavepointKind
+    created_at: str
+    job_name: str | None
+    operators: tuple[OperatorMetadata, ...]
+    features: tuple[str, ...] = ()
+    format_version: int = FORMAT_VERSION
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "format": FORMAT,
+            "format_version": self.format_version,
+            "features": sorted(self.features),
+            "checkpoint_id": self.checkpoint_id,
+            "kind": self.kind,
+            "created_at": self.created_at,
+            "job_name": self.job_name,
+            "operators": [op.to_json() for op in self.operators],
+        }
+
+    def dumps(self) -> str:
+        return json.dumps(self.to_json(), indent=1, sort_keys=False)
+
+    def operator(self, op: OperatorIdentifier | str) -> OperatorMetadata:
+        """The operator with `op`'s uid hash; `UnknownOperatorError` lists what exists."""
+        ident = OperatorIdentifier.coerce(op)
+        for meta in self.operators:
+            if meta.uid_hash == ident.uid_hash:
+                return meta
+        have = ", ".join(f"{m.uid or '<no uid>'} ({m.uid_hash})" for m in self.operators) or "no operators"
+        raise UnknownOperatorError(
+            f"no operator {ident} (uid hash {ident.uid_hash}) in this savepoint; it contains: {have}."
+        )
+
+    def with_operators(self, operators: tuple[OperatorMetadata, ...]) -> "Manifest":
+        return replace(self, operators=operators)
+
+
+def safe_relative_path(root: Path, rel: str) -> Path:
+    """Resolve a manifest path, refusing anything that could leave the savepoint directory."""
+    if not isinstance(rel, str) or not rel or "\x00" in rel:
+        raise UnsafePathError(f"manifest path {rel!r} is empty or malformed; the manifest is damaged.")
+    norm = posixpath.normpath(rel)
+    if (
+        rel.startswith(("/", "\\"))
+        or os.path.isabs(rel)
+        or norm == ".."
+        or norm.startswith("../")
+        or ".." in rel.replace("\\", "/").split("/")
+        or (len(rel) > 1 and rel[1] == ":")
+    ):
+        raise UnsafePathError(
+            f"manifest path {rel!r} points outside the savepoint; refusing to read it. "
+            "Savepoint manifests may only name files inside their own directory."
+        )
+    full = (root / norm).resolve()
+    base = root.resolve()
+    if full != base and base not in full.parents:
+        raise UnsafePathError(f"manifest path {rel!r} resolves outside the savepoint ({full}); refusing to read it.")
+    return full
+
+
+def _fail(path: Path, why: str) -> CorruptSavepointError:
+    return CorruptSavepointError(
+        f"{path / MANIFEST_NAME}: {why}. The savepoint is damaged; restore it from a copy or take a new one."
+    )
+
+
+def load_manifest(path: Path) -> Manifest:
+    """Read and validate `<path>/_metadata.json`; every failure is a typed `SavepointError`."""
+    mpath = path / MANIFEST_NAME
+    if not path.is_dir():
+        raise NotASavepointError(f"{path} is not a directory; a savepoint is a directory holding {MANIFEST_NAME}.")
+    if not mpath.is_file():
+        raise NotASavepointError(
+            f"{path} is not a savepoint: it has no {MANIFEST_NAME}. An interrupted write leaves no manifest; "
+            "point at a completed savepoint or checkpoint directory."
+        )
+    size = mpath.stat().st_size
+    if size == 0:
+        raise _fail(path, "the manifest is empty (truncated)")
+    if size > MAX_MANIFEST_BYTES:
+        raise _fail(path, f"the manifest is {size} bytes, larger than any valid manifest")
+    try:
+        raw = json.loads(mpath.read_bytes().decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise _fail(path, f"the manifest is not valid JSON ({exc})") from None
+    return parse_manifest(raw, path)
+
+
+def parse_manifest(raw: Any, path: Path) -> Manifest:
+    """Validate a decoded manifest document."""
+    if not isinstance(raw, dict):
+        raise _fail(path, "the manifest is not a JSON object")
+    if raw.get("format") != FORMAT:
+        raise UnsupportedFormatError(
+            f"{path / MANIFEST_NAME}: format {raw.get('format')!r} is not {FORMAT!r}; this is not a statekit savepoint."
+        )
+    version = raw.get("format_version")
+    if version not in SUPPORTED_VERSIONS or isinstance(version, bool):
+        raise UnsupportedFormatError(
+            f"{path}: savepoint format version {version!r} is not supported; this statekit reads format "
+            f"version(s) {', '.join(map(str, SUPPORTED_VERSIONS))}. Upgrade statekit, or migrate the savepoint."
+        )
+    features = raw.get("features", [])
+    if not isinstance(features, list):
+        raise _fail(path, "'features' is not a list")
+    unknown = sorted(set(features) - SUPPORTED_FEATURES)
+    if unknown:
+        raise UnsupportedFormatError(
+            f"{path}: savepoint uses feature(s) {unknown} that this statekit does not support; it supports "
+            f"{sorted(SUPPORTED_FEATURES)}. Upgrade statekit to read it."
+        )
+    try:
+        manifest = Manifest(
+            checkpoint_id=int(raw["checkpoint_id"]),
+            kind=raw.get("kind", "savepoint"),
+            created_at=str(raw.get("created_at", "")),
+            job_name=raw.get("job_name"),
+            operators=tuple(OperatorMetadata.from_json(op) for op in raw["operators"]),
+            features=tuple(features),
+            format_version=version,
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise _fail(path, f"the manifest misses or mistypes a field ({type(exc).__name__}: {exc})") from None
+    _validate(manifest, path)
+    return manifest
+
+
+def _validate(manifest: Manifest, path: Path) -> None:
+    seen: set[str] = set()
+    listed: set[str] = set()
+    for op in manifest.operators:
+        if op.uid_hash in seen:
+            raise _fail(path, f"operator {op.uid_hash} is listed twice")
+        seen.add(op.uid_hash)
+        if op.uid is not None and OperatorIdentifier.for_uid(op.uid).uid_hash != op.uid_hash:
+            raise _fail(path, f"operator uid {op.uid!r} does not match its uid hash {op.uid_hash}")
+        if not 1 <= op.max_parallelism <= 32768 or not 1 <= op.parallelism <= op.max_parallelism:
+            raise _fail(
+                path,
+                f"operator {op.display_name!r} has parallelism {op.parallelism} / max parallelism "
+                f"{op.max_parallelism} outside 1..max parallelism..32768",
+            )
+        for f in op.files:
+            safe_relative_path(path, f.path)
+            if f.path in listed:
+                raise _fail(path, f"file {f.path} is listed twice")
+            listed.add(f.path)
+
+
+def iso_now() -> str:
+    from datetime import datetime, timezone
+
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+__all__ = [
+    "FORMAT",
+    "FORMAT_VERSION",
+    "MANIFEST_NAME",
+    "SUPPORTED_FEATURES",
+    "SUPPORTED_VERSIONS",
+    "FileEntry",
+    "Manifest",
+    "OperatorMetadata",
+    "load_manifest",
+    "parse_manifest",
+    "safe_relative_path",
+]
+

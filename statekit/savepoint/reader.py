@@ -1,0 +1,270 @@
+"""`Savepoint`: the local (pyarrow) reader of savepoints and checkpoints."""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Sequence
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from statekit.errors import SchemaMismatchError, UntrustedPicklePayloadError
+from statekit.identifiers import OperatorIdentifier
+from statekit.keygroups import KeyGroupRange, assign_to_key_group
+from statekit.savepoint import keyed as K
+from statekit.savepoint.files import read_parquet_verified, read_verified_bytes
+from statekit.savepoint.manifest import FileEntry, Manifest, OperatorMetadata, load_manifest, safe_relative_path
+from statekit.state.descriptors import OperatorStateInfo
+from statekit.types import parse_ddl
+from statekit import serde
+
+OpLike = OperatorIdentifier | str
+
+
+class Savepoint:
+    """An opened savepoint (or checkpoint): the manifest, and verified reads of its tables.
+
+    Readers trust only files the manifest lists; each file's size and checksum are checked before
+    it is parsed. Columns declared ``PICKLED`` are returned as ``binary``; `get` unpickles them
+    only when the savepoint was opened with ``trust_pickled=True``.
+    """
+
+    def __init__(self, path: Path, manifest: Manifest, *, trust_pickled: bool = False) -> None:
+        self.path = path
+        self.manifest = manifest
+        self.trust_pickled = trust_pickled
+
+    @classmethod
+    def open(cls, path: str | os.PathLike[str], *, trust_pickled: bool = False) -> "Savepoint":
+        """Open and validate the savepoint at `path` (reads only the manifest)."""
+        p = Path(path)
+        return cls(p, load_manifest(p), trust_pickled=trust_pickled)
+
+    # -- metadata ----------------------------------------------------------------------------------
+    @property
+    def metadata(self) -> dict[str, Any]:
+        """The manifest as a JSON-like dict."""
+        return self.manifest.to_json()
+
+    @property
+    def checkpoint_id(self) -> int:
+        return self.manifest.checkpoint_id
+
+    @property
+    def kind(self) -> str:
+        return self.manifest.kind
+
+    @property
+    def job_name(self) -> str | None:
+        return self.manifest.job_name
+
+    @property
+    def operators(self) -> list[OperatorMetadata]:
+        return list(self.manifest.operators)
+
+    def operator(self, op: OpLike) -> OperatorMetadata:
+        """Metadata of `op` (an `OperatorIdentifier` or a uid string)."""
+        return self.manifest.operator(op)
+
+    def __repr__(self) -> str:
+        return f"Savepoint({str(self.path)!r}, checkpoint_id={self.checkpoint_id}, operators={len(self.operators)})"
+
+    # -- files -------------------------------------------------------------------------------------
+    def keyed_files(self, op: OpLike, *, key_groups: KeyGroupRange | None = None) -> list[FileEntry]:
+        """Files of `op`'s keyed table (or native RocksDB files), optionally only those overlapping `key_groups`."""
+        meta = self.operator(op)
+        table = "rocksdb" if meta.is_native else "keyed"
+        files = meta.files_of(table)
+        if key_groups is not None:
+            files = [f for f in files if f.key_group_start <= key_groups.end and f.key_group_end >= key_groups.start]
+        return files
+
+    def read_file(self, entry: FileEntry) -> pa.Table:
+        """One verified Parquet file of this savepoint."""
+        return read_parquet_verified(self.path, entry)
+
+    def _read_files(self, entries: Sequence[FileEntry], **kw: Any) -> list[pa.Table]:
+        if len(entries) <= 1:
+            return [read_parquet_verified(self.path, e, **kw) for e in entries]
+        with ThreadPoolExecutor(min(4, len(entries))) as pool:
+            return list(pool.map(lambda e: read_parquet_verified(self.path, e, **kw), entries))
+
+    def _check_schema(self, table: pa.Table, expected: pa.Schema, where: str) -> pa.Table:
+        if table.num_columns != len(expected) or any(
+            a.name != b.name or not K.same_type(a.type, b.type) for a, b in zip(table.schema, expected)
+        ):
+            got = ", ".join(f"{f.name} {f.type}" for f in table.schema)
+            want = ", ".join(f"{f.name} {f.type}" for f in expected)
+            raise SchemaMismatchError(
+                f"{self.path}: {where} has columns ({got}) but the manifest declares ({want}). The file does not "
+                "belong to this savepoint or was rewritten; restore it or use another savepoint."
+            )
+        return table.cast(expected) if table.schema != expected else table
+
+    # -- keyed state -------------------------------------------------------------------------------
+    def keyed_schema(self, op: OpLike, *, with_key_group: bool = True) -> pa.Schema:
+        meta = self.operator(op)
+        return K.keyed_schema(
+            meta.key_type, meta.keyed_states, namespace_type=meta.namespace_type, with_key_group=with_key_group
+        )
+
+    def keyed_table(
+        self, op: OpLike, *, with_key_group: bool = False, key_groups: KeyGroupRange | None = None
+    ) -> pa.Table:
+        """The operator's keyed table: [``key_group``], ``key``, [``namespace``], one column per state."""
+        meta = self.operator(op)
+        if meta.key_type is None:
+            return pa.table({"key": pa.array([], pa.null())}).slice(0, 0)
+        expected = self.keyed_schema(op)
+        if meta.is_native:
+            table = self._native_table(meta, key_groups)
+        else:
+            files = self.keyed_files(op, key_groups=key_groups)
+            parts = [
+                self._check_schema(t, expected, f"file {e.path}")
+                for e, t in zip(files, self._read_files(files))
+            ]
+            table = pa.concat_tables(parts) if parts else expected.empty_table()
+        if key_groups is not None:
+            kg = table.column("key_group")
+            table = table.filter(pc.and_(pc.greater_equal(kg, key_groups.start), pc.less_equal(kg, key_groups.end)))
+        return table if with_key_group else table.drop_columns(["key_group"])
+
+    def _native_table(self, meta: OperatorMetadata, key_groups: KeyGroupRange | None) -> pa.Table:
+        from statekit.backends.rocksdb import native_to_arrow  # RocksDB is only needed for native checkpoints
+
+        by_subtask: dict[int, list[FileEntry]] = {}
+        for f in meta.files_of("rocksdb"):
+            by_subtask.setdefault(f.subtask or 0, []).append(f)
+        parts = []
+        for subtask, entries in sorted(by_subtask.items()):
+            if key_groups is not None and not any(
+                e.key_group_start <= key_groups.end and e.key_group_end >= key_groups.start for e in entries
+            ):
+                continue
+            for e in entries:
+                read_verified_bytes(self.path, e)
+            directory = safe_relative_path(self.path, entries[0].path).parent
+            parts.append(
+                native_to_arrow(
+                    directory,
+                    key_type=parse_ddl(meta.key_type),
+                    infos=meta.keyed_states,
+                    max_parallelism=meta.max_parallelism,
+                    key_groups=key_groups,
+                )
+            )
+        expected = K.keyed_schema(meta.key_type, meta.keyed_states, namespace_type=meta.namespace_type)
+        parts = [self._check_schema(p, expected, f"native RocksDB state of {meta.display_name}") for p in parts]
+        return pa.concat_tables(parts) if parts else expected.empty_table()
+
+    def get(self, op: OpLike, key: Any, *, namespace: Any = None) -> dict[str, Any] | None:
+        """The states of one key as Python values, or None; reads only the file(s) of its key group."""
+        meta = self.operator(op)
+        if meta.key_type is None:
+            return None
+        kg = assign_to_key_group(key, meta.max_parallelism, meta.key_type)
+        rng = KeyGroupRange(kg, kg)
+        if meta.is_native:
+            table = self._native_table(meta, rng)
+        else:
+            expected = self.keyed_schema(op)
+            files = [f for f in self.keyed_files(op) if f.covers(kg)]
+            filters = [("key_group", "=", kg)]
+            if not pa.types.is_struct(parse_ddl(meta.key_type)):
+                filters.append(("key", "=", key))
+            parts = [self._check_schema(t, expected, f"file {e.path}") for e, t in
+                     zip(files, self._read_files(files, filters=filters))]
+            table = pa.concat_tables(parts) if parts else expected.empty_table()
+        rows = [r for r in table.to_pylist() if _same_key(r["key"], key) and _same_ns(r.get("namespace"), namespace)]
+        if not rows:
+            return None
+        row = rows[0]
+        out = {s.name: row[s.name] for s in meta.keyed_states}
+        for s in meta.keyed_states:
+            if s.pickled and out[s.name] is not None:
+                out[s.name] = self._unpickle(s.kind, out[s.name], f"state {s.name!r} of {meta.display_name}")
+        return out
+
+    def _unpickle(self, kind: str, value: Any, where: str) -> Any:
+        if not self.trust_pickled:
+            raise UntrustedPicklePayloadError(
+                f"{where} holds pickled values; unpickling runs arbitrary code. Open the savepoint with "
+                "trust_pickled=True only if you trust its origin."
+            )
+        if kind == "list":
+            return serde.loads_many(value, trusted=True)
+        if kind == "map":
+            return [(k, serde.loads(v, trusted=True)) for k, v in value]
+        return serde.loads(value, trusted=True)
+
+    # -- timers and operator state -----------------------------------------------------------------
+    def timers(self, op: OpLike) -> pa.Table:
+        """Registered timers: ``key_group``, ``key``, [``namespace``], ``timestamp``, ``domain``."""
+        meta = self.operator(op)
+        if meta.key_type is None:
+            return pa.table({})
+        expected = K.timers_schema(meta.key_type, namespace_type=meta.namespace_type)
+        files = meta.files_of("timers")
+        parts = [self._check_schema(t, expected, f"file {e.path}") for e, t in zip(files, self._read_files(files))]
+        return pa.concat_tables(parts) if parts else expected.empty_table()
+
+    def _operator_state_table(self, op: OpLike, name: str, redistribution: str | None) -> tuple[OperatorStateInfo, pa.Table]:
+        meta = self.operator(op)
+        info = meta.operator_state(name, redistribution=redistribution)
+        sub = "broadcast" if info.redistribution == "broadcast" else "operator"
+        if info.redistribution == "broadcast":
+            expected = pa.schema([pa.field("key", parse_ddl(info.key_type), nullable=False),
+                                  pa.field("value", parse_ddl(info.type))])
+        else:
+            expected = pa.schema([pa.field("subtask", pa.int32()), pa.field("idx", pa.int64()),
+                                  pa.field("value", parse_ddl(info.type))])
+        files = meta.files_of(sub, name)
+        parts = [self._check_schema(t, expected, f"file {e.path}") for e, t in zip(files, self._read_files(files))]
+        table = pa.concat_tables(parts) if parts else expected.empty_table()
+        return info, table
+
+    def list_state(self, op: OpLike, name: str) -> pa.Table:
+        """Operator list state (split redistribution): ``subtask``, ``idx``, ``value``, in subtask order."""
+        _, table = self._operator_state_table(op, name, None)
+        return table.sort_by([("subtask", "ascending"), ("idx", "ascending")])
+
+    def union_state(self, op: OpLike, name: str) -> pa.Table:
+        """Union list state read as one copy: the concatenation of every subtask's list (``idx``, ``value``).
+
+        This is what each subtask receives when the job is restored.
+        """
+        _, table = self._operator_state_table(op, name, "union")
+        table = table.sort_by([("subtask", "ascending"), ("idx", "ascending")])
+        return pa.table({"idx": pa.array(range(table.num_rows), pa.int64()), "value": table.column("value")})
+
+    def broadcast_state(self, op: OpLike, name: str) -> pa.Table:
+        """Broadcast state: ``key``, ``value`` (one copy)."""
+        _, table = self._operator_state_table(op, name, "broadcast")
+        return table
+
+    def operator_state_lists(self, op: OpLike, name: str) -> tuple[OperatorStateInfo, list[list[Any]]]:
+        """A list state as it was snapshotted: one Python list per subtask (for restores)."""
+        info, table = self._operator_state_table(op, name, None)
+        meta = self.operator(op)
+        out: list[list[Any]] = [[] for _ in range(meta.parallelism)]
+        table = table.sort_by([("subtask", "ascending"), ("idx", "ascending")])
+        for s, v in zip(table.column("subtask").to_pylist(), table.column("value").to_pylist()):
+            out[s].append(v)
+        return info, out
+
+
+def _same_key(a: Any, b: Any) -> bool:
+    if isinstance(b, tuple) and isinstance(a, dict):
+        return tuple(a.values()) == b
+    return a == b
+
+
+def _same_ns(stored: Any, wanted: Any) -> bool:
+    if wanted is None:
+        return stored is None
+    if isinstance(wanted, tuple) and isinstance(stored, dict):
+        return (stored.get("start"), stored.get("end")) == wanted
+    return stored == wanted

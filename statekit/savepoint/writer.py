@@ -1,0 +1,438 @@
+"""`SavepointBuilder`: writes a savepoint from Arrow tables, atomically (manifest last, then one rename)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Iterable, Literal, Sequence
+
+import numpy as np
+import pyarrow as pa
+
+from statekit.errors import InvalidArgumentError, SavepointError, SavepointExistsError, StateTypeError
+from statekit.identifiers import OperatorIdentifier
+from statekit.keygroups import KeyGroupRange, check_max_parallelism, check_parallelism
+from statekit.savepoint import keyed as K
+from statekit.savepoint.files import checksum, write_parquet
+from statekit.savepoint.manifest import (
+    FORMAT_VERSION,
+    MANIFEST_NAME,
+    FileEntry,
+    Manifest,
+    OperatorMetadata,
+    iso_now,
+    safe_relative_path,
+)
+from statekit.state.descriptors import KeyedStateDescriptor, OperatorStateInfo, StateInfo
+from statekit.types import TypeLike, parse_ddl, to_ddl
+
+DEFAULT_ROWS_PER_FILE = 1_000_000
+
+
+def _state_info(s: StateInfo | KeyedStateDescriptor) -> StateInfo:
+    return s if isinstance(s, StateInfo) else s.info()
+
+
+class OperatorWriter:
+    """Collects one operator's tables; files are written when the savepoint commits."""
+
+    def __init__(
+        self,
+        builder: "SavepointBuilder",
+        ident: OperatorIdentifier,
+        *,
+        name: str,
+        parallelism: int,
+        max_parallelism: int,
+        key_type: str | None,
+        keyed_states: tuple[StateInfo, ...],
+        namespace_type: str | None,
+    ) -> None:
+        self._builder = builder
+        self.identifier = ident
+        self.name = name
+        self.parallelism = parallelism
+        self.max_parallelism = max_parallelism
+        self.key_type = key_type
+        self.keyed_states = keyed_states
+        self.namespace_type = namespace_type
+        self.dir = f"op-{ident.uid_hash}"
+        self._keyed: list[pa.Table] = []
+        self._timers: list[pa.Table] = []
+        self._operator_states: list[tuple[OperatorStateInfo, pa.Table | None]] = []
+        self._native: list[tuple[int, Path, KeyGroupRange, list[str]]] = []
+        self._preset_files: list[FileEntry] = []
+
+    # -- keyed -------------------------------------------------------------------------------------
+    def _require_keyed(self, what: str) -> str:
+        if self.key_type is None:
+            raise InvalidArgumentError(
+                f"operator {self.identifier}: {what} needs a keyed operator; pass key_type= to add_operator()."
+            )
+        return self.key_type
+
+    def write_keyed(self, table: pa.Table) -> None:
+        """Add rows of the keyed table (``key``, optional ``key_group``/``namespace``, state columns)."""
+        self._require_keyed("keyed state")
+        if not isinstance(table, pa.Table):
+            raise InvalidArgumentError(f"write_keyed() takes a pyarrow.Table, got {type(table).__name__}.")
+        self._keyed.append(table)
+
+    def write_timers(self, table: pa.Table) -> None:
+        """Add timers: ``key``, optional ``key_group``/``namespace``, ``timestamp``, ``domain``."""
+        self._require_keyed("timers")
+        domains = set(table.column("domain").unique().to_pylist()) if "domain" in table.column_names else set()
+        if not domains <= {"event", "processing"}:
+            raise InvalidArgumentError(
+                f"operator {self.identifier}: timer domain(s) {sorted(map(str, domains - {'event', 'processing'}))} "
+                "are invalid; use 'event' or 'processing'."
+            )
+        self._timers.append(table)
+
+    # -- operator state ----------------------------------------------------------------------------
+    def write_list_state(self, info: OperatorStateInfo, per_subtask: Sequence[Sequence[Any] | pa.Array]) -> None:
+        """Operator list state (`split` or `union`): one list of elements per subtask."""
+        if info.redistribution not in ("split", "union"):
+            raise InvalidArgumentError(
+                f"list state {info.name!r}: redistribution must be 'split' or 'union', not {info.redistribution!r}."
+            )
+        value_type = parse_ddl(info.type)
+        subtasks, idx, values = [], [], []
+        for s, items in enumerate(per_subtask):
+            arr = items if isinstance(items, pa.Array) else _to_array(list(items), value_type, info.name)
+            subtasks.append(np.full(len(arr), s, dtype=np.int32))
+            idx.append(np.arange(len(arr), dtype=np.int64))
+            values.append(arr.cast(value_type) if arr.type != value_type else arr)
+        if any(v.null_count for v in values):
+            raise InvalidArgumentError(f"list state {info.name!r} holds null elements; Flink list state forbids nulls.")
+        table = pa.table(
+            {
+                "subtask": pa.array(np.concatenate(subtasks) if subtasks else [], pa.int32()),
+                "idx": pa.array(np.concatenate(idx) if idx else [], pa.int64()),
+                "value": pa.concat_arrays(values) if values else pa.array([], value_type),
+            }
+        )
+        self._add_operator_state(info, table)
+
+    def write_broadcast_state(self, info: OperatorStateInfo, table: pa.Table | dict) -> None:
+        """Broadcast state: one copy of its ``key``/``value`` map."""
+        if info.redistribution != "broadcast" or info.key_type is None:
+            raise InvalidArgumentError(
+                f"broadcast state {info.name!r} needs redistribution='broadcast' and a key_type."
+            )
+        schema = pa.schema([pa.field("key", parse_ddl(info.key_type), nullable=False), pa.field("value", parse_ddl(info.type))])
+        if isinstance(table, dict):
+            table = pa.table(
+                {"key": _to_array(list(table), schema.field("key").type, info.name),
+                 "value": _to_array(list(table.values()), schema.field("value").type, info.name)}
+            )
+        table = K.conform(table, schema, what=f"broadcast state {info.name!r}")
+        if table.column("key").null_count:
+            raise InvalidArgumentError(f"broadcast state {info.name!r} holds a null key; keys must not be null.")
+        if pa.compute.count_distinct(table.column("key")).as_py() != table.num_rows:
+            raise InvalidArgumentError(f"broadcast state {info.name!r} holds a duplicate key; keys must be unique.")
+        self._add_operator_state(info, table)
+
+    def _add_operator_state(self, info: OperatorStateInfo, table: pa.Table) -> None:
+        if any(i.name == info.name for i, _ in self._operator_states):
+            raise InvalidArgumentError(f"operator {self.identifier}: operator state {info.name!r} written twice.")
+        self._operator_states.append((info, table))
+
+    # -- native RocksDB ----------------------------------------------------------------------------
+    def write_native_keyed(
+        self, subtask: int, directory: Path, key_group_range: KeyGroupRange, files: Iterable[str]
+    ) -> None:
+        """Add one subtask's RocksDB checkpoint files; they are hard-linked (or copied) into the savepoint."""
+        self._require_keyed("native keyed state")
+        self._native.append((subtask, Path(directory), key_group_range, list(files)))
+
+    def add_files(self, entries: Iterable[FileEntry]) -> None:
+        """Files already placed inside the savepoint by another writer (e.g. Spark executors)."""
+        self._preset_files.extend(entries)
+
+    # -- commit ------------------------------------------------------------------------------------
+    def _finish(self, root: Path, pool: ThreadPoolExecutor) -> tuple[OperatorMetadata, set[str]]:
+        futures: list[Future[FileEntry]] = []
+        features: set[str] = set()
+        if self._keyed and self._native:
+            raise InvalidArgumentError(
+                f"operator {self.identifier}: keyed state was written both as tables and as native RocksDB files."
+            )
+        if self._keyed:
+            futures += self._write_keyed_files(root, pool)
+        if self._timers:
+            futures += self._write_timer_files(root, pool)
+        for info, table in self._operator_states:
+            sub = "broadcast" if info.redistribution == "broadcast" else "operator"
+            if table.num_rows:
+                rel = f"{self.dir}/{sub}/{_safe_name(info.name)}/part-00000.parquet"
+                futures.append(pool.submit(_write_file, root, rel, table, sub, info.name, None, None, None))
+        if self._native:
+            features.add("rocksdb-native")
+            futures += [pool.submit(_link_file, root, f"{self.dir}/rocksdb/subtask-{s}", d, f, s, r)
+                        for s, d, r, names in self._native for f in names]
+        entries = [f.result() for f in futures] + self._preset_files
+        infos = self.keyed_states
+        if any(s.pickled for s in infos) or any(i.pickled for i, _ in self._operator_states):
+            features.add("pickled")
+        meta = OperatorMetadata(
+            uid=self.identifier.uid,
+            uid_hash=self.identifier.uid_hash,
+            name=self.name,
+            parallelism=self.parallelism,
+            max_parallelism=self.max_parallelism,
+            key_type=self.key_type,
+            namespace_type=self.namespace_type,
+            keyed_states=infos,
+            operator_states=tuple(i for i, _ in self._operator_states),
+            files=tuple(sorted(entries, key=lambda e: e.path)),
+            keyed_format="rocksdb" if self._native else "parquet",
+        )
+        return meta, features
+
+    def _prepared(self, tables: list[pa.Table], schema: pa.Schema, what: str) -> list[tuple[pa.Table, np.ndarray]]:
+        """Conform and key-group each table; merge them if their key groups overlap."""
+        key_type = self.key_type
+        assert key_type is not None
+        out = []
+        for t in tables:
+            given_kg = t.column("key_group") if "key_group" in t.column_names else None
+            t = K.conform(t.drop_columns(["key_group"]) if given_kg is not None else t, schema, what=what)
+            kg = K.compute_key_groups(t.column("key"), self.max_parallelism, key_type)
+            if given_kg is not None and not np.array_equal(np.asarray(given_kg.to_numpy(), dtype=np.int32), kg):
+                raise InvalidArgumentError(
+                    f"{what}: the given key_group column disagrees with the key groups of the keys at max "
+                    f"parallelism {self.max_parallelism}; drop the column and let statekit compute it."
+                )
+            out.append((t, kg))
+        if len(out) > 1:
+            seen = np.zeros(self.max_parallelism, dtype=np.int32)
+            for _, kg in out:
+                seen[np.unique(kg)] += 1
+            if seen.max() > 1:  # overlapping inputs: one table, so each key group stays contiguous
+                out = [(pa.concat_tables([t for t, _ in out]), np.concatenate([kg for _, kg in out]))]
+        return out
+
+    def _write_keyed_files(self, root: Path, pool: ThreadPoolExecutor) -> list[Future[FileEntry]]:
+        what = f"keyed table of operator {self.identifier}"
+        schema = K.keyed_schema(
+            self.key_type, self.keyed_states, namespace_type=self.namespace_type, with_key_group=False
+        )
+        names = [s.name for s in self.keyed_states]
+        futures = []
+        part = 0
+        for table, kg in self._prepared(self._keyed, schema, what):
+            table, kg = K.drop_unset_rows(table, kg, names)
+            K.check_unique_keys(table, has_namespace=self.namespace_type is not None, what=what)
+            table, kg = K.sort_by_key_group(table, kg)
+            for split in K.split_by_key_group(kg, self._builder.rows_per_file):
+                rel = f"{self.dir}/keyed/part-{part:05d}-kg{split.kg_start:05d}-{split.kg_end:05d}.parquet"
+                part += 1
+                chunk = table.slice(split.row_start, split.row_end - split.row_start)
+                futures.append(pool.submit(_write_file, root, rel, chunk, "keyed", None, split.kg_start, split.kg_end, None))
+        return futures
+
+    def _write_timer_files(self, root: Path, pool: ThreadPoolExecutor) -> list[Future[FileEntry]]:
+        what = f"timers of operator {self.identifier}"
+        schema = K.timers_schema(self.key_type, namespace_type=self.namespace_type)
+        schema = schema.remove(0)
+        futures = []
+        for i, (table, kg) in enumerate(self._prepared(self._timers, schema, what)):
+            table, kg = K.sort_by_key_group(table, kg)
+            if table.num_rows:
+                rel = f"{self.dir}/timers/part-{i:05d}.parquet"
+                futures.append(pool.submit(_write_file, root, rel, table, "timers", None, int(kg[0]), int(kg[-1]), None))
+        return futures
+
+
+def _to_array(values: list, arrow_type: pa.DataType, name: str) -> pa.Array:
+    try:
+        return pa.array(values, type=arrow_type)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError) as exc:
+        raise StateTypeError(f"state {name!r}: values do not fit declared type {to_ddl(arrow_type)} ({exc}).") from None
+
+
+def _safe_name(name: str) -> str:
+    # State names become directory names; keep them portable and unable to escape.
+    return "".join(c if c.isalnum() or c in "-_." else f"%{ord(c):02x}" for c in name).lstrip(".") or "state"
+
+
+def _write_file(root, rel, table, table_name, state, kg_start, kg_end, subtask) -> FileEntry:
+    nbytes, digest = write_parquet(table, root / rel)
+    return FileEntry(rel, table_name, table.num_rows, nbytes, digest, state, kg_start, kg_end, subtask)
+
+
+def _link_file(root: Path, rel_dir: str, src_dir: Path, name: str, subtask: int, kg_range: KeyGroupRange) -> FileEntry:
+    src = src_dir / name
+    rel = f"{rel_dir}/{name}"
+    dst = safe_relative_path(root, rel)
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.link(src, dst)  # shared SST files cost nothing in the next checkpoint
+    except OSError:
+        shutil.copy2(src, dst)
+    data = dst.read_bytes()
+    return FileEntry(rel, "rocksdb", 0, len(data), checksum(data), None, kg_range.start, kg_range.end, subtask)
+
+
+class SavepointBuilder:
+    """Writes a new savepoint directory; nothing appears at `path` unless `commit()` succeeds.
+
+    Files are written into a hidden sibling directory, the manifest last (temp file + rename), and
+    the directory is then renamed to `path` in one step. An existing `path` is never overwritten.
+
+    Examples
+    --------
+    >>> import pyarrow as pa, tempfile, os
+    >>> from statekit.state import ValueStateDescriptor
+    >>> out = os.path.join(tempfile.mkdtemp(), "sp")
+    >>> with SavepointBuilder(out, checkpoint_id=1) as b:
+    ...     op = b.add_operator("counter", parallelism=1, max_parallelism=128, key_type="bigint",
+    ...                         keyed_states=[ValueStateDescriptor("count", "bigint")])
+    ...     op.write_keyed(pa.table({"key": [1, 2], "count": [10, 20]}))
+    >>> from statekit.savepoint import Savepoint
+    >>> Savepoint.open(out).get("counter", 2)
+    {'count': 20}
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        checkpoint_id: int = 0,
+        kind: Literal["savepoint", "checkpoint"] = "savepoint",
+        job_name: str | None = None,
+        rows_per_file: int = DEFAULT_ROWS_PER_FILE,
+        max_workers: int = 2,
+    ) -> None:
+        self.path = Path(path)
+        if self.path.exists():
+            raise SavepointExistsError(
+                f"{self.path} already exists; savepoints are immutable and never overwritten. Choose a new path."
+            )
+        if kind not in ("savepoint", "checkpoint"):
+            raise InvalidArgumentError(f"kind must be 'savepoint' or 'checkpoint', not {kind!r}.")
+        if rows_per_file < 1:
+            raise InvalidArgumentError(f"rows_per_file must be positive, got {rows_per_file}.")
+        self.checkpoint_id = int(checkpoint_id)
+        self.kind = kind
+        self.job_name = job_name
+        self.rows_per_file = rows_per_file
+        self.max_workers = max_workers
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.staging = self.path.parent / f".{self.path.name}.inprogress-{uuid.uuid4().hex[:12]}"
+        self.staging.mkdir()
+        self._operators: dict[str, OperatorWriter] = {}
+        self._done = False
+
+    def add_operator(
+        self,
+        op: OperatorIdentifier | str,
+        *,
+        name: str | None = None,
+        parallelism: int = 1,
+        max_parallelism: int = 128,
+        key_type: TypeLike | None = None,
+        keyed_states: Sequence[StateInfo | KeyedStateDescriptor] = (),
+        namespace_type: TypeLike | None = None,
+    ) -> OperatorWriter:
+        """Declare an operator and return the writer for its tables."""
+        self._check_open()
+        ident = OperatorIdentifier.coerce(op)
+        check_max_parallelism(max_parallelism)
+        check_parallelism(parallelism, max_parallelism)
+        if ident.uid_hash in self._operators:
+            raise InvalidArgumentError(f"operator {ident} was added twice; each operator appears once.")
+        infos = tuple(_state_info(s) for s in keyed_states)
+        if len({s.name for s in infos}) != len(infos):
+            raise InvalidArgumentError(f"operator {ident}: two keyed states share a name in {[s.name for s in infos]}.")
+        if infos and key_type is None:
+            raise InvalidArgumentError(f"operator {ident}: keyed states need key_type= (e.g. 'bigint').")
+        writer = OperatorWriter(
+            self,
+            ident,
+            name=name or ident.uid or ident.uid_hash,
+            parallelism=parallelism,
+            max_parallelism=max_parallelism,
+            key_type=to_ddl(key_type) if key_type is not None else None,
+            keyed_states=infos,
+            namespace_type=to_ddl(namespace_type) if namespace_type is not None else None,
+        )
+        self._operators[ident.uid_hash] = writer
+        return writer
+
+    def _check_open(self) -> None:
+        if self._done:
+            raise SavepointError(f"the builder for {self.path} is already committed or aborted.")
+
+    def commit(self) -> Path:
+        """Write every file and the manifest, then publish the savepoint at `path` in one rename."""
+        self._check_open()
+        try:
+            features: set[str] = set()
+            metas = []
+            with ThreadPoolExecutor(self.max_workers) as pool:
+                for writer in self._operators.values():
+                    meta, f = writer._finish(self.staging, pool)
+                    metas.append(meta)
+                    features |= f
+            manifest = Manifest(
+                checkpoint_id=self.checkpoint_id,
+                kind=self.kind,
+                created_at=iso_now(),
+                job_name=self.job_name,
+                operators=tuple(metas),
+                features=tuple(sorted(features)),
+                format_version=FORMAT_VERSION,
+            )
+            write_manifest(self.staging, manifest)
+            if self.path.exists():
+                raise SavepointExistsError(f"{self.path} appeared while writing; not overwriting it.")
+            os.rename(self.staging, self.path)
+            _fsync_dir(self.path.parent)
+        except BaseException:
+            self.abort()
+            raise
+        self._done = True
+        return self.path
+
+    def abort(self) -> None:
+        """Remove everything written so far; `path` is left untouched."""
+        self._done = True
+        shutil.rmtree(self.staging, ignore_errors=True)
+
+    def __enter__(self) -> "SavepointBuilder":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if self._done:
+            return
+        if exc_type is None:
+            self.commit()
+        else:
+            self.abort()
+
+
+def write_manifest(directory: Path, manifest: Manifest) -> None:
+    """Write `_metadata.json` atomically: a temp file, fsync, rename."""
+    tmp = directory / f".{MANIFEST_NAME}.tmp"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        fh.write(manifest.dumps())
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, directory / MANIFEST_NAME)
+    _fsync_dir(directory)
+
+
+def _fsync_dir(directory: Path) -> None:
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
