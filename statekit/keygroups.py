@@ -6,7 +6,6 @@ import functools
 import math
 import numbers
 import operator
-import re
 import struct
 from dataclasses import dataclass
 from typing import Any, ClassVar, Iterator, Union
@@ -15,22 +14,14 @@ import numpy as np
 import pyarrow as pa
 
 from statekit.errors import InvalidArgumentError, NullKeyError, ParallelismError, StateTypeError
+from statekit.types import parse_ddl
 
 __all__ = [
-    "DEFAULT_LOWER_BOUND_MAX_PARALLELISM",
-    "MAX_PARALLELISM_UPPER_BOUND",
-    "KeyGroupRange",
-    "assign_key_groups",
-    "assign_to_key_group",
-    "check_max_parallelism",
-    "check_parallelism",
-    "compute_key_group_for_key_hash",
-    "default_max_parallelism",
-    "java_hash",
-    "key_group_range",
-    "murmur_hash",
-    "operator_index_for_key_group",
-]
+    "DEFAULT_LOWER_BOUND_MAX_PARALLELISM", "MAX_PARALLELISM_UPPER_BOUND", "KeyGroupRange",
+    "assign_key_groups", "assign_to_key_group", "check_max_parallelism", "check_parallelism",
+    "compute_key_group_for_key_hash", "default_max_parallelism", "java_hash", "key_group_range",
+    "murmur_hash", "operator_index_for_key_group",
+]  # fmt: skip
 
 MAX_PARALLELISM_UPPER_BOUND = 32768
 DEFAULT_LOWER_BOUND_MAX_PARALLELISM = 128
@@ -262,22 +253,15 @@ def assign_to_key_group(key: Any, max_parallelism: int, key_type: KeyType = None
 
 # --- key types -----------------------------------------------------------------------------------
 #
-# A key type is resolved to a "kind": one of the primitive names below, or for structs a tuple of
-# (field name, kind) pairs. Kinds are hashable, so resolution is cached.
+# A key type (DDL string or Arrow type) is resolved to a "kind": one of the primitive names below,
+# or for structs a tuple of (field name, kind) pairs. Kinds are hashable, so resolution is cached.
 
-_PRIMITIVES = {
-    "int": "int", "integer": "int", "bigint": "bigint", "long": "bigint",
-    "smallint": "smallint", "tinyint": "tinyint", "string": "string",
-    "boolean": "boolean", "bool": "boolean", "double": "double", "float": "float",
-}  # fmt: skip
 _INT_BITS = {"tinyint": 8, "smallint": 16, "int": 32, "bigint": 64}
 _ARROW_OF_KIND = {
     "int": pa.int32(), "bigint": pa.int64(), "smallint": pa.int16(), "tinyint": pa.int8(),
     "string": pa.string(), "boolean": pa.bool_(), "double": pa.float64(), "float": pa.float32(),
 }  # fmt: skip
 _SUPPORTED = "int, bigint, smallint, tinyint, string, boolean, double, float, struct<name:type,...>"
-_TOKEN = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_]*|`[^`]+`|[<>,:])")
-
 Kind = Union[str, tuple]
 
 
@@ -285,51 +269,6 @@ def _describe(kind: Kind) -> str:
     if isinstance(kind, str):
         return kind
     return "struct<" + ",".join(f"{name}:{_describe(k)}" for name, k in kind) + ">"
-
-
-def _parse_ddl(text: str) -> Kind:
-    """Parse ``int``, ``string``, ``struct<a:int,b:struct<c:string>>``, ... into a kind."""
-    tokens, pos = [], 0
-    while pos < len(text.rstrip()):
-        match = _TOKEN.match(text, pos)
-        if not match:
-            raise StateTypeError(f"cannot parse key type {text!r} at {text[pos:]!r}; supported: {_SUPPORTED}")
-        tokens.append(match.group(1))
-        pos = match.end()
-
-    def bad(why: str) -> StateTypeError:
-        return StateTypeError(f"cannot parse key type {text!r}: {why}; supported: {_SUPPORTED}")
-
-    def parse(i: int) -> tuple[Kind, int]:
-        if i >= len(tokens):
-            raise bad("it ends early")
-        word = tokens[i].lower()
-        if word in _PRIMITIVES:
-            return _PRIMITIVES[word], i + 1
-        if word not in ("struct", "row") or tokens[i + 1 : i + 2] != ["<"]:
-            raise bad(f"unknown type {tokens[i]!r}")
-        fields, i = [], i + 2
-        while True:
-            if i >= len(tokens) or not re.match(r"[A-Za-z_`]", tokens[i]):
-                raise bad("expected a field name")
-            name = tokens[i].strip("`")
-            i += 2 if tokens[i + 1 : i + 2] == [":"] else 1  # `name:type` or Flink SQL's `name type`
-            kind, i = parse(i)
-            fields.append((name, kind))
-            if tokens[i : i + 1] == [">"]:
-                break
-            if tokens[i : i + 1] != [","]:
-                raise bad("expected ',' or '>' after a struct field")
-            i += 1
-        names = [n for n, _ in fields]
-        if len(set(names)) != len(names):
-            raise bad("duplicate struct field names")
-        return tuple(fields), i + 1
-
-    kind, end = parse(0)
-    if end != len(tokens):
-        raise bad(f"unexpected {' '.join(tokens[end:])!r} after the type")
-    return kind
 
 
 def _kind_of_arrow(dtype: pa.DataType) -> Kind:
@@ -341,6 +280,9 @@ def _kind_of_arrow(dtype: pa.DataType) -> Kind:
     if pa.types.is_dictionary(dtype):
         return _kind_of_arrow(dtype.value_type)
     if pa.types.is_struct(dtype):
+        names = [f.name for f in dtype]
+        if not names or len(set(names)) != len(names):
+            raise StateTypeError(f"struct key type {dtype} needs at least one field and unique field names")
         return tuple((f.name, _kind_of_arrow(f.type)) for f in dtype)
     raise StateTypeError(
         f"arrow type {dtype} cannot be a key type; use one of int32, int64, int16, int8, string, bool, "
@@ -353,7 +295,13 @@ def _resolve(key_type: str | pa.DataType) -> Kind:
     if isinstance(key_type, pa.DataType):
         return _kind_of_arrow(key_type)
     if isinstance(key_type, str):
-        return _parse_ddl(key_type)
+        try:
+            dtype = parse_ddl(key_type)  # the project's one DDL grammar
+        except StateTypeError as e:
+            raise StateTypeError(
+                f"cannot use {key_type!r} as a key type; key types are {_SUPPORTED} (the DDL parser said: {e})"
+            ) from None
+        return _kind_of_arrow(dtype)
     raise StateTypeError(f"key_type must be a DDL string or a pyarrow.DataType, got {key_type!r}")
 
 
@@ -559,12 +507,9 @@ def _cast(arr: pa.Array, target: pa.DataType, kind: Kind) -> pa.Array:
     """Cast within a type family only, refusing values that do not fit (no silent conversion)."""
     if arr.type == target:
         return arr
-    families = {
-        "int": pa.types.is_integer, "bigint": pa.types.is_integer, "smallint": pa.types.is_integer,
-        "tinyint": pa.types.is_integer, "boolean": pa.types.is_boolean, "double": pa.types.is_floating,
-        "float": pa.types.is_floating,
-    }  # fmt: skip
-    if not families[kind](arr.type):
+    is_float = pa.types.is_floating
+    same_family = {"boolean": pa.types.is_boolean, "double": is_float, "float": is_float}
+    if not same_family.get(kind, pa.types.is_integer)(arr.type):
         raise StateTypeError(
             f"keys of arrow type {arr.type} do not fit key type {kind}; "
             f"pass {target} values or declare the key type that matches the data"
@@ -658,11 +603,9 @@ def _murmur_array(h: np.ndarray, max_parallelism: int) -> np.ndarray:
     return signed
 
 
-_PY_CLASSES = {
-    "int": numbers.Integral, "bigint": numbers.Integral, "smallint": numbers.Integral,
-    "tinyint": numbers.Integral, "string": str, "boolean": (bool, np.bool_),
-    "double": (float, np.floating), "float": (float, np.floating),
-}  # fmt: skip
+_FLOATS = (float, np.floating)
+# Python classes each kind accepts (integer kinds: numbers.Integral), as the scalar path does
+_PY_CLASSES = {"string": str, "boolean": (bool, np.bool_), "double": _FLOATS, "float": _FLOATS}
 
 
 def _from_python(values: list, kind: Kind) -> pa.Array:
@@ -671,7 +614,7 @@ def _from_python(values: list, kind: Kind) -> pa.Array:
         return _struct_from_python(values, kind)
     for cls in set(map(type, values)) - {type(None)}:
         is_bool = issubclass(cls, (bool, np.bool_))
-        if not issubclass(cls, _PY_CLASSES[kind]) or (is_bool and kind != "boolean"):
+        if not issubclass(cls, _PY_CLASSES.get(kind, numbers.Integral)) or (is_bool and kind != "boolean"):
             example = next(v for v in values if type(v) is cls)
             _hash_value(example, kind)  # raises the scalar path's error for this key
     # float keys go in as double: the narrowing cast in _hash_arrow checks float32 range

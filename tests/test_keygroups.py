@@ -157,10 +157,25 @@ def test_pyarrow_key_types():
 
 def test_ddl_parsing_variants():
     assert java_hash((1, "a"), "STRUCT<a INT, b STRING>") == 128
-    assert java_hash((1, "a"), "row<`a`:int,b:string>") == 128
-    for bad in ["struct<a:int", "struct<a int,a int>", "map<int,int>", "int extra", "struct<>", ""]:
-        with pytest.raises(StateTypeError, match="supported"):
+    assert java_hash((1, "a"), "struct<`a`:integer,b:string>") == 128
+    assert java_hash(-3, "short") == java_hash(-3, "smallint") == -3  # aliases of statekit.types
+    for bad in ["struct<a:int", "struct<a int,a int>", "map<int,int>", "int extra", "struct<>", "", "binary"]:
+        with pytest.raises(StateTypeError, match="key type"):
             java_hash(1, bad)
+
+
+@pytest.mark.parametrize(
+    ("ddl", "key"),
+    [("int", 7), ("bigint", 1 << 40), ("smallint", -3), ("tinyint", 4), ("string", "k\u00e9y"),
+     ("boolean", True), ("double", -0.0), ("float", 2.5),
+     ("struct<a:int,`b c`:struct<d:string,e:double>>", (1, ("x", 0.5)))],
+)  # fmt: skip
+def test_key_types_as_the_manifest_writes_them(ddl, key):
+    # the manifest stores to_ddl(...) and readers pass it, or its parsed Arrow type, back to us
+    from statekit.types import parse_ddl, to_ddl
+
+    expected = java_hash(key, ddl)
+    assert java_hash(key, to_ddl(parse_ddl(ddl))) == expected == java_hash(key, parse_ddl(ddl))
 
 
 def test_null_key_raises():
