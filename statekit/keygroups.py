@@ -208,8 +208,13 @@ def murmur_hash(code: int) -> int:
     >>> murmur_hash(0), murmur_hash(-1)
     (593689054, 1982413648)
     """
-    if isinstance(code, bool) or not isinstance(code, numbers.Integral) or not _INT32_MIN <= code < 2**31:
-        raise InvalidArgumentError(f"murmur_hash takes a signed 32-bit int, got {code!r}")
+    # exact-int fast path first: this runs once per element in the runtime, and ABC checks are slow
+    if type(code) is not int or not _INT32_MIN <= code <= 0x7FFFFFFF:
+        if isinstance(code, (bool, np.bool_)) or not isinstance(code, numbers.Integral):
+            raise InvalidArgumentError(f"murmur_hash takes a signed 32-bit int, got {code!r}")
+        code = int(code)
+        if not _INT32_MIN <= code <= 0x7FFFFFFF:
+            raise InvalidArgumentError(f"murmur_hash takes a signed 32-bit int, got {code!r}")
     h = (code * 0xCC9E2D51) & _M32
     h = ((h << 15) | (h >> 17)) & _M32
     h = (h * 0x1B873593) & _M32
@@ -343,7 +348,9 @@ def _hash_value(key: Any, kind: Kind) -> int:
     if isinstance(kind, tuple):
         return _hash_struct(key, kind)
     if kind in _INT_BITS:
-        if isinstance(key, (bool, np.bool_)) or not isinstance(key, numbers.Integral):
+        # type() first: exact ints are the common case and ABC isinstance checks are slow
+        exact_int = type(key) is int
+        if not exact_int and (isinstance(key, (bool, np.bool_)) or not isinstance(key, numbers.Integral)):
             raise _misfit(key, kind, "pass an int")
         v, bits = int(key), _INT_BITS[kind]
         if not -(1 << (bits - 1)) <= v < 1 << (bits - 1):
