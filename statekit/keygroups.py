@@ -413,9 +413,10 @@ def java_hash(key: Any, key_type: KeyType = None) -> int:
         The key. Struct keys are a dict by field name or a tuple in field order; a null (None) field
         hashes to 0, as in a Flink Tuple.
     key_type
-        A DDL string (``int``/``integer``, ``bigint``/``long``, ``smallint``, ``tinyint``,
-        ``string``, ``boolean``, ``double``, ``float``, ``struct<name:type,...>``), a
-        ``pyarrow.DataType``, or None to infer: ``int`` → bigint, ``str`` → string, ``bool`` →
+        A DDL string as `statekit.types.parse_ddl` reads it (``int``, ``bigint``, ``smallint``,
+        ``tinyint``, ``string``, ``boolean``, ``double``, ``float``, ``struct<name:type,...>``, and
+        aliases such as ``integer``, ``long``, ``short``), a ``pyarrow.DataType`` (``large_string``
+        and dictionaries count as their value type), or None to infer: ``int`` → bigint, ``str`` → string, ``bool`` →
         boolean, ``float`` → double, ``tuple`` → struct of its elements' inferred types. Python's
         ``hash()`` is never used.
 
