@@ -32,3 +32,4 @@ __all__ = [
     "ValueStateDescriptor",
     "operator_list_info",
 ]
+from statekit.state.handles import AggregatingState, BroadcastState, ListState, MapState, ReadOnlyBroadcastState, ReducingState, State, ValueState  # noqa: E402,F401

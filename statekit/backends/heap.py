@@ -1,0 +1,576 @@
+"""Heap keyed state backend: per state and namespace a dict keyed by the key, copy-on-write snapshots."""
+
+from __future__ import annotations
+
+import copy
+import threading
+from typing import Any, Callable, Iterable, Iterator, Sequence
+
+import pyarrow as pa
+
+from statekit.backends.base import VOID_NAMESPACE, KeyedSnapshot, KeyedStateBackend
+from statekit.backends.encoding import dicts_to_keyed_table, keyed_table_to_dicts
+from statekit.backends.ttl import TtlListState, TtlMapState, TtlValueState, ttl_export, ttl_import
+from statekit.errors import InvalidArgumentError, NullKeyError, StateAccessError, StateTypeError
+from statekit.state.descriptors import KeyedStateDescriptor, StateInfo
+from statekit.state.handles import AggregatingState, ListState, MapState, ReducingState, ValueState
+
+__all__ = ["HeapKeyedStateBackend", "SlotBackend"]
+
+
+class _NoKey:
+    """The current key before `set_current_key`: hashing it raises, so handles need no check of their own."""
+
+    __slots__ = ()
+
+    def __hash__(self) -> int:
+        raise StateAccessError(
+            "keyed state was used without a current key; keyed state is only available while processing a "
+            "record or timer of a keyed stream (call set_current_key first)."
+        )
+
+    def __repr__(self) -> str:
+        return "<no current key>"
+
+
+NO_KEY: Any = _NoKey()
+
+
+def _is_mutable(info: StateInfo) -> bool:
+    """Whether stored Python values of this state may be mutated in place by user code."""
+    t = info.arrow_type
+    return info.pickled or pa.types.is_list(t) or pa.types.is_map(t) or pa.types.is_struct(t)
+
+
+def _no_none(values: Iterable[Any]) -> list[Any]:
+    items = list(values)
+    if any(v is None for v in items):
+        raise StateTypeError("list state cannot hold None (Flink forbids null elements); state unchanged.")
+    return items
+
+
+def _as_namespace(namespace: Any) -> Any:
+    if namespace is None or type(namespace) is tuple:
+        return namespace
+    if hasattr(namespace, "start") and hasattr(namespace, "end"):
+        return (int(namespace.start), int(namespace.end))
+    if isinstance(namespace, (list, tuple)) and len(namespace) == 2:
+        return (int(namespace[0]), int(namespace[1]))
+    raise InvalidArgumentError(
+        f"namespace {namespace!r} is neither VOID_NAMESPACE (None) nor a window (start, end) in milliseconds."
+    )
+
+
+# --- raw storage of one state ---------------------------------------------------------------------
+
+
+class Slot:
+    """Storage of one state: ``{namespace: {key: stored}}``, with the current namespace's dict at hand.
+
+    Handles read ``self._data`` (the dict of the current namespace) and ``self._b._key``: one
+    attribute chain and one dict operation per call. The backend repoints ``_data`` when the
+    namespace changes, which happens far less often than the key.
+    """
+
+    __slots__ = ("_b", "_by_ns", "_data", "info", "ttl", "_default")
+
+    def __init__(self, backend: "SlotBackend", info: StateInfo, ttl: Any, default: Any = None) -> None:
+        self._b = backend
+        self.info = info
+        self.ttl = ttl
+        self._default = default
+        self._by_ns: dict[Any, dict[Any, Any]] = {VOID_NAMESPACE: {}}
+        self._data = self._by_ns.setdefault(backend._ns, {})
+
+    def _switch(self, old: Any, new: Any) -> None:
+        if not self._data and old is not None:
+            self._by_ns.pop(old, None)  # drop emptied window namespaces so they cost nothing later
+        d = self._by_ns.get(new)
+        if d is None:
+            d = self._by_ns[new] = {}
+        self._data = d
+
+    def load(self, by_ns: dict[Any, dict[Any, Any]]) -> None:
+        """Add restored entries (already in stored form)."""
+        for ns, entries in by_ns.items():
+            d = self._by_ns.get(ns)
+            if d is None:
+                d = self._by_ns[ns] = {}
+            d.update(entries)
+
+    def _own(self, d: dict, k: Any, container: Any) -> Any:
+        # Copy-on-write: a container a pending snapshot still holds is copied before its first
+        # in-place change. `_fresh` holds ids of containers made since the latest snapshot (an id
+        # can only be reused by an object made later still, so the set stays sound).
+        fresh = self._b._fresh
+        if fresh is None or id(container) in fresh:
+            return container
+        container = copy.copy(container)
+        d[k] = container
+        fresh.add(id(container))
+        return container
+
+
+class HeapValueState(Slot, ValueState):
+    """Value state (and the raw store of reducing/aggregating state) on the heap."""
+
+    __slots__ = ()
+
+    def value(self) -> Any:
+        return self._data.get(self._b._key, self._default)
+
+    def update(self, value: Any) -> None:
+        if value is None:
+            self._data.pop(self._b._key, None)
+        else:
+            self._data[self._b._key] = value
+
+    def clear(self) -> None:
+        self._data.pop(self._b._key, None)
+
+
+class HeapMutableValueState(HeapValueState):
+    """Value state of a mutable type: reads hand out a private copy while a snapshot is pending."""
+
+    __slots__ = ()
+
+    def value(self) -> Any:
+        d, k = self._data, self._b._key
+        v = d.get(k)
+        if v is None:
+            return self._default
+        fresh = self._b._fresh
+        if fresh is None or id(v) in fresh:
+            return v
+        v = copy.deepcopy(v)
+        d[k] = v
+        fresh.add(id(v))
+        return v
+
+
+class HeapListState(Slot, ListState):
+    """List state on the heap: a Python list per key, never empty (empty means unset)."""
+
+    __slots__ = ()
+
+    def get(self) -> list[Any]:
+        lst = self._data.get(self._b._key)
+        return [] if lst is None else list(lst)
+
+    def add(self, value: Any) -> None:
+        if value is None:
+            raise StateTypeError("list state cannot hold None (Flink forbids null elements); skip it or use a sentinel.")
+        d, k = self._data, self._b._key
+        lst = d.get(k)
+        if lst is None:
+            d[k] = [value]
+        else:
+            self._own(d, k, lst).append(value)
+
+    def add_all(self, values: Iterable[Any]) -> None:
+        items = _no_none(values)
+        if not items:
+            return
+        d, k = self._data, self._b._key
+        lst = d.get(k)
+        if lst is None:
+            d[k] = items
+        else:
+            self._own(d, k, lst).extend(items)
+
+    def update(self, values: Iterable[Any]) -> None:
+        items = _no_none(values)
+        if items:
+            self._data[self._b._key] = items
+        else:
+            self._data.pop(self._b._key, None)
+
+    def clear(self) -> None:
+        self._data.pop(self._b._key, None)
+
+
+class HeapMapState(Slot, MapState):
+    """Map state on the heap: a Python dict per key, never empty (empty means unset)."""
+
+    __slots__ = ()
+
+    def get(self, key: Any) -> Any:
+        m = self._data.get(self._b._key)
+        return None if m is None else m.get(key)
+
+    def put(self, key: Any, value: Any) -> None:
+        if key is None:
+            raise NullKeyError("map state keys cannot be None (Flink forbids null map keys).")
+        d, k = self._data, self._b._key
+        m = d.get(k)
+        if m is None:
+            d[k] = {key: value}
+        else:
+            self._own(d, k, m)[key] = value
+
+    def put_all(self, mapping: Any) -> None:
+        pairs = dict(mapping.items() if hasattr(mapping, "items") else mapping)
+        if None in pairs:
+            raise NullKeyError("map state keys cannot be None (Flink forbids null map keys); nothing was put.")
+        if not pairs:
+            return
+        d, k = self._data, self._b._key
+        m = d.get(k)
+        if m is None:
+            d[k] = pairs
+        else:
+            self._own(d, k, m).update(pairs)
+
+    def remove(self, key: Any) -> None:
+        d, k = self._data, self._b._key
+        m = d.get(k)
+        if m is not None and key in m:
+            m = self._own(d, k, m)
+            del m[key]
+            if not m:
+                del d[k]
+
+    def contains(self, key: Any) -> bool:
+        m = self._data.get(self._b._key)
+        return m is not None and key in m
+
+    def keys(self) -> list[Any]:
+        m = self._data.get(self._b._key)
+        return [] if m is None else list(m)
+
+    def values(self) -> list[Any]:
+        m = self._data.get(self._b._key)
+        return [] if m is None else list(m.values())
+
+    def items(self) -> list[tuple[Any, Any]]:
+        m = self._data.get(self._b._key)
+        return [] if m is None else list(m.items())
+
+    def is_empty(self) -> bool:
+        return self._data.get(self._b._key) is None
+
+    def clear(self) -> None:
+        self._data.pop(self._b._key, None)
+
+
+# --- reducing and aggregating state over a value store -------------------------------------------
+
+
+class ReducingOverValue(ReducingState):
+    """Reducing state as a value store plus the descriptor's reduce function."""
+
+    __slots__ = ("_v", "_reduce")
+
+    def __init__(self, inner: ValueState, reduce: Callable[[Any, Any], Any]) -> None:
+        self._v = inner
+        self._reduce = reduce
+
+    def get(self) -> Any:
+        return self._v.value()
+
+    def add(self, value: Any) -> None:
+        if value is None:
+            raise StateTypeError("reducing state cannot add None; skip it or use a neutral value.")
+        old = self._v.value()
+        self._v.update(value if old is None else self._reduce(old, value))
+
+    def clear(self) -> None:
+        self._v.clear()
+
+
+class AggregatingOverValue(AggregatingState):
+    """Aggregating state as a value store holding the accumulator plus the `AggregateFunction`."""
+
+    __slots__ = ("_v", "_fn")
+
+    def __init__(self, inner: ValueState, fn: Any) -> None:
+        self._v = inner
+        self._fn = fn
+
+    def get(self) -> Any:
+        acc = self._v.value()
+        return None if acc is None else self._fn.get_result(acc)
+
+    def add(self, value: Any) -> None:
+        acc = self._v.value()
+        if acc is None:
+            acc = self._fn.create_accumulator()
+        self._v.update(self._fn.add(value, acc))
+
+    def clear(self) -> None:
+        self._v.clear()
+
+
+# --- the registry, scope and merging shared by the heap and RocksDB backends ---------------------
+
+
+class SlotBackend(KeyedStateBackend):
+    """Registration, key/namespace scope, restore bookkeeping and namespace merging over `Slot` stores.
+
+    Subclasses say how to store (`_new_slot`) and how to snapshot, restore and iterate.
+    """
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._key: Any = NO_KEY
+        self._kg = -1
+        self._ns: Any = VOID_NAMESPACE
+        self._slots: dict[str, Slot] = {}
+        self._handles: dict[str, tuple[KeyedStateDescriptor, Any]] = {}
+        # restored state not registered yet: name → (info, {ns: {key: plain value}})
+        self._pending: dict[str, tuple[StateInfo, dict[Any, dict[Any, Any]]]] = {}
+        self._fresh: set[int] | None = None
+
+    # -- scope ---------------------------------------------------------------------------------------
+    def set_current_key(self, key: Any, key_group: int) -> None:
+        if key is None:
+            raise NullKeyError("the key is None; Flink keys cannot be null. Filter or replace null keys before key_by.")
+        self._key = key
+        self._kg = key_group
+
+    def get_current_key(self) -> Any:
+        return None if self._key is NO_KEY else self._key
+
+    def set_current_namespace(self, namespace: Any) -> None:
+        if namespace is not None and type(namespace) is not tuple:
+            namespace = _as_namespace(namespace)
+        old = self._ns
+        if namespace == old:
+            return
+        self._ns = namespace
+        for slot in self._slots.values():
+            slot._switch(old, namespace)
+
+    # -- registration --------------------------------------------------------------------------------
+    def get_state(self, descriptor: KeyedStateDescriptor) -> Any:
+        if not isinstance(descriptor, KeyedStateDescriptor):
+            raise StateTypeError(f"{descriptor!r} is not a keyed state descriptor (ValueStateDescriptor, ...).")
+        name = descriptor.name
+        info = descriptor.info()
+        known = self._handles.get(name)
+        if known is not None:
+            _check_compatible(known[0].info(), info, "is already registered")
+            return known[1]
+        pending = self._pending.get(name)
+        if pending is not None:
+            _check_compatible(pending[0], info, "was restored")
+            del self._pending[name]
+        kind = descriptor.kind
+        default = descriptor.default if kind == "value" and descriptor.ttl is None else None  # type: ignore[attr-defined]
+        slot = self._new_slot(info, descriptor.ttl, default)
+        if pending is not None:
+            slot.load(self._to_stored(info, descriptor.ttl, pending[1]))
+        self._slots[name] = slot
+        handle = self._wrap(descriptor, slot)
+        self._handles[name] = (descriptor, handle)
+        return handle
+
+    def _new_slot(self, info: StateInfo, ttl: Any, default: Any) -> Slot:
+        raise NotImplementedError
+
+    def _wrap(self, descriptor: KeyedStateDescriptor, slot: Slot) -> Any:
+        ttl, kind = descriptor.ttl, descriptor.kind  # type: ignore[attr-defined]
+        if kind == "list":
+            return TtlListState(slot, ttl, self.clock) if ttl else slot
+        if kind == "map":
+            return TtlMapState(slot, ttl, self.clock) if ttl else slot
+        if kind == "value":
+            return TtlValueState(slot, ttl, self.clock, descriptor.default) if ttl else slot  # type: ignore[attr-defined]
+        inner = TtlValueState(slot, ttl, self.clock) if ttl else slot
+        if kind == "reducing":
+            return ReducingOverValue(inner, descriptor.reduce_function.reduce)  # type: ignore[attr-defined]
+        return AggregatingOverValue(inner, descriptor.aggregate_function)  # type: ignore[attr-defined]
+
+    def _to_stored(self, info: StateInfo, ttl: Any, by_ns: dict[Any, dict[Any, Any]]) -> dict[Any, dict[Any, Any]]:
+        if ttl is None:
+            return by_ns
+        imp = ttl_import(info.kind, self.clock())
+        return {ns: {k: imp(v) for k, v in d.items()} for ns, d in by_ns.items()}
+
+    def _export(self, slot: Slot, now: int) -> Callable[[Any], Any] | None:
+        return None if slot.ttl is None else ttl_export(slot.info.kind, slot.ttl.ttl_ms, now)
+
+    def state_infos(self) -> tuple[StateInfo, ...]:
+        """Infos of every state in snapshots: registered ones, then restored ones not registered yet."""
+        return tuple(s.info for s in self._slots.values()) + tuple(p[0] for p in self._pending.values())
+
+    def _slot(self, state_name: str) -> Slot:
+        slot = self._slots.get(state_name)
+        if slot is None:
+            raise StateAccessError(f"no keyed state named {state_name!r} is registered; call get_state first.")
+        return slot
+
+    # -- restore ----------------------------------------------------------------------------------------
+    def restore(self, tables: Sequence[pa.Table], infos: Sequence[StateInfo]) -> None:
+        for table in tables:
+            parsed, _ = keyed_table_to_dicts(
+                table,
+                infos,
+                key_type=self.key_type,
+                max_parallelism=self.max_parallelism,
+                key_group_range=self.key_group_range,
+                trust_pickled=self.trust_pickled,
+            )
+            for name, (info, by_ns) in parsed.items():
+                slot = self._slots.get(name)
+                if slot is not None:
+                    _check_compatible(slot.info, info, "is registered")
+                    self._load_into(slot, self._to_stored(slot.info, slot.ttl, by_ns))
+                elif name in self._pending:
+                    for ns, d in by_ns.items():
+                        self._pending[name][1].setdefault(ns, {}).update(d)
+                else:
+                    self._pending[name] = (info, by_ns)
+
+    def _load_into(self, slot: Slot, by_ns: dict[Any, dict[Any, Any]]) -> None:
+        slot.load(by_ns)
+
+    # -- merging (session windows) --------------------------------------------------------------------
+    def merge_namespaces(self, state_name: str, sources: Iterable[Any], target: Any) -> None:
+        """Merge the current key's state in `sources` into `target` and clear the sources (Flink's ``mergeNamespaces``).
+
+        For list state the elements are concatenated; reducing state is reduced; aggregating state
+        merges accumulators with ``AggregateFunction.merge``.
+        """
+        known = self._handles.get(state_name)
+        if known is None:
+            raise StateAccessError(f"no keyed state named {state_name!r} is registered; call get_state first.")
+        descriptor, handle = known
+        target = _as_namespace(target)
+        sources = [s for s in map(_as_namespace, sources) if s != target]
+        saved = self._ns
+        try:
+            if descriptor.kind == "list":
+                merged: list[Any] = []
+                for ns in sources:
+                    self.set_current_namespace(ns)
+                    merged.extend(handle.get())
+                    handle.clear()
+                self.set_current_namespace(target)
+                if merged:
+                    handle.add_all(merged)
+            elif descriptor.kind in ("reducing", "aggregating"):
+                combine = (
+                    descriptor.reduce_function.reduce  # type: ignore[attr-defined]
+                    if descriptor.kind == "reducing"
+                    else descriptor.aggregate_function.merge  # type: ignore[attr-defined]
+                )
+                acc = None
+                for ns in sources + [target]:
+                    self.set_current_namespace(ns)
+                    v = handle._v.value()  # the raw value / accumulator (through TTL when configured)
+                    if v is not None:
+                        acc = v if acc is None else combine(acc, v)
+                    handle.clear()
+                if acc is not None:
+                    handle._v.update(acc)  # namespace is `target` after the loop
+            else:
+                raise StateTypeError(
+                    f"state {state_name!r} is {descriptor.kind} state; only list, reducing and aggregating "
+                    "state can be merged (Flink's MergingState)."
+                )
+        finally:
+            self.set_current_namespace(saved)
+
+
+def _check_compatible(old: StateInfo, new: StateInfo, how: str) -> None:
+    if old.kind != new.kind or old.arrow_type != new.arrow_type or old.pickled != new.pickled:
+        pick = lambda i: " (pickled)" if i.pickled else ""  # noqa: E731
+        raise StateTypeError(
+            f"state {new.name!r} {how} as {old.kind} state of type {old.type}{pick(old)}, but is now declared "
+            f"as {new.kind} state of type {new.type}{pick(new)}; use a new state name or migrate the savepoint."
+        )
+
+
+# --- the heap backend ----------------------------------------------------------------------------------
+
+
+class HeapKeyedStateBackend(SlotBackend):
+    """Keyed state in Python dicts; snapshots are shallow copies, tables are built off the hot path.
+
+    Examples
+    --------
+    >>> from statekit.keygroups import KeyGroupRange
+    >>> from statekit.state import ValueStateDescriptor
+    >>> b = HeapKeyedStateBackend(key_type=pa.string(), max_parallelism=128,
+    ...                           key_group_range=KeyGroupRange(0, 127), clock=lambda: 0)
+    >>> count = b.get_state(ValueStateDescriptor("count", "bigint", default=0))
+    >>> b.set_current_key("a", 81)
+    >>> count.update(count.value() + 1)
+    >>> b.snapshot(1).table().to_pylist()
+    [{'key_group': 81, 'key': 'a', 'count': 1}]
+    """
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._lock = threading.Lock()
+        self._pending_snapshots = 0
+
+    def _new_slot(self, info: StateInfo, ttl: Any, default: Any) -> Slot:
+        if info.kind == "list":
+            return HeapListState(self, info, ttl)
+        if info.kind == "map":
+            return HeapMapState(self, info, ttl)
+        cls = HeapMutableValueState if _is_mutable(info) else HeapValueState
+        return cls(self, info, ttl, default)
+
+    # -- iteration -----------------------------------------------------------------------------------------
+    def keys(self, state_name: str, namespace: Any = VOID_NAMESPACE) -> Iterator[Any]:
+        slot = self._slot(state_name)
+        d = slot._by_ns.get(_as_namespace(namespace)) or {}
+        export = self._export(slot, self.clock())
+        return iter([k for k, v in d.items() if export is None or export(v) is not None])
+
+    def namespaces(self, state_name: str) -> Iterator[tuple[Any, Any]]:
+        slot = self._slot(state_name)
+        export = self._export(slot, self.clock())
+        return iter(
+            [(k, ns) for ns, d in slot._by_ns.items() for k, v in d.items() if export is None or export(v) is not None]
+        )
+
+    # -- checkpoints ----------------------------------------------------------------------------------------
+    def snapshot(self, checkpoint_id: int, *, native: bool = False, target_dir: Any = None) -> KeyedSnapshot:
+        if native:
+            raise InvalidArgumentError("native snapshots are a RocksDB feature; the heap backend writes tables only.")
+        now = self.clock()
+        parts: list[Any] = [
+            (slot.info, {ns: dict(d) for ns, d in slot._by_ns.items() if d}, self._export(slot, now))
+            for slot in self._slots.values()
+        ]
+        parts += [(info, by_ns, None) for info, by_ns in self._pending.values()]
+        with self._lock:
+            self._fresh = set()  # from now on, containers the copies share are copied before changes
+            self._pending_snapshots += 1
+        return KeyedSnapshot(tuple(p[0] for p in parts), materialize=self._materializer(parts))
+
+    def _materializer(self, parts: list[Any]) -> Callable[[], pa.Table]:
+        result: list[pa.Table] = []
+        once = threading.Lock()
+
+        def materialize() -> pa.Table:
+            with once:
+                if not result:
+                    try:
+                        result.append(
+                            dicts_to_keyed_table(
+                                key_type=self.key_type, max_parallelism=self.max_parallelism, states=parts
+                            )
+                        )
+                    except Exception as exc:  # kept, so every caller of table() sees the same failure
+                        result.append(exc)
+                    finally:
+                        parts.clear()  # the copies are no longer needed; release them
+                        with self._lock:
+                            self._pending_snapshots -= 1
+                            if self._pending_snapshots == 0:
+                                self._fresh = None  # no snapshot left to protect: stop copying
+                if isinstance(result[0], Exception):
+                    raise result[0]
+                return result[0]
+
+        return materialize
+
+    def close(self) -> None:
+        self._slots.clear()
+        self._handles.clear()
+        self._pending.clear()
