@@ -119,22 +119,21 @@ def drop_unset_rows(table: pa.Table, kg: np.ndarray, state_names: Sequence[str])
 
 def check_unique_keys(table: pa.Table, *, has_namespace: bool, what: str) -> None:
     """Raise `DuplicateKeyError` naming a duplicated key (and namespace) if any."""
+    import pandas as pd  # pandas' hash table is the fastest duplicate check available here
+
     cols = ["key", "namespace"] if has_namespace else ["key"]
-    sub = table.select(cols)
-    if not has_namespace and not pa.types.is_struct(sub.schema.field("key").type):
-        if pc.count_distinct(sub.column("key"), mode="all").as_py() == table.num_rows:
-            return
+    flat = table.select(cols).flatten()
+    if flat.num_columns == 1 and pa.types.is_primitive(flat.schema.types[0]):
+        dup = pd.Series(flat.column(0).to_numpy()).duplicated().to_numpy()
     else:
-        flat = sub.flatten()
-        if flat.group_by(flat.column_names).aggregate([]).num_rows == table.num_rows:
-            return
-    # Slow path only when duplicates exist: find one to name it.
-    counts = sub.flatten().group_by(sub.flatten().column_names).aggregate([([], "count_all")])
-    dup = counts.filter(pc.greater(counts.column("count_all"), 1)).slice(0, 1).to_pylist()[0]
-    dup.pop("count_all")
+        dup = flat.to_pandas().duplicated().to_numpy()
+    if not dup.any():
+        return
+    row = table.select(cols).slice(int(np.argmax(dup)), 1).to_pylist()[0]
     raise DuplicateKeyError(
-        f"{what}: key {dup} appears more than once; a keyed table holds one row per key"
-        f"{' and namespace' if has_namespace else ''}. Deduplicate (e.g. keep the latest row) before writing."
+        f"{what}: key {row['key']!r}{' in namespace ' + repr(row['namespace']) if has_namespace else ''} "
+        f"appears more than once; a keyed table holds one row per key{' and namespace' if has_namespace else ''}. "
+        "Deduplicate (e.g. keep the latest row) before writing."
     )
 
 
@@ -148,15 +147,26 @@ class KeyGroupSplit:
     row_end: int
 
 
-def sort_by_key_group(table: pa.Table, kg: np.ndarray) -> tuple[pa.Table, np.ndarray]:
-    """Stable-sort rows by key group (radix sort on 16-bit key groups) and prepend ``key_group``."""
-    if len(kg) > 1 and not bool(np.all(kg[1:] >= kg[:-1])):
-        order = np.argsort(kg.astype(np.uint16), kind="stable")
-        table = table.take(pa.array(order))
-        kg = kg[order]
+def key_group_order(kg: np.ndarray) -> np.ndarray | None:
+    """Row order that groups rows by ascending key group (stable radix sort), or None if already grouped."""
+    if len(kg) < 2 or bool(np.all(kg[1:] >= kg[:-1])):
+        return None
+    return np.argsort(kg.astype(np.uint16), kind="stable")
+
+
+def with_key_group_column(table: pa.Table, kg: np.ndarray) -> pa.Table:
+    """`table` with ``key_group`` as its first column."""
     if "key_group" in table.column_names:
         table = table.drop_columns(["key_group"])
-    return table.add_column(0, pa.field("key_group", pa.int32(), nullable=False), pa.array(kg, pa.int32())), kg
+    return table.add_column(0, pa.field("key_group", pa.int32(), nullable=False), pa.array(kg, pa.int32()))
+
+
+def sort_by_key_group(table: pa.Table, kg: np.ndarray) -> tuple[pa.Table, np.ndarray]:
+    """Rows grouped by ascending key group, with ``key_group`` prepended."""
+    order = key_group_order(kg)
+    if order is not None:
+        table, kg = table.take(pa.array(order)), kg[order]
+    return with_key_group_column(table, kg), kg
 
 
 def split_by_key_group(kg_sorted: np.ndarray, rows_per_file: int) -> list[KeyGroupSplit]:
