@@ -1,0 +1,132 @@
+"""The `statekit` command: inspect, check and read savepoints from the shell."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+
+from statekit.errors import StatekitError
+
+app = typer.Typer(
+    name="statekit",
+    help="The state of stream-processing jobs as data: inspect, check and read savepoints.",
+    no_args_is_help=True,
+    add_completion=False,
+)
+console = Console()
+err_console = Console(stderr=True)
+
+
+def _fail(exc: StatekitError) -> None:
+    err_console.print(f"[bold red]error:[/] {type(exc).__name__}: {exc}", highlight=False)
+    raise typer.Exit(code=2)
+
+
+@app.command()
+def inspect(path: Path = typer.Argument(..., help="Savepoint or checkpoint directory.")) -> None:
+    """List the operators of a savepoint with their states, parallelism and sizes."""
+    from statekit.savepoint import Savepoint
+    from statekit_cli.render import operators_table, states_table, summary_line
+
+    try:
+        sp = Savepoint.open(path)
+    except StatekitError as exc:
+        _fail(exc)
+    console.print(summary_line(sp))
+    console.print(operators_table(sp))
+    console.print(states_table(sp))
+
+
+@app.command()
+def check(
+    path: Path = typer.Argument(..., help="Savepoint or checkpoint directory."),
+    quick: bool = typer.Option(False, "--quick", help="Only sizes and checksums, not the rows inside."),
+) -> None:
+    """Verify files, checksums, schemas, key groups and key uniqueness. Never modifies anything."""
+    from statekit.savepoint import check as run_check
+    from statekit_cli.render import problems_table
+
+    report = run_check(path, deep=not quick)
+    if report.ok:
+        console.print(f"[green]OK[/] {path}: {report.files_checked} files, {report.rows_checked} rows checked")
+        return
+    console.print(problems_table(report))
+    raise typer.Exit(code=1)
+
+
+@app.command()
+def show(
+    path: Path = typer.Argument(..., help="Savepoint or checkpoint directory."),
+    uid: str = typer.Option(..., "--uid", help="Operator uid (or the uid hash with --hash)."),
+    by_hash: bool = typer.Option(False, "--hash", help="Treat --uid as a 32-hex uid hash."),
+    table: str = typer.Option("keyed", "--table", help="keyed, timers, or an operator state name."),
+    key: Optional[str] = typer.Option(None, "--key", help="Show only this key (parsed as the key type)."),
+    limit: int = typer.Option(20, "--limit", min=0, help="At most this many rows."),
+    values: bool = typer.Option(False, "--values", help="Show state values (hidden by default)."),
+) -> None:
+    """Show rows of one table of an operator; state values are masked unless --values is given."""
+    from statekit.identifiers import OperatorIdentifier
+    from statekit.savepoint import Savepoint
+    from statekit_cli.render import parse_key, rows_table
+
+    try:
+        sp = Savepoint.open(path)
+        op = OperatorIdentifier.for_uid_hash(uid) if by_hash else OperatorIdentifier.for_uid(uid)
+        meta = sp.operator(op)
+        if key is not None:
+            row = sp.get(op, parse_key(key, meta.key_type))
+            rows = [] if row is None else [{"key": parse_key(key, meta.key_type), **row}]
+            columns = ["key"] + [s.name for s in meta.keyed_states]
+        else:
+            arrow = _table(sp, op, meta, table).slice(0, limit)
+            rows, columns = arrow.to_pylist(), arrow.column_names
+    except StatekitError as exc:
+        _fail(exc)
+    masked = set() if values else _value_columns(columns)
+    console.print(rows_table(rows, columns, masked, title=f"{meta.display_name} / {table}"))
+    if masked:
+        console.print("[dim]values hidden; pass --values to show them[/]")
+
+
+def _table(sp, op, meta, table: str):
+    if table == "keyed":
+        return sp.keyed_table(op)
+    if table == "timers":
+        return sp.timers(op)
+    info = meta.operator_state(table)
+    if info.redistribution == "broadcast":
+        return sp.broadcast_state(op, table)
+    if info.redistribution == "union":
+        return sp.union_state(op, table)
+    return sp.list_state(op, table)
+
+
+def _value_columns(columns: list[str]) -> set[str]:
+    structural = {"key_group", "key", "namespace", "subtask", "idx", "timestamp", "domain"}
+    return {c for c in columns if c not in structural}
+
+
+@app.command()
+def demo(
+    out: Path = typer.Option(Path("demo-output"), "--out", help="Directory for the demo's savepoints."),
+    spark: bool = typer.Option(True, "--spark/--no-spark", help="Also query the savepoint with Spark SQL."),
+) -> None:
+    """Run the end-to-end demo on the embedded defaults (local files, local Spark)."""
+    from statekit.demo import run_demo
+
+    try:
+        run_demo(out, use_spark=spark, console=console)
+    except StatekitError as exc:
+        _fail(exc)
+
+
+def main() -> None:
+    """Entry point of the `statekit` console script."""
+    app()
+
+
+if __name__ == "__main__":
+    main()
