@@ -340,28 +340,45 @@ def _struct_codec(t: pa.StructType) -> tuple[Writer, Reader]:
 
 
 class ValueCodec:
-    """Encodes one stored value (a state value, a list, a map entry's value) to bytes and back.
+    """Encodes one stored item of a state to bytes and back.
 
-    ``ttl=True`` appends the last-access timestamp: the stored item is ``(value, ts)``.
-    ``element=True`` (list state) encodes a list of such items.
+    An item is a whole value (value/reducing/aggregating state), a whole list (list state, with
+    ``element=True`` and `t` the element type) or one map entry's value (``nullable=True``).
+    ``ttl=True`` items are ``(value, last_access_ms)`` pairs. Pickled states pickle each value, or
+    with ``raw_pickles=True`` pass the pickled bytes through untouched (readers that must not unpickle).
+
+    >>> c = ValueCodec(pa.struct([("n", pa.int64()), ("tags", pa.list_(pa.string()))]))
+    >>> c.decode(c.encode({"n": 1, "tags": ["a", None]}))
+    {'n': 1, 'tags': ['a', None]}
     """
 
-    __slots__ = ("encode", "decode", "type")
+    __slots__ = ("encode", "decode")
 
-    def __init__(self, t: pa.DataType, *, pickled: bool = False, ttl: bool = False, element: bool = False,
-                 raw_pickles: bool = False) -> None:
-        self.type = t
-        w, r = _codec(t, pickled and not raw_pickles) if not (pickled and raw_pickles) else _codec(pa.binary())
+    def __init__(
+        self,
+        t: pa.DataType,
+        *,
+        pickled: bool = False,
+        raw_pickles: bool = False,
+        ttl: bool = False,
+        element: bool = False,
+        nullable: bool = False,
+    ) -> None:
+        w, r = _codec(pa.binary()) if pickled and raw_pickles else _codec(t, pickled)
+        if nullable and not ttl:
+            w, r = _nullable(w, r)  # the TTL pair carries its own presence flag
         if ttl:
             w, r = _ttl_pair(w, r)
         if element:
             w, r = _list_codec((w, r))
-        if not ttl and not element and t in _FIXED and not pickled:
+        plain = not (ttl or element or nullable or pickled)
+        if plain and t in _FIXED:
             s = struct.Struct(_FIXED[t])  # fast path: one pack/unpack, no bytearray
-            self.encode, unpack = s.pack, s.unpack
+            unpack = s.unpack
+            self.encode = s.pack
             self.decode = lambda b: unpack(b)[0]
             return
-        if not ttl and not element and pa.types.is_string(t):
+        if plain and pa.types.is_string(t):
             self.encode = lambda v: v.encode("utf-8", "surrogatepass")
             self.decode = lambda b: b.decode("utf-8", "surrogatepass")
             return
@@ -444,11 +461,13 @@ def dicts_to_keyed_table(
     key_type: pa.DataType,
     max_parallelism: int,
     states: Sequence[tuple[StateInfo, Mapping[Any, Mapping[Any, Any]], Callable[[Any], Any] | None]],
+    pickle_values: bool = True,
 ) -> pa.Table:
     """Build the keyed table from per-state ``{namespace: {key: value}}`` dicts.
 
     Each state comes with an optional export function applied to its stored values (TTL filtering);
-    an export result of None means "not set". Rows are sorted by key group (stable, so otherwise in
+    an export result of None means "not set". Values of pickled states are pickled here unless
+    `pickle_values` is False (they are pickled bytes already). Rows are sorted by key group (stable, so otherwise in
     first-seen order); the namespace column appears only when some namespace is not None.
     """
     has_ns = any(ns is not None for _, by_ns, _ in states for ns, d in by_ns.items() if d)
@@ -469,7 +488,7 @@ def dicts_to_keyed_table(
                     i = row_of[rk] = len(row_of)
                 rows.append(i)
                 values.append(v)
-        if info.pickled:
+        if info.pickled and pickle_values:
             pick = _pickler(info)
             values = [pick(v) for v in values]
         # the first state's rows are 0..n-1 in order, so its values are already the column
