@@ -1,0 +1,237 @@
+"""Checkpoint coordination: trigger, write in the savepoint format off the processing thread, complete, retain, time out."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from statekit.runtime.timers import timers_table
+from statekit.types import to_ddl
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class OperatorSnapshot:
+    """Everything one operator contributes to a checkpoint: metadata plus one snapshot per subtask."""
+
+    uid: str | None
+    uid_hash: str
+    name: str
+    parallelism: int
+    max_parallelism: int
+    keyed: bool
+    subtasks: list[Any] = field(default_factory=list)  # SubtaskSnapshot
+
+
+@dataclass
+class PendingCheckpoint:
+    checkpoint_id: int
+    kind: str
+    path: Path
+    started: int
+    future: Future
+    aborted: bool = False
+
+
+def write_snapshot(path: Path, checkpoint_id: int, kind: str, job_name: str, operators: list[OperatorSnapshot]) -> Path:
+    """Write the snapshots as one savepoint-format directory (atomically: manifest last, then rename).
+
+    This is the asynchronous part: keyed tables are materialised here, off the processing thread.
+    """
+    from statekit.identifiers import OperatorIdentifier
+    from statekit.savepoint import SavepointBuilder
+
+    with SavepointBuilder(path, checkpoint_id=checkpoint_id, kind=kind, job_name=job_name) as builder:
+        for op in operators:
+            subs = op.subtasks
+            key_type = next((s.key_type for s in subs if s.key_type is not None), None)
+            infos: dict[str, Any] = {}
+            for s in subs:
+                if s.keyed is not None:
+                    for info in s.keyed.infos:
+                        infos.setdefault(info.name, info)
+            has_op_state = any(s.operator_states for s in subs)
+            if key_type is None and not has_op_state:
+                continue  # nothing to write: a keyed operator that never saw a key, or a stateless one
+            ident = op.uid if op.uid is not None else OperatorIdentifier.for_uid_hash(op.uid_hash)
+            w = builder.add_operator(
+                ident,
+                name=op.name,
+                parallelism=op.parallelism,
+                max_parallelism=op.max_parallelism,
+                key_type=None if key_type is None else to_ddl(key_type),
+                keyed_states=list(infos.values()),
+            )
+            for s in subs:
+                if s.keyed is None:
+                    continue
+                if s.keyed.native_dir is not None:
+                    w.write_native_keyed(s.subtask, s.keyed.native_dir, s.key_group_range, list(s.keyed.native_files))
+                else:
+                    table = s.keyed.table()
+                    if table.num_rows:
+                        w.write_keyed(table)
+            timer_rows = [row for s in subs for row in s.timers]
+            if timer_rows:
+                w.write_timers(timers_table(timer_rows, key_type, None))
+            _write_operator_states(w, subs)
+    return path
+
+
+def _write_operator_states(w: Any, subs: list[Any]) -> None:
+    names: dict[str, Any] = {}
+    for s in subs:
+        for name, (info, _table) in s.operator_states.items():
+            names.setdefault(name, info)
+    for name, info in names.items():
+        if info.redistribution == "broadcast":
+            first = next(s.operator_states[name][1] for s in subs if name in s.operator_states)
+            w.write_broadcast_state(info, first)
+            continue
+        per_subtask: list[Any] = []
+        for s in subs:
+            entry = s.operator_states.get(name)
+            per_subtask.append(entry[1].column("value").combine_chunks() if entry is not None else [])
+        if info.redistribution == "union":
+            # Every subtask holds the whole union after a restore; one copy is the state.
+            per_subtask = [per_subtask[0]] + [[] for _ in per_subtask[1:]]
+        w.write_list_state(info, per_subtask)
+
+
+class CheckpointCoordinator:
+    """Decides when to checkpoint and tracks checkpoints from trigger to completion.
+
+    Synchronous snapshots are taken by the job between two elements; the coordinator writes them
+    in a background thread, so processing goes on while files are written. Completion is noticed
+    by the job thread (`poll`), which then notifies the operators, as Flink's task thread does.
+    """
+
+    def __init__(self, config: Any, clock: Any, storage: Path, job_name: str, first_id: int = 1) -> None:
+        self.config = config
+        self.clock = clock
+        self.storage = storage
+        self.job_name = job_name
+        self.next_id = first_id
+        self.pending: dict[int, PendingCheckpoint] = {}
+        self.completed: list[tuple[int, str, Path]] = []  # (id, kind, path), ascending
+        self.failed: list[tuple[int, BaseException]] = []
+        self.last_trigger = clock.now()
+        self.last_completion = -(2**62)
+        self.records_since = 0
+        self._pool = ThreadPoolExecutor(max_workers=max(1, config.max_concurrent) + 1, thread_name_prefix="statekit-ckpt")
+
+    # -- triggering -----------------------------------------------------------------------------------
+    def due(self, now: int) -> bool:
+        cfg = self.config
+        if not cfg.enabled:
+            return False
+        if sum(1 for p in self.pending.values() if not p.aborted) >= cfg.max_concurrent:
+            return False
+        if now - self.last_completion < cfg.min_pause_ms:
+            return False
+        if cfg.every_records is not None and self.records_since >= cfg.every_records:
+            return True
+        return cfg.interval_ms is not None and now - self.last_trigger >= cfg.interval_ms
+
+    def records_until_due(self) -> int | None:
+        every = self.config.every_records
+        return None if every is None else max(1, every - self.records_since)
+
+    def allocate_id(self) -> int:
+        cid = self.next_id
+        self.next_id += 1
+        return cid
+
+    def submit(self, checkpoint_id: int, kind: str, operators: list[OperatorSnapshot], path: Path | None = None) -> PendingCheckpoint:
+        """Write `operators` in the background; ``kind`` is ``checkpoint`` or ``savepoint``."""
+        now = self.clock.now()
+        if kind == "checkpoint":
+            self.last_trigger = now
+            self.records_since = 0
+        target = Path(path) if path is not None else self.storage / f"chk-{checkpoint_id}"
+        fut = self._pool.submit(write_snapshot, target, checkpoint_id, kind, self.job_name, operators)
+        p = PendingCheckpoint(checkpoint_id, kind, target, now, fut)
+        self.pending[checkpoint_id] = p
+        return p
+
+    # -- progress -------------------------------------------------------------------------------------
+    def poll(self, *, wait: bool = False) -> tuple[list[int], list[int]]:
+        """Collect finished writes: returns (completed ids, aborted ids), ascending."""
+        completed, aborted = [], []
+        now = self.clock.now()
+        for cid in sorted(self.pending):
+            p = self.pending[cid]
+            if wait:
+                try:
+                    p.future.result()
+                except BaseException:
+                    pass
+            if not p.future.done():
+                if not p.aborted and now - p.started > self.config.timeout_ms:
+                    p.aborted = True  # the write goes on; its result is discarded when it ends
+                    aborted.append(cid)
+                continue
+            del self.pending[cid]
+            exc = p.future.exception()
+            if p.aborted or exc is not None:
+                if exc is not None:
+                    log.warning("checkpoint %s failed: %s", cid, exc)
+                    self.failed.append((cid, exc))
+                    if not p.aborted:
+                        aborted.append(cid)
+                if p.kind == "checkpoint":
+                    shutil.rmtree(p.path, ignore_errors=True)
+                continue
+            self.completed.append((cid, p.kind, p.path))
+            self.last_completion = now
+            completed.append(cid)
+        if completed:
+            self._retain()
+        return completed, aborted
+
+    def _retain(self) -> None:
+        checkpoints = [c for c in self.completed if c[1] == "checkpoint"]
+        for cid, _kind, path in checkpoints[: -self.config.retained]:
+            shutil.rmtree(path, ignore_errors=True)
+            self.completed.remove((cid, _kind, path))
+
+    def latest_completed(self) -> tuple[int, Path] | None:
+        if not self.completed:
+            return None
+        cid, _kind, path = self.completed[-1]
+        return cid, path
+
+    def shutdown(self) -> None:
+        self.poll(wait=True)
+        self._pool.shutdown(wait=True)
+
+
+def latest_checkpoint(storage: str | Path) -> Path | None:
+    """The newest complete checkpoint (``chk-<id>`` with a manifest) under `storage`, or None.
+
+    What to pass as ``restore_from`` after a process was killed.
+    """
+    root = Path(storage)
+    if not root.is_dir():
+        return None
+    best: tuple[int, Path] | None = None
+    for p in root.iterdir():
+        if p.name.startswith("chk-") and (p / "_metadata.json").is_file():
+            try:
+                cid = int(p.name[4:])
+            except ValueError:
+                continue
+            if best is None or cid > best[0]:
+                best = (cid, p)
+    return None if best is None else best[1]
+
+
+def empty_table() -> pa.Table:
+    return pa.table({})

@@ -1,0 +1,84 @@
+"""The job graph: transformations (one per operator) and the edges that partition elements between them."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Any
+
+from statekit.errors import InvalidArgumentError
+from statekit.keygroups import check_max_parallelism, check_parallelism
+
+
+@dataclass(eq=False)
+class Edge:
+    """An input of a transformation: where elements come from and how they are partitioned.
+
+    ``partition`` is ``"forward"`` (same subtask; becomes ``"rebalance"`` when parallelisms
+    differ), ``"rebalance"`` (round robin) or ``"hash"`` (by key group of ``key_selector``).
+    """
+
+    source: "Transformation"
+    partition: str = "forward"
+    key_selector: Any = None
+    key_type: Any = None
+    input_index: int = 0
+
+
+_ids = itertools.count()
+
+
+@dataclass(eq=False)
+class Transformation:
+    """One operator of the job as declared: its function, inputs, parallelism, uid and options."""
+
+    kind: str
+    name: str
+    function: Any
+    inputs: list[Edge]
+    operator_class: type
+    env: Any
+    keyed: bool = False
+    key_type: Any = None
+    options: dict[str, Any] = field(default_factory=dict)
+    parallelism: int | None = None
+    max_parallelism: int | None = None
+    uid: str | None = None
+    uid_hash_override: str | None = None
+    default_parallelism: int | None = None  # sources and collect sinks are non-parallel by default
+    id: int = field(default_factory=lambda: next(_ids))
+    position: int = 0
+    shared: dict[str, Any] = field(default_factory=dict)  # facts all subtasks agree on (inferred key type)
+
+    @property
+    def uid_hash(self) -> str:
+        """The operator id: hash of the uid, or a deterministic hash of the operator's position and kind."""
+        if self.uid_hash_override is not None:
+            return self.uid_hash_override
+        if self.uid is not None:
+            from statekit.identifiers import OperatorIdentifier
+
+            return OperatorIdentifier.for_uid(self.uid).uid_hash
+        from statekit.identifiers import generated_uid_hash
+
+        return generated_uid_hash(str(self.position), self.kind, self.name)
+
+    def effective_parallelism(self, env_parallelism: int) -> int:
+        p = self.parallelism or self.default_parallelism or env_parallelism
+        return check_parallelism(p, self.max_parallelism)
+
+    def set_uid(self, uid: str) -> None:
+        if not isinstance(uid, str) or not uid:
+            raise InvalidArgumentError(f"uid must be a non-empty string, got {uid!r}")
+        for t in self.env._transformations:
+            if t is not self and t.uid == uid:
+                raise InvalidArgumentError(f"uid {uid!r} is used by two operators ({t.name!r}, {self.name!r}); uids must be unique")
+        self.uid = uid
+
+    def set_parallelism(self, parallelism: int) -> None:
+        if self.options.get("non_parallel") and parallelism != 1:
+            raise InvalidArgumentError(f"{self.name!r} is a non-parallel operator; its parallelism must be 1")
+        self.parallelism = check_parallelism(parallelism, self.max_parallelism)
+
+    def set_max_parallelism(self, max_parallelism: int) -> None:
+        self.max_parallelism = check_max_parallelism(max_parallelism)

@@ -1,0 +1,335 @@
+"""Sources: collections, files (Parquet, JSON lines, CSV) and user SourceFunctions, all replayable from a checkpointed offset."""
+
+from __future__ import annotations
+
+import csv
+import inspect
+import itertools
+import json
+import threading
+from pathlib import Path
+from typing import Any, Iterator
+
+from statekit.errors import InvalidArgumentError, JobError
+from statekit.runtime.operators import StreamOperator
+from statekit.runtime.watermarks import MAX_WATERMARK, MIN_WATERMARK
+from statekit.state.descriptors import ListStateDescriptor
+
+END = object()  # a source is exhausted
+
+
+class FileSource:
+    """A bounded file source of rows (dicts); its offset (rows emitted) is checkpointed, so replay is exact.
+
+    Examples
+    --------
+    >>> src = FileSource.json_lines("/data/events.jsonl")
+    >>> src.format
+    'jsonl'
+    """
+
+    def __init__(self, path: str | Path, format: str, *, csv_options: dict | None = None) -> None:
+        if format not in ("parquet", "jsonl", "csv"):
+            raise InvalidArgumentError(f"unknown file format {format!r}; use 'parquet', 'jsonl' or 'csv'")
+        self.path = Path(path)
+        self.format = format
+        self.csv_options = dict(csv_options or {})
+
+    @classmethod
+    def parquet(cls, path: str | Path) -> "FileSource":
+        """Rows of a Parquet file, or of every ``*.parquet`` file of a directory in name order."""
+        return cls(path, "parquet")
+
+    @classmethod
+    def json_lines(cls, path: str | Path) -> "FileSource":
+        """One JSON object per line."""
+        return cls(path, "jsonl")
+
+    @classmethod
+    def csv(cls, path: str | Path, **csv_options: Any) -> "FileSource":
+        """CSV with a header row; values stay strings (convert them in a map)."""
+        return cls(path, "csv", csv_options=csv_options)
+
+    def files(self) -> list[Path]:
+        if self.path.is_dir():
+            suffix = {"parquet": ".parquet", "jsonl": ".jsonl", "csv": ".csv"}[self.format]
+            return sorted(p for p in self.path.iterdir() if p.name.endswith(suffix) and not p.name.startswith((".", "_")))
+        if not self.path.exists():
+            raise InvalidArgumentError(f"file source {self.path} does not exist; check the path")
+        return [self.path]
+
+    def read(self, offset: int) -> Iterator[Any]:
+        """Rows from row number `offset` on."""
+        skip = offset
+        for path in self.files():
+            if self.format == "parquet":
+                import pyarrow.parquet as pq
+
+                pf = pq.ParquetFile(path)
+                for rg in range(pf.num_row_groups):
+                    n = pf.metadata.row_group(rg).num_rows
+                    if skip >= n:  # whole row groups are skipped without being read
+                        skip -= n
+                        continue
+                    rows = pf.read_row_group(rg).to_pylist()
+                    yield from rows[skip:]
+                    skip = 0
+            else:
+                with open(path, newline="" if self.format == "csv" else None, encoding="utf-8") as f:
+                    if self.format == "csv":
+                        rows: Iterator[Any] = csv.DictReader(f, **self.csv_options)
+                    else:
+                        rows = (json.loads(line) for line in f if line.strip())
+                    for row in rows:
+                        if skip:
+                            skip -= 1
+                            continue
+                        yield row
+
+
+class CollectionSource:
+    """The elements of a Python collection, replayed from a checkpointed position."""
+
+    def __init__(self, items: Any) -> None:
+        self.items = list(items)
+
+    def read(self, offset: int) -> Iterator[Any]:
+        return itertools.islice(self.items, offset, None)
+
+
+class SourceContext:
+    """The ``ctx`` of ``SourceFunction.run``: ``collect``, ``collect_with_timestamp``, ``emit_watermark``."""
+
+    def __init__(self, handoff: "_ThreadedRun | None") -> None:
+        self._handoff = handoff
+        self._lock = _NoLock()
+
+    def collect(self, element: Any) -> None:
+        self._put((element, None))
+
+    def collect_with_timestamp(self, element: Any, timestamp: int) -> None:
+        self._put((element, int(timestamp)))
+
+    def emit_watermark(self, watermark: Any) -> None:
+        self._put((_WATERMARK, int(getattr(watermark, "timestamp", watermark))))
+
+    def mark_as_temporarily_idle(self) -> None:
+        """Accepted for compatibility; there are no idle channels in a single process."""
+
+    def get_checkpoint_lock(self) -> "_NoLock":
+        return self._lock
+
+    def _put(self, item: tuple) -> None:
+        if self._handoff is None:
+            raise JobError("a generator SourceFunction.run() yields its elements; do not call ctx.collect() in it")
+        self._handoff.put(item)
+
+
+class _NoLock:
+    """Checkpoints only happen while the source is blocked in ``collect``, so the lock has nothing to exclude."""
+
+    def __enter__(self) -> "_NoLock":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        return None
+
+    def acquire(self, *a: Any) -> bool:
+        return True
+
+    def release(self) -> None:
+        return None
+
+
+_WATERMARK = object()
+
+
+class _Cancelled(BaseException):
+    """Unwinds a cancelled source thread out of ``collect``."""
+
+
+class _ThreadedRun:
+    """Runs a ``run(ctx)``-style source in its own thread, strictly handing off one element at a time.
+
+    The source thread and the job thread never run at the same time: ``collect`` parks the
+    source until the job asks for the next element. Checkpoints happen while the source is parked
+    inside ``collect`` *before* handing its element over, i.e. after it advanced its offset for
+    every element already emitted — which is what makes emit-and-advance atomic.
+    """
+
+    def __init__(self, fn: Any) -> None:
+        self.fn = fn
+        self.item: Any = None
+        self.ready = threading.Semaphore(0)
+        self.go = threading.Semaphore(0)
+        self.error: BaseException | None = None
+        self.cancelled = False
+        self.thread: threading.Thread | None = None
+
+    def _main(self) -> None:
+        try:
+            self.fn.run(SourceContext(self))
+            self.item = END
+        except _Cancelled:
+            return
+        except BaseException as exc:  # handed to the job thread, which fails the job
+            self.error = exc
+            self.item = END
+        self.ready.release()
+
+    def put(self, item: tuple) -> None:
+        if self.cancelled:
+            raise _Cancelled()
+        self.item = item
+        self.ready.release()
+        self.go.acquire()
+        if self.cancelled:
+            raise _Cancelled()
+
+    def pull(self) -> Any:
+        if self.thread is None:
+            self.thread = threading.Thread(target=self._main, name="statekit-source", daemon=True)
+            self.thread.start()
+        else:
+            self.go.release()
+        self.ready.acquire()
+        if self.error is not None:
+            raise self.error
+        return self.item
+
+    def cancel(self) -> None:
+        self.cancelled = True
+        try:
+            self.fn.cancel()
+        finally:
+            self.go.release()
+
+
+class SourceOperator(StreamOperator):
+    """One subtask of a source: pulls elements, stamps them, emits watermarks, checkpoints its position.
+
+    The job polls it for up to ``budget`` elements at a time; checkpoints happen between polls,
+    when exactly the elements counted in the offset have been emitted.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        opts = self.transformation.options
+        self.strategy = opts.get("watermark_strategy")
+        self.source = self.function
+        self.internal = isinstance(self.source, (CollectionSource, FileSource))
+        self.offset = 0
+        self.max_ts = MIN_WATERMARK
+        self.last_wm = MIN_WATERMARK
+        self.finished = False
+        self.pending: Any = None
+        self._pull: Any = None
+        self._threaded: _ThreadedRun | None = None
+        self._offset_state: Any = None
+        self._wm_state: Any = None
+
+    def initialize_internal_state(self, restored: bool) -> None:
+        store = self.operator_state_store
+        if self.internal:
+            self._offset_state = store.get_list_state(ListStateDescriptor("offset", "bigint"))
+            if restored:
+                self.offset = sum(self._offset_state.get() or [])
+        # The watermark generator's progress is kept too, so a restored run emits the same watermarks.
+        self._wm_state = store.get_list_state(ListStateDescriptor("max_timestamp", "bigint"))
+        if restored:
+            restored_ts = list(self._wm_state.get() or [])
+            if restored_ts:
+                self.max_ts = max(restored_ts)
+        self._start_reader()
+
+    def _start_reader(self) -> None:
+        src = self.source
+        if self.internal:
+            self._pull = _pull_from(src.read(self.offset))
+        elif inspect.isgeneratorfunction(getattr(src, "run", None)):
+            gen = src.run(SourceContext(None))
+            self._pull = _pull_from((value, None) for value in gen)
+        elif callable(getattr(src, "run", None)):
+            self._threaded = _ThreadedRun(src)
+            self._pull = self._threaded.pull
+        else:
+            raise JobError(f"{src!r} is not a source: give a SourceFunction (run(ctx)), a FileSource or a collection")
+
+    def snapshot_internal_state(self, checkpoint_id: int) -> None:
+        if self._offset_state is not None:
+            self._offset_state.update([self.offset])
+        self._wm_state.update([] if self.max_ts == MIN_WATERMARK else [self.max_ts])
+
+    def restore_watermark(self) -> None:
+        """After a restore, re-emit the watermark the source had reached."""
+        if self.strategy is not None and self.max_ts != MIN_WATERMARK and self.strategy.has_watermarks:
+            wm = self.max_ts - self.strategy.out_of_orderness_ms - 1
+            self.last_wm = wm
+            self.emit_watermark(wm)
+
+    def poll(self, budget: int) -> int:
+        """Emit up to `budget` elements; returns how many. Sets `finished` at the end of input."""
+        pull = self._pull
+        item = self.pending
+        if item is None:
+            item = pull()
+        n = 0
+        emit = self.emit
+        strategy = self.strategy
+        internal = self.internal
+        while item is not END:
+            if internal:
+                value, ts = item, None
+                self.offset += 1
+            else:
+                value, ts = item
+                if value is _WATERMARK:
+                    self._watermark(ts)
+                    item = pull()
+                    continue
+            if strategy is None:
+                emit(value, ts)
+            else:
+                ts = strategy.extract(value, ts)
+                emit(value, ts)
+                if ts is not None and ts > self.max_ts:
+                    self.max_ts = ts
+                    if strategy.has_watermarks:
+                        self._watermark(ts - strategy.out_of_orderness_ms - 1)
+            n += 1
+            # Pull the next element now: a user source advances its offset when it resumes.
+            item = pull()
+            if n >= budget:
+                break
+        self.pending = item
+        if item is END:
+            self.finished = True
+        return n
+
+    def _watermark(self, wm: int) -> None:
+        if wm > self.last_wm:
+            self.last_wm = wm
+            self.current_watermark = wm
+            self.emit_watermark(wm)
+
+    def end_input(self) -> None:
+        """The end-of-input watermark: fires every pending event-time timer downstream."""
+        self.current_watermark = MAX_WATERMARK
+        self.emit_watermark(MAX_WATERMARK)
+
+    def close(self) -> None:
+        if self._threaded is not None and not self.finished:
+            self._threaded.cancel()
+        super().close()
+
+
+def _pull_from(iterator: Iterator[Any]) -> Any:
+    nxt = iterator.__next__
+
+    def pull() -> Any:
+        try:
+            return nxt()
+        except StopIteration:
+            return END
+
+    return pull
