@@ -9,10 +9,11 @@ from typing import Literal
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 
-from statekit.errors import CorruptSavepointError, DuplicateKeyError, SavepointError, StatekitError
+from statekit.errors import DuplicateKeyError, SavepointError, StatekitError
 from statekit.savepoint import keyed as K
-from statekit.savepoint.files import read_parquet_verified, read_verified_bytes
+from statekit.savepoint.files import read_parquet_verified, verify_file
 from statekit.savepoint.manifest import MANIFEST_NAME, FileEntry, OperatorMetadata, load_manifest
 
 ProblemKind = Literal[
@@ -84,20 +85,16 @@ def check(path: str | os.PathLike[str], *, deep: bool = True) -> CheckReport:
 
 def _check_file(report: CheckReport, root: Path, op: OperatorMetadata, entry: FileEntry, deep: bool) -> None:
     report.files_checked += 1
-    try:
-        read_verified_bytes(root, entry)
-    except StatekitError as exc:
-        msg = str(exc)
-        kind: ProblemKind = "missing_file" if "missing" in msg else (
-            "checksum_mismatch" if "checksum" in msg else "size_mismatch")
-        report.add(kind, entry.path, msg)
+    data, problem, message = verify_file(root, entry)
+    if problem is not None:
+        report.add(problem, entry.path, message)
         return
     if not deep or entry.table == "rocksdb":
         return
     try:
-        table = read_parquet_verified(root, entry)
-    except StatekitError as exc:
-        report.add("unreadable", entry.path, str(exc))
+        table = pq.read_table(pa.BufferReader(data))
+    except (pa.ArrowException, OSError) as exc:
+        report.add("unreadable", entry.path, f"not readable Parquet ({exc})")
         return
     report.rows_checked += table.num_rows
     if table.num_rows != entry.rows:
@@ -108,11 +105,21 @@ def _check_file(report: CheckReport, root: Path, op: OperatorMetadata, entry: Fi
         or any(a.name != b.name or not K.same_type(a.type, b.type) for a, b in zip(table.schema, expected))
     ):
         report.add("schema_mismatch", entry.path, f"columns {table.schema.names} with types "
-                   f"{[str(t) for t in table.schema.types]} disagree with the manifest's {expected}")
+                   f"{[str(t) for t in table.schema.types]} disagree with the manifest's "
+                   f"{[f'{f.name} {f.type}' for f in expected]}")
         return
+    if expected is not None:
+        nulls = [f.name for f in expected if not f.nullable and table.column(f.name).null_count]
+        if nulls:
+            report.add("schema_mismatch", entry.path, f"required column(s) {nulls} hold nulls")
+            return
     if entry.table in ("keyed", "timers") and table.num_rows:
         kg = np.asarray(table.column("key_group").to_numpy(), dtype=np.int32)
-        actual = K.compute_key_groups(table.column("key"), op.max_parallelism, op.key_type)
+        try:
+            actual = K.compute_key_groups(table.column("key"), op.max_parallelism, op.key_type)
+        except StatekitError as exc:
+            report.add("unreadable", entry.path, f"key groups of its keys cannot be computed ({exc})")
+            return
         wrong = int(np.count_nonzero(kg != actual))
         if wrong:
             report.add("wrong_key_group", entry.path, f"{wrong} row(s) carry a key group other than their key's")
@@ -145,7 +152,7 @@ def _check_unique(report: CheckReport, root: Path, op: OperatorMetadata) -> None
     for entry in op.files_of("keyed"):
         try:
             parts.append(read_parquet_verified(root, entry, columns=cols))
-        except (CorruptSavepointError, pa.ArrowInvalid):
+        except (StatekitError, pa.ArrowException):
             return  # already reported per file
     if not parts:
         return
@@ -154,5 +161,5 @@ def _check_unique(report: CheckReport, root: Path, op: OperatorMetadata) -> None
                             what=f"keyed table of {op.display_name}")
     except DuplicateKeyError as exc:
         report.add("duplicate_key", f"op-{op.uid_hash}/keyed", str(exc))
-    except (pa.ArrowInvalid, pa.ArrowTypeError):
-        pass  # mismatched file schemas are reported per file
+    except (pa.ArrowException, StatekitError):
+        pass  # mismatched file schemas and null keys are reported per file

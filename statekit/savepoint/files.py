@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import zlib
 from pathlib import Path
+from typing import Literal
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -42,30 +43,45 @@ def _is_text(t: pa.DataType) -> bool:
     return pa.types.is_string(t) or pa.types.is_binary(t) or pa.types.is_large_string(t)
 
 
-def read_verified_bytes(root: Path, entry: FileEntry) -> pa.Buffer:
-    """Read a listed file whole, checking it exists, its size and its checksum against the manifest."""
+#: What `verify_file` found wrong, as `check` reports it.
+FileProblem = Literal["missing_file", "size_mismatch", "checksum_mismatch"]
+
+
+def verify_file(root: Path, entry: FileEntry) -> tuple[bytes | None, FileProblem | None, str]:
+    """Read a listed file whole and compare it with the manifest: ``(data, None, "")`` when it matches,
+    else ``(None, problem, message)``."""
     full = safe_relative_path(root, entry.path)
     try:
         with open(full, "rb") as fh:
             data = fh.read()
     except FileNotFoundError:
-        raise CorruptSavepointError(
+        return None, "missing_file", (
             f"{root}: file {entry.path} listed in the manifest is missing. The savepoint is incomplete; "
             "restore the file or use another savepoint."
-        ) from None
-    except IsADirectoryError:
-        raise CorruptSavepointError(f"{root}: {entry.path} should be a file but is a directory.") from None
+        )
+    except (IsADirectoryError, NotADirectoryError):
+        return None, "missing_file", f"{root}: {entry.path} should be a file but is a directory or under a file."
     if len(data) != entry.bytes:
-        raise CorruptSavepointError(
+        return None, "size_mismatch", (
             f"{root}: file {entry.path} has {len(data)} bytes but the manifest recorded {entry.bytes} "
             "(truncated or overwritten). Restore the file or use another savepoint."
         )
     actual = checksum(data)
     if actual != entry.checksum:
-        raise ChecksumMismatchError(
+        return None, "checksum_mismatch", (
             f"{root}: file {entry.path} has checksum {actual} but the manifest recorded {entry.checksum}; "
             "its content was altered. Restore the file or use another savepoint."
         )
+    return data, None, ""
+
+
+def read_verified_bytes(root: Path, entry: FileEntry) -> pa.Buffer:
+    """Read a listed file whole, checking it exists, its size and its checksum against the manifest."""
+    data, problem, message = verify_file(root, entry)
+    if problem == "checksum_mismatch":
+        raise ChecksumMismatchError(message)
+    if problem is not None:
+        raise CorruptSavepointError(message)
     return pa.py_buffer(data)
 
 
@@ -74,7 +90,7 @@ def read_parquet_verified(root: Path, entry: FileEntry, *, filters=None, columns
     buf = read_verified_bytes(root, entry)
     try:
         return pq.read_table(pa.BufferReader(buf), filters=filters, columns=columns)
-    except (pa.ArrowInvalid, OSError) as exc:
+    except (pa.ArrowException, OSError) as exc:  # any decoding failure of a file that passed its checksum
         raise CorruptSavepointError(
             f"{root}: file {entry.path} is not readable Parquet ({exc}). Restore it or use another savepoint."
         ) from None

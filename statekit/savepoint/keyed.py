@@ -48,11 +48,55 @@ def same_type(a: pa.DataType, b: pa.DataType) -> bool:
         return a == b
 
 
+def castable(src: pa.DataType, dst: pa.DataType) -> bool:
+    """Whether values of `src` may be stored in a column declared `dst` without changing their meaning.
+
+    Only conversions within one family are allowed (integers to wider or checked-narrower integers
+    or to floats, floats to floats, text to text, bytes to bytes, nested types member by member);
+    ``"123"`` is not silently stored as a number, nor ``True`` as ``1``. Looks at types only, never
+    at the data.
+    """
+    T = pa.types
+    if T.is_dictionary(src):
+        return castable(src.value_type, dst)
+    if T.is_null(src) or src == dst:
+        return True
+    if T.is_integer(dst):
+        return T.is_integer(src)
+    if T.is_floating(dst):
+        return T.is_integer(src) or T.is_floating(src)
+    if T.is_decimal(dst):
+        return T.is_integer(src) or T.is_decimal(src)
+    if T.is_boolean(dst):
+        return T.is_boolean(src)
+    if T.is_string(dst) or T.is_large_string(dst):
+        return T.is_string(src) or T.is_large_string(src) or T.is_string_view(src)
+    if T.is_binary(dst) or T.is_large_binary(dst):
+        return T.is_binary(src) or T.is_large_binary(src) or T.is_binary_view(src) or T.is_fixed_size_binary(src)
+    if T.is_date(dst):
+        return T.is_date(src)
+    if T.is_timestamp(dst):
+        return T.is_timestamp(src)
+    if T.is_map(dst):
+        return T.is_map(src) and castable(src.key_type, dst.key_type) and castable(src.item_type, dst.item_type)
+    if T.is_list(dst) or T.is_large_list(dst):
+        return (
+            T.is_list(src) or T.is_large_list(src) or T.is_fixed_size_list(src) or T.is_list_view(src)
+        ) and castable(src.value_type, dst.value_type)
+    if T.is_struct(dst):
+        if not T.is_struct(src) or sorted(f.name for f in src) != sorted(f.name for f in dst):
+            return False
+        return all(castable(src.field(f.name).type, f.type) for f in dst)
+    return False
+
+
 def conform(table: pa.Table, schema: pa.Schema, *, what: str) -> pa.Table:
     """Select, order and cast `table`'s columns to `schema`; missing state columns become all-null.
 
-    Raises `StateTypeError` for a column that cannot be cast safely and `InvalidArgumentError` for
-    unknown columns, naming them and the declared schema.
+    Raises `StateTypeError` for a column whose type is of another family than declared (see
+    `castable`) or whose values do not fit, `NullKeyError` for null keys, and
+    `InvalidArgumentError` for unknown columns, missing required columns or nulls in a required
+    column, naming them and the declared schema.
     """
     names = set(table.column_names)
     extra = sorted(names - set(schema.names))
@@ -69,16 +113,28 @@ def conform(table: pa.Table, schema: pa.Schema, *, what: str) -> pa.Table:
             columns.append(pa.nulls(table.num_rows, f.type))
             continue
         col = table.column(f.name)
-        if not same_type(col.type, f.type):
-            try:
+        if not f.nullable and col.null_count:  # null_count is metadata: no pass over the data
+            if f.name == "key":
+                raise NullKeyError(
+                    f"{what}: the key column holds {col.null_count} null key(s); Flink forbids null keys. "
+                    "Drop or fill them."
+                )
+            raise InvalidArgumentError(
+                f"{what}: column {f.name!r} holds {col.null_count} null(s) but is required; fill or drop those rows."
+            )
+        if col.type != f.type:
+            if not same_type(col.type, f.type) and not castable(col.type, f.type):
+                raise StateTypeError(
+                    f"{what}: column {f.name!r} has type {col.type} but is declared {to_ddl(f.type)}; statekit "
+                    "does not convert between type families. Convert the data or change the declaration."
+                )
+            try:  # widening, checked narrowing, or the same logical type with other child names
                 col = col.cast(f.type, safe=True)
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
                 raise StateTypeError(
                     f"{what}: column {f.name!r} has type {col.type} but is declared {to_ddl(f.type)} and cannot be "
                     f"converted ({exc}). Convert the data or change the declaration."
                 ) from None
-        elif col.type != f.type:
-            col = col.cast(f.type)  # same logical type, normalise child names
         columns.append(col)
     return pa.Table.from_arrays(columns, schema=schema)
 
@@ -132,7 +188,7 @@ def check_unique_keys(table: pa.Table, *, has_namespace: bool, what: str) -> Non
     row = table.select(cols).slice(int(np.argmax(dup)), 1).to_pylist()[0]
     raise DuplicateKeyError(
         f"{what}: key {row['key']!r}{' in namespace ' + repr(row['namespace']) if has_namespace else ''} "
-        f"appears more than once; a keyed table holds one row per key{' and namespace' if has_namespace else ''}. "
+        f"appears more than once; it must hold one row per key{' and namespace' if has_namespace else ''}. "
         "Deduplicate (e.g. keep the latest row) before writing."
     )
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import posixpath
+import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
@@ -12,6 +13,7 @@ from typing import Any, Literal
 from statekit.errors import (
     CorruptSavepointError,
     NotASavepointError,
+    StateTypeError,
     UnknownOperatorError,
     UnknownStateError,
     UnsafePathError,
@@ -253,7 +255,7 @@ def load_manifest(path: Path) -> Manifest:
         raise _fail(path, f"the manifest is {size} bytes, larger than any valid manifest")
     try:
         raw = json.loads(mpath.read_bytes().decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
         raise _fail(path, f"the manifest is not valid JSON ({exc})") from None
     return parse_manifest(raw, path)
 
@@ -267,14 +269,14 @@ def parse_manifest(raw: Any, path: Path) -> Manifest:
             f"{path / MANIFEST_NAME}: format {raw.get('format')!r} is not {FORMAT!r}; this is not a statekit savepoint."
         )
     version = raw.get("format_version")
-    if version not in SUPPORTED_VERSIONS or isinstance(version, bool):
+    if type(version) is not int or version not in SUPPORTED_VERSIONS:
         raise UnsupportedFormatError(
             f"{path}: savepoint format version {version!r} is not supported; this statekit reads format "
             f"version(s) {', '.join(map(str, SUPPORTED_VERSIONS))}. Upgrade statekit, or migrate the savepoint."
         )
     features = raw.get("features", [])
-    if not isinstance(features, list):
-        raise _fail(path, "'features' is not a list")
+    if not isinstance(features, list) or not all(isinstance(f, str) for f in features):
+        raise _fail(path, "'features' is not a list of names")
     unknown = sorted(set(features) - SUPPORTED_FEATURES)
     if unknown:
         raise UnsupportedFormatError(
@@ -282,6 +284,12 @@ def parse_manifest(raw: Any, path: Path) -> Manifest:
             f"{sorted(SUPPORTED_FEATURES)}. Upgrade statekit to read it."
         )
     try:
+        if not isinstance(raw["operators"], list) or not all(isinstance(op, dict) for op in raw["operators"]):
+            raise TypeError("'operators' is not a list of objects")
+        for op in raw["operators"]:
+            for key in ("keyed_states", "operator_states", "files"):
+                if not isinstance(op.get(key, []), list) or not all(isinstance(x, dict) for x in op.get(key, [])):
+                    raise TypeError(f"operator {key!r} is not a list of objects")
         manifest = Manifest(
             checkpoint_id=int(raw["checkpoint_id"]),
             kind=raw.get("kind", "savepoint"),
@@ -291,16 +299,42 @@ def parse_manifest(raw: Any, path: Path) -> Manifest:
             features=tuple(features),
             format_version=version,
         )
-    except (KeyError, TypeError, ValueError) as exc:
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise _fail(path, f"the manifest misses or mistypes a field ({type(exc).__name__}: {exc})") from None
     _validate(manifest, path)
     return manifest
 
 
+_UID_HASH = re.compile(r"[0-9a-f]{32}")
+_STATE_KINDS = frozenset({"value", "list", "map", "reducing", "aggregating"})
+_REDISTRIBUTIONS = frozenset({"split", "union", "broadcast"})
+_TABLES = frozenset({"keyed", "timers", "operator", "broadcast", "rocksdb"})
+
+
+def _is_int(v: Any) -> bool:
+    return type(v) is int
+
+
+def _check_ddl(path: Path, ddl: Any, where: str) -> None:
+    from statekit.types import parse_ddl  # a leaf module; imported here to keep manifest loading light
+
+    try:
+        parse_ddl(ddl)
+    except StateTypeError as exc:
+        raise _fail(path, f"{where} has an invalid type {ddl!r} ({exc})") from None
+
+
 def _validate(manifest: Manifest, path: Path) -> None:
+    """Everything readers rely on, checked once when the manifest is loaded (no data file is read)."""
+    if manifest.kind not in ("savepoint", "checkpoint"):
+        raise _fail(path, f"kind {manifest.kind!r} is neither 'savepoint' nor 'checkpoint'")
     seen: set[str] = set()
     listed: set[str] = set()
     for op in manifest.operators:
+        if not isinstance(op.uid_hash, str) or not _UID_HASH.fullmatch(op.uid_hash):
+            raise _fail(path, f"operator uid hash {op.uid_hash!r} is not 32 lowercase hex characters")
+        if op.uid is not None and not isinstance(op.uid, str):
+            raise _fail(path, f"operator uid {op.uid!r} is not a string")
         if op.uid_hash in seen:
             raise _fail(path, f"operator {op.uid_hash} is listed twice")
         seen.add(op.uid_hash)
@@ -312,11 +346,70 @@ def _validate(manifest: Manifest, path: Path) -> None:
                 f"operator {op.display_name!r} has parallelism {op.parallelism} / max parallelism "
                 f"{op.max_parallelism} outside 1..max parallelism..32768",
             )
+        if op.keyed_format not in ("parquet", "rocksdb"):
+            raise _fail(path, f"operator {op.display_name!r} has unknown keyed_format {op.keyed_format!r}")
+        where = f"operator {op.display_name!r}"
+        if op.key_type is not None:
+            _check_ddl(path, op.key_type, f"{where}: the key")
+        elif op.keyed_states or op.namespace_type is not None:
+            raise _fail(path, f"{where} declares keyed state but no key type")
+        if op.namespace_type is not None:
+            _check_ddl(path, op.namespace_type, f"{where}: the namespace")
+        names: set[str] = set()
+        for st in op.keyed_states:
+            if not isinstance(st.name, str) or not st.name or st.name in ("key", "key_group", "namespace"):
+                raise _fail(path, f"{where} has a keyed state named {st.name!r}")
+            if st.name in names:
+                raise _fail(path, f"{where} lists keyed state {st.name!r} twice")
+            names.add(st.name)
+            if st.kind not in _STATE_KINDS:
+                raise _fail(path, f"{where}: keyed state {st.name!r} has unknown kind {st.kind!r}")
+            _check_ddl(path, st.type, f"{where}: keyed state {st.name!r}")
+        op_states: dict[str, str] = {}
+        for st in op.operator_states:
+            if not isinstance(st.name, str) or not st.name or st.name in op_states:
+                raise _fail(path, f"{where} has an operator state named {st.name!r} (empty, not text or twice)")
+            if st.redistribution not in _REDISTRIBUTIONS:
+                raise _fail(path, f"{where}: operator state {st.name!r} has unknown redistribution {st.redistribution!r}")
+            _check_ddl(path, st.type, f"{where}: operator state {st.name!r}")
+            if st.redistribution == "broadcast":
+                _check_ddl(path, st.key_type, f"{where}: the keys of broadcast state {st.name!r}")
+            op_states[st.name] = st.redistribution
         for f in op.files:
             safe_relative_path(path, f.path)
+            if posixpath.normpath(f.path) in (".", MANIFEST_NAME):
+                raise _fail(path, f"file entry {f.path!r} does not name a data file")
             if f.path in listed:
                 raise _fail(path, f"file {f.path} is listed twice")
             listed.add(f.path)
+            _validate_file(path, op, f, op_states)
+
+
+def _validate_file(path: Path, op: OperatorMetadata, f: FileEntry, op_states: dict[str, str]) -> None:
+    def bad(why: str) -> CorruptSavepointError:
+        return _fail(path, f"file entry {f.path} of operator {op.display_name!r} {why}")
+
+    if f.table not in _TABLES:
+        raise bad(f"has unknown table {f.table!r}; known tables are {sorted(_TABLES)}")
+    if not (_is_int(f.rows) and _is_int(f.bytes) and f.rows >= 0 and f.bytes >= 0):
+        raise bad("has a negative or non-integer row count or size")
+    if not isinstance(f.checksum, str) or not f.checksum.startswith("crc32:"):
+        raise bad(f"has checksum {f.checksum!r}; expected 'crc32:<8 hex digits>'")
+    if f.table in ("keyed", "timers", "rocksdb"):
+        if op.key_type is None:
+            raise bad(f"belongs to the {f.table} table but the operator has no key type")
+        s, e = f.key_group_start, f.key_group_end
+        if not (_is_int(s) and _is_int(e) and 0 <= s <= e < op.max_parallelism):
+            raise bad(
+                f"has key-group range [{s!r}, {e!r}], not a range inside 0..{op.max_parallelism - 1}; readers use it "
+                "to find a key's file"
+            )
+    if f.table in ("operator", "broadcast"):
+        red = op_states.get(f.state)  # type: ignore[arg-type]
+        if red is None or (red == "broadcast") != (f.table == "broadcast"):
+            raise bad(f"belongs to operator state {f.state!r}, which the operator does not declare as {f.table} state")
+    if f.subtask is not None and not (_is_int(f.subtask) and 0 <= f.subtask < op.parallelism):
+        raise bad(f"has subtask {f.subtask!r} outside 0..{op.parallelism - 1}")
 
 
 def iso_now() -> str:

@@ -10,7 +10,7 @@ from typing import Any, Sequence
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from statekit.errors import SchemaMismatchError, UntrustedPicklePayloadError
+from statekit.errors import CorruptSavepointError, SchemaMismatchError, UntrustedPicklePayloadError
 from statekit.identifiers import OperatorIdentifier
 from statekit.keygroups import KeyGroupRange, assign_to_key_group
 from statekit.savepoint import keyed as K
@@ -83,13 +83,22 @@ class Savepoint:
 
     def read_file(self, entry: FileEntry) -> pa.Table:
         """One verified Parquet file of this savepoint."""
-        return read_parquet_verified(self.path, entry)
+        return self._read_one(entry)
 
     def _read_files(self, entries: Sequence[FileEntry], **kw: Any) -> list[pa.Table]:
         if len(entries) <= 1:
-            return [read_parquet_verified(self.path, e, **kw) for e in entries]
+            return [self._read_one(e, **kw) for e in entries]
         with ThreadPoolExecutor(min(4, len(entries))) as pool:
-            return list(pool.map(lambda e: read_parquet_verified(self.path, e, **kw), entries))
+            return list(pool.map(lambda e: self._read_one(e, **kw), entries))
+
+    def _read_one(self, entry: FileEntry, **kw: Any) -> pa.Table:
+        table = read_parquet_verified(self.path, entry, **kw)
+        if not kw and table.num_rows != entry.rows:  # a filtered read returns fewer rows on purpose
+            raise CorruptSavepointError(
+                f"{self.path}: file {entry.path} holds {table.num_rows} rows but the manifest recorded {entry.rows}; "
+                "the manifest does not describe this file. Restore the savepoint or use another one."
+            )
+        return table
 
     def _check_schema(self, table: pa.Table, expected: pa.Schema, where: str) -> pa.Table:
         if table.num_columns != len(expected) or any(
@@ -101,7 +110,16 @@ class Savepoint:
                 f"{self.path}: {where} has columns ({got}) but the manifest declares ({want}). The file does not "
                 "belong to this savepoint or was rewritten; restore it or use another savepoint."
             )
-        return table.cast(expected) if table.schema != expected else table
+        if table.schema == expected:
+            return table
+        try:
+            return table.cast(expected)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError, ValueError) as exc:
+            # e.g. nulls in a column the format requires (key, key_group): the file was not written by statekit
+            raise SchemaMismatchError(
+                f"{self.path}: {where} does not fit the schema the manifest declares ({exc}). Restore it or use "
+                "another savepoint; `statekit.savepoint.check` lists every such problem."
+            ) from None
 
     # -- keyed state -------------------------------------------------------------------------------
     def keyed_schema(self, op: OpLike, *, with_key_group: bool = True) -> pa.Schema:
@@ -252,6 +270,11 @@ class Savepoint:
         out: list[list[Any]] = [[] for _ in range(meta.parallelism)]
         table = table.sort_by([("subtask", "ascending"), ("idx", "ascending")])
         for s, v in zip(table.column("subtask").to_pylist(), table.column("value").to_pylist()):
+            if s is None or not 0 <= s < len(out):
+                raise CorruptSavepointError(
+                    f"{self.path}: list state {name!r} of {meta.display_name} has an element of subtask {s}, but the "
+                    f"operator has parallelism {meta.parallelism}. The savepoint is damaged; use another one."
+                )
             out[s].append(v)
         return info, out
 

@@ -99,13 +99,20 @@ class OperatorWriter:
             raise InvalidArgumentError(
                 f"list state {info.name!r}: redistribution must be 'split' or 'union', not {info.redistribution!r}."
             )
-        value_type = parse_ddl(info.type)
+        value_type = _parse_type(info.type, f"list state {info.name!r}")
+        if len(per_subtask) > self.parallelism:
+            raise InvalidArgumentError(
+                f"list state {info.name!r}: {len(per_subtask)} subtask lists given but operator {self.identifier} "
+                f"has parallelism {self.parallelism}; pass one list per subtask."
+            )
         subtasks, idx, values = [], [], []
         for s, items in enumerate(per_subtask):
+            if isinstance(items, pa.ChunkedArray):
+                items = items.combine_chunks()
             arr = items if isinstance(items, pa.Array) else _to_array(list(items), value_type, info.name)
             subtasks.append(np.full(len(arr), s, dtype=np.int32))
             idx.append(np.arange(len(arr), dtype=np.int64))
-            values.append(arr.cast(value_type) if arr.type != value_type else arr)
+            values.append(_cast_array(arr, value_type, info.name))
         if any(v.null_count for v in values):
             raise InvalidArgumentError(f"list state {info.name!r} holds null elements; Flink list state forbids nulls.")
         table = pa.table(
@@ -123,17 +130,16 @@ class OperatorWriter:
             raise InvalidArgumentError(
                 f"broadcast state {info.name!r} needs redistribution='broadcast' and a key_type."
             )
-        schema = pa.schema([pa.field("key", parse_ddl(info.key_type), nullable=False), pa.field("value", parse_ddl(info.type))])
+        what = f"broadcast state {info.name!r}"
+        schema = pa.schema([pa.field("key", _parse_type(info.key_type, what), nullable=False),
+                            pa.field("value", _parse_type(info.type, what))])
         if isinstance(table, dict):
             table = pa.table(
                 {"key": _to_array(list(table), schema.field("key").type, info.name),
                  "value": _to_array(list(table.values()), schema.field("value").type, info.name)}
             )
-        table = K.conform(table, schema, what=f"broadcast state {info.name!r}")
-        if table.column("key").null_count:
-            raise InvalidArgumentError(f"broadcast state {info.name!r} holds a null key; keys must not be null.")
-        if pa.compute.count_distinct(table.column("key")).as_py() != table.num_rows:
-            raise InvalidArgumentError(f"broadcast state {info.name!r} holds a duplicate key; keys must be unique.")
+        table = K.conform(table, schema, what=what)
+        K.check_unique_keys(table, has_namespace=False, what=what)
         self._add_operator_state(info, table)
 
     def _add_operator_state(self, info: OperatorStateInfo, table: pa.Table) -> None:
@@ -208,11 +214,16 @@ class OperatorWriter:
                     f"parallelism {self.max_parallelism}; drop the column and let statekit compute it."
                 )
             out.append((t, kg))
+        out = [(t, kg) for t, kg in out if len(kg)]
         if len(out) > 1:
-            seen = np.zeros(self.max_parallelism, dtype=np.int32)
-            for _, kg in out:
-                seen[np.unique(kg)] += 1
-            if seen.max() > 1:  # overlapping inputs: one table, so each key group stays contiguous
+            # Inputs (e.g. one per subtask) are written in key-group order, whatever order they came
+            # in; if their key-group ranges interleave they become one table, so that the files of
+            # the operator cover ascending, disjoint ranges and each key group stays contiguous.
+            bounds = [(int(kg.min()), int(kg.max())) for _, kg in out]
+            order = sorted(range(len(out)), key=lambda i: bounds[i])
+            if all(bounds[a][1] < bounds[b][0] for a, b in zip(order, order[1:])):
+                out = [out[i] for i in order]
+            else:
                 out = [(pa.concat_tables([t for t, _ in out]), np.concatenate([kg for _, kg in out]))]
         return out
 
@@ -256,6 +267,26 @@ def _write_keyed_chunk(root, rel, table, rows, kg, row_start, kg_start, kg_end, 
     chunk = table.slice(row_start, len(kg)) if rows is None else table.take(pa.array(rows))
     K.check_unique_keys(chunk, has_namespace=has_namespace, what=what)
     return _write_file(root, rel, K.with_key_group_column(chunk, kg), "keyed", None, kg_start, kg_end, None)
+
+
+def _parse_type(ddl: str | None, what: str) -> pa.DataType:
+    if ddl is None:
+        raise InvalidArgumentError(f"{what}: a type is required (a DDL string such as 'bigint').")
+    return parse_ddl(ddl)
+
+
+def _cast_array(arr: pa.Array, arrow_type: pa.DataType, name: str) -> pa.Array:
+    if arr.type == arrow_type:
+        return arr
+    if not K.same_type(arr.type, arrow_type) and not K.castable(arr.type, arrow_type):
+        raise StateTypeError(
+            f"state {name!r}: values of type {arr.type} do not fit declared type {to_ddl(arrow_type)}; "
+            "statekit does not convert between type families. Convert the values or change the declaration."
+        )
+    try:
+        return arr.cast(arrow_type, safe=True)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
+        raise StateTypeError(f"state {name!r}: values do not fit declared type {to_ddl(arrow_type)} ({exc}).") from None
 
 
 def _to_array(values: list, arrow_type: pa.DataType, name: str) -> pa.Array:
@@ -332,11 +363,22 @@ class SavepointBuilder:
         self.job_name = job_name
         self.rows_per_file = rows_per_file
         self.max_workers = max_workers
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        #: Where files are written until the commit renames it to `path`; created when first needed,
+        #: so a builder that is never committed leaves nothing behind.
         self.staging = self.path.parent / f".{self.path.name}.inprogress-{uuid.uuid4().hex[:12]}"
-        self.staging.mkdir()
+        self._created_dirs: list[Path] = []
         self._operators: dict[str, OperatorWriter] = {}
         self._done = False
+
+    def staging_dir(self) -> Path:
+        """The hidden directory files are written to before the commit (created on first call)."""
+        self._check_open()
+        if not self.staging.is_dir():
+            missing = [p for p in reversed(self.staging.parents) if not p.exists()]
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._created_dirs.extend(missing)
+            self.staging.mkdir()
+        return self.staging
 
     def add_operator(
         self,
@@ -384,9 +426,10 @@ class SavepointBuilder:
         try:
             features: set[str] = set()
             metas = []
+            staging = self.staging_dir()
             with ThreadPoolExecutor(self.max_workers) as pool:
                 for writer in self._operators.values():
-                    meta, f = writer._finish(self.staging, pool)
+                    meta, f = writer._finish(staging, pool)
                     metas.append(meta)
                     features |= f
             manifest = Manifest(
@@ -398,10 +441,10 @@ class SavepointBuilder:
                 features=tuple(sorted(features)),
                 format_version=FORMAT_VERSION,
             )
-            write_manifest(self.staging, manifest)
+            write_manifest(staging, manifest)
             if self.path.exists():
                 raise SavepointExistsError(f"{self.path} appeared while writing; not overwriting it.")
-            os.rename(self.staging, self.path)
+            os.rename(staging, self.path)
             _fsync_dir(self.path.parent)
         except BaseException:
             self.abort()
@@ -410,9 +453,15 @@ class SavepointBuilder:
         return self.path
 
     def abort(self) -> None:
-        """Remove everything written so far; `path` is left untouched."""
+        """Remove everything written so far, and parent directories the builder created; `path` is left untouched."""
         self._done = True
         shutil.rmtree(self.staging, ignore_errors=True)
+        for d in reversed(self._created_dirs):  # deepest first; only if still empty
+            try:
+                d.rmdir()
+            except OSError:
+                break
+        self._created_dirs.clear()
 
     def __enter__(self) -> "SavepointBuilder":
         return self
