@@ -567,14 +567,34 @@ def _decode_entries(
 
 
 def _range_items(cf: Rdict, key_groups: KeyGroupRange | None) -> Iterator[tuple[bytes, bytes]]:
-    if key_groups is None:
-        yield from cf.items()
-        return
-    stop = (key_groups.end + 1).to_bytes(2, "big")
-    for k, v in cf.items(from_key=KEY_GROUP_PREFIX[key_groups.start]):
-        if k >= stop:
-            return
+    """Entries of `cf` in `key_groups` (all when None), raising if RocksDB stops early on damage."""
+    start = None if key_groups is None else KEY_GROUP_PREFIX[key_groups.start]
+    stop = None if key_groups is None else (key_groups.end + 1).to_bytes(2, "big")
+    last = None
+    for k, v in cf.items() if start is None else cf.items(from_key=start):
+        if stop is not None and k >= stop:
+            return  # reached the bound, so nothing before it was skipped
+        last = k
         yield k, v
+    _check_complete(cf, last, start)
+
+
+def _check_complete(cf: Rdict, last: bytes | None, start: bytes | None) -> None:
+    # rocksdict's item iterators end silently when RocksDB reports an error (a damaged block), so
+    # a scan that ended without reaching a bound must have seen the column family's last key
+    it = cf.iter()
+    it.seek_to_last()
+    if it.valid():
+        true_last = it.key()
+        if true_last != last and (start is None or true_last >= start):
+            raise CorruptSavepointError(
+                f"a scan of column family data stopped at {last!r} before its last key {true_last!r} "
+                "(RocksDB could not read a block)"
+            )
+        return
+    it.status()  # raises the error that invalidated the iterator, if any
+    if last is not None:
+        raise CorruptSavepointError("RocksDB could not read the last entries of a column family")
 
 
 def _read_checkpoint(
@@ -670,8 +690,13 @@ def native_to_arrow(
         return _read_checkpoint(
             work, key_type=key_type, max_parallelism=max_parallelism, states=states, key_groups=key_groups
         )
-    except StatekitError:
-        raise
+    except StatekitError as exc:
+        if not isinstance(exc, CorruptSavepointError):
+            raise
+        raise CorruptSavepointError(
+            f"native RocksDB checkpoint {src} cannot be read: {exc}. The files are damaged or incomplete; "
+            "restore from another checkpoint or savepoint."
+        ) from exc
     except Exception as exc:  # noqa: BLE001 - RocksDB and decoding failures alike mean damaged files
         raise CorruptSavepointError(
             f"native RocksDB checkpoint {src} cannot be read: {exc}. The files are damaged or incomplete; "
