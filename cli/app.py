@@ -109,6 +109,62 @@ def _value_columns(columns: list[str]) -> set[str]:
     return {c for c in columns if c not in structural}
 
 
+def _run_transform(plan_fn, apply: bool) -> None:
+    try:
+        plan = plan_fn(dry_run=not apply)
+    except StatekitError as exc:
+        _fail(exc)
+    console.print(str(plan), highlight=False)
+    if not apply:
+        console.print("[yellow]dry run[/]: nothing written; pass --apply to write the new savepoint")
+
+
+_APPLY = typer.Option(False, "--apply", help="Write the new savepoint (default: dry run that only reports).")
+
+
+@app.command("rename-uid")
+def rename_uid(
+    source: Path = typer.Argument(..., help="Savepoint to read (never modified)."),
+    target: Path = typer.Argument(..., help="New savepoint to write (must not exist)."),
+    old: str = typer.Option(..., "--from", help="Current uid of the operator."),
+    new: str = typer.Option(..., "--to", help="New uid."),
+    apply: bool = _APPLY,
+) -> None:
+    """Give an operator a new uid; its state is carried over unchanged into a new savepoint."""
+    from statekit.savepoint.transforms import rename_operator
+
+    _run_transform(lambda dry_run: rename_operator(source, target, old, new, dry_run=dry_run), apply)
+
+
+@app.command("remove-operator")
+def remove_operator_cmd(
+    source: Path = typer.Argument(..., help="Savepoint to read (never modified)."),
+    target: Path = typer.Argument(..., help="New savepoint to write (must not exist)."),
+    uid: str = typer.Option(..., "--uid", help="Uid of the operator to drop."),
+    apply: bool = _APPLY,
+) -> None:
+    """Drop an operator and all its state into a new savepoint."""
+    from statekit.savepoint.transforms import remove_operator
+
+    _run_transform(lambda dry_run: remove_operator(source, target, uid, dry_run=dry_run), apply)
+
+
+@app.command("set-max-parallelism")
+def set_max_parallelism(
+    source: Path = typer.Argument(..., help="Savepoint to read (never modified)."),
+    target: Path = typer.Argument(..., help="New savepoint to write (must not exist)."),
+    uid: str = typer.Option(..., "--uid", help="Uid of the keyed operator."),
+    max_parallelism: int = typer.Option(..., "--max", help="New max parallelism (1..32768)."),
+    apply: bool = _APPLY,
+) -> None:
+    """Re-hash an operator's keyed state and timers into a new max parallelism."""
+    from statekit.savepoint.transforms import change_max_parallelism
+
+    _run_transform(
+        lambda dry_run: change_max_parallelism(source, target, uid, max_parallelism, dry_run=dry_run), apply
+    )
+
+
 @app.command()
 def demo(
     out: Path = typer.Option(Path("demo-output"), "--out", help="Directory for the demo's savepoints."),

@@ -65,6 +65,8 @@ class OperatorWriter:
         self._operator_states: list[tuple[OperatorStateInfo, pa.Table | None]] = []
         self._native: list[tuple[int, Path, KeyGroupRange, list[str]]] = []
         self._preset_files: list[FileEntry] = []
+        self._linked_states: list[OperatorStateInfo] = []
+        self._linked_native = False
 
     # -- keyed -------------------------------------------------------------------------------------
     def _require_keyed(self, what: str) -> str:
@@ -155,9 +157,19 @@ class OperatorWriter:
         self._require_keyed("native keyed state")
         self._native.append((subtask, Path(directory), key_group_range, list(files)))
 
-    def add_files(self, entries: Iterable[FileEntry]) -> None:
-        """Files already placed inside the savepoint by another writer (e.g. Spark executors)."""
+    def add_files(
+        self,
+        entries: Iterable[FileEntry],
+        *,
+        operator_states: Iterable[OperatorStateInfo] = (),
+        native: bool = False,
+    ) -> None:
+        """Register files already placed in the staging directory (linked from another savepoint, or
+        written by Spark executors), with the operator states they hold and whether the keyed files
+        are a native RocksDB checkpoint."""
         self._preset_files.extend(entries)
+        self._linked_states.extend(operator_states)
+        self._linked_native = self._linked_native or native
 
     # -- commit ------------------------------------------------------------------------------------
     def _finish(self, root: Path, pool: ThreadPoolExecutor) -> tuple[OperatorMetadata, set[str]]:
@@ -176,13 +188,14 @@ class OperatorWriter:
             if table.num_rows:
                 rel = f"{self.dir}/{sub}/{_safe_name(info.name)}/part-00000.parquet"
                 futures.append(pool.submit(_write_file, root, rel, table, sub, info.name, None, None, None))
-        if self._native:
+        if self._native or self._linked_native:
             features.add("rocksdb-native")
             futures += [pool.submit(_link_file, root, f"{self.dir}/rocksdb/subtask-{s}", d, f, s, r)
                         for s, d, r, names in self._native for f in names]
         entries = [f.result() for f in futures] + self._preset_files
         infos = self.keyed_states
-        if any(s.pickled for s in infos) or any(i.pickled for i, _ in self._operator_states):
+        op_infos = [i for i, _ in self._operator_states] + self._linked_states
+        if any(s.pickled for s in infos) or any(i.pickled for i in op_infos):
             features.add("pickled")
         meta = OperatorMetadata(
             uid=self.identifier.uid,
@@ -193,9 +206,9 @@ class OperatorWriter:
             key_type=self.key_type,
             namespace_type=self.namespace_type,
             keyed_states=infos,
-            operator_states=tuple(i for i, _ in self._operator_states),
+            operator_states=tuple(i for i, _ in self._operator_states) + tuple(self._linked_states),
             files=tuple(sorted(entries, key=lambda e: e.path)),
-            keyed_format="rocksdb" if self._native else "parquet",
+            keyed_format="rocksdb" if self._native or self._linked_native else "parquet",
         )
         return meta, features
 

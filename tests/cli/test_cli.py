@@ -82,3 +82,31 @@ def test_not_a_savepoint(tmp_path):
     result = runner.invoke(app, ["inspect", str(tmp_path)], env={"COLUMNS": "200"})
     assert result.exit_code == 2
     assert "NotASavepointError" in result.output
+
+
+def test_repairs_default_to_dry_run_then_apply(savepoint, tmp_path):
+    target = tmp_path / "renamed"
+    dry = runner.invoke(app, ["rename-uid", str(savepoint), str(target), "--from", "accounts", "--to", "acc2"],
+                        env={"COLUMNS": "200"})
+    assert dry.exit_code == 0, dry.output
+    assert "dry run" in dry.output and not target.exists()
+    applied = runner.invoke(app, ["rename-uid", str(savepoint), str(target), "--from", "accounts", "--to", "acc2",
+                                  "--apply"], env={"COLUMNS": "200"})
+    assert applied.exit_code == 0, applied.output
+    assert runner.invoke(app, ["check", str(target)]).exit_code == 0
+    rescaled = tmp_path / "rescaled"
+    result = runner.invoke(app, ["set-max-parallelism", str(target), str(rescaled), "--uid", "acc2", "--max", "256",
+                                 "--apply"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    removed = tmp_path / "removed"
+    result = runner.invoke(app, ["remove-operator", str(rescaled), str(removed), "--uid", "rules", "--apply"])
+    assert result.exit_code == 0, result.output
+    inspect = runner.invoke(app, ["inspect", str(removed)], env={"COLUMNS": "200"})
+    assert "256" in inspect.output and "rules" not in inspect.output
+
+
+def test_repair_error_is_typed(savepoint, tmp_path):
+    result = runner.invoke(app, ["set-max-parallelism", str(savepoint), str(tmp_path / "x"), "--uid", "accounts",
+                                 "--max", "0", "--apply"], env={"COLUMNS": "200"})
+    assert result.exit_code == 2 and "ParallelismError" in result.output
+    assert not (tmp_path / "x").exists()

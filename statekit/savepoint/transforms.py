@@ -1,0 +1,164 @@
+"""Savepoint transforms (rename a uid, remove an operator, change max parallelism) as new savepoints.
+
+Each transform reads a source savepoint and writes a new one through `SavepointBuilder`; files
+whose content does not change are hard-linked (copied across devices), so a transform costs
+little more than the operators it really rewrites. The source is never modified. Every transform
+first builds a `TransformPlan` describing what would change; ``dry_run=True`` returns it without
+writing anything.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from statekit.errors import InvalidArgumentError
+from statekit.identifiers import OperatorIdentifier
+from statekit.keygroups import check_max_parallelism
+from statekit.savepoint.manifest import FileEntry, OperatorMetadata, safe_relative_path
+from statekit.savepoint.reader import Savepoint
+from statekit.savepoint.writer import SavepointBuilder
+
+OpLike = OperatorIdentifier | str
+
+
+@dataclass
+class TransformPlan:
+    """What a transform changes: one human-readable line per change, and the target path."""
+
+    source: Path
+    target: Path
+    changes: list[str] = field(default_factory=list)
+    written: bool = False
+
+    def __str__(self) -> str:
+        verb = "wrote" if self.written else "would write"
+        return "\n".join([f"{verb} {self.target} from {self.source}:"] + [f"  - {c}" for c in self.changes])
+
+
+def _link_operator(builder: SavepointBuilder, source: Savepoint, meta: OperatorMetadata,
+                   ident: OperatorIdentifier, *, name: str | None = None) -> None:
+    """Carry an operator over unchanged (possibly under a new identifier) by hard-linking its files."""
+    writer = builder.add_operator(
+        ident, name=name or meta.name, parallelism=meta.parallelism, max_parallelism=meta.max_parallelism,
+        key_type=meta.key_type, keyed_states=meta.keyed_states, namespace_type=meta.namespace_type,
+    )
+    entries = []
+    for f in meta.files:
+        rel = f"{writer.dir}/{f.path.split('/', 1)[1]}" if "/" in f.path else f"{writer.dir}/{f.path}"
+        src = safe_relative_path(source.path, f.path)
+        dst = safe_relative_path(builder.staging, rel)
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            os.link(src, dst)
+        except OSError:
+            shutil.copy2(src, dst)
+        entries.append(FileEntry(rel, f.table, f.rows, f.bytes, f.checksum, f.state,
+                                 f.key_group_start, f.key_group_end, f.subtask))
+    writer.add_files(entries, operator_states=meta.operator_states, native=meta.is_native)
+
+
+def _transform(source_path, target_path, *, dry_run: bool, plan_fn: Callable[[Savepoint, TransformPlan], Callable]) -> TransformPlan:
+    source = Savepoint.open(source_path)
+    plan = TransformPlan(Path(source_path), Path(target_path))
+    apply = plan_fn(source, plan)
+    if dry_run:
+        return plan
+    with SavepointBuilder(target_path, checkpoint_id=source.checkpoint_id, job_name=source.job_name) as builder:
+        apply(builder)
+    plan.written = True
+    return plan
+
+
+def rename_operator(source: str | os.PathLike, target: str | os.PathLike, old: OpLike, new: OpLike, *,
+                    dry_run: bool = False) -> TransformPlan:
+    """Give operator `old` the identifier `new` (Flink's ``changeOperatorIdentifier``).
+
+    State is carried over byte for byte; only the manifest entry changes. `new` must not exist in
+    the savepoint already.
+    """
+    def plan_fn(sp: Savepoint, plan: TransformPlan):
+        meta = sp.operator(old)
+        new_ident = OperatorIdentifier.coerce(new)
+        if any(m.uid_hash == new_ident.uid_hash for m in sp.operators):
+            raise InvalidArgumentError(
+                f"operator {new_ident} already exists in {sp.path}; remove it first or choose another uid."
+            )
+        plan.changes.append(f"rename operator {meta.display_name} ({meta.uid_hash}) to {new_ident} "
+                            f"({new_ident.uid_hash}); {len(meta.files)} file(s) carried over unchanged")
+
+        def apply(builder: SavepointBuilder) -> None:
+            for m in sp.operators:
+                if m.uid_hash == meta.uid_hash:
+                    _link_operator(builder, sp, m, new_ident, name=new_ident.uid or m.name)
+                else:
+                    _link_operator(builder, sp, m, m.identifier)
+        return apply
+
+    return _transform(source, target, dry_run=dry_run, plan_fn=plan_fn)
+
+
+def remove_operator(source: str | os.PathLike, target: str | os.PathLike, op: OpLike, *,
+                    dry_run: bool = False) -> TransformPlan:
+    """Drop operator `op` and all its state (Flink's ``removeOperator``)."""
+    def plan_fn(sp: Savepoint, plan: TransformPlan):
+        meta = sp.operator(op)
+        plan.changes.append(f"remove operator {meta.display_name} ({meta.uid_hash}) with "
+                            f"{len(meta.keyed_states)} keyed and {len(meta.operator_states)} operator state(s), "
+                            f"{len(meta.files)} file(s)")
+
+        def apply(builder: SavepointBuilder) -> None:
+            for m in sp.operators:
+                if m.uid_hash != meta.uid_hash:
+                    _link_operator(builder, sp, m, m.identifier)
+        return apply
+
+    return _transform(source, target, dry_run=dry_run, plan_fn=plan_fn)
+
+
+def change_max_parallelism(source: str | os.PathLike, target: str | os.PathLike, op: OpLike,
+                           max_parallelism: int, *, dry_run: bool = False) -> TransformPlan:
+    """Re-hash `op`'s keyed state and timers into `max_parallelism` key groups.
+
+    Flink cannot restore a savepoint into a different max parallelism; after this transform the
+    job can run with the new one. The operator's parallelism is capped at the new max.
+    """
+    check_max_parallelism(max_parallelism)
+
+    def plan_fn(sp: Savepoint, plan: TransformPlan):
+        meta = sp.operator(op)
+        if meta.key_type is None:
+            raise InvalidArgumentError(
+                f"operator {meta.display_name} has no keyed state; max parallelism only matters for keyed state."
+            )
+        parallelism = min(meta.parallelism, max_parallelism)
+        plan.changes.append(f"operator {meta.display_name}: max parallelism {meta.max_parallelism} -> "
+                            f"{max_parallelism}, parallelism {meta.parallelism} -> {parallelism}; keyed table and "
+                            "timers re-hashed into the new key groups")
+
+        def apply(builder: SavepointBuilder) -> None:
+            for m in sp.operators:
+                if m.uid_hash != meta.uid_hash:
+                    _link_operator(builder, sp, m, m.identifier)
+                    continue
+                writer = builder.add_operator(
+                    m.identifier, name=m.name, parallelism=parallelism, max_parallelism=max_parallelism,
+                    key_type=m.key_type, keyed_states=m.keyed_states, namespace_type=m.namespace_type,
+                )
+                keyed = sp.keyed_table(op)
+                if keyed.num_rows:
+                    writer.write_keyed(keyed)
+                timers = sp.timers(op)
+                if timers.num_rows:
+                    writer.write_timers(timers.drop_columns(["key_group"]))
+                for info in m.operator_states:
+                    if info.redistribution == "broadcast":
+                        writer.write_broadcast_state(info, sp.broadcast_state(op, info.name))
+                    else:
+                        writer.write_list_state(info, sp.operator_state_lists(op, info.name)[1])
+        return apply
+
+    return _transform(source, target, dry_run=dry_run, plan_fn=plan_fn)
