@@ -191,18 +191,25 @@ class KeyedStateDescriptor:
     """Common base of the keyed state descriptors."""
 
     kind: ClassVar[StateKind]
+    #: The field holding the declared type of the stored values (elements for lists, values for maps).
+    _value_field: ClassVar[str] = "type"
 
     def _post(self) -> None:
         _check_name(self.name)  # type: ignore[attr-defined]
+        _arrow_or_pickled(getattr(self, self._value_field))
+
+    def _declared_value_type(self) -> TypeLike:
+        return getattr(self, self._value_field)
 
     @property
     def column_type(self) -> pa.DataType:
         """The Arrow type of this state's column in the keyed table."""
-        raise NotImplementedError
+        return to_arrow(self._declared_value_type())
 
     @property
     def pickled(self) -> bool:
-        raise NotImplementedError
+        """True when the stored values are pickled (declared `PICKLED`)."""
+        return is_pickled(self._declared_value_type())
 
     def info(self) -> StateInfo:
         ttl = self.ttl.ttl_ms if self.ttl is not None else None  # type: ignore[attr-defined]
@@ -229,15 +236,6 @@ class ValueStateDescriptor(KeyedStateDescriptor):
 
     def __post_init__(self) -> None:
         self._post()
-        _arrow_or_pickled(self.type)
-
-    @property
-    def column_type(self) -> pa.DataType:
-        return to_arrow(self.type)
-
-    @property
-    def pickled(self) -> bool:
-        return is_pickled(self.type)
 
 
 @dataclass(frozen=True)
@@ -248,18 +246,14 @@ class ListStateDescriptor(KeyedStateDescriptor):
     element_type: TypeLike
     ttl: StateTtlConfig | None = field(default=None, kw_only=True)
     kind: ClassVar[StateKind] = "list"
+    _value_field: ClassVar[str] = "element_type"
 
     def __post_init__(self) -> None:
         self._post()
-        _arrow_or_pickled(self.element_type)
 
     @property
     def column_type(self) -> pa.DataType:
         return pa.list_(to_arrow(self.element_type))
-
-    @property
-    def pickled(self) -> bool:
-        return is_pickled(self.element_type)
 
 
 @dataclass(frozen=True)
@@ -271,21 +265,17 @@ class MapStateDescriptor(KeyedStateDescriptor):
     value_type: TypeLike
     ttl: StateTtlConfig | None = field(default=None, kw_only=True)
     kind: ClassVar[StateKind] = "map"
+    _value_field: ClassVar[str] = "value_type"
 
     def __post_init__(self) -> None:
         self._post()
         if is_pickled(self.key_type):
             raise StateTypeError(f"map state {self.name!r}: map keys need a declared type, not PICKLED.")
         _arrow_or_pickled(self.key_type)
-        _arrow_or_pickled(self.value_type)
 
     @property
     def column_type(self) -> pa.DataType:
         return pa.map_(to_arrow(self.key_type), to_arrow(self.value_type))
-
-    @property
-    def pickled(self) -> bool:
-        return is_pickled(self.value_type)
 
 
 @dataclass(frozen=True)
@@ -301,15 +291,6 @@ class ReducingStateDescriptor(KeyedStateDescriptor):
     def __post_init__(self) -> None:
         self._post()
         object.__setattr__(self, "reduce_function", as_reduce_function(self.reduce_function))
-        _arrow_or_pickled(self.type)
-
-    @property
-    def column_type(self) -> pa.DataType:
-        return to_arrow(self.type)
-
-    @property
-    def pickled(self) -> bool:
-        return is_pickled(self.type)
 
 
 @dataclass(frozen=True)
@@ -321,6 +302,7 @@ class AggregatingStateDescriptor(KeyedStateDescriptor):
     accumulator_type: TypeLike
     ttl: StateTtlConfig | None = field(default=None, kw_only=True)
     kind: ClassVar[StateKind] = "aggregating"
+    _value_field: ClassVar[str] = "accumulator_type"
 
     def __post_init__(self) -> None:
         self._post()
@@ -328,15 +310,6 @@ class AggregatingStateDescriptor(KeyedStateDescriptor):
             raise StateTypeError(
                 f"aggregating state {self.name!r}: {self.aggregate_function!r} is not an AggregateFunction."
             )
-        _arrow_or_pickled(self.accumulator_type)
-
-    @property
-    def column_type(self) -> pa.DataType:
-        return to_arrow(self.accumulator_type)
-
-    @property
-    def pickled(self) -> bool:
-        return is_pickled(self.accumulator_type)
 
 
 @dataclass(frozen=True)
