@@ -32,10 +32,12 @@ from statekit.backends.base import (
     create_keyed_backend,
 )
 from statekit.backends.heap import HeapKeyedStateBackend
+from statekit.backends.operator import DefaultOperatorStateStore
 
 __all__ = [
     "SUPPORTED_BACKENDS",
     "VOID_NAMESPACE",
+    "DefaultOperatorStateStore",
     "HeapKeyedStateBackend",
     "KeyedSnapshot",
     "KeyedStateBackend",
