@@ -226,7 +226,13 @@ def sort_by_key_group(table: pa.Table, kg: np.ndarray) -> tuple[pa.Table, np.nda
 
 
 def split_by_key_group(kg_sorted: np.ndarray, rows_per_file: int) -> list[KeyGroupSplit]:
-    """Cut a key-group-sorted column into files of about `rows_per_file` rows at key-group boundaries."""
+    """Cut a key-group-sorted column at key-group boundaries into files of at most `rows_per_file` rows.
+
+    A key group is never split, so a file holding a single key group may be larger.
+
+    >>> [(s.kg_start, s.kg_end, s.row_start, s.row_end) for s in split_by_key_group(np.array([0, 0, 1, 2, 2, 2, 5]), 3)]
+    [(0, 1, 0, 3), (2, 2, 3, 6), (5, 5, 6, 7)]
+    """
     n = len(kg_sorted)
     if n == 0:
         return []
@@ -237,7 +243,10 @@ def split_by_key_group(kg_sorted: np.ndarray, rows_per_file: int) -> list[KeyGro
     i = 0
     while i < len(starts):
         row_start = int(starts[i])
-        j = int(np.searchsorted(starts, row_start + rows_per_file, side="left"))
+        # The last key-group start at or before row_start + rows_per_file ends this file.
+        j = int(np.searchsorted(starts, row_start + rows_per_file, side="right")) - 1
+        if n - row_start <= rows_per_file:
+            j = len(starts)
         j = max(j, i + 1)  # a file holds at least one whole key group
         row_end = int(starts[j]) if j < len(starts) else n
         splits.append(KeyGroupSplit(int(kg_sorted[row_start]), int(kg_sorted[row_end - 1]), row_start, row_end))

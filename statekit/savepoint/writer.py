@@ -376,22 +376,23 @@ class SavepointBuilder:
         self.job_name = job_name
         self.rows_per_file = rows_per_file
         self.max_workers = max_workers
-        #: Where files are written until the commit renames it to `path`; created when first needed,
-        #: so a builder that is never committed leaves nothing behind.
-        self.staging = self.path.parent / f".{self.path.name}.inprogress-{uuid.uuid4().hex[:12]}"
+        # Where files are written until the commit renames it to `path`; created when first needed,
+        # so a builder that is never committed leaves nothing behind.
+        self._staging = self.path.parent / f".{self.path.name}.inprogress-{uuid.uuid4().hex[:12]}"
         self._created_dirs: list[Path] = []
         self._operators: dict[str, OperatorWriter] = {}
         self._done = False
 
-    def staging_dir(self) -> Path:
-        """The hidden directory files are written to before the commit (created on first call)."""
+    @property
+    def staging(self) -> Path:
+        """The hidden sibling directory files are written to before the commit (created on first use)."""
         self._check_open()
-        if not self.staging.is_dir():
-            missing = [p for p in reversed(self.staging.parents) if not p.exists()]
+        if not self._staging.is_dir():
+            missing = [p for p in reversed(self._staging.parents) if not p.exists()]
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._created_dirs.extend(missing)
-            self.staging.mkdir()
-        return self.staging
+            self._staging.mkdir()
+        return self._staging
 
     def add_operator(
         self,
@@ -439,7 +440,7 @@ class SavepointBuilder:
         try:
             features: set[str] = set()
             metas = []
-            staging = self.staging_dir()
+            staging = self.staging
             with ThreadPoolExecutor(self.max_workers) as pool:
                 for writer in self._operators.values():
                     meta, f = writer._finish(staging, pool)
@@ -468,7 +469,7 @@ class SavepointBuilder:
     def abort(self) -> None:
         """Remove everything written so far, and parent directories the builder created; `path` is left untouched."""
         self._done = True
-        shutil.rmtree(self.staging, ignore_errors=True)
+        shutil.rmtree(self._staging, ignore_errors=True)
         for d in reversed(self._created_dirs):  # deepest first; only if still empty
             try:
                 d.rmdir()
