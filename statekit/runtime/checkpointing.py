@@ -82,6 +82,7 @@ def write_snapshot(path: Path, checkpoint_id: int, kind: str, job_name: str, ope
             if timer_rows:
                 w.write_timers(timers_table(timer_rows, key_type, None))
             _write_operator_states(w, subs)
+    log.info("%s %d written to %s", kind, checkpoint_id, path)
     return path
 
 
@@ -99,9 +100,6 @@ def _write_operator_states(w: Any, subs: list[Any]) -> None:
         for s in subs:
             entry = s.operator_states.get(name)
             per_subtask.append(entry[1].column("value").combine_chunks() if entry is not None else [])
-        if info.redistribution == "union":
-            # Every subtask holds the whole union after a restore; one copy is the state.
-            per_subtask = [per_subtask[0]] + [[] for _ in per_subtask[1:]]
         w.write_list_state(info, per_subtask)
 
 
@@ -141,8 +139,12 @@ class CheckpointCoordinator:
         return cfg.interval_ms is not None and now - self.last_trigger >= cfg.interval_ms
 
     def records_until_due(self) -> int | None:
+        """Elements until a record-count checkpoint is due; None when none is configured or one is overdue
+        (held back by max concurrency or min pause, so batching need not stop for it)."""
         every = self.config.every_records
-        return None if every is None else max(1, every - self.records_since)
+        if every is None or self.records_since >= every:
+            return None
+        return every - self.records_since
 
     def allocate_id(self) -> int:
         cid = self.next_id

@@ -12,7 +12,7 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
-from statekit.errors import JobError
+from statekit.errors import JobError, RestoreError
 from statekit.keygroups import default_max_parallelism
 from statekit.runtime.checkpointing import CheckpointCoordinator, OperatorSnapshot
 from statekit.runtime.clock import ManualClock
@@ -80,6 +80,12 @@ class JobRunner:
         cfg = env.get_checkpoint_config()
         storage = cfg.storage if cfg.storage is not None else self.workdir / "checkpoints"
         self.coordinator = CheckpointCoordinator(cfg, self.clock, storage, job_name)
+        if cfg.enabled or self.final_savepoint is not None:
+            # Import the writer (and Parquet) up front: done lazily by the first checkpoint's
+            # background thread, it would hold the GIL long enough to delay that checkpoint.
+            import pyarrow.parquet  # noqa: F401
+
+            import statekit.savepoint  # noqa: F401
         self.requests: "queue.Queue[tuple]" = queue.Queue()
         self.collectors = [t.options["collector"] for t in self.transformations if isinstance(t.options.get("collector"), Collector)]
         self.status = "CREATED"
@@ -189,9 +195,16 @@ class Execution:
         env = self.env
         for t in self.runner.transformations:
             p = t.effective_parallelism(env.get_parallelism())
-            m = t.max_parallelism or (plan.max_parallelism_for(t) if plan else None) or env.get_max_parallelism() or default_max_parallelism(p)
+            # An explicit max parallelism wins (and must match a restored one); otherwise a restored
+            # operator keeps the savepoint's, since key groups cannot be re-cut.
+            restored_m = plan.max_parallelism_for(t) if plan else None
+            m = t.max_parallelism or env.get_max_parallelism() or restored_m or default_max_parallelism(p)
             if p > m:
-                raise JobError(f"operator {t.name!r}: parallelism {p} exceeds its max parallelism {m}")
+                error = RestoreError if restored_m == m else JobError
+                raise error(
+                    f"operator {t.name!r}: parallelism {p} exceeds its max parallelism {m}; "
+                    "run with a parallelism <= max parallelism"
+                )
             self.ops[t.id] = [t.operator_class(t, i, p, m, self) for i in range(p)]
             if isinstance(self.ops[t.id][0], SourceOperator):
                 self.sources.extend(self.ops[t.id])

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from statekit.runtime import (
+    CheckpointListener,
     FileSink,
     KeyedProcessFunction,
     MapFunction,
@@ -23,25 +24,38 @@ def events(n: int, keys: int = 37) -> list[tuple[str, int]]:
     return [(f"k{(i * 7919) % keys}", i) for i in range(n)]
 
 
-class FailOnce(MapFunction):
-    """Raises (or parks the process for a SIGKILL) at one element, in the first attempt only."""
+class FailOnce(MapFunction, CheckpointListener):
+    """Raises at one element, or parks the process for a SIGKILL, in the first attempt only.
+
+    Parked, the process keeps writing the checkpoints in flight (their threads go on); the
+    parent kills it once it has read that at least one checkpoint was written.
+    """
 
     def __init__(self, at: int | None, mode: str = "raise") -> None:
         self.at, self.mode = at, mode
+        self.completed = 0
 
     def open(self, runtime_context):
         self.attempt = runtime_context.get_attempt_number()
 
+    def notify_checkpoint_complete(self, checkpoint_id):
+        self.completed += 1
+
     def map(self, value):
-        if self.attempt == 0 and value[1] == self.at:
-            if self.mode == "raise":
+        if self.attempt == 0 and self.at is not None:
+            if self.mode == "raise" and value[1] == self.at:
                 raise RuntimeError(f"injected failure at element {self.at}")
+            if self.mode == "park" and value[1] == self.at:
+                self._park(value[1])
+        return value
+
+    def _park(self, at: int) -> None:
+        if True:
             # Tell the parent where we are, then wait to be killed.
-            sys.stdout.write(f"parked {self.at}\n")
+            sys.stdout.write(f"parked {at}\n")
             sys.stdout.flush()
             sys.stdin.readline()
             os._exit(3)  # only reached if the parent closes stdin instead of killing
-        return value
 
 
 class SumCount(KeyedProcessFunction):
@@ -95,5 +109,17 @@ def run_to_files(backend: str, n: int, out: Path, checkpoints: Path, savepoint: 
 
 
 if __name__ == "__main__":  # the child process of the kill test
+    import logging
+
+    import pyarrow as pa
+
+    handler = logging.StreamHandler(sys.stdout)  # "checkpoint N written" lines tell the parent
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    logging.getLogger("statekit.runtime.checkpointing").addHandler(handler)
+    logging.getLogger("statekit.runtime.checkpointing").setLevel(logging.INFO)
+
+    # pyarrow imports pandas on first use (~0.5 s); do it now so the first checkpoint completes
+    # while the job still runs, as in a warm long-running process.
+    pa.array([1])
     backend, n, out, chk, sp, at = sys.argv[1:7]
     run_to_files(backend, int(n), Path(out), Path(chk), Path(sp), fail_at=int(at), mode="park")

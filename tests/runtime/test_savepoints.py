@@ -1,0 +1,180 @@
+"""Savepoints written by the runtime: contents, restore by uid hash, and rescaling 2 → 1, 3, 4."""
+
+from __future__ import annotations
+
+import pytest
+
+from jobs import SumCount, events
+from statekit.errors import JobError, RestoreError
+from statekit.runtime import (
+    CheckpointedFunction,
+    KeyedProcessFunction,
+    MapFunction,
+    StreamExecutionEnvironment,
+    WatermarkStrategy,
+)
+from statekit.savepoint import Savepoint
+from statekit.state.descriptors import ListStateDescriptor, ValueStateDescriptor
+
+
+class Count(KeyedProcessFunction):
+    def open(self, rc):
+        self.count = rc.get_state(ValueStateDescriptor("count", "bigint"))
+
+    def process_element(self, value, ctx):
+        n = (self.count.value() or 0) + 1
+        self.count.update(n)
+        yield value, n
+
+
+def test_savepoint_holds_exactly_the_jobs_keys_and_values(backend, tmp_path):
+    words = [f"w{i % 50}" for i in range(1_000)]
+    env = StreamExecutionEnvironment(parallelism=3, state_backend=backend)
+    env.from_collection(words).uid("words").key_by(lambda w: w, key_type="string").process(Count()).uid("count")
+    env.execute("count", final_savepoint=tmp_path / "sp")
+    sp = Savepoint.open(tmp_path / "sp")
+    assert sp.kind == "savepoint" and sp.job_name == "count"
+    op = sp.operator("count")
+    assert (op.parallelism, op.max_parallelism, op.key_type) == (3, 128, "string")
+    assert [s.name for s in op.keyed_states] == ["count"]
+    table = sp.keyed_table("count")
+    assert dict(zip(table.column("key").to_pylist(), table.column("count").to_pylist())) == {f"w{i}": 20 for i in range(50)}
+    assert sp.get("count", "w7") == {"count": 20}
+    assert sp.list_state("words", "offset").column("value").to_pylist() == [1_000]
+
+
+def _rescale_run(backend, tmp_path, first: list, rest: list, p1: int, p2: int):
+    """Run `first` at p1 to a savepoint, then `rest` at p2 restored from it; return outputs and state."""
+    strategy = WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner(lambda e, ts: e[1] * 10)
+    env2 = StreamExecutionEnvironment(parallelism=p1, state_backend=backend)
+    src = env2.from_source(first, strategy, "events").uid("events-1")
+    o1 = src.key_by(lambda e: e[0], key_type="string").process(SumCount()).uid("sum").execute_and_collect(
+        final_savepoint=tmp_path / f"sp-{p1}"
+    )
+    env3 = StreamExecutionEnvironment(parallelism=p2, state_backend=backend)
+    src = env3.from_source(rest, strategy, "events").uid("events-2")
+    o2 = src.key_by(lambda e: e[0], key_type="string").process(SumCount()).uid("sum").execute_and_collect(
+        restore_from=tmp_path / f"sp-{p1}", allow_non_restored_state=True, final_savepoint=tmp_path / f"sp-{p1}-{p2}"
+    )
+    return list(o1) + list(o2), Savepoint.open(tmp_path / f"sp-{p1}-{p2}")
+
+
+@pytest.mark.parametrize("p2", [1, 3, 4])
+def test_rescale_from_2(backend, tmp_path, p2):
+    data = events(1_000, keys=61)
+    first, rest = data[:600], data[600:]
+    # The unrescaled reference: the same two runs at parallelism 2.
+    ref_out, ref_sp = _rescale_run(backend, tmp_path / "ref", first, rest, 2, 2)
+    out, sp = _rescale_run(backend, tmp_path / "new", first, rest, 2, p2)
+    key = repr
+    assert sorted(out, key=key) == sorted(ref_out, key=key)
+    rows = lambda s: sorted(s.keyed_table("sum").to_pylist(), key=lambda r: r["key"])  # noqa: E731
+    assert rows(sp) == rows(ref_sp)
+    timers = lambda s: sorted(map(repr, s.timers("sum").to_pylist()))  # noqa: E731
+    assert timers(sp) == timers(ref_sp)
+    assert sp.operator("sum").parallelism == p2
+
+
+def test_pending_event_timers_are_in_the_final_savepoint(backend, tmp_path):
+    strategy = WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner(lambda e, ts: e[1] * 10)
+    env = StreamExecutionEnvironment(parallelism=2, state_backend=backend)
+    src = env.from_source(events(20, keys=3), strategy, "events").uid("events")
+    out = src.key_by(lambda e: e[0], key_type="string").process(SumCount()).uid("sum").execute_and_collect(
+        final_savepoint=tmp_path / "sp"
+    )
+    timers = Savepoint.open(tmp_path / "sp").timers("sum").to_pylist()
+    # The last element's timer (at 190 + 50) is still pending: no end-of-input watermark fired it.
+    assert {t["timestamp"] for t in timers} >= {240}
+    assert all(t["domain"] == "event" for t in timers)
+    fired = [o for o in out if o[1] == "timer"]
+    assert all(o[2] <= 199 for o in fired)  # only timers the watermarks passed fired
+
+
+# -- operator list state on rescale --------------------------------------------------------------------
+
+SEEN: dict[str, dict[int, list]] = {}
+
+
+class Stateful(MapFunction, CheckpointedFunction):
+    """Each subtask keeps some operator list state and some union list state."""
+
+    def initialize_state(self, ctx):
+        store = ctx.get_operator_state_store()
+        self.items = store.get_list_state(ListStateDescriptor("items", "bigint"))
+        self.union = store.get_union_list_state(ListStateDescriptor("everyone", "string"))
+        self.index = None
+        if ctx.is_restored():
+            self.restored = (list(self.items.get() or []), sorted(self.union.get() or []))
+
+    def open(self, rc):
+        self.index = rc.get_index_of_this_subtask()
+        if hasattr(self, "restored"):
+            SEEN.setdefault("restored", {})[self.index] = self.restored
+
+    def map(self, value):
+        return value
+
+    def snapshot_state(self, ctx):
+        base = self.index * 100
+        self.items.update([base + i for i in range(5)])
+        self.union.update([f"subtask-{self.index}"])
+
+
+@pytest.mark.parametrize("p2", [1, 3, 4])
+def test_operator_state_split_and_union_on_rescale(backend, tmp_path, p2):
+    SEEN.clear()
+    env = StreamExecutionEnvironment(parallelism=2, state_backend=backend)
+    env.from_collection(range(10)).uid("src").map(Stateful()).uid("stateful")
+    env.execute("ops", final_savepoint=tmp_path / "sp")
+    env = StreamExecutionEnvironment(parallelism=p2, state_backend=backend)
+    env.from_collection([]).uid("src").map(Stateful()).uid("stateful")
+    env.execute("ops", restore_from=tmp_path / "sp")
+    restored = SEEN["restored"]
+    assert sorted(restored) == list(range(p2))
+    items = [restored[i][0] for i in range(p2)]
+    assert sorted(v for part in items for v in part) == [0, 1, 2, 3, 4, 100, 101, 102, 103, 104]
+    sizes = [len(part) for part in items]
+    assert max(sizes) - min(sizes) <= 1  # an even split
+    for i in range(p2):
+        assert restored[i][1] == ["subtask-0", "subtask-1"]  # every subtask gets the union
+
+
+def test_unmatched_state_is_an_error_unless_allowed(backend, tmp_path):
+    env = StreamExecutionEnvironment(parallelism=1, state_backend=backend)
+    env.from_collection(["a", "b"]).uid("src").key_by(lambda w: w).process(Count()).uid("count")
+    env.execute("c", final_savepoint=tmp_path / "sp")
+    env = StreamExecutionEnvironment(parallelism=1, state_backend=backend)
+    env.from_collection(["a"]).uid("src").key_by(lambda w: w).process(Count()).uid("renamed")
+    with pytest.raises(JobError) as info:
+        env.execute("c", restore_from=tmp_path / "sp")
+    assert isinstance(info.value.__cause__, RestoreError) and "count" in str(info.value.__cause__)
+    env.execute("c", restore_from=tmp_path / "sp", allow_non_restored_state=True)
+
+
+def test_restore_continues_counts(backend, tmp_path):
+    env = StreamExecutionEnvironment(parallelism=2, state_backend=backend)
+    env.from_collection(["a", "b", "a"]).uid("src").key_by(lambda w: w).process(Count()).uid("count")
+    env.execute("c", final_savepoint=tmp_path / "sp")
+    env = StreamExecutionEnvironment(parallelism=3, state_backend=backend)
+    out = env.from_collection(["a", "b", "c"]).uid("src2").key_by(lambda w: w).process(Count()).uid("count")
+    got = out.execute_and_collect(restore_from=tmp_path / "sp", allow_non_restored_state=True)
+    assert sorted(got) == [("a", 3), ("b", 2), ("c", 1)]
+
+
+def test_parallelism_above_max_is_refused(backend, tmp_path):
+    env = StreamExecutionEnvironment(parallelism=2, max_parallelism=4, state_backend=backend)
+    env.from_collection(["a"]).uid("src").key_by(lambda w: w).process(Count()).uid("count")
+    env.execute("c", final_savepoint=tmp_path / "sp")
+    env = StreamExecutionEnvironment(parallelism=4, max_parallelism=4, state_backend=backend)
+    env.from_collection(["a"]).uid("src").key_by(lambda w: w).process(Count()).uid("count")
+    env.execute("c", restore_from=tmp_path / "sp")  # 4 <= 4 is fine
+    env = StreamExecutionEnvironment(parallelism=4, max_parallelism=8, state_backend=backend)
+    env.from_collection(["a"]).uid("src").key_by(lambda w: w).process(Count()).uid("count")
+    with pytest.raises(JobError) as info:
+        env.execute("c", restore_from=tmp_path / "sp")
+    assert isinstance(info.value.__cause__, RestoreError) and "max parallelism" in str(info.value.__cause__)
+    env = StreamExecutionEnvironment(parallelism=5, state_backend=backend)  # adopts the savepoint's 4
+    env.from_collection(["a"]).uid("src").key_by(lambda w: w).process(Count()).uid("count")
+    with pytest.raises(JobError) as info:
+        env.execute("c", restore_from=tmp_path / "sp")
+    assert isinstance(info.value.__cause__, RestoreError) and "exceeds" in str(info.value.__cause__)
