@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal, Sequence
 
+from statekit.errors import InvalidArgumentError
 from statekit.keygroups import check_parallelism
 
 
@@ -26,7 +27,10 @@ def redistribute_list_state(
     if mode == "union":
         return [list(flat) for _ in range(new_parallelism)]
     if mode != "split":
-        raise ValueError(f"mode must be 'split' or 'union', not {mode!r}")
+        raise InvalidArgumentError(
+            f"mode must be 'split' or 'union', not {mode!r}; broadcast state is not redistributed (each subtask "
+            "gets the one copy)."
+        )
     base, extra = divmod(len(flat), new_parallelism)
     out, pos = [], 0
     for i in range(new_parallelism):
