@@ -467,8 +467,8 @@ def dicts_to_keyed_table(
 
     Each state comes with an optional export function applied to its stored values (TTL filtering);
     an export result of None means "not set". Values of pickled states are pickled here unless
-    `pickle_values` is False (they are pickled bytes already). Rows are sorted by key group (stable, so otherwise in
-    first-seen order); the namespace column appears only when some namespace is not None.
+    `pickle_values` is False (they are pickled bytes already). Rows are sorted by key group, key and
+    namespace; the namespace column appears only when some namespace is not None.
     """
     has_ns = any(ns is not None for _, by_ns, _ in states for ns, d in by_ns.items() if d)
     row_of: dict[Any, int] = {}
@@ -488,6 +488,8 @@ def dicts_to_keyed_table(
                     i = row_of[rk] = len(row_of)
                 rows.append(i)
                 values.append(v)
+        if info.kind == "map":
+            values = [_sorted_map(v) for v in values]  # entry order independent of write order
         if info.pickled and pickle_values:
             pick = _pickler(info)
             values = [pick(v) for v in values]
@@ -522,9 +524,39 @@ def dicts_to_keyed_table(
         names.append(info.name)
         arrays.append(to_arrow_array(values, info.arrow_type, what=f"state {info.name!r} value"))
     table = pa.Table.from_arrays(arrays, names=names)
-    if n > 1 and (np.diff(kg) < 0).any():
-        table = table.take(pa.array(np.argsort(kg, kind="stable")))
+    if n > 1:
+        order = _row_order(arrays[0], key_arr, arrays[2] if has_ns else None)
+        if (np.diff(order) != 1).any():
+            table = table.take(pa.array(order))
     return table
+
+
+def _sorted_map(m: dict) -> dict:
+    try:
+        return dict(sorted(m.items(), key=lambda kv: kv[0]))
+    except TypeError:  # keys Python cannot order (struct keys with null fields): keep as written
+        return m
+
+
+def _sort_columns(prefix: str, arr: pa.Array) -> list[tuple[str, pa.Array]]:
+    if pa.types.is_struct(arr.type):
+        return [c for i, child in enumerate(arr.flatten()) for c in _sort_columns(f"{prefix}.{i}", child)]
+    return [(prefix, arr)]
+
+
+def _row_order(kg: pa.Array, key_arr: pa.Array, ns_arr: pa.Array | None) -> np.ndarray:
+    """Row order of the keyed table: key group, key, namespace (void first), as RocksDB orders them.
+
+    Sorting makes tables independent of the order state was written in, so every backend and a
+    native checkpoint give equal tables.
+    """
+    cols = [("kg", kg)] + _sort_columns("key", key_arr)
+    if ns_arr is not None:
+        cols += [("ns.valid", ns_arr.is_valid())] + _sort_columns("ns", ns_arr)
+    names = [f"c{i}" for i in range(len(cols))]
+    sort_table = pa.Table.from_arrays([c for _, c in cols], names=names)
+    indices = pc.sort_indices(sort_table, sort_keys=[(nm, "ascending", "at_start") for nm in names])
+    return indices.to_numpy()
 
 
 def keyed_table_to_dicts(

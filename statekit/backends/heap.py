@@ -319,7 +319,10 @@ class SlotBackend(KeyedStateBackend):
         self._handles: dict[str, tuple[KeyedStateDescriptor, Any]] = {}
         # restored state not registered yet: name → (info, {ns: {key: plain value}})
         self._pending: dict[str, tuple[StateInfo, dict[Any, dict[Any, Any]]]] = {}
+        # copy-on-write while snapshots that share containers with the live state are pending
         self._fresh: set[int] | None = None
+        self._cow_lock = threading.Lock()
+        self._pending_snapshots = 0
 
     # -- scope ---------------------------------------------------------------------------------------
     def set_current_key(self, key: Any, key_group: int) -> None:
@@ -399,6 +402,37 @@ class SlotBackend(KeyedStateBackend):
         if slot is None:
             raise StateAccessError(f"no keyed state named {state_name!r} is registered; call get_state first.")
         return slot
+
+    def _shared_snapshot(self, parts: list[Any], build: Callable[[], pa.Table]) -> Callable[[], pa.Table]:
+        """Start copy-on-write for a snapshot sharing containers with live state; return its materialiser.
+
+        The materialiser runs `build` once (later calls return the same table or raise the same
+        error), then releases `parts` and, when no snapshot is left pending, stops copying.
+        """
+        with self._cow_lock:
+            self._fresh = set()  # from now on, containers the copies share are copied before changes
+            self._pending_snapshots += 1
+        result: list[Any] = []
+        once = threading.Lock()
+
+        def materialize() -> pa.Table:
+            with once:
+                if not result:
+                    try:
+                        result.append(build())
+                    except Exception as exc:  # kept, so every caller of table() sees the same failure
+                        result.append(exc)
+                    finally:
+                        parts.clear()
+                        with self._cow_lock:
+                            self._pending_snapshots -= 1
+                            if self._pending_snapshots == 0:
+                                self._fresh = None  # no snapshot left to protect: stop copying
+                if isinstance(result[0], Exception):
+                    raise result[0]
+                return result[0]
+
+        return materialize
 
     # -- restore ----------------------------------------------------------------------------------------
     def restore(self, tables: Sequence[pa.Table], infos: Sequence[StateInfo]) -> None:
@@ -501,11 +535,6 @@ class HeapKeyedStateBackend(SlotBackend):
     [{'key_group': 81, 'key': 'a', 'count': 1}]
     """
 
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self._lock = threading.Lock()
-        self._pending_snapshots = 0
-
     def _new_slot(self, info: StateInfo, ttl: Any, default: Any) -> Slot:
         if info.kind == "list":
             return HeapListState(self, info, ttl)
@@ -537,38 +566,12 @@ class HeapKeyedStateBackend(SlotBackend):
             (slot.info, {ns: dict(d) for ns, d in slot._by_ns.items() if d}, self._export(slot, now))
             for slot in self._slots.values()
         ]
-        parts += [(info, by_ns, None) for info, by_ns in self._pending.values()]
-        with self._lock:
-            self._fresh = set()  # from now on, containers the copies share are copied before changes
-            self._pending_snapshots += 1
-        return KeyedSnapshot(tuple(p[0] for p in parts), materialize=self._materializer(parts))
-
-    def _materializer(self, parts: list[Any]) -> Callable[[], pa.Table]:
-        result: list[pa.Table] = []
-        once = threading.Lock()
-
-        def materialize() -> pa.Table:
-            with once:
-                if not result:
-                    try:
-                        result.append(
-                            dicts_to_keyed_table(
-                                key_type=self.key_type, max_parallelism=self.max_parallelism, states=parts
-                            )
-                        )
-                    except Exception as exc:  # kept, so every caller of table() sees the same failure
-                        result.append(exc)
-                    finally:
-                        parts.clear()  # the copies are no longer needed; release them
-                        with self._lock:
-                            self._pending_snapshots -= 1
-                            if self._pending_snapshots == 0:
-                                self._fresh = None  # no snapshot left to protect: stop copying
-                if isinstance(result[0], Exception):
-                    raise result[0]
-                return result[0]
-
-        return materialize
+        parts += [(info, {ns: dict(d) for ns, d in by_ns.items()}, None) for info, by_ns in self._pending.values()]
+        infos = tuple(p[0] for p in parts)
+        build = lambda: dicts_to_keyed_table(  # noqa: E731
+            key_type=self.key_type, max_parallelism=self.max_parallelism, states=parts
+        )
+        return KeyedSnapshot(infos, materialize=self._shared_snapshot(parts, build))
 
     def close(self) -> None:
         self._slots.clear()

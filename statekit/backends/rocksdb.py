@@ -9,6 +9,7 @@ checkpoints, not RocksDB, are the durability point.
 
 from __future__ import annotations
 
+import copy
 import itertools
 import json
 import os
@@ -31,7 +32,7 @@ from statekit.backends.encoding import (
     key_codec,
     successor,
 )
-from statekit.backends.heap import Slot, SlotBackend, _as_namespace, _check_compatible, _no_none
+from statekit.backends.heap import Slot, SlotBackend, _as_namespace, _check_compatible, _is_mutable, _no_none
 from statekit.errors import CorruptSavepointError, InvalidArgumentError, NullKeyError, StatekitError, StateTypeError
 from statekit.keygroups import KeyGroupRange, assign_key_groups
 from statekit.state.descriptors import KeyedStateDescriptor, StateInfo
@@ -120,24 +121,24 @@ class _RocksSlot(Slot):
         keys = list(entries)
         kgs = assign_key_groups(keys, self._b.max_parallelism, self._b.key_type).tolist()
         nsb = encode_namespace(ns)
-        kenc, enc, cfh = self._b._kenc, self._codec.encode, self._cfh
-        for k, kg, v in zip(keys, kgs, entries.values()):
-            dbkey = KEY_GROUP_PREFIX[kg] + kenc(k) + nsb
-            if v is None:
-                wb.delete(dbkey, cfh)
-            else:
-                wb.put(dbkey, self._encode(enc, v), cfh)
-
-    def _encode(self, enc: Callable[[Any], bytes], v: Any) -> bytes:
+        kenc, enc, cfh, put, delete = self._b._kenc, self._codec.encode, self._cfh, wb.put, wb.delete
+        v = None
         try:
-            return enc(v)
+            for k, kg, v in zip(keys, kgs, entries.values()):
+                if v is None:
+                    delete(KEY_GROUP_PREFIX[kg] + kenc(k) + nsb, cfh)
+                else:
+                    put(KEY_GROUP_PREFIX[kg] + kenc(k) + nsb, enc(v), cfh)
         except StatekitError:
             raise
         except Exception as exc:  # noqa: BLE001 - any codec failure means the value misfits its type
-            raise StateTypeError(
-                f"state {self.info.name!r}: value {v!r} does not fit its declared type {self.info.type} ({exc}). "
-                "Write values of the declared type, or declare a type that holds them."
-            ) from None
+            raise self._misfit(v, exc) from None
+
+    def _misfit(self, v: Any, exc: Exception) -> StateTypeError:
+        return StateTypeError(
+            f"state {self.info.name!r}: value {v!r} does not fit its declared type {self.info.type} ({exc}). "
+            "Write values of the declared type, or declare a type that holds them."
+        )
 
     def _flush_into(self, wb: WriteBatch) -> int:
         n = 0
@@ -200,6 +201,26 @@ class RocksValueState(_RocksSlot, ValueState):
         self.update(None)
 
 
+class RocksMutableValueState(RocksValueState):
+    """Value state of a mutable type: reads hand out a private copy while a snapshot shares the cached one."""
+
+    __slots__ = ()
+
+    def value(self) -> Any:
+        d, k = self._data, self._b._key
+        v = d.get(k, _MISS)
+        if v is _MISS:
+            v = self._load()
+        if v is None:
+            return self._default
+        fresh = self._b._fresh
+        if fresh is not None and id(v) not in fresh:
+            v = copy.deepcopy(v)
+            d[k] = v
+            fresh.add(id(v))
+        return v
+
+
 class RocksListState(_RocksSlot, ListState):
     """List state on RocksDB: one value per key holding the encoded list."""
 
@@ -217,12 +238,13 @@ class RocksListState(_RocksSlot, ListState):
         if value is None:
             raise StateTypeError("list state cannot hold None (Flink forbids null elements); skip it or use a sentinel.")
         lst = self._current()
-        d = self._data
+        d, k = self._data, self._b._key
         if lst is None:
-            d[self._b._key] = [value]
+            d[k] = [value]
         else:
+            lst = self._own(d, k, lst)  # a pending snapshot may share the cached list
             lst.append(value)
-            d[self._b._key] = lst
+            d[k] = lst
         self._dirtied(d)
 
     def add_all(self, values: Iterable[Any]) -> None:
@@ -270,7 +292,11 @@ class RocksMapState(_RocksSlot, MapState):
             wb.delete_range(prefix, successor(prefix), cfh)  # the cached map replaces what was stored
             if m:
                 for uk, v in m.items():
-                    wb.put(prefix + ukenc(uk), self._encode(enc, v), cfh)
+                    try:
+                        value = enc(v)
+                    except Exception as exc:  # noqa: BLE001 - a codec failure means the value misfits
+                        raise self._misfit(v, exc) from None
+                    wb.put(prefix + ukenc(uk), value, cfh)
 
     def _current(self) -> Any:
         m = self._data.get(self._b._key, _MISS)
@@ -289,8 +315,7 @@ class RocksMapState(_RocksSlot, MapState):
         if key is None:
             raise NullKeyError("map state keys cannot be None (Flink forbids null map keys).")
         m = self._current()
-        if m is None:
-            m = {}
+        m = {} if m is None else self._own(self._data, self._b._key, m)
         m[key] = value
         self._store(m)
 
@@ -305,6 +330,7 @@ class RocksMapState(_RocksSlot, MapState):
     def remove(self, key: Any) -> None:
         m = self._current()
         if m is not None and key in m:
+            m = self._own(self._data, self._b._key, m)
             del m[key]
             self._store(m)
 
@@ -374,7 +400,11 @@ class RocksDBKeyedStateBackend(SlotBackend):
         return self._cfs[name]
 
     def _new_slot(self, info: StateInfo, ttl: Any, default: Any) -> _RocksSlot:
-        cls = {"list": RocksListState, "map": RocksMapState}.get(info.kind, RocksValueState)
+        if info.kind == "list":
+            return RocksListState(self, info, ttl)
+        if info.kind == "map":
+            return RocksMapState(self, info, ttl)
+        cls = RocksMutableValueState if _is_mutable(info) else RocksValueState
         return cls(self, info, ttl, default)
 
     def _flush(self) -> None:
@@ -454,13 +484,14 @@ class RocksDBKeyedStateBackend(SlotBackend):
         return iter([(k, ns) for ns, d in by_ns.items() for k in d])
 
     # -- checkpoints ------------------------------------------------------------------------------------------
-    def _checkpoint(self, target: Path, checkpoint_id: int, now: int) -> tuple[str, ...]:
+    def _checkpoint(self, target: Path, checkpoint_id: int, now: int, *, flush: bool = True) -> tuple[str, ...]:
         if target.exists():
             if any(target.iterdir()):
                 raise InvalidArgumentError(f"checkpoint directory {target} is not empty; give a new directory.")
             target.rmdir()  # RocksDB creates the directory itself
         target.parent.mkdir(parents=True, exist_ok=True)
-        self._flush()
+        if flush:
+            self._flush()
         # flushes the memtables, then hard-links the SST files: files shared with earlier checkpoints
         # are not rewritten
         Checkpoint(self._db).create_checkpoint(str(target))
@@ -495,28 +526,24 @@ class RocksDBKeyedStateBackend(SlotBackend):
             target = Path(target_dir)
             return KeyedSnapshot(infos, native_dir=target, native_files=self._checkpoint(target, checkpoint_id, now))
         # rocksdict's snapshot iterators do not read at the snapshot, so the consistent copy is a
-        # private checkpoint (memtable flush + hard links), read and removed by materialize()
+        # private checkpoint (memtable flush + hard links) plus a shallow copy of the write-back
+        # cache; materialize() overlays the cache on the checkpoint and removes the checkpoint
         private = self.directory / "snapshots" / f"chk-{checkpoint_id}-{next(self._seq)}"  # type: ignore[operator]
-        self._checkpoint(private, checkpoint_id, now)
+        overlay = {s.info.name: {ns: dict(d) for ns, d in s._by_ns.items() if d} for s in self._slots.values()}
+        self._checkpoint(private, checkpoint_id, now, flush=False)
         states = [(s.info, s.ttl is not None, self._export(s, now)) for s in self._slots.values()]
+        parts: list[Any] = [states, overlay]
         key_type, m = self.key_type, self.max_parallelism
-        result: list[Any] = []
-        lock = threading.Lock()
 
-        def materialize() -> pa.Table:
-            with lock:
-                if not result:
-                    try:
-                        result.append(_read_checkpoint(private, key_type=key_type, max_parallelism=m, states=states))
-                    except Exception as exc:  # kept, so every caller of table() sees the same failure
-                        result.append(exc)
-                    finally:
-                        shutil.rmtree(private, ignore_errors=True)
-                if isinstance(result[0], Exception):
-                    raise result[0]
-                return result[0]
+        def build() -> pa.Table:
+            try:
+                return _read_checkpoint(
+                    private, key_type=key_type, max_parallelism=m, states=parts[0], overlays=parts[1], raw_pickles=False
+                )
+            finally:
+                shutil.rmtree(private, ignore_errors=True)
 
-        return KeyedSnapshot(infos, materialize=materialize)
+        return KeyedSnapshot(infos, materialize=self._shared_snapshot(parts, build))
 
     def close(self) -> None:
         self._slots.clear()
@@ -604,8 +631,15 @@ def _read_checkpoint(
     max_parallelism: int,
     states: Sequence[tuple[StateInfo, bool, Callable[[Any], Any] | None]],
     key_groups: KeyGroupRange | None = None,
+    overlays: dict[str, dict[Any, dict[Any, Any]]] | None = None,
+    raw_pickles: bool = True,
 ) -> pa.Table:
-    """The keyed table of the RocksDB checkpoint at `path` (opened read-only in place)."""
+    """The keyed table of the RocksDB checkpoint at `path` (opened read-only in place).
+
+    `overlays` are cached entries newer than the checkpoint, per state: ``{ns: {key: item or None}}``.
+    Pickled values pass through as bytes when `raw_pickles` (readers that must not unpickle);
+    otherwise they are unpickled, which only the backend that wrote them may do.
+    """
     names = set(Rdict.list_cf(str(path), Options(raw_mode=True)))
     families = {n: Options(raw_mode=True) for n in names if n != "default"}
     db = Rdict(str(path), Options(raw_mode=True), column_families=families, access_type=AccessType.read_only())
@@ -615,10 +649,19 @@ def _read_checkpoint(
         for info, stamped, export in states:
             by_ns: dict[Any, dict[Any, Any]] = {}
             if info.name in names:
-                codec, ukc = _codecs(info, stamped, raw_pickles=True)
+                codec, ukc = _codecs(info, stamped, raw_pickles=raw_pickles)
                 by_ns = _decode_entries(_range_items(db.get_column_family(info.name), key_groups), info, kdec, codec, ukc)
+            for ns, newer in (overlays or {}).get(info.name, {}).items():
+                d = by_ns.setdefault(ns, {})
+                for k, v in newer.items():
+                    if v is None:
+                        d.pop(k, None)
+                    else:
+                        d[k] = v
             parts.append((info, by_ns, export))
-        return dicts_to_keyed_table(key_type=key_type, max_parallelism=max_parallelism, states=parts, pickle_values=False)
+        return dicts_to_keyed_table(
+            key_type=key_type, max_parallelism=max_parallelism, states=parts, pickle_values=not raw_pickles
+        )
     finally:
         db.close()
         del db

@@ -126,7 +126,14 @@ def test_restore_splits_key_groups(make_backend, at, parallelism):
     assert canonical(pa.concat_tables(parts)) == canonical(table)
 
 
-def test_snapshot_isolation(backend, at):
+def cached(make_backend, backend_name, entries):
+    """A backend whose RocksDB write-back cache holds `entries` (so snapshots overlay cached changes)."""
+    return make_backend(**({"cache_entries": entries} if backend_name == "rocksdb" else {}))
+
+
+@pytest.mark.parametrize("cache", [2, 100_000])
+def test_snapshot_isolation(make_backend, backend_name, at, cache):
+    backend = cached(make_backend, backend_name, cache)
     count, seen, attrs, total, avg = fill(backend, at, KEYS)
     snap = backend.snapshot(1)
     # mutate everything after the synchronous part, before materialising
@@ -166,7 +173,9 @@ def test_materialize_in_background(backend, at):
     assert all(v > 0 for v in out["t"].column("count").to_pylist())
 
 
-def test_mutable_values_copy_on_write(backend, at):
+@pytest.mark.parametrize("cache", [2, 100_000])
+def test_mutable_values_copy_on_write(make_backend, backend_name, at, cache):
+    backend = cached(make_backend, backend_name, cache)
     h = backend.get_state(ValueStateDescriptor("s", "struct<n:bigint,tags:array<string>>"))
     at(backend, "a")
     h.update({"n": 1, "tags": ["x"]})
