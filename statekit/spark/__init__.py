@@ -1,1 +1,49 @@
-"""statekit.spark."""
+"""Spark over savepoints: read any savepoint's tables as DataFrames and query them with SQL.
+
+>>> from statekit.spark import spark_session, SavepointReader          # doctest: +SKIP
+>>> spark = spark_session()                                             # doctest: +SKIP
+>>> reader = SavepointReader.read(spark, "/savepoints/sp-7")            # doctest: +SKIP
+>>> reader.read_keyed_state("counter").where("key IN (1, 2)").show()    # doctest: +SKIP
+>>> reader.register("myapp"); spark.sql("SELECT * FROM myapp_counter.keyed").show()  # doctest: +SKIP
+
+The same tables through the data source, from Python or SQL::
+
+    spark.read.format("statekit").option("uid", "counter").option("table", "keyed").load(path)
+    CREATE TEMPORARY VIEW v USING statekit OPTIONS (path '...', uid 'counter', table 'keyed')
+    spark.read.format("statekit-metadata").load(path)
+
+Options of the ``statekit`` data source
+---------------------------------------
+==============  ======  ==========  ===================================================================
+name            type    default     meaning
+==============  ======  ==========  ===================================================================
+path            string  (required)  savepoint or checkpoint directory (the one holding _metadata.json)
+uid             string  --          operator uid; give this or ``uid_hash``
+uid_hash        string  --          operator uid hash, 32 hex chars (for operators without a uid)
+table           string  ``keyed``   ``keyed``, ``timers``, or the name of an operator state
+with_key_group  bool    ``false``   add the ``key_group`` column (keyed and timers tables)
+trust_pickled   bool    ``false``   open the savepoint trusting pickled state (columns stay ``binary``)
+==============  ======  ==========  ===================================================================
+
+Key pruning: ``key = v``, ``key IN (...)`` and closed integer ranges of at most
+`statekit.spark.filters.RANGE_ENUMERATION_LIMIT` keys read only the files of those keys' key
+groups (needs PySpark >= 4.1, whose Python data sources receive filters).
+"""
+
+from statekit.spark.datasource import StatekitDataSource, StatekitMetadataDataSource, register_data_sources
+from statekit.spark.filters import RANGE_ENUMERATION_LIMIT
+from statekit.spark.reader import SavepointReader
+from statekit.spark.reader_function import KeyedStateReaderFunction, ReaderContext
+from statekit.spark.session import prepare_session, spark_session
+
+__all__ = [
+    "RANGE_ENUMERATION_LIMIT",
+    "KeyedStateReaderFunction",
+    "ReaderContext",
+    "SavepointReader",
+    "StatekitDataSource",
+    "StatekitMetadataDataSource",
+    "prepare_session",
+    "register_data_sources",
+    "spark_session",
+]

@@ -1,0 +1,183 @@
+"""Spark Python data sources ``statekit`` (one savepoint table) and ``statekit-metadata`` (its operators).
+
+``spark.read.format("statekit").option("uid", "counter").option("table", "keyed").load(path)``,
+or in SQL ``CREATE TEMPORARY VIEW v USING statekit OPTIONS (path '...', uid 'counter', table 'keyed')``.
+
+Options of ``statekit``
+-----------------------
+==============  ======  ==========  ===================================================================
+name            type    default     meaning
+==============  ======  ==========  ===================================================================
+path            string  (required)  savepoint or checkpoint directory (the one holding _metadata.json)
+uid             string  --          operator uid; give this or ``uid_hash``
+uid_hash        string  --          operator uid hash, 32 hex chars (for operators without a uid)
+table           string  ``keyed``   ``keyed``, ``timers``, or the name of an operator state
+                                    (list, union or broadcast state; its kind comes from the manifest)
+with_key_group  bool    ``false``   add the ``key_group`` column (keyed and timers tables)
+trust_pickled   bool    ``false``   open the savepoint trusting pickled state (columns stay ``binary``)
+==============  ======  ==========  ===================================================================
+
+Options of ``statekit-metadata``: ``path`` only.
+
+Tables: ``keyed`` has ``key``, [``namespace``] and one column per keyed state; ``timers`` has
+``key``, [``namespace``], ``timestamp``, ``domain``; list state ``subtask``, ``idx``, ``value``;
+union state one copy as ``idx``, ``value``; broadcast state ``key``, ``value``.
+
+Partitions follow the manifest: one per group of keyed files with disjoint key-group ranges (one
+per subtask for native RocksDB checkpoints); each yields Arrow record batches read and verified by
+`statekit.savepoint.Savepoint`. Filters on ``key`` prune files (see `statekit.spark.filters` for
+the rule): ``key = 42`` reads only the files covering key 42's key group.
+
+PySpark 4.1 caveat: a scan that pushes no filter reuses the plan of the last scan of the same
+relation that did (PySpark keeps it on the relation; fixed in later Spark). So after
+``SELECT ... FROM v WHERE key = 1``, a plain ``SELECT count(*) FROM v`` would see only key 1.
+statekit therefore claims ``key IS NOT NULL`` (keys are never null) and every DataFrame from
+`SavepointReader` carries that filter, so each of its scans is planned afresh. For SQL views over
+keyed or timer tables, wrap the data source view the same way::
+
+    CREATE TEMPORARY VIEW proc_raw USING statekit OPTIONS (path '...', uid 'proc', table 'keyed');
+    CREATE TEMPORARY VIEW proc AS SELECT * FROM proc_raw WHERE key IS NOT NULL;
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterator, Sequence
+from urllib.parse import urlparse
+from urllib.request import url2pathname
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+from statekit.errors import InvalidArgumentError
+from statekit.identifiers import OperatorIdentifier
+from statekit.savepoint import OperatorMetadata, Savepoint
+from statekit.spark.filters import key_pruning
+from statekit.spark.metadata import METADATA_SCHEMA, metadata_table
+from statekit.spark.scan import ScanTask, TableSpec, plan_tasks, read_task, resolve_table, spark_ddl, table_schema
+
+__all__ = ["StatekitDataSource", "StatekitMetadataDataSource", "register_data_sources", "parse_options"]
+
+_TRUE = {"true", "1", "yes"}
+_FALSE = {"false", "0", "no"}
+
+
+def _flag(options: dict[str, str], name: str) -> bool:
+    raw = str(options.get(name, "false")).strip().lower()
+    if raw not in _TRUE | _FALSE:
+        raise InvalidArgumentError(f"option {name!r} must be true or false, got {options.get(name)!r}.")
+    return raw in _TRUE
+
+
+def _path(options: dict[str, str]) -> str:
+    path = options.get("path")
+    if not path:
+        raise InvalidArgumentError("the statekit data source needs a path: .load('<savepoint dir>') or OPTIONS (path '...').")
+    if path.startswith("file:"):
+        # Catalog tables (SavepointReader.register) store the path qualified as a file: URI.
+        return url2pathname(urlparse(path).path)
+    return path
+
+
+def parse_options(options: dict[str, str]) -> tuple[Savepoint, OperatorMetadata, TableSpec]:
+    """Open the savepoint named by data source `options` and resolve its operator and table.
+
+    Raises the typed errors of `Savepoint.open` (not a savepoint, corrupt manifest, unsupported
+    version) and `UnknownOperatorError` / `UnknownStateError` listing what the savepoint holds.
+    """
+    options = {k.lower(): v for k, v in options.items()}
+    trust = _flag(options, "trust_pickled")
+    sp = Savepoint.open(_path(options), trust_pickled=trust)
+    uid, uid_hash = options.get("uid"), options.get("uid_hash")
+    if (uid is None) == (uid_hash is None):
+        have = ", ".join(f"{m.uid or '<no uid>'} ({m.uid_hash})" for m in sp.operators) or "no operators"
+        raise InvalidArgumentError(f"give exactly one of the options uid and uid_hash; the savepoint holds: {have}.")
+    ident = OperatorIdentifier.for_uid(uid) if uid is not None else OperatorIdentifier.for_uid_hash(uid_hash)
+    meta = sp.operator(ident)
+    kind, state = resolve_table(meta, options.get("table", "keyed"))
+    spec = TableSpec(str(sp.path.resolve()), meta.uid_hash, kind, state, _flag(options, "with_key_group"), trust)
+    return sp, meta, spec
+
+
+class _TaskPartition(InputPartition):
+    """One Spark partition: a `ScanTask`."""
+
+
+class StatekitReader(DataSourceReader):
+    """Plans partitions from the manifest and prunes them with pushed key filters."""
+
+    def __init__(self, meta: OperatorMetadata, spec: TableSpec) -> None:
+        self.meta = meta
+        self.spec = spec
+        self.keys: frozenset | None = None
+
+    def pushFilters(self, filters: Sequence[Any]) -> Iterator[Any]:
+        # Reset first: the reader object may be reused from an earlier query (see module docstring).
+        self.keys = None
+        if self.spec.kind not in ("keyed", "timers"):
+            yield from filters
+            return
+        pruning = key_pruning(filters, self.meta.key_type)
+        self.keys = pruning.keys
+        for i, f in enumerate(filters):
+            if i not in pruning.handled:
+                yield f
+
+    def partitions(self) -> Sequence[InputPartition]:
+        tasks = plan_tasks(self.meta, self.spec, self.keys)
+        return [_TaskPartition(t) for t in tasks] or [_TaskPartition(ScanTask())]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        yield from read_task(self.spec, partition.value)
+
+
+class StatekitDataSource(DataSource):
+    """``format("statekit")``: one table of one operator of a savepoint (options in the module docstring)."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "statekit"
+
+    def _resolve(self) -> tuple[OperatorMetadata, TableSpec]:
+        _, meta, spec = parse_options(dict(self.options))
+        return meta, spec
+
+    def schema(self) -> str:
+        meta, spec = self._resolve()
+        return spark_ddl(table_schema(meta, spec))
+
+    def reader(self, schema: Any) -> DataSourceReader:
+        meta, spec = self._resolve()
+        return StatekitReader(meta, spec)
+
+
+class _MetadataReader(DataSourceReader):
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def partitions(self) -> Sequence[InputPartition]:
+        return [InputPartition(0)]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        yield from metadata_table(Savepoint.open(self.path)).to_batches()
+
+
+class StatekitMetadataDataSource(DataSource):
+    """``format("statekit-metadata")``: one row per operator (see `statekit.spark.metadata`)."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "statekit-metadata"
+
+    def schema(self) -> str:
+        return spark_ddl(METADATA_SCHEMA)
+
+    def reader(self, schema: Any) -> DataSourceReader:
+        path = _path({k.lower(): v for k, v in self.options.items()})
+        sp = Savepoint.open(path)  # refuse a damaged or unknown-version manifest while planning
+        return _MetadataReader(str(sp.path.resolve()))
+
+
+def register_data_sources(spark: Any) -> None:
+    """Register ``statekit`` and ``statekit-metadata`` with `spark` (idempotent)."""
+    spark.dataSource.register(StatekitDataSource)
+    spark.dataSource.register(StatekitMetadataDataSource)

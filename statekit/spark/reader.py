@@ -1,0 +1,269 @@
+"""`SavepointReader`: a savepoint's tables as Spark DataFrames (Flink's State Processor API, read side)."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import re
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
+
+from statekit.errors import InvalidArgumentError
+from statekit.identifiers import OperatorIdentifier
+from statekit.savepoint import OperatorMetadata, Savepoint
+from statekit.spark.reader_function import KeyedStateReaderFunction, iter_output, run_reader_function
+from statekit.spark.scan import TableSpec, plan_tasks
+from statekit.spark.session import prepare_session
+
+__all__ = ["SavepointReader"]
+
+OpLike = OperatorIdentifier | str
+#: Rows the driver runs a reader function over to infer its output schema when none is given.
+INFER_ROWS = 1000
+
+
+class SavepointReader:
+    """Reads one savepoint (or checkpoint) with Spark.
+
+    Use `read` to open one. Every method checks the operator and state against the manifest on the
+    driver first, so an unknown operator or state, a damaged manifest or an unsupported format
+    version raise statekit's typed errors at once; a file that turns out damaged while a Spark job
+    reads it raises its typed error (e.g. `ChecksumMismatchError`) from the action.
+
+    Examples
+    --------
+    >>> reader = SavepointReader.read(spark, "/savepoints/sp-7")            # doctest: +SKIP
+    >>> reader.read_keyed_state("counter").where("key = 42").show()          # doctest: +SKIP
+    """
+
+    def __init__(self, spark: SparkSession, savepoint: Savepoint) -> None:
+        self.spark = spark
+        self.savepoint = savepoint
+        self.path = str(Path(savepoint.path).resolve())
+
+    @classmethod
+    def read(cls, spark: SparkSession, path: str | os.PathLike[str], *, trust_pickled: bool = False) -> "SavepointReader":
+        """Open the savepoint at `path` for reading with `spark`.
+
+        Parameters
+        ----------
+        spark
+            Any session; statekit's data sources and settings are added to it.
+        path
+            A savepoint or checkpoint directory.
+        trust_pickled
+            Let reader functions unpickle state declared ``PICKLED``. Unpickling runs arbitrary
+            code: only for savepoints you trust. DataFrames show pickled columns as ``binary``.
+
+        Raises
+        ------
+        NotASavepointError, CorruptSavepointError, UnsupportedFormatError, UnsafePathError
+            From `statekit.savepoint.Savepoint.open`.
+        """
+        prepare_session(spark)
+        return cls(spark, Savepoint.open(path, trust_pickled=trust_pickled))
+
+    # -- metadata ----------------------------------------------------------------------------------
+    def metadata(self) -> DataFrame:
+        """One row per operator: ``checkpoint_id``, ``operator_name``, ``operator_uid``,
+        ``operator_uid_hash``, ``parallelism``, ``max_parallelism``, ``subtask_state_count``,
+        ``total_size_bytes``, ``file_count``, ``keyed_rows``, ``key_type``, ``keyed_format`` and
+        ``states`` (array of ``name``, ``kind``, ``type``)."""
+        return self.spark.read.format("statekit-metadata").load(self.path)
+
+    # -- tables ------------------------------------------------------------------------------------
+    def _operator(self, op: OpLike) -> OperatorMetadata:
+        return self.savepoint.operator(OperatorIdentifier.coerce(op))
+
+    def _load(self, meta: OperatorMetadata, table: str, *, with_key_group: bool = False) -> DataFrame:
+        df = (
+            self.spark.read.format("statekit")
+            .option("uid_hash", meta.uid_hash)
+            .option("table", table)
+            .option("with_key_group", str(with_key_group).lower())
+            .option("trust_pickled", str(self.savepoint.trust_pickled).lower())
+            .load(self.path)
+        )
+        if table in ("keyed", "timers"):
+            # Keys are never null; the filter makes every query push filters, so a reused DataFrame
+            # never runs with key pruning left over from an earlier query (statekit.spark.datasource).
+            df = df.where(F.col("key").isNotNull())
+        return df
+
+    def read_keyed_state(
+        self,
+        op: OpLike,
+        reader_function: KeyedStateReaderFunction | None = None,
+        *,
+        with_key_group: bool = False,
+        output_schema: StructType | str | None = None,
+    ) -> DataFrame:
+        """The operator's keyed state: one row per key (and namespace), one column per state.
+
+        Without `reader_function`: columns ``key``, [``namespace``], one per keyed state with the
+        manifest's types (``key_group`` first with ``with_key_group=True``). Filters on ``key``
+        (``=``, ``IN``, small closed integer ranges) read only the files of those keys' key groups.
+
+        With a `KeyedStateReaderFunction`: its rows, computed per partition on the executors.
+        `output_schema` (a `StructType` or DDL string) is inferred from up to `INFER_ROWS` rows
+        the function produces on the driver when not given.
+
+        Raises
+        ------
+        UnknownOperatorError
+            `op` is not in the savepoint (the message lists its operators).
+        """
+        meta = self._operator(op)
+        if meta.key_type is None:
+            raise InvalidArgumentError(
+                f"operator {meta.display_name!r} has no keyed state; its operator states are "
+                f"{[s.name for s in meta.operator_states] or 'none'}."
+            )
+        if reader_function is None:
+            if output_schema is not None:
+                raise InvalidArgumentError("output_schema applies only with a reader_function.")
+            return self._load(meta, "keyed", with_key_group=with_key_group)
+        return self._read_with_function(meta, reader_function, output_schema)
+
+    def read_list_state(self, op: OpLike, name: str) -> DataFrame:
+        """Operator list state (even-split redistribution): ``subtask``, ``idx``, ``value``."""
+        meta = self._operator(op)
+        meta.operator_state(name, redistribution="split")
+        return self._load(meta, name)
+
+    def read_union_state(self, op: OpLike, name: str) -> DataFrame:
+        """Union list state as one copy (what a restore at parallelism 1 gets): ``idx``, ``value``."""
+        meta = self._operator(op)
+        meta.operator_state(name, redistribution="union")
+        return self._load(meta, name)
+
+    def read_broadcast_state(self, op: OpLike, name: str) -> DataFrame:
+        """Broadcast state, one copy: ``key``, ``value``."""
+        meta = self._operator(op)
+        meta.operator_state(name, redistribution="broadcast")
+        return self._load(meta, name)
+
+    def read_timers(self, op: OpLike, *, with_key_group: bool = False) -> DataFrame:
+        """Registered timers: ``key``, [``namespace``], ``timestamp``, ``domain`` (event | processing)."""
+        meta = self._operator(op)
+        if meta.key_type is None:
+            raise InvalidArgumentError(f"operator {meta.display_name!r} is not keyed, so it has no timers.")
+        return self._load(meta, "timers", with_key_group=with_key_group)
+
+    # -- reader functions --------------------------------------------------------------------------
+    def _read_with_function(
+        self, meta: OperatorMetadata, fn: KeyedStateReaderFunction, output_schema: StructType | str | None
+    ) -> DataFrame:
+        from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
+
+        if not isinstance(fn, KeyedStateReaderFunction):
+            raise InvalidArgumentError(f"{fn!r} is not a KeyedStateReaderFunction.")
+        if meta.namespace_type is not None:
+            raise InvalidArgumentError(
+                f"operator {meta.display_name!r} keeps windowed state (a namespace per key); reader functions "
+                "read non-windowed keyed state. Read its table with read_keyed_state(op) instead."
+            )
+        spec = TableSpec(self.path, meta.uid_hash, "keyed", trust_pickled=self.savepoint.trust_pickled)
+        tasks = plan_tasks(meta, spec)
+        # Validate the function on the driver (registration errors surface here, typed) on a copy,
+        # so the instance shipped to executors is the user's untouched object.
+        probe = pickle.loads(_dumps(fn))
+        if output_schema is None:
+            schema = from_arrow_schema(self._infer_schema(probe, meta, spec, tasks))
+        elif isinstance(output_schema, str):
+            schema = StructType.fromDDL(output_schema)
+        else:
+            schema = output_schema
+        if not tasks:
+            return self.spark.createDataFrame([], schema)
+        arrow_schema = to_arrow_schema(schema)
+
+        def run(batches: Any) -> Any:
+            for batch in batches:
+                yield from run_reader_function(fn, meta, spec, tasks, arrow_schema, batch.column(0).to_pylist())
+
+        return self.spark.range(0, len(tasks), 1, numPartitions=len(tasks)).mapInArrow(run, schema)
+
+    def _infer_schema(self, fn: KeyedStateReaderFunction, meta: OperatorMetadata, spec: TableSpec, tasks: list) -> pa.Schema:
+        from statekit.spark.reader_function import open_function
+
+        sample: list[Any] = []
+        if not tasks:
+            open_function(fn, meta, trust_pickled=spec.trust_pickled)
+        for task in tasks:
+            for row in iter_output(fn, meta, spec, task, self.savepoint):
+                sample.append(row)
+                if len(sample) >= INFER_ROWS:
+                    break
+            if sample:
+                break
+        if not sample or not all(isinstance(r, dict) or hasattr(r, "asDict") for r in sample):
+            raise InvalidArgumentError(
+                "cannot infer the reader function's output schema: "
+                + ("it produced no rows" if not sample else "it yields rows without field names")
+                + "; pass output_schema= (a StructType or a DDL string such as 'key bigint, total bigint')."
+            )
+        rows = [r if isinstance(r, dict) else r.asDict(recursive=True) for r in sample]
+        schema = pa.Table.from_pylist(rows).schema
+        nulls = [f.name for f in schema if pa.types.is_null(f.type)]
+        if nulls:
+            raise InvalidArgumentError(
+                f"cannot infer the type of column(s) {nulls}: every sampled value is None; pass output_schema=."
+            )
+        return schema
+
+    # -- the savepoint as a database ---------------------------------------------------------------
+    def register(self, prefix: str | None = None, *, format: str = "parquet") -> dict[str, list[str]]:
+        """Create one Spark database per operator with a table per state, so plain SQL works.
+
+        Each operator gets a database named from its uid (its uid hash when it has none), lower-cased
+        with characters other than letters, digits and ``_`` replaced by ``_``, and prefixed with
+        ``<prefix>_`` when `prefix` is given. It holds ``keyed`` and ``timers`` (keyed operators)
+        and one table per operator state (named after the state).
+
+        The tables are copies written into the session catalog's warehouse in `format`: Spark's
+        catalog cannot hold tables backed by a Python data source, and a savepoint is immutable,
+        so a copy stays exact. Registering again replaces the tables. For zero-copy queries that
+        prune by key, use `read_keyed_state` or ``CREATE TEMPORARY VIEW ... USING statekit``.
+
+        Returns
+        -------
+        dict
+            Database name -> its table names.
+
+        Examples
+        --------
+        >>> reader.register("myapp")                                              # doctest: +SKIP
+        {'myapp_proc': ['keyed', 'timers']}
+        >>> spark.sql("SELECT * FROM myapp_proc.keyed WHERE key = 7").show()      # doctest: +SKIP
+        """
+        out: dict[str, list[str]] = {}
+        for meta in self.savepoint.operators:
+            db = _identifier((f"{prefix}_" if prefix else "") + (meta.uid or meta.uid_hash))
+            tables = (["keyed", "timers"] if meta.key_type is not None else []) + [
+                s.name for s in meta.operator_states
+            ]
+            self.spark.sql(f"CREATE DATABASE IF NOT EXISTS `{db}`")
+            names = []
+            for table in tables:
+                name = _identifier(table)
+                df = self._load(meta, table)
+                df.write.mode("overwrite").format(format).saveAsTable(f"`{db}`.`{name}`")
+                names.append(name)
+            out[db] = names
+        return out
+
+
+def _identifier(text: str) -> str:
+    return re.sub(r"[^a-z0-9_]", "_", text.lower())
+
+
+def _dumps(obj: Any) -> bytes:
+    from pyspark import cloudpickle
+
+    return cloudpickle.dumps(obj)

@@ -1,0 +1,348 @@
+"""`KeyedStateReaderFunction`: read keyed state key by key through state handles, as Flink's readKeyedState does.
+
+States are registered in `open` (``ctx.get_state(ValueStateDescriptor(...))`` and friends, checked
+against the manifest); `read_key` is then called once per key that has one of the registered
+states set, with handles scoped to that key and the key's timers on the context.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterable, Iterator
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from statekit import serde
+from statekit.errors import StateAccessError, StateTypeError, UntrustedPicklePayloadError
+from statekit.savepoint import OperatorMetadata, Savepoint
+from statekit.savepoint.keyed import same_type
+from statekit.spark.scan import ScanTask, TableSpec, read_task_table
+from statekit.state.descriptors import (
+    AggregatingStateDescriptor,
+    KeyedStateDescriptor,
+    ListStateDescriptor,
+    MapStateDescriptor,
+    ReducingStateDescriptor,
+    StateInfo,
+    ValueStateDescriptor,
+)
+from statekit.state.handles import AggregatingState, ListState, MapState, ReducingState, ValueState
+from statekit.types import parse_ddl, to_ddl
+
+__all__ = ["KeyedStateReaderFunction", "ReaderContext", "run_reader_function"]
+
+
+class KeyedStateReaderFunction:
+    """Reads keyed state one key at a time (Flink's ``KeyedStateReaderFunction``).
+
+    Subclass it; register every state in `open` and yield output rows from `read_key`.
+
+    Examples
+    --------
+    >>> class Balances(KeyedStateReaderFunction):
+    ...     def open(self, ctx):
+    ...         self.balance = ctx.get_state(ValueStateDescriptor("balance", "bigint"))
+    ...     def read_key(self, key, ctx):
+    ...         yield {"account": key, "balance": self.balance.value(),
+    ...                "timers": ctx.registered_event_time_timers()}
+    """
+
+    def open(self, ctx: "ReaderContext") -> None:
+        """Register the states to read with ``ctx.get_state`` / ``get_list_state`` / ... ."""
+
+    def read_key(self, key: Any, ctx: "ReaderContext") -> Iterable[Any]:
+        """Yield output rows (dicts, ``Row``s or tuples in output-schema order) for `key`."""
+        raise NotImplementedError(f"{type(self).__name__} must implement read_key(key, ctx)")
+
+    def close(self) -> None:
+        """Called once after the last key of a partition."""
+
+
+class ReaderContext:
+    """What a `KeyedStateReaderFunction` sees: state registration in `open`, the key's timers in `read_key`."""
+
+    def __init__(self, meta: OperatorMetadata, *, trust_pickled: bool) -> None:
+        self._meta = meta
+        self._trust = trust_pickled
+        self._open = True
+        self.registered: dict[str, tuple[StateInfo, KeyedStateDescriptor]] = {}
+        self._values: dict[str, Any] = {}
+        self._timers: tuple[list[int], list[int]] = ([], [])
+        self.current_key: Any = None
+
+    # -- registration (only inside open) ----------------------------------------------------------
+    def _register(self, descriptor: KeyedStateDescriptor, handle_cls: Callable[..., Any]) -> Any:
+        if not self._open:
+            raise StateAccessError(
+                f"state {descriptor.name!r} was registered outside open(); a KeyedStateReaderFunction must "
+                "register every state in open(ctx), before keys are read."
+            )
+        info = self._meta.keyed_state(descriptor.name)  # UnknownStateError lists the operator's states
+        if info.kind != descriptor.kind:
+            raise StateTypeError(
+                f"state {descriptor.name!r} of operator {self._meta.display_name!r} is {info.kind} state, but "
+                f"{type(descriptor).__name__} declares {descriptor.kind} state; use the matching descriptor."
+            )
+        if not info.pickled and not same_type(parse_ddl(info.type), descriptor.column_type):
+            raise StateTypeError(
+                f"state {descriptor.name!r} is stored as {info.type}, but the descriptor declares "
+                f"{to_ddl(descriptor.column_type)}; declare the stored type."
+            )
+        if info.pickled and not self._trust:
+            raise UntrustedPicklePayloadError(
+                f"state {descriptor.name!r} of operator {self._meta.display_name!r} holds pickled values; "
+                "unpickling runs arbitrary code. Pass trust_pickled=True only if you trust the savepoint."
+            )
+        self.registered[info.name] = (info, descriptor)
+        return handle_cls(self, info.name)
+
+    def get_state(self, descriptor: ValueStateDescriptor) -> ValueState:
+        """Register a value state and return its read-only handle."""
+        return self._register(descriptor, _Value)
+
+    def get_list_state(self, descriptor: ListStateDescriptor) -> ListState:
+        return self._register(descriptor, _List)
+
+    def get_map_state(self, descriptor: MapStateDescriptor) -> MapState:
+        return self._register(descriptor, _Map)
+
+    def get_reducing_state(self, descriptor: ReducingStateDescriptor) -> ReducingState:
+        return self._register(descriptor, _Reducing)
+
+    def get_aggregating_state(self, descriptor: AggregatingStateDescriptor) -> AggregatingState:
+        return self._register(descriptor, _Aggregating)
+
+    # -- per key --------------------------------------------------------------------------------
+    def registered_event_time_timers(self) -> list[int]:
+        """Event-time timers registered for the current key, ascending."""
+        return list(self._timers[0])
+
+    def registered_processing_time_timers(self) -> list[int]:
+        """Processing-time timers registered for the current key, ascending."""
+        return list(self._timers[1])
+
+    def _value(self, name: str) -> Any:
+        return self._values.get(name)
+
+
+def _read_only(what: str) -> StateAccessError:
+    return StateAccessError(f"{what}: state read from a savepoint is read-only; write with SavepointWriter.")
+
+
+class _Handle:
+    __slots__ = ("_ctx", "_name")
+
+    def __init__(self, ctx: ReaderContext, name: str) -> None:
+        self._ctx, self._name = ctx, name
+
+    def clear(self) -> None:
+        raise _read_only(f"clear() on {self._name!r}")
+
+
+class _Value(_Handle, ValueState):
+    __slots__ = ()
+
+    def value(self) -> Any:
+        v = self._ctx._value(self._name)
+        return self._ctx.registered[self._name][1].default if v is None else v
+
+    def update(self, value: Any) -> None:
+        raise _read_only(f"update() on {self._name!r}")
+
+
+class _Appending(_Handle):
+    __slots__ = ()
+
+    def get(self) -> Any:
+        return self._ctx._value(self._name)
+
+    def add(self, value: Any) -> None:
+        raise _read_only(f"add() on {self._name!r}")
+
+
+class _List(_Appending, ListState):
+    __slots__ = ()
+
+    def get(self) -> list:
+        return list(self._ctx._value(self._name) or [])
+
+    def add_all(self, values: Iterable[Any]) -> None:
+        raise _read_only(f"add_all() on {self._name!r}")
+
+    def update(self, values: Iterable[Any]) -> None:
+        raise _read_only(f"update() on {self._name!r}")
+
+
+class _Reducing(_Appending, ReducingState):
+    __slots__ = ()
+
+
+class _Aggregating(_Appending, AggregatingState):
+    __slots__ = ()
+
+    def get(self) -> Any:
+        acc = self._ctx._value(self._name)
+        if acc is None:
+            return None
+        return self._ctx.registered[self._name][1].aggregate_function.get_result(acc)
+
+
+class _Map(_Handle, MapState):
+    __slots__ = ()
+
+    def _map(self) -> dict:
+        return self._ctx._value(self._name) or {}
+
+    def get(self, key: Any) -> Any:
+        return self._map().get(key)
+
+    def contains(self, key: Any) -> bool:
+        return key in self._map()
+
+    def keys(self) -> list:
+        return list(self._map().keys())
+
+    def values(self) -> list:
+        return list(self._map().values())
+
+    def items(self) -> list:
+        return list(self._map().items())
+
+    def is_empty(self) -> bool:
+        return not self._map()
+
+    def put(self, key: Any, value: Any) -> None:
+        raise _read_only(f"put() on {self._name!r}")
+
+    def put_all(self, mapping: Any) -> None:
+        raise _read_only(f"put_all() on {self._name!r}")
+
+    def remove(self, key: Any) -> None:
+        raise _read_only(f"remove() on {self._name!r}")
+
+
+def _py_key(key: Any) -> Any:
+    # Struct keys arrive as dicts; Flink hands tuple keys to read_key, and dicts are unhashable.
+    return tuple(key.values()) if isinstance(key, dict) else key
+
+
+def _decode(info: StateInfo, value: Any) -> Any:
+    if value is None:
+        return None
+    if info.pickled:
+        if info.kind == "list":
+            return serde.loads_many(value, trusted=True)
+        if info.kind == "map":
+            return {k: serde.loads(v, trusted=True) for k, v in value}
+        return serde.loads(value, trusted=True)
+    if info.kind == "map":
+        return dict(value)  # Arrow maps come back as lists of (key, value) pairs
+    return value
+
+
+def open_function(fn: KeyedStateReaderFunction, meta: OperatorMetadata, *, trust_pickled: bool) -> ReaderContext:
+    """Call ``fn.open`` with a fresh context, then close registration."""
+    ctx = ReaderContext(meta, trust_pickled=trust_pickled)
+    fn.open(ctx)
+    ctx._open = False
+    if not ctx.registered:
+        raise StateAccessError(
+            f"{type(fn).__name__}.open() registered no state; register the states of operator "
+            f"{meta.display_name!r} ({[s.name for s in meta.keyed_states]}) with ctx.get_state(...) etc."
+        )
+    return ctx
+
+
+def _task_range(task: ScanTask) -> tuple[int, int]:
+    if task.key_group_range is not None:
+        return task.key_group_range
+    return min(f.key_group_start for f in task.files), max(f.key_group_end for f in task.files)
+
+
+def _timers_by_key(sp: Savepoint, meta: OperatorMetadata, spec: TableSpec, lo: int, hi: int) -> dict:
+    tspec = TableSpec(spec.path, spec.uid_hash, "timers", with_key_group=True)
+    files = tuple(f for f in meta.files_of("timers") if f.key_group_start <= hi and f.key_group_end >= lo)
+    if not files:
+        return {}
+    table = read_task_table(sp, meta, tspec, ScanTask(files=files))
+    kg = table.column("key_group")
+    table = table.filter(pc.and_(pc.greater_equal(kg, lo), pc.less_equal(kg, hi)))
+    out: dict[Any, tuple[list[int], list[int]]] = {}
+    for key, ts, domain in zip(
+        table.column("key").to_pylist(), table.column("timestamp").to_pylist(), table.column("domain").to_pylist()
+    ):
+        entry = out.setdefault(_py_key(key), ([], []))
+        entry[0 if domain == "event" else 1].append(ts)
+    for ev, pt in out.values():
+        ev.sort()
+        pt.sort()
+    return out
+
+
+def _as_dict(row: Any, names: list[str]) -> dict:
+    if isinstance(row, dict):
+        return row
+    if hasattr(row, "asDict"):
+        return row.asDict(recursive=True)
+    if isinstance(row, (tuple, list)):
+        return dict(zip(names, row))
+    if len(names) == 1:
+        return {names[0]: row}
+    raise StateTypeError(f"read_key yielded {row!r}; yield dicts, Rows or tuples in output-schema order.")
+
+
+def iter_output(
+    fn: KeyedStateReaderFunction, meta: OperatorMetadata, spec: TableSpec, task: ScanTask, sp: Savepoint
+) -> Iterator[Any]:
+    """Run `fn` over one task's keys and yield its raw output rows."""
+    ctx = open_function(fn, meta, trust_pickled=spec.trust_pickled)
+    kspec = TableSpec(spec.path, spec.uid_hash, "keyed", with_key_group=True)
+    table = read_task_table(sp, meta, kspec, task)
+    names = list(ctx.registered)
+    infos = [ctx.registered[n][0] for n in names]
+    timers = _timers_by_key(sp, meta, spec, *_task_range(task)) if task.files or task.key_group_range else {}
+    # Keys whose registered states are all unset are skipped (the table only holds keys with some state).
+    mask = None
+    for n in names:
+        valid = pc.is_valid(table.column(n))
+        mask = valid if mask is None else pc.or_(mask, valid)
+    if mask is not None and table.num_rows:
+        table = table.filter(mask)
+    columns = [table.column(n).to_pylist() for n in names]
+    empty: tuple[list[int], list[int]] = ([], [])
+    try:
+        for i, key in enumerate(table.column("key").to_pylist()):
+            key = _py_key(key)
+            ctx.current_key = key
+            ctx._values = {n: _decode(info, col[i]) for n, info, col in zip(names, infos, columns)}
+            ctx._timers = timers.get(key, empty)
+            out = fn.read_key(key, ctx)
+            if out is not None:
+                yield from out
+    finally:
+        fn.close()
+
+
+def run_reader_function(
+    fn: KeyedStateReaderFunction,
+    meta: OperatorMetadata,
+    spec: TableSpec,
+    tasks: list[ScanTask],
+    arrow_schema: pa.Schema,
+    task_ids: Iterable[int],
+    *,
+    batch_rows: int = 8192,
+) -> Iterator[pa.RecordBatch]:
+    """Executor side: run `fn` over the tasks `task_ids` and yield batches of `arrow_schema`."""
+    sp = Savepoint.open(spec.path, trust_pickled=spec.trust_pickled)
+    names = arrow_schema.names
+    for tid in task_ids:
+        rows: list[dict] = []
+        for row in iter_output(fn, meta, spec, tasks[tid], sp):
+            rows.append(_as_dict(row, names))
+            if len(rows) >= batch_rows:
+                yield pa.RecordBatch.from_pylist(rows, schema=arrow_schema)
+                rows = []
+        if rows:
+            yield pa.RecordBatch.from_pylist(rows, schema=arrow_schema)
+

@@ -1,0 +1,202 @@
+"""Scan plans over one savepoint table: which files each Spark partition reads, and reading them.
+
+Planning runs on the driver (or Spark's planning worker) from the manifest alone; `read_task`
+runs on executors and gets every row through `statekit.savepoint.Savepoint`, which verifies each
+file's size and checksum. Nothing here knows the file layout beyond the manifest's entries.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator, Literal
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from statekit.errors import InvalidArgumentError, SchemaMismatchError
+from statekit.identifiers import OperatorIdentifier
+from statekit.keygroups import KeyGroupRange, key_group_range
+from statekit.savepoint import FileEntry, OperatorMetadata, Savepoint
+from statekit.savepoint import keyed as K
+from statekit.spark.filters import key_groups_of
+from statekit.types import parse_ddl, to_ddl
+
+__all__ = ["TableSpec", "ScanTask", "resolve_table", "table_schema", "plan_tasks", "read_task", "spark_ddl"]
+
+TableKind = Literal["keyed", "timers", "split", "union", "broadcast"]
+
+
+@dataclass(frozen=True)
+class TableSpec:
+    """One table of one operator, as the data source options name it (picklable, sent to workers)."""
+
+    path: str
+    uid_hash: str
+    kind: TableKind
+    state: str | None = None
+    with_key_group: bool = False
+    trust_pickled: bool = False
+
+
+@dataclass(frozen=True)
+class ScanTask:
+    """What one Spark partition reads.
+
+    ``files`` are manifest entries (canonical Parquet); ``key_group_range`` is set instead for
+    native RocksDB state, read through `Savepoint.keyed_table`. ``keys`` (with ``key_groups``)
+    restrict the rows to a pruned key set.
+    """
+
+    files: tuple[FileEntry, ...] = ()
+    key_group_range: tuple[int, int] | None = None
+    key_groups: frozenset[int] | None = None
+    keys: frozenset | None = None
+    whole_table: bool = False  # operator state: read through the Savepoint in one piece
+
+
+def resolve_table(meta: OperatorMetadata, table: str) -> tuple[TableKind, str | None]:
+    """Map the ``table`` option (``keyed``, ``timers`` or a state name) to a table kind.
+
+    Raises
+    ------
+    UnknownStateError
+        For an operator state the operator does not have (the message lists what it has).
+    """
+    if table == "keyed":
+        _require_keyed(meta, "keyed")
+        return "keyed", None
+    if table == "timers":
+        _require_keyed(meta, "timers")
+        return "timers", None
+    info = meta.operator_state(table)  # raises UnknownStateError naming the states there are
+    return info.redistribution, info.name
+
+
+def _require_keyed(meta: OperatorMetadata, what: str) -> None:
+    if meta.key_type is None:
+        raise InvalidArgumentError(
+            f"operator {meta.display_name!r} is not keyed, so it has no {what} table; its operator states are "
+            f"{[s.name for s in meta.operator_states] or 'none'}."
+        )
+
+
+def table_schema(meta: OperatorMetadata, spec: TableSpec) -> pa.Schema:
+    """The Arrow schema of the table `spec` names (what `read_task` yields)."""
+    if spec.kind == "keyed":
+        schema = K.keyed_schema(meta.key_type, meta.keyed_states, namespace_type=meta.namespace_type)
+    elif spec.kind == "timers":
+        schema = K.timers_schema(meta.key_type, namespace_type=meta.namespace_type)
+    else:
+        info = meta.operator_state(spec.state, redistribution=spec.kind)
+        value = pa.field("value", parse_ddl(info.type))
+        if spec.kind == "broadcast":
+            return pa.schema([pa.field("key", parse_ddl(info.key_type), nullable=False), value])
+        if spec.kind == "union":
+            return pa.schema([pa.field("idx", pa.int64()), value])
+        return pa.schema([pa.field("subtask", pa.int32()), pa.field("idx", pa.int64()), value])
+    return schema if spec.with_key_group else schema.remove(0)
+
+
+def spark_ddl(schema: pa.Schema) -> str:
+    """A Spark schema string for `schema`; every column nullable so Spark keeps ``IS NOT NULL`` filters.
+
+    (Keeping that filter makes Spark push filters on every scan; see `statekit.spark.datasource`.)
+    """
+    return ", ".join(f"`{f.name}` {to_ddl(f.type)}" for f in schema)
+
+
+def _merged(files: list[FileEntry]) -> list[list[FileEntry]]:
+    """Files grouped so that groups cover disjoint key-group ranges (a key group never spans groups)."""
+    groups: list[list[FileEntry]] = []
+    end = -1
+    for f in sorted(files, key=lambda f: (f.key_group_start, f.key_group_end)):
+        if groups and f.key_group_start <= end:
+            groups[-1].append(f)
+            end = max(end, f.key_group_end)
+        else:
+            groups.append([f])
+            end = f.key_group_end
+    return groups
+
+
+def plan_tasks(meta: OperatorMetadata, spec: TableSpec, keys: frozenset | None = None) -> list[ScanTask]:
+    """Partitions for `spec`: one per group of keyed files (or per native subtask), pruned to `keys`.
+
+    With ``keys`` only files (or subtasks) covering those keys' key groups are read, and only rows
+    with those keys are returned.
+    """
+    if spec.kind in ("split", "union", "broadcast"):
+        return [ScanTask(whole_table=True)]
+    wanted = None
+    if keys is not None:
+        wanted = key_groups_of(keys, meta.max_parallelism, meta.key_type)
+        keys = frozenset(k for ks in wanted.values() for k in ks)
+    if spec.kind == "keyed" and meta.is_native:
+        tasks = []
+        for i in range(meta.parallelism):
+            rng = key_group_range(meta.max_parallelism, meta.parallelism, i)
+            if wanted is None:
+                tasks.append(ScanTask(key_group_range=(rng.start, rng.end)))
+                continue
+            mine = sorted(kg for kg in wanted if kg in rng)
+            if mine:
+                tasks.append(ScanTask(key_group_range=(mine[0], mine[-1]), key_groups=frozenset(mine), keys=keys))
+        return tasks
+    files = meta.files_of("keyed" if spec.kind == "keyed" else "timers")
+    if wanted is not None:
+        files = [f for f in files if any(f.covers(kg) for kg in wanted)]
+    if spec.kind == "timers":  # timer files' rows are disjoint even when their ranges overlap
+        groups = [[f] for f in files]
+    else:
+        groups = _merged(files)
+    kgs = None if wanted is None else frozenset(wanted)
+    return [ScanTask(files=tuple(g), key_groups=kgs, keys=keys) for g in groups]
+
+
+def _conform(sp: Savepoint, table: pa.Table, expected: pa.Schema, entry: FileEntry) -> pa.Table:
+    if table.column_names != expected.names or not all(
+        K.same_type(a.type, b.type) for a, b in zip(table.schema, expected)
+    ):
+        got = ", ".join(f"{f.name} {f.type}" for f in table.schema)
+        raise SchemaMismatchError(
+            f"{sp.path}: file {entry.path} has columns ({got}) but the manifest declares "
+            f"({', '.join(f'{f.name} {f.type}' for f in expected)}). Restore the file or use another savepoint."
+        )
+    return table if table.schema == expected else table.cast(expected)
+
+
+def _restrict(table: pa.Table, task: ScanTask) -> pa.Table:
+    if task.key_groups is not None:
+        table = table.filter(pc.is_in(table.column("key_group"), pa.array(sorted(task.key_groups), pa.int32())))
+    if task.keys is not None and table.num_rows:
+        key_type = table.schema.field("key").type
+        table = table.filter(pc.is_in(table.column("key"), pa.array(list(task.keys), key_type)))
+    return table
+
+
+def read_task_table(sp: Savepoint, meta: OperatorMetadata, spec: TableSpec, task: ScanTask) -> pa.Table:
+    """The rows of one task as one Arrow table (with ``key_group`` for keyed and timer tables)."""
+    op = meta.identifier
+    if task.whole_table:
+        if spec.kind == "split":
+            return sp.list_state(op, spec.state)
+        if spec.kind == "union":
+            return sp.union_state(op, spec.state)
+        return sp.broadcast_state(op, spec.state)
+    if task.key_group_range is not None:
+        rng = KeyGroupRange(*task.key_group_range)
+        return _restrict(sp.keyed_table(op, with_key_group=True, key_groups=rng), task)
+    full = TableSpec(spec.path, spec.uid_hash, spec.kind, with_key_group=True)
+    expected = table_schema(meta, full)
+    parts = [_restrict(_conform(sp, sp.read_file(e), expected, e), task) for e in task.files]
+    return pa.concat_tables(parts) if parts else expected.empty_table()
+
+
+def read_task(spec: TableSpec, task: ScanTask, *, batch_rows: int = 131072) -> Iterator[pa.RecordBatch]:
+    """Executor side: open the savepoint and yield the task's rows as Arrow record batches."""
+    sp = Savepoint.open(spec.path, trust_pickled=spec.trust_pickled)
+    meta = sp.operator(OperatorIdentifier.for_uid_hash(spec.uid_hash))
+    table = read_task_table(sp, meta, spec, task)
+    if spec.kind in ("keyed", "timers") and not spec.with_key_group:
+        table = table.drop_columns(["key_group"])
+    yield from table.to_batches(max_chunksize=batch_rows)
