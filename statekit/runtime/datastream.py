@@ -10,6 +10,7 @@ from statekit.runtime.keys import normalise_key_type
 from statekit.runtime.sinks import CollectSinkOperator, Collector, FileSink, FileSinkOperator, PrintSinkOperator, SinkOperator
 from statekit.runtime.stream_ops import (
     KeyedOneInputOperator,
+    KeyedProcessOperator,
     KeyedTwoInputOperator,
     MapWithStateOperator,
     OneInputOperator,
@@ -199,7 +200,7 @@ class KeyedStream(DataStream):
 
     def process(self, func: Any, output_type: Any = None) -> DataStream:
         """A `KeyedProcessFunction`: keyed state, timers, ``on_timer``."""
-        return self._keyed("process", func, "KeyedProcess")
+        return self._keyed("process", func, "KeyedProcess", KeyedProcessOperator)
 
     def reduce(self, func: Any, output_type: Any = None) -> DataStream:
         """Running reduce per key. ``output_type`` declares the stored value's type.

@@ -225,7 +225,9 @@ class Execution:
                     if edge.partition == "hash":
                         method += "_keyed"
                         targets = [getattr(d, method) for d in downs]
-                        collects.append(hash_router(selector_of(edge.key_selector), edge.key_type, downs[0].max_parallelism, targets))
+                        collects.append(
+                            hash_router(selector_of(edge.key_selector), edge.key_type, downs[0].max_parallelism, targets, downs)
+                        )
                         wm_targets = downs
                     elif edge.partition == "forward" and len(downs) == len(ups):
                         collects.append(getattr(downs[i], method))

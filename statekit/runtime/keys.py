@@ -8,8 +8,8 @@ from typing import Any, Callable
 import numpy as np
 import pyarrow as pa
 
-from statekit.errors import StateTypeError
-from statekit.keygroups import assign_to_key_group
+from statekit.errors import InvalidKeyError, StateTypeError
+from statekit.keygroups import assign_key_groups, assign_to_key_group
 from statekit.types import to_arrow
 
 #: Bound on the per-edge routing cache; beyond it, keys are routed without caching.
@@ -54,31 +54,126 @@ def hash_router(
     key_type: pa.DataType | None,
     max_parallelism: int,
     targets: list[Callable[[Any, Any, Any, int], None]],
+    operators: list[Any] | None = None,
 ) -> Callable[[Any, Any], None]:
     """An output that routes each element to ``targets[kg * p // m]`` exactly as Flink's KeyGroupStreamPartitioner.
 
     The key group of a key is computed once and cached with its target, because hashing a string
-    key in Python costs far more than a dict lookup and streams repeat their keys.
+    key in Python costs far more than a dict lookup and streams repeat their keys. When the
+    targets are keyed process operators (``operators``), routing and processing are fused: the
+    cache holds each key's subtask scope setter and user function, so an element costs one key
+    extraction, one dict lookup and the user's own calls. The router also has ``batch(values,
+    ts)`` (sources hand it whole batches) and ``prefetch(values)`` (vectorised key groups for the
+    new keys of a batch).
     """
     m, p = max_parallelism, len(targets)
-    cache: dict[Any, tuple[int, Callable]] = {}
+    cache: dict[Any, tuple] = {}
     get = cache.get
+    fused = operators is not None and all(getattr(op, "fusable", False) for op in operators)
 
-    def route(value: Any, ts: Any) -> None:
-        key = selector(value)
+    if fused:
+
+        def entry(key: Any, kg: int) -> tuple:
+            op = operators[kg * p // m]  # type: ignore[index]
+            if op.backend is None:
+                op.ensure_backend(key)
+            return (kg, op, op.backend.set_current_key, op.ctx, op.call)
+
+    else:
+
+        def entry(key: Any, kg: int) -> tuple:
+            return (kg, targets[kg * p // m])
+
+    def miss(key: Any) -> tuple:
+        hit = entry(key, assign_to_key_group(key, m, key_type))
         try:
-            hit = get(key)
-        except TypeError:  # unhashable key (a dict for a struct): no cache
-            kg = assign_to_key_group(key, m, key_type)
-            targets[kg * p // m](value, ts, key, kg)
-            return
-        if hit is None:
-            kg = assign_to_key_group(key, m, key_type)
-            hit = (kg, targets[kg * p // m])
             if len(cache) < ROUTING_CACHE_SIZE:
                 cache[key] = hit
-        hit[1](value, ts, key, hit[0])
+        except TypeError:  # unhashable key (a dict for a struct): not cached
+            pass
+        return hit
 
+    if fused:
+
+        def route(value: Any, ts: Any) -> None:
+            key = selector(value)
+            try:
+                hit = get(key)
+            except TypeError:
+                hit = None
+            if hit is None:
+                hit = miss(key)
+            kg, op, scope, ctx, call = hit
+            scope(key, kg)
+            op.current_key = key
+            op.current_key_group = kg
+            ctx._ts = ts
+            out = call(value, ctx)
+            if out is not None:
+                emit = op.emit
+                for o in out:
+                    emit(o, ts)
+
+        def batch(values: list[Any], ts: Any) -> None:
+            # `route` inlined: this loop is the whole per-element cost of a source → keyed job.
+            for value in values:
+                key = selector(value)
+                try:
+                    hit = get(key)
+                except TypeError:
+                    hit = None
+                if hit is None:
+                    hit = miss(key)
+                kg, op, scope, ctx, call = hit
+                scope(key, kg)
+                op.current_key = key
+                op.current_key_group = kg
+                ctx._ts = ts
+                out = call(value, ctx)
+                if out is not None:
+                    emit = op.emit
+                    for o in out:
+                        emit(o, ts)
+
+    else:
+
+        def route(value: Any, ts: Any) -> None:
+            key = selector(value)
+            try:
+                hit = get(key)
+            except TypeError:
+                hit = None
+            if hit is None:
+                hit = miss(key)
+            hit[1](value, ts, key, hit[0])
+
+        def batch(values: list[Any], ts: Any) -> None:
+            for value in values:
+                route(value, ts)
+
+    def prefetch(values: list[Any]) -> float:
+        """Fill the cache for a batch with one vectorised key-group computation; returns the miss rate.
+
+        Sources call this before emitting a batch while many keys are new, because hashing keys
+        one by one in Python is the dominant cost of a stream's first pass over its key space.
+        """
+        if not values:
+            return 0.0
+        try:
+            missing = list({k for k in map(selector, values) if k not in cache})
+        except TypeError:  # unhashable keys: the per-element path handles them
+            return 0.0
+        if missing and len(cache) + len(missing) <= ROUTING_CACHE_SIZE:
+            try:
+                groups = assign_key_groups(missing, m, key_type).tolist()
+            except (StateTypeError, InvalidKeyError, ValueError, TypeError):
+                return 0.0  # mixed or odd keys: leave them to the exact scalar path
+            for k, kg in zip(missing, groups):
+                cache[k] = entry(k, kg)
+        return len(missing) / len(values)
+
+    route.batch = batch  # type: ignore[attr-defined]
+    route.prefetch = prefetch  # type: ignore[attr-defined]
     return route
 
 

@@ -56,7 +56,8 @@ class StreamOperator:
         # Flink deserialises a fresh copy of the user function per subtask and per attempt; the
         # clock is shared so that tests keep driving processing time.
         memo = {id(job.clock): job.clock}
-        self.function = copy.deepcopy(transformation.function, memo) if transformation.function is not None else None
+        fn = transformation.function
+        self.function = fn if fn is None or getattr(fn, "shared", False) is True else copy.deepcopy(fn, memo)
         self.emit: Callable[[Any, Any], None] = _noop_emit
         self.emit_watermark: Callable[[int], None] = _noop_watermark
         self.backend: Any = None

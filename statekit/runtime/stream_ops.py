@@ -78,6 +78,32 @@ class KeyedOneInputOperator(KeyedOperatorMixin, OneInputOperator):
         self.emit_all(on_timer(ts, ctx), ts)
 
 
+class KeyedProcessOperator(KeyedOneInputOperator):
+    """``KeyedStream.process``: the hot path of keyed jobs, without per-element dispatch.
+
+    ``fusable``: the upstream router may scope the backend and call the function itself
+    (see `statekit.runtime.keys.hash_router`), skipping `process_keyed`.
+    """
+
+    fusable = True
+
+    def process_keyed(self, value: Any, ts: Any, key: Any, kg: int) -> None:
+        backend = self.backend
+        if backend is None:
+            self.ensure_backend(key)
+            backend = self.backend
+        backend.set_current_key(key, kg)
+        self.current_key = key
+        self.current_key_group = kg
+        ctx = self.ctx
+        ctx._ts = ts
+        out = self.call(value, ctx)
+        if out is not None:
+            emit = self.emit
+            for o in out:
+                emit(o, ts)
+
+
 class ReduceOperator(KeyedOperatorMixin, StreamOperator):
     """``KeyedStream.reduce``: fold each key's elements, emitting the running result (Flink's StreamGroupedReduce)."""
 
