@@ -116,6 +116,9 @@ def key_codec(t: pa.DataType) -> tuple[Callable[[Any], bytes], Reader]:
             return _escape(v.encode("utf-8", "surrogatepass"))
 
         def dec_str(buf: bytes, pos: int) -> tuple[str, int]:
+            j = buf.index(b"\x00", pos)
+            if buf[j + 1] == 0x01:  # the common case: no escaped NUL inside
+                return buf[pos:j].decode("utf-8", "surrogatepass"), j + 2
             raw, pos = _unescape(buf, pos)
             return raw.decode("utf-8", "surrogatepass"), pos
 
@@ -473,10 +476,22 @@ def dicts_to_keyed_table(
     has_ns = any(ns is not None for _, by_ns, _ in states for ns, d in by_ns.items() if d)
     row_of: dict[Any, int] = {}
     columns: list[tuple[StateInfo, list[int] | None, list[Any]]] = []
-    for info, by_ns, export in states:
+    first_keys: list[Any] = []
+    for index, (info, by_ns, export) in enumerate(states):
         rows: list[int] = []
         values: list[Any] = []
         first = not row_of
+        if index == 0 and not has_ns:
+            # fast path: the first state's keys are the first rows, in order, without a dict per row
+            d = by_ns.get(None) or {}
+            if export is None:
+                first_keys, values = list(d), list(d.values())
+            else:
+                pairs = [(k, e) for k, e in zip(d, map(export, d.values())) if e is not None]
+                first_keys, values = [p[0] for p in pairs], [p[1] for p in pairs]
+            if len(states) > 1:
+                row_of = dict(zip(first_keys, range(len(first_keys))))
+            by_ns = {}
         for ns, d in by_ns.items():
             items = d.items() if export is None else ((k, export(v)) for k, v in d.items())
             for k, v in items:
@@ -495,14 +510,15 @@ def dicts_to_keyed_table(
             values = [pick(v) for v in values]
         # the first state's rows are 0..n-1 in order, so its values are already the column
         columns.append((info, None if first else rows, values))
-    n = len(row_of)
-    keys = [rk[0] for rk in row_of] if has_ns else list(row_of)
+    row_list = list(row_of) if row_of else first_keys
+    n = len(row_list)
+    keys = [rk[0] for rk in row_list] if has_ns else row_list
     key_arr = to_arrow_array(keys, key_type, what="key")
     kg = assign_key_groups(key_arr, max_parallelism, key_type) if n else np.zeros(0, np.int32)
     names = ["key_group", "key"]
     arrays: list[pa.Array] = [pa.array(kg, pa.int32()), key_arr]
     if has_ns:
-        nss = [rk[1] for rk in row_of]
+        nss = [rk[1] for rk in row_list]
         valid = np.fromiter((ns is not None for ns in nss), bool, n)
         starts = [ns[0] if ns is not None else 0 for ns in nss]
         ends = [ns[1] if ns is not None else 0 for ns in nss]
@@ -559,6 +575,21 @@ def _row_order(kg: pa.Array, key_arr: pa.Array, ns_arr: pa.Array | None) -> np.n
     return indices.to_numpy()
 
 
+def filter_key_groups(
+    table: pa.Table, *, key_type: pa.DataType, max_parallelism: int, key_group_range: KeyGroupRange
+) -> tuple[pa.Table, np.ndarray]:
+    """The rows of `table` in `key_group_range` and their key groups (computed when the column is absent)."""
+    if "key_group" in table.column_names:
+        kg = table.column("key_group").to_numpy()
+    else:
+        kg = assign_key_groups(table.column("key"), max_parallelism, key_type)
+    keep = (kg >= key_group_range.start) & (kg <= key_group_range.end)
+    if not keep.all():
+        table = table.filter(pa.array(keep))
+        kg = kg[keep]
+    return table, kg
+
+
 def keyed_table_to_dicts(
     table: pa.Table,
     infos: Sequence[StateInfo],
@@ -573,14 +604,7 @@ def keyed_table_to_dicts(
     Returns the dicts (for states of `infos` present in the table) and the key groups of the kept
     rows in key order of the table (None when no row was kept).
     """
-    if "key_group" in table.column_names:
-        kg = table.column("key_group").to_numpy()
-    else:
-        kg = assign_key_groups(table.column("key"), max_parallelism, key_type)
-    keep = (kg >= key_group_range.start) & (kg <= key_group_range.end)
-    if not keep.all():
-        table = table.filter(pa.array(keep))
-        kg = kg[keep]
+    table, kg = filter_key_groups(table, key_type=key_type, max_parallelism=max_parallelism, key_group_range=key_group_range)
     out: dict[str, tuple[StateInfo, dict[Any, dict[Any, Any]]]] = {}
     if table.num_rows == 0:
         return {info.name: (info, {}) for info in infos if info.name in table.column_names}, None
