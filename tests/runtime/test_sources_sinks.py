@@ -1,0 +1,210 @@
+"""File sources replayed from offsets, the transactional file sink, print, JobClient savepoints, checkpoint settings."""
+
+from __future__ import annotations
+
+import json
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from statekit.errors import JobError
+from statekit.runtime import (
+    CheckpointedFunction,
+    FileSink,
+    FileSource,
+    KeyedProcessFunction,
+    ListCheckpointed,
+    MapFunction,
+    RestartStrategies,
+    SourceFunction,
+    StreamExecutionEnvironment,
+    latest_checkpoint,
+    read_file_sink,
+)
+from statekit.savepoint import Savepoint
+from statekit.state import ListStateDescriptor, ValueStateDescriptor
+
+
+class FailOnceAt(MapFunction):
+    def __init__(self, at):
+        self.at = at
+
+    def open(self, rc):
+        self.attempt = rc.get_attempt_number()
+
+    def map(self, value):
+        if self.attempt == 0 and value == self.at:
+            raise RuntimeError("injected")
+        return value
+
+
+def _write_inputs(tmp_path):
+    rows = [{"id": i, "word": f"w{i % 7}"} for i in range(300)]
+    pq.write_table(pa.Table.from_pylist(rows[:150]), tmp_path / "a.parquet", row_group_size=40)
+    pq.write_table(pa.Table.from_pylist(rows[150:]), tmp_path / "b.parquet", row_group_size=40)
+    (tmp_path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tmp_path / "rows.csv").write_text("id,word\n" + "".join(f"{r['id']},{r['word']}\n" for r in rows))
+    return rows
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "jsonl", "csv"])
+def test_file_sources_replay_exactly(backend, tmp_path, fmt):
+    rows = _write_inputs(tmp_path)
+    source = {
+        "parquet": FileSource.parquet(tmp_path),
+        "jsonl": FileSource.json_lines(tmp_path / "rows.jsonl"),
+        "csv": FileSource.csv(tmp_path / "rows.csv"),
+    }[fmt]
+    env = StreamExecutionEnvironment(parallelism=2, state_backend=backend)
+    env.enable_checkpointing(every_records=25)
+    env.get_checkpoint_config().set_checkpoint_storage_dir(tmp_path / "chk")
+    env.set_restart_strategy(RestartStrategies.fixed_delay_restart(1, 0))
+    ids = env.from_source(source, None, fmt).uid("files").map(lambda r: int(r["id"])).map(FailOnceAt(211))
+    out = ids.execute_and_collect()
+    assert out == [r["id"] for r in rows]
+    assert out.job_execution_result.restarts == 1
+
+
+def test_file_sink_is_exactly_once_across_failures(backend, tmp_path):
+    env = StreamExecutionEnvironment(parallelism=2, state_backend=backend)
+    env.enable_checkpointing(every_records=30)
+    env.get_checkpoint_config().set_checkpoint_storage_dir(tmp_path / "chk")
+    env.set_restart_strategy(RestartStrategies.fixed_delay_restart(1, 0))
+    ds = env.from_collection(range(500)).uid("src").map(FailOnceAt(333)).uid("fail")
+    ds.sink_to(FileSink.for_row_format(tmp_path / "out").build()).uid("sink")
+    result = env.execute("files")
+    assert result.restarts == 1
+    assert sorted(json.loads(line) for line in read_file_sink(tmp_path / "out")) == list(range(500))
+
+
+def test_print_is_at_least_once(capsys, backend):
+    env = StreamExecutionEnvironment(parallelism=1, state_backend=backend)
+    env.from_collection(["a", "b"]).print("out")
+    env.execute("print")
+    assert capsys.readouterr().out.splitlines() == ["out: a", "out: b"]
+
+
+class Buffer(MapFunction, ListCheckpointed):
+    """The instance-field style: snapshot returns a list, restore gets it back."""
+
+    state_type = "bigint"
+
+    def __init__(self):
+        self.seen = []
+
+    def map(self, value):
+        self.seen.append(value)
+        return len(self.seen)
+
+    def snapshot_state(self, checkpoint_id, timestamp):
+        return list(self.seen)
+
+    def restore_state(self, state):
+        self.seen = list(state)
+
+
+def test_list_checkpointed_restores_instance_fields(backend, tmp_path):
+    env = StreamExecutionEnvironment(parallelism=1, state_backend=backend)
+    env.from_collection([1, 2, 3]).uid("src").map(Buffer()).uid("buffer")
+    env.execute("lc", final_savepoint=tmp_path / "sp")
+    assert Savepoint.open(tmp_path / "sp").list_state("buffer", "list_checkpointed").column("value").to_pylist() == [1, 2, 3]
+    env = StreamExecutionEnvironment(parallelism=1, state_backend=backend)
+    out = env.from_collection([4]).uid("src2").map(Buffer()).uid("buffer")
+    assert out.execute_and_collect(restore_from=tmp_path / "sp", allow_non_restored_state=True) == [4]
+
+
+def test_checkpoints_are_savepoints_and_retained(backend, tmp_path):
+    env = StreamExecutionEnvironment(parallelism=2, state_backend=backend)
+    env.enable_checkpointing(every_records=50)
+    cfg = env.get_checkpoint_config().set_checkpoint_storage_dir(tmp_path).set_num_retained_checkpoints(2)
+    assert cfg.retained == 2
+    env.from_collection([f"k{i % 10}" for i in range(1_000)]).uid("src").key_by(lambda w: w).map(lambda w: w).uid("m")
+    result = env.execute("retain")
+    kept = sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("chk-"))
+    assert 1 <= len(kept) <= 2
+    assert [f"chk-{cid}" for cid, _ in result.completed_checkpoints] == sorted(kept, key=lambda n: int(n[4:]))
+    latest = latest_checkpoint(tmp_path)
+    sp = Savepoint.open(latest)
+    assert sp.kind == "checkpoint"
+    assert sp.list_state("src", "offset").column("value").to_pylist()[0] % 50 == 0
+
+
+def test_restart_attempts_are_bounded(backend):
+    class AlwaysFails(MapFunction):
+        def map(self, value):
+            raise RuntimeError("boom")
+
+    from statekit.runtime import ManualClock
+
+    env = StreamExecutionEnvironment(parallelism=1, state_backend=backend, clock=ManualClock(0))
+    env.set_restart_strategy(RestartStrategies.fixed_delay_restart(2, 10_000))
+    env.from_collection([1]).map(AlwaysFails())
+    with pytest.raises(JobError, match="after 2 restart"):
+        env.execute("fails")
+
+
+def test_restart_delay_uses_the_clock(backend):
+    from statekit.runtime import ManualClock
+
+    clock = ManualClock(0)
+
+    class FailTwice(MapFunction):
+        def open(self, rc):
+            self.attempt = rc.get_attempt_number()
+
+        def map(self, value):
+            if self.attempt < 2:
+                raise RuntimeError("boom")
+            return value
+
+    env = StreamExecutionEnvironment(parallelism=1, state_backend=backend, clock=clock)
+    env.set_restart_strategy(RestartStrategies.fixed_delay_restart(3, 5_000))
+    assert env.from_collection([1]).map(FailTwice()).execute_and_collect() == [1]
+    assert clock.now() == 10_000  # two restarts, 5 s each, without sleeping
+
+
+class Unbounded(SourceFunction, CheckpointedFunction):
+    def __init__(self):
+        self.n = 0
+        self.running = True
+
+    def run(self, ctx):
+        while self.running:
+            ctx.collect(f"k{self.n % 5}")
+            self.n += 1
+
+    def cancel(self):
+        self.running = False
+
+    def initialize_state(self, ctx):
+        self.state = ctx.get_operator_state_store().get_list_state(ListStateDescriptor("n", "bigint"))
+        for v in self.state.get() or []:
+            self.n = v
+
+    def snapshot_state(self, ctx):
+        self.state.update([self.n])
+
+
+class Count(KeyedProcessFunction):
+    def open(self, rc):
+        self.count = rc.get_state(ValueStateDescriptor("count", "bigint", default=0))
+
+    def process_element(self, value, ctx):
+        self.count.update(self.count.value() + 1)
+
+
+def test_job_client_savepoints_of_an_unbounded_job(backend, tmp_path):
+    env = StreamExecutionEnvironment(parallelism=2, state_backend=backend)
+    env.add_source(Unbounded()).uid("src").key_by(lambda w: w, key_type="string").process(Count()).uid("count")
+    client = env.execute_async("unbounded")
+    first = client.trigger_savepoint(tmp_path / "sp1").result(timeout=60)
+    final = client.stop_with_savepoint(tmp_path / "sp2").result(timeout=60)
+    client.wait(timeout=60)
+    assert client.get_job_status() == "FINISHED"
+    for path in (first, final):
+        sp = Savepoint.open(path)
+        emitted = sp.list_state("src", "n").column("value").to_pylist()[0]
+        counts = sp.keyed_table("count").column("count").to_pylist()
+        assert sum(counts) == emitted  # source offset and keyed state agree: a consistent cut
+    assert Savepoint.open(final).list_state("src", "n").column("value")[0].as_py() >= Savepoint.open(first).list_state("src", "n").column("value")[0].as_py()
