@@ -16,7 +16,7 @@ from pyspark.sql.types import StructType
 from statekit.errors import InvalidArgumentError
 from statekit.identifiers import OperatorIdentifier
 from statekit.savepoint import OperatorMetadata, Savepoint
-from statekit.spark.reader_function import KeyedStateReaderFunction, iter_output, run_reader_function
+from statekit.spark.reader_function import KeyedStateReaderFunction, iter_output, open_function, run_reader_function
 from statekit.spark.scan import TableSpec, plan_tasks
 from statekit.spark.session import prepare_session
 
@@ -173,6 +173,7 @@ class SavepointReader:
         # Validate the function on the driver (registration errors surface here, typed) on a copy,
         # so the instance shipped to executors is the user's untouched object.
         probe = pickle.loads(_dumps(fn))
+        open_function(probe, meta, trust_pickled=spec.trust_pickled)
         if output_schema is None:
             schema = from_arrow_schema(self._infer_schema(probe, meta, spec, tasks))
         elif isinstance(output_schema, str):
@@ -190,11 +191,7 @@ class SavepointReader:
         return self.spark.range(0, len(tasks), 1, numPartitions=len(tasks)).mapInArrow(run, schema)
 
     def _infer_schema(self, fn: KeyedStateReaderFunction, meta: OperatorMetadata, spec: TableSpec, tasks: list) -> pa.Schema:
-        from statekit.spark.reader_function import open_function
-
         sample: list[Any] = []
-        if not tasks:
-            open_function(fn, meta, trust_pickled=spec.trust_pickled)
         for task in tasks:
             for row in iter_output(fn, meta, spec, task, self.savepoint):
                 sample.append(row)

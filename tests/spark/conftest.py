@@ -97,3 +97,9 @@ def acceptance_savepoint(tmp_path_factory):
     path = tmp_path_factory.mktemp("spark") / "acceptance"
     write_acceptance_savepoint(path)
     return path
+
+
+@pytest.fixture(scope="session")
+def expected_proc_rows():
+    """`proc`'s keyed table as written, ordered by key."""
+    return expected_keyed_rows()
