@@ -465,15 +465,17 @@ def dicts_to_keyed_table(
     max_parallelism: int,
     states: Sequence[tuple[StateInfo, Mapping[Any, Mapping[Any, Any]], Callable[[Any], Any] | None]],
     pickle_values: bool = True,
+    namespaced: bool = False,
 ) -> pa.Table:
     """Build the keyed table from per-state ``{namespace: {key: value}}`` dicts.
 
     Each state comes with an optional export function applied to its stored values (TTL filtering);
     an export result of None means "not set". Values of pickled states are pickled here unless
     `pickle_values` is False (they are pickled bytes already). Rows are sorted by key group, key and
-    namespace; the namespace column appears only when some namespace is not None.
+    namespace; the namespace column appears when `namespaced` (the operator used windows) or some
+    namespace is not None.
     """
-    has_ns = any(ns is not None for _, by_ns, _ in states for ns, d in by_ns.items() if d)
+    has_ns = namespaced or any(ns is not None for _, by_ns, _ in states for ns, d in by_ns.items() if d)
     row_of: dict[Any, int] = {}
     columns: list[tuple[StateInfo, list[int] | None, list[Any]]] = []
     first_keys: list[Any] = []

@@ -321,6 +321,8 @@ class SlotBackend(KeyedStateBackend):
         self._pending: dict[str, tuple[StateInfo, dict[Any, dict[Any, Any]]]] = {}
         # copy-on-write while snapshots that share containers with the live state are pending
         self._fresh: set[int] | None = None
+        # whether window namespaces were used (or restored): snapshots then keep the namespace column
+        self._namespaced = False
         self._cow_lock = threading.Lock()
         self._pending_snapshots = 0
 
@@ -341,6 +343,8 @@ class SlotBackend(KeyedStateBackend):
         if namespace == old:
             return
         self._ns = namespace
+        if namespace is not None:
+            self._namespaced = True
         for slot in self._slots.values():
             slot._switch(old, namespace)
 
@@ -437,6 +441,7 @@ class SlotBackend(KeyedStateBackend):
     # -- restore ----------------------------------------------------------------------------------------
     def restore(self, tables: Sequence[pa.Table], infos: Sequence[StateInfo]) -> None:
         for table in tables:
+            self._namespaced = self._namespaced or "namespace" in table.column_names
             parsed, _ = keyed_table_to_dicts(
                 table,
                 infos,
@@ -568,8 +573,9 @@ class HeapKeyedStateBackend(SlotBackend):
         ]
         parts += [(info, {ns: dict(d) for ns, d in by_ns.items()}, None) for info, by_ns in self._pending.values()]
         infos = tuple(p[0] for p in parts)
+        namespaced = self._namespaced
         build = lambda: dicts_to_keyed_table(  # noqa: E731
-            key_type=self.key_type, max_parallelism=self.max_parallelism, states=parts
+            key_type=self.key_type, max_parallelism=self.max_parallelism, states=parts, namespaced=namespaced
         )
         return KeyedSnapshot(infos, materialize=self._shared_snapshot(parts, build))
 

@@ -469,6 +469,7 @@ class RocksDBKeyedStateBackend(SlotBackend):
 
     def restore(self, tables: Sequence[pa.Table], infos: Sequence[StateInfo]) -> None:
         for table in tables:
+            self._namespaced = self._namespaced or "namespace" in table.column_names
             table, kg = filter_key_groups(
                 table, key_type=self.key_type, max_parallelism=self.max_parallelism, key_group_range=self.key_group_range
             )
@@ -548,6 +549,7 @@ class RocksDBKeyedStateBackend(SlotBackend):
             "key_group_range": [self.key_group_range.start, self.key_group_range.end],
             "states": [s.info.to_json() for s in self._slots.values()],
             "ttl_stamped": [s.info.name for s in self._slots.values() if s.ttl is not None],
+            "namespaced": self._namespaced,
         }
         (target / NATIVE_SIDECAR).write_text(json.dumps(sidecar, indent=1))
         return tuple(sorted(os.listdir(target)))
@@ -576,13 +578,14 @@ class RocksDBKeyedStateBackend(SlotBackend):
         self._checkpoint(private, checkpoint_id, now, flush=False)
         states = [(s.info, s.ttl is not None, self._export(s, now)) for s in self._slots.values()]
         parts: list[Any] = [states, overlay]
-        key_type, m = self.key_type, self.max_parallelism
+        key_type, m, namespaced = self.key_type, self.max_parallelism, self._namespaced
 
         def build() -> pa.Table:
             try:
                 return _read_checkpoint(
-                    private, key_type=key_type, max_parallelism=m, states=parts[0], overlays=parts[1], raw_pickles=False
-                )
+                    private, key_type=key_type, max_parallelism=m, states=parts[0], overlays=parts[1],
+                    raw_pickles=False, namespaced=namespaced,
+                )  # fmt: skip
             finally:
                 shutil.rmtree(private, ignore_errors=True)
 
@@ -728,6 +731,7 @@ def _read_checkpoint(
     key_groups: KeyGroupRange | None = None,
     overlays: dict[str, dict[Any, dict[Any, Any]]] | None = None,
     raw_pickles: bool = True,
+    namespaced: bool = False,
 ) -> pa.Table:
     """The keyed table of the RocksDB checkpoint at `path` (opened read-only in place).
 
@@ -755,8 +759,9 @@ def _read_checkpoint(
                         d[k] = v
             parts.append((info, by_ns, export))
         return dicts_to_keyed_table(
-            key_type=key_type, max_parallelism=max_parallelism, states=parts, pickle_values=not raw_pickles
-        )
+            key_type=key_type, max_parallelism=max_parallelism, states=parts, pickle_values=not raw_pickles,
+            namespaced=namespaced,
+        )  # fmt: skip
     finally:
         db.close()
         del db
@@ -826,8 +831,9 @@ def native_to_arrow(
             except OSError:
                 shutil.copy2(entry, work / entry.name)
         return _read_checkpoint(
-            work, key_type=key_type, max_parallelism=max_parallelism, states=states, key_groups=key_groups
-        )
+            work, key_type=key_type, max_parallelism=max_parallelism, states=states, key_groups=key_groups,
+            namespaced=bool(sidecar.get("namespaced", False)),
+        )  # fmt: skip
     except StatekitError as exc:
         if not isinstance(exc, CorruptSavepointError):
             raise
