@@ -82,6 +82,11 @@ def write_snapshot(path: Path, checkpoint_id: int, kind: str, job_name: str, ope
             if timer_rows:
                 w.write_timers(timers_table(timer_rows, key_type, None))
             _write_operator_states(w, subs)
+    # Native snapshots were hard-linked (or copied) into the checkpoint; their staging copies go.
+    for op in operators:
+        for s in op.subtasks:
+            if s.keyed is not None and s.keyed.native_dir is not None:
+                shutil.rmtree(s.keyed.native_dir, ignore_errors=True)
     log.info("%s %d written to %s", kind, checkpoint_id, path)
     return path
 
