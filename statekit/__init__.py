@@ -35,10 +35,17 @@ __all__ = [
 ]
 
 
+_RUNTIME = frozenset({"StreamExecutionEnvironment", "WatermarkStrategy", "KeyedProcessFunction", "ManualClock", "RestartStrategies"})
+
+
 def __getattr__(name: str):
     # OperatorIdentifier is imported lazily so `import statekit` stays cheap and cycle-free.
     if name == "OperatorIdentifier":
         from statekit.identifiers import OperatorIdentifier
 
         return OperatorIdentifier
+    if name in _RUNTIME:  # the embedded runtime loads only when asked for
+        import statekit.runtime
+
+        return getattr(statekit.runtime, name)
     raise AttributeError(f"module 'statekit' has no attribute {name!r}")
