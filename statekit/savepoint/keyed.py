@@ -179,6 +179,8 @@ def check_unique_keys(table: pa.Table, *, has_namespace: bool, what: str) -> Non
 
     cols = ["key", "namespace"] if has_namespace else ["key"]
     flat = table.select(cols).flatten()
+    if flat.num_columns == 1 and _surely_unique(flat.column(0)):
+        return
     if flat.num_columns == 1 and pa.types.is_primitive(flat.schema.types[0]):
         dup = pd.Series(flat.column(0).to_numpy()).duplicated().to_numpy()
     else:
@@ -193,21 +195,49 @@ def check_unique_keys(table: pa.Table, *, has_namespace: bool, what: str) -> Non
     )
 
 
+def _surely_unique(col: pa.ChunkedArray) -> bool:
+    """Fast uniqueness test for a single key column; False means "maybe not" (the caller looks closer)."""
+    t = col.type
+    if pa.types.is_integer(t):  # sorting integers beats hashing them several times over
+        keys = np.sort(col.to_numpy())
+        return not bool(np.any(keys[1:] == keys[:-1]))
+    if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t) or pa.types.is_boolean(t):
+        return len(pc.unique(col)) == len(col)
+    return False  # floats (NaN, -0.0) and nested keys take the exact path
+
+
 @dataclass(frozen=True)
 class KeyGroupSplit:
-    """Rows ``[row_start, row_end)`` of a key-group-sorted table, covering key groups ``[kg_start, kg_end]``."""
+    """Rows ``[row_start, row_end)`` of the key-group-sorted table, covering key groups ``[kg_start, kg_end]``."""
 
     kg_start: int
     kg_end: int
     row_start: int
     row_end: int
 
+    @property
+    def rows(self) -> int:
+        return self.row_end - self.row_start
+
+
+def is_grouped(kg: np.ndarray) -> bool:
+    """True when rows already come in ascending key-group order."""
+    return len(kg) < 2 or bool(np.all(kg[1:] >= kg[:-1]))
+
 
 def key_group_order(kg: np.ndarray) -> np.ndarray | None:
     """Row order that groups rows by ascending key group (stable radix sort), or None if already grouped."""
-    if len(kg) < 2 or bool(np.all(kg[1:] >= kg[:-1])):
+    if is_grouped(kg):
         return None
     return np.argsort(kg.astype(np.uint16), kind="stable")
+
+
+def rows_of_key_groups(kg: np.ndarray, start: int, end: int) -> np.ndarray:
+    """Indices of the rows in key groups ``[start, end]``, grouped by ascending key group (stable)."""
+    if start == end:
+        return np.flatnonzero(kg == start)
+    rows = np.flatnonzero((kg >= start) & (kg <= end))
+    return rows[np.argsort(kg[rows].astype(np.uint16), kind="stable")]
 
 
 def with_key_group_column(table: pa.Table, kg: np.ndarray) -> pa.Table:
@@ -225,20 +255,23 @@ def sort_by_key_group(table: pa.Table, kg: np.ndarray) -> tuple[pa.Table, np.nda
     return with_key_group_column(table, kg), kg
 
 
-def split_by_key_group(kg_sorted: np.ndarray, rows_per_file: int) -> list[KeyGroupSplit]:
-    """Cut a key-group-sorted column at key-group boundaries into files of at most `rows_per_file` rows.
+def split_by_key_group(kg: np.ndarray, rows_per_file: int) -> list[KeyGroupSplit]:
+    """Cut rows at key-group boundaries into files of at most `rows_per_file` rows.
 
-    A key group is never split, so a file holding a single key group may be larger.
+    Row ranges refer to the rows grouped by ascending key group; `kg` itself need not be sorted
+    (only per-key-group counts are used). A key group is never split, so a file holding a single
+    key group may be larger.
 
-    >>> [(s.kg_start, s.kg_end, s.row_start, s.row_end) for s in split_by_key_group(np.array([0, 0, 1, 2, 2, 2, 5]), 3)]
+    >>> [(s.kg_start, s.kg_end, s.row_start, s.row_end) for s in split_by_key_group(np.array([2, 0, 0, 5, 1, 2, 2]), 3)]
     [(0, 1, 0, 3), (2, 2, 3, 6), (5, 5, 6, 7)]
     """
-    n = len(kg_sorted)
+    n = len(kg)
     if n == 0:
         return []
-    # Start row of each distinct key group.
-    change = np.flatnonzero(np.diff(kg_sorted)) + 1
-    starts = np.concatenate(([0], change))
+    counts = np.bincount(kg)
+    groups = np.flatnonzero(counts)  # key groups present, ascending
+    # Start row of each present key group in grouped order.
+    starts = np.concatenate(([0], np.cumsum(counts[groups])[:-1]))
     splits: list[KeyGroupSplit] = []
     i = 0
     while i < len(starts):
@@ -249,6 +282,6 @@ def split_by_key_group(kg_sorted: np.ndarray, rows_per_file: int) -> list[KeyGro
             j = len(starts)
         j = max(j, i + 1)  # a file holds at least one whole key group
         row_end = int(starts[j]) if j < len(starts) else n
-        splits.append(KeyGroupSplit(int(kg_sorted[row_start]), int(kg_sorted[row_end - 1]), row_start, row_end))
+        splits.append(KeyGroupSplit(int(groups[i]), int(groups[j - 1]), row_start, row_end))
         i = j
     return splits

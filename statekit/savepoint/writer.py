@@ -250,15 +250,14 @@ class OperatorWriter:
         part = 0
         for table, kg in self._prepared(self._keyed, schema, what):
             table, kg = K.drop_unset_rows(table, kg, names)
-            order = K.key_group_order(kg)
-            kg_sorted = kg if order is None else kg[order]
-            for split in K.split_by_key_group(kg_sorted, self._builder.rows_per_file):
+            grouped = K.is_grouped(kg)
+            # File boundaries come from per-key-group counts alone; each worker then gathers its own
+            # rows, so no global sort runs before the first file can start.
+            for split in K.split_by_key_group(kg, self._builder.rows_per_file):
                 rel = f"{self.dir}/keyed/part-{part:05d}-kg{split.kg_start:05d}-{split.kg_end:05d}.parquet"
                 part += 1
-                rows = None if order is None else order[split.row_start : split.row_end]
                 futures.append(pool.submit(
-                    _write_keyed_chunk, root, rel, table, rows, kg_sorted[split.row_start : split.row_end],
-                    split.row_start, split.kg_start, split.kg_end, self.namespace_type is not None, what))
+                    _write_keyed_chunk, root, rel, table, kg, split, grouped, self.namespace_type is not None, what))
         return futures
 
     def _write_timer_files(self, root: Path, pool: ThreadPoolExecutor) -> list[Future[FileEntry]]:
@@ -274,12 +273,17 @@ class OperatorWriter:
         return futures
 
 
-def _write_keyed_chunk(root, rel, table, rows, kg, row_start, kg_start, kg_end, has_namespace, what) -> FileEntry:
+def _write_keyed_chunk(root, rel, table, kg, split, grouped, has_namespace, what) -> FileEntry:
     # Gathering rows and checking key uniqueness per file inside the workers lets both cores share
     # the work; a key's duplicates share its key group, so they always land in the same file.
-    chunk = table.slice(row_start, len(kg)) if rows is None else table.take(pa.array(rows))
+    if grouped:
+        chunk, chunk_kg = table.slice(split.row_start, split.rows), kg[split.row_start : split.row_end]
+    else:
+        rows = K.rows_of_key_groups(kg, split.kg_start, split.kg_end)
+        chunk, chunk_kg = table.take(pa.array(rows)), kg[rows]
     K.check_unique_keys(chunk, has_namespace=has_namespace, what=what)
-    return _write_file(root, rel, K.with_key_group_column(chunk, kg), "keyed", None, kg_start, kg_end, None)
+    return _write_file(root, rel, K.with_key_group_column(chunk, chunk_kg), "keyed", None, split.kg_start,
+                       split.kg_end, None)
 
 
 def _parse_type(ddl: str | None, what: str) -> pa.DataType:
