@@ -252,3 +252,15 @@ def test_restore_from_a_native_checkpoint(tmp_path):
     assert result.restarts == 1
     assert any(Savepoint.open(p).operator("c").is_native for _, p in result.completed_checkpoints)
     assert sorted(out)[-1] == ("k9", 77) and len(out) == 1_000
+
+
+def test_min_pause_between_checkpoints(backend, tmp_path):
+    from statekit.runtime import ManualClock
+
+    clock = ManualClock(0)  # never advances: after the first checkpoint completes, the pause never ends
+    env = StreamExecutionEnvironment(parallelism=1, state_backend=backend, clock=clock)
+    env.enable_checkpointing(every_records=10, mode="at_least_once")
+    env.get_checkpoint_config().set_checkpoint_storage_dir(tmp_path).set_min_pause_between_checkpoints(1_000).set_num_retained_checkpoints(10)
+    env.from_collection(range(2_000)).uid("src").map(lambda x: x)
+    result = env.execute("pause")
+    assert len(result.completed_checkpoints) == 1
