@@ -20,7 +20,19 @@ Usage (what the runtime does per subtask)::
     backend.restore([table], snap.infos)          # keeps only rows of key_group_range
 
 Window operators call ``set_current_namespace((start, end))`` before touching state and
-``merge_namespaces(name, sources, target)`` when session windows merge.
+``merge_namespaces(name, sources, target)`` when session windows merge. Operator state lives in a
+`DefaultOperatorStateStore` (``get_list_state``, ``get_union_list_state``, ``get_broadcast_state``).
+
+The RocksDB backend also writes native, incremental checkpoints (SST files hard-linked between
+checkpoints)::
+
+    snap = backend.snapshot(2, native=True, target_dir=checkpoint_dir / "op-1" / "subtask-0")
+    table = statekit.backends.rocksdb.native_to_arrow(
+        snap.native_dir, key_type="string", infos=snap.infos, max_parallelism=128)
+
+Modules: `heap` and `rocksdb` (keyed backends), `operator` (operator state), `ttl` (state TTL),
+`encoding` (RocksDB byte encodings), `keyed_table` (dicts ↔ the savepoint's keyed table),
+`rocksdb_native` (reading RocksDB checkpoints as keyed tables).
 """
 
 from statekit.backends.base import (

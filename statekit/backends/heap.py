@@ -9,7 +9,7 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 import pyarrow as pa
 
 from statekit.backends.base import VOID_NAMESPACE, KeyedSnapshot, KeyedStateBackend
-from statekit.backends.encoding import dicts_to_keyed_table, keyed_table_to_dicts
+from statekit.backends.keyed_table import dicts_to_keyed_table, keyed_table_to_dicts
 from statekit.backends.ttl import TtlListState, TtlMapState, TtlValueState, ttl_export, ttl_import
 from statekit.errors import InvalidArgumentError, NullKeyError, StateAccessError, StateTypeError
 from statekit.state.descriptors import KeyedStateDescriptor, StateInfo

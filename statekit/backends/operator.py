@@ -9,7 +9,7 @@ import pyarrow as pa
 
 from statekit import serde
 from statekit.backends.base import OperatorStateStore
-from statekit.backends.encoding import python_converter
+from statekit.backends.keyed_table import python_converter
 from statekit.errors import NullKeyError, StateTypeError
 from statekit.state.descriptors import (
     BroadcastStateDescriptor,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from statekit.backends.encoding import NAMESPACE_TYPE
+from statekit.backends.keyed_table import NAMESPACE_TYPE
 from statekit.errors import InvalidArgumentError, StateTypeError
 from statekit.keygroups import KeyGroupRange
 from statekit.state import (
