@@ -70,6 +70,7 @@ class OperatorWriter:
 
     # -- keyed -------------------------------------------------------------------------------------
     def _require_keyed(self, what: str) -> str:
+        self._builder._check_open()
         if self.key_type is None:
             raise InvalidArgumentError(
                 f"operator {self.identifier}: {what} needs a keyed operator; pass key_type= to add_operator()."
@@ -97,6 +98,7 @@ class OperatorWriter:
     # -- operator state ----------------------------------------------------------------------------
     def write_list_state(self, info: OperatorStateInfo, per_subtask: Sequence[Sequence[Any] | pa.Array]) -> None:
         """Operator list state (`split` or `union`): one list of elements per subtask."""
+        self._builder._check_open()
         if info.redistribution not in ("split", "union"):
             raise InvalidArgumentError(
                 f"list state {info.name!r}: redistribution must be 'split' or 'union', not {info.redistribution!r}."
@@ -128,6 +130,7 @@ class OperatorWriter:
 
     def write_broadcast_state(self, info: OperatorStateInfo, table: pa.Table | dict) -> None:
         """Broadcast state: one copy of its ``key``/``value`` map."""
+        self._builder._check_open()
         if info.redistribution != "broadcast" or info.key_type is None:
             raise InvalidArgumentError(
                 f"broadcast state {info.name!r} needs redistribution='broadcast' and a key_type."
@@ -417,6 +420,8 @@ class SavepointBuilder:
         if ident.uid_hash in self._operators:
             raise InvalidArgumentError(f"operator {ident} was added twice; each operator appears once.")
         infos = tuple(_state_info(s) for s in keyed_states)
+        for s in infos:  # refuse a bad declaration now, not when the savepoint commits
+            parse_ddl(s.type)
         if len({s.name for s in infos}) != len(infos):
             raise InvalidArgumentError(f"operator {ident}: two keyed states share a name in {[s.name for s in infos]}.")
         if infos and key_type is None:
@@ -462,7 +467,12 @@ class SavepointBuilder:
             write_manifest(staging, manifest)
             if self.path.exists():
                 raise SavepointExistsError(f"{self.path} appeared while writing; not overwriting it.")
-            os.rename(staging, self.path)
+            try:
+                os.rename(staging, self.path)
+            except OSError:
+                if self.path.exists():  # another writer won the race (rename only replaces an empty dir)
+                    raise SavepointExistsError(f"{self.path} appeared while writing; not overwriting it.") from None
+                raise
             _fsync_dir(self.path.parent)
         except BaseException:
             self.abort()

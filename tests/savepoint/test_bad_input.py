@@ -627,3 +627,40 @@ def test_reads_of_every_table_leave_the_savepoint_untouched(sp, unchanged):
         key = int(np.int64(-200) * 7919)
         assert s.get("counter", key) == {"count": key * 2, "seen": []}
         assert assign_to_key_group(key, 128, "bigint") in range(128)
+
+
+def test_two_builders_racing_for_one_path(tmp_path, unchanged):
+    first, second = SavepointBuilder(tmp_path / "sp"), SavepointBuilder(tmp_path / "sp")
+    for b, n in ((first, 1), (second, 2)):
+        b.add_operator("op", key_type="bigint", keyed_states=STATES).write_keyed(pa.table({"key": [n], "count": [n]}))
+    first.commit()
+    with unchanged(tmp_path / "sp"), pytest.raises(SavepointExistsError):
+        second.commit()
+    assert_nothing_left(tmp_path, {"sp"})
+    assert Savepoint.open(tmp_path / "sp").get("op", 1) == {"count": 1, "seen": None}
+
+
+def test_a_committed_builder_refuses_more_writes(tmp_path):
+    with SavepointBuilder(tmp_path / "sp") as b:
+        op = b.add_operator("op", parallelism=2, key_type="bigint", keyed_states=STATES)
+        op.write_keyed(pa.table({"key": [1], "count": [1]}))
+    for late in (lambda: op.write_keyed(pa.table({"key": [2], "count": [2]})),
+                 lambda: op.write_list_state(operator_list_info(ListStateDescriptor("o", "bigint"), "split"), [[1]]),
+                 lambda: b.add_operator("other"), b.commit):
+        with pytest.raises(StatekitError, match="already committed"):
+            late()
+
+
+def test_bad_declarations_are_refused_when_declared(tmp_path):
+    from statekit.state import StateInfo
+
+    with SavepointBuilder(tmp_path / "sp") as b:
+        with pytest.raises(StateTypeError):
+            b.add_operator("op", key_type="bigint", keyed_states=[StateInfo("v", "value", "bigintt")])
+        with pytest.raises(StateTypeError):
+            b.add_operator("op2", key_type="long int")
+        with pytest.raises(InvalidArgumentError, match="key_type"):
+            b.add_operator("op3", keyed_states=STATES)
+        with pytest.raises(InvalidArgumentError, match="share a name"):
+            b.add_operator("op4", key_type="bigint", keyed_states=STATES + STATES[:1])
+    assert Savepoint.open(tmp_path / "sp").operators == []
