@@ -178,3 +178,27 @@ def test_parallelism_above_max_is_refused(backend, tmp_path):
     with pytest.raises(JobError) as info:
         env.execute("c", restore_from=tmp_path / "sp")
     assert isinstance(info.value.__cause__, RestoreError) and "exceeds" in str(info.value.__cause__)
+
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    words=st.lists(st.text("abcdefgh", min_size=1, max_size=3), min_size=1, max_size=60),
+    p1=st.integers(1, 4),
+    p2=st.integers(1, 4),
+)
+def test_rescaling_keeps_every_key_exactly_once(tmp_path_factory, words, p1, p2):
+    tmp = tmp_path_factory.mktemp("hyp")
+    env = StreamExecutionEnvironment(parallelism=p1, max_parallelism=16)
+    env.from_collection(words).uid("src").key_by(lambda w: w, key_type="string").process(Count()).uid("count")
+    env.execute("a", final_savepoint=tmp / "a")
+    env = StreamExecutionEnvironment(parallelism=p2)
+    env.from_collection([]).uid("src").key_by(lambda w: w, key_type="string").process(Count()).uid("count")
+    env.execute("b", restore_from=tmp / "a", final_savepoint=tmp / "b")
+    table = Savepoint.open(tmp / "b").keyed_table("count", with_key_group=True)
+    got = dict(zip(table.column("key").to_pylist(), table.column("count").to_pylist()))
+    assert got == {w: words.count(w) for w in set(words)}
+    assert Savepoint.open(tmp / "b").operator("count").parallelism == p2

@@ -77,14 +77,24 @@ class KeyedStateInMap(MapFunction):
         return value
 
 
-@pytest.mark.parametrize("job", ["late", "not keyed"])
+class ReadInOpen(KeyedProcessFunction):
+    def open(self, rc):
+        rc.get_state(ValueStateDescriptor("v", "bigint")).value()  # no current key yet
+
+    def process_element(self, value, ctx):
+        yield value
+
+
+@pytest.mark.parametrize("job", ["late", "not keyed", "outside a key"])
 def test_state_registration_rules(backend, job):
     env = StreamExecutionEnvironment(parallelism=1, state_backend=backend)
     ds = env.from_collection([1, 2])
     if job == "late":
         ds.key_by(lambda v: v).process(LateRegistration())
-    else:
+    elif job == "not keyed":
         ds.map(KeyedStateInMap())
+    else:
+        ds.key_by(lambda v: v, key_type="bigint").process(ReadInOpen())
     with pytest.raises(JobError) as info:
         env.execute("rules")
     assert isinstance(info.value.__cause__, StateAccessError)
