@@ -10,7 +10,12 @@ from typing import Any, Sequence
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from statekit.errors import CorruptSavepointError, SchemaMismatchError, UntrustedPicklePayloadError
+from statekit.errors import (
+    CorruptSavepointError,
+    InvalidArgumentError,
+    SchemaMismatchError,
+    UntrustedPicklePayloadError,
+)
 from statekit.identifiers import OperatorIdentifier
 from statekit.keygroups import KeyGroupRange, assign_to_key_group
 from statekit.savepoint import keyed as K
@@ -183,6 +188,11 @@ class Savepoint:
         meta = self.operator(op)
         if meta.key_type is None:
             return None
+        if namespace is not None and meta.namespace_type is None:
+            raise InvalidArgumentError(
+                f"operator {meta.display_name!r} keeps no namespaces (it is not a window operator); "
+                "call get() without namespace=."
+            )
         kg = assign_to_key_group(key, meta.max_parallelism, meta.key_type)
         rng = KeyGroupRange(kg, kg)
         if meta.is_native:

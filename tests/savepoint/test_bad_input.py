@@ -615,9 +615,17 @@ def test_check_reports_a_broken_manifest(sp, unchanged):
         assert [p.kind for p in check(sp.parent / "absent").problems] == ["manifest"]
 
 
-def test_lookups_reject_keys_of_the_wrong_type(sp, unchanged):
+@pytest.mark.parametrize("key", ["1", 1.0, True, b"1", 2**64, {"key": 1}])
+def test_lookups_reject_keys_of_the_wrong_type(sp, unchanged, key):
     with unchanged(sp), pytest.raises(StateTypeError):
-        Savepoint.open(sp).get("counter", "1")
+        Savepoint.open(sp).get("counter", key)
+
+
+def test_lookups_refuse_a_namespace_on_an_operator_without_one(sp, unchanged):
+    with unchanged(sp), pytest.raises(InvalidArgumentError, match="namespace"):
+        Savepoint.open(sp).get("counter", 1, namespace={"start": 0, "end": 1})
+    with pytest.raises(NullKeyError):
+        Savepoint.open(sp).get("counter", None)
 
 
 def test_reads_of_every_table_leave_the_savepoint_untouched(sp, unchanged):
