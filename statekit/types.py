@@ -144,12 +144,16 @@ class _DdlParser:
                     fname = self.take().strip("`")
                     if self.peek() == ":":
                         self.take(":")
+                    if any(f.name == fname for f in fields):
+                        self.fail(f"field {fname!r} appears twice in the struct")
                     fields.append(pa.field(fname, self.type_()))
                     if self.peek() == ",":
                         self.take(",")
                         continue
                     break
             self.take(">")
+            if not fields:  # Parquet cannot store a struct without fields
+                self.fail("a struct needs at least one field")
             return pa.struct(fields)
         if name in ("decimal", "numeric", "dec"):
             precision, scale = 10, 0
@@ -160,6 +164,8 @@ class _DdlParser:
                     self.take(",")
                     scale = int(self.take())
                 self.take(")")
+            if not 1 <= precision <= 38 or not 0 <= scale <= precision:
+                self.fail(f"decimal({precision},{scale}) needs 1 <= precision <= 38 and 0 <= scale <= precision")
             return pa.decimal128(precision, scale)
         if name in _PRIMITIVES:
             return _PRIMITIVES[name]

@@ -672,3 +672,14 @@ def test_bad_declarations_are_refused_when_declared(tmp_path):
         with pytest.raises(InvalidArgumentError, match="share a name"):
             b.add_operator("op4", key_type="bigint", keyed_states=STATES + STATES[:1])
     assert Savepoint.open(tmp_path / "sp").operators == []
+
+
+@pytest.mark.parametrize("ddl", ["struct<>", "struct<a:int,a:string>", "decimal(50,2)", "decimal(5,9)", "decimal(0)",
+                                 "array<bigint", "map<string>", "bigint,", "varchar(3)", ""])
+def test_invalid_type_declarations(tmp_path, ddl):
+    with pytest.raises(StateTypeError, match="type"):
+        ValueStateDescriptor("v", ddl)
+    with pytest.raises(StateTypeError):
+        with SavepointBuilder(tmp_path / "sp") as b:
+            b.add_operator("op", key_type=ddl)
+    assert_nothing_left(tmp_path)
