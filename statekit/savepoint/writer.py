@@ -186,10 +186,15 @@ class OperatorWriter:
             futures += self._write_keyed_files(root, pool)
         if self._timers:
             futures += self._write_timer_files(root, pool)
+        used: set[str] = set()
         for info, table in self._operator_states:
             sub = "broadcast" if info.redistribution == "broadcast" else "operator"
             if table.num_rows:
-                rel = f"{self.dir}/{sub}/{_safe_name(info.name)}/part-00000.parquet"
+                name = _safe_name(info.name)
+                while name.casefold() in used:  # "Rules" and "rules" would share a directory on macOS/Windows
+                    name += "_"
+                used.add(name.casefold())
+                rel = f"{self.dir}/{sub}/{name}/part-00000.parquet"
                 futures.append(pool.submit(_write_file, root, rel, table, sub, info.name, None, None, None))
         if self._native or self._linked_native:
             features.add("rocksdb-native")
@@ -317,8 +322,18 @@ def _to_array(values: list, arrow_type: pa.DataType, name: str) -> pa.Array:
 
 
 def _safe_name(name: str) -> str:
-    # State names become directory names; keep them portable and unable to escape.
-    return "".join(c if c.isalnum() or c in "-_." else f"%{ord(c):02x}" for c in name).lstrip(".") or "state"
+    """A state name as a directory name: percent-encoded UTF-8 except ASCII letters, digits, ``-``, ``_``.
+
+    Distinct names give distinct results (so no ``.``/``..``, no separators, no escaping the
+    savepoint); the manifest, not the name, is what readers follow.
+
+    >>> _safe_name("offsets"), _safe_name("../a b"), _safe_name("😀")
+    ('offsets', '%2E%2E%2Fa%20b', '%F0%9F%98%80')
+    """
+    return "".join(
+        c if (c.isascii() and c.isalnum()) or c in "-_" else "".join(f"%{b:02X}" for b in c.encode("utf-8"))
+        for c in name
+    ) or "%"
 
 
 def _write_file(root, rel, table, table_name, state, kg_start, kg_end, subtask) -> FileEntry:

@@ -439,3 +439,18 @@ def test_random_tables_round_trip(data, max_parallelism, rows_per_file, parts):
         for r in expected[:5]:
             assert sp.get("op", r["key"]) == {"v": r["v"], "l": r["l"]}
         assert check(path).ok
+
+
+def test_operator_state_names_that_look_alike_stay_apart(tmp_path):
+    names = ["x", ".x", "..", ".", "X", "a/b", "a%2Fb", "😀", "\x1f600", "%", "state"]
+    with SavepointBuilder(tmp_path / "sp") as b:
+        op = b.add_operator("src", parallelism=1)
+        for i, name in enumerate(names):
+            op.write_list_state(OperatorStateInfo(name, "split", "bigint"), [[i]])
+    sp = Savepoint.open(tmp_path / "sp")
+    for i, name in enumerate(names):
+        assert sp.list_state("src", name).column("value").to_pylist() == [i], name
+    dirs = {Path(f.path).parent.name.casefold() for f in sp.operator("src").files}
+    assert len(dirs) == len(names)
+    assert all(p.resolve().is_relative_to((tmp_path / "sp").resolve()) for p in (tmp_path / "sp").rglob("*"))
+    assert check(sp.path).ok
