@@ -18,7 +18,7 @@ from statekit.savepoint.manifest import MANIFEST_NAME, FileEntry, OperatorMetada
 
 ProblemKind = Literal[
     "manifest", "missing_file", "extra_file", "size_mismatch", "checksum_mismatch", "unreadable",
-    "schema_mismatch", "wrong_key_group", "duplicate_key", "row_count",
+    "schema_mismatch", "wrong_key_group", "duplicate_key", "row_count", "invalid_row",
 ]
 
 
@@ -113,6 +113,19 @@ def _check_file(report: CheckReport, root: Path, op: OperatorMetadata, entry: Fi
         if nulls:
             report.add("schema_mismatch", entry.path, f"required column(s) {nulls} hold nulls")
             return
+    if entry.table == "broadcast":
+        try:
+            K.check_unique_keys(table, has_namespace=False, what=f"broadcast state {entry.state!r}")
+        except DuplicateKeyError as exc:
+            report.add("duplicate_key", entry.path, str(exc))
+    if entry.table == "operator" and table.num_rows:
+        subtask = np.asarray(table.column("subtask").to_numpy(zero_copy_only=False))
+        outside = int(np.count_nonzero((subtask < 0) | (subtask >= op.parallelism)))
+        if outside:
+            report.add("invalid_row", entry.path, f"{outside} element(s) belong to a subtask outside "
+                       f"0..{op.parallelism - 1} (the operator's parallelism is {op.parallelism})")
+        if table.column("value").null_count:
+            report.add("invalid_row", entry.path, "list state holds null elements, which Flink forbids")
     if entry.table in ("keyed", "timers") and table.num_rows:
         kg = np.asarray(table.column("key_group").to_numpy(), dtype=np.int32)
         try:

@@ -683,3 +683,19 @@ def test_invalid_type_declarations(tmp_path, ddl):
         with SavepointBuilder(tmp_path / "sp") as b:
             b.add_operator("op", key_type=ddl)
     assert_nothing_left(tmp_path)
+
+
+def _operator_entry(path: Path, table: str) -> dict:
+    return next(f for op in manifest(path)["operators"] for f in op["files"] if f["table"] == table)
+
+
+def test_check_reports_bad_operator_and_broadcast_rows(sp, unchanged):
+    lst, bc = _operator_entry(sp, "operator"), _operator_entry(sp, "broadcast")
+    rewrite(sp, lst["path"], pa.table({"subtask": pa.array([0, 5], pa.int32()), "idx": pa.array([0, 0], pa.int64()),
+                                       "value": pa.array([1, None], pa.int64())}))
+    rewrite(sp, bc["path"], pa.table({"key": ["a", "a"], "value": [1.0, 2.0]}))
+    with unchanged(sp):
+        report = check(sp)
+        with pytest.raises(CorruptSavepointError, match="subtask 5"):
+            Savepoint.open(sp).operator_state_lists("source", "offsets")
+    assert sorted(p.kind for p in report.problems) == ["duplicate_key", "invalid_row", "invalid_row"]
