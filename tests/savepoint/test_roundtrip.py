@@ -454,3 +454,25 @@ def test_operator_state_names_that_look_alike_stay_apart(tmp_path):
     assert len(dirs) == len(names)
     assert all(p.resolve().is_relative_to((tmp_path / "sp").resolve()) for p in (tmp_path / "sp").rglob("*"))
     assert check(sp.path).ok
+
+
+@settings(max_examples=200, deadline=None)
+@given(kg=st.lists(st.integers(0, 40), max_size=200), rows_per_file=st.integers(1, 50))
+def test_file_splits_cover_every_key_group_once_within_the_row_cap(kg, rows_per_file):
+    from statekit.savepoint.keyed import rows_of_key_groups, split_by_key_group
+
+    kg = np.array(kg, dtype=np.int32)
+    splits = split_by_key_group(kg, rows_per_file)
+    counts = np.bincount(kg, minlength=41) if len(kg) else np.zeros(41, int)
+    assert [s.row_start for s in splits] == ([0] + [s.row_end for s in splits[:-1]] if splits else [])
+    assert (splits[-1].row_end if splits else 0) == len(kg)
+    for s, nxt in zip(splits, splits[1:] + [None]):
+        assert s.rows == int(counts[s.kg_start : s.kg_end + 1].sum())
+        assert counts[s.kg_start] and counts[s.kg_end]
+        assert s.rows <= rows_per_file or s.kg_start == s.kg_end  # only a single key group may exceed the cap
+        if nxt is not None:
+            assert s.kg_end < nxt.kg_start
+            assert s.rows + counts[nxt.kg_start] > rows_per_file  # greedy: the next key group did not fit
+        rows = rows_of_key_groups(kg, s.kg_start, s.kg_end)
+        assert len(rows) == s.rows and np.all(np.diff(kg[rows]) >= 0)
+        assert np.all(np.diff(rows[kg[rows] == kg[rows][0]]) > 0)  # stable within a key group
