@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import logging
 import queue
 import shutil
@@ -95,6 +96,17 @@ class JobRunner:
 
     def run(self) -> JobExecutionResult:
         started = time.monotonic()
+        # Everything alive when the job starts (its input collections, the interpreter's own
+        # objects) outlives the job: freezing it keeps the collector's full passes, triggered by
+        # the job's own allocations, from rescanning it (~15% of a keyed job's time otherwise).
+        # Objects made during the job are collected as usual; unfreezing at the end loses nothing.
+        gc.freeze()
+        try:
+            return self._run(started)
+        finally:
+            gc.unfreeze()
+
+    def _run(self, started: float) -> JobExecutionResult:
         restore, trust, allow = self.restore_from, self.trust_pickled, self.allow_non_restored_state
         strategy = self.env.restart_strategy
         self.status = "RUNNING"
@@ -131,12 +143,12 @@ class JobRunner:
             self.coordinator.shutdown()
             self._fail_requests()
             if self._own_workdir:
-                keep = self.coordinator.storage.resolve().is_relative_to(self.workdir.resolve())
-                if keep:  # default checkpoint storage lives in the temp dir: drop only the backends
-                    for p in self.workdir.glob("attempt-*"):
-                        shutil.rmtree(p, ignore_errors=True)
-                else:
-                    shutil.rmtree(self.workdir, ignore_errors=True)
+                # Without a configured storage directory, checkpoints live with the job (like Flink's
+                # in-memory checkpoint storage) and go with it; configure one to keep them.
+                shutil.rmtree(self.workdir, ignore_errors=True)
+            else:
+                for p in [*self.workdir.glob("attempt-*"), self.workdir / "native"]:
+                    shutil.rmtree(p, ignore_errors=True)
         completed = [(cid, path) for cid, _kind, path in self.coordinator.completed]
         return JobExecutionResult(self.job_name, int((time.monotonic() - started) * 1000), self.restarts, completed, self.final_savepoint)
 

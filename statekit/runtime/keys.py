@@ -116,6 +116,10 @@ def hash_router(
 
         def batch(values: list[Any], ts: Any) -> None:
             # `route` inlined: this loop is the whole per-element cost of a source → keyed job.
+            # A batch shares one timestamp and nothing else touches these contexts until it ends
+            # (timers fire between batches), so the contexts are stamped once, not per element.
+            for op in operators:  # type: ignore[union-attr]
+                op.ctx._ts = ts
             for value in values:
                 key = selector(value)
                 try:
@@ -128,7 +132,6 @@ def hash_router(
                 scope(key, kg)
                 op.current_key = key
                 op.current_key_group = kg
-                ctx._ts = ts
                 out = call(value, ctx)
                 if out is not None:
                     emit = op.emit
