@@ -79,7 +79,6 @@ def make(name: str, directory: Path, **options: Any) -> Any:
 
 
 def snapshot_costs(name: str, directory: Path, n_keys: int) -> dict[str, float]:
-    records, kgs = workload(n_keys, n_keys)
     records = [f"user-{i:07d}" for i in range(n_keys)]
     kgs = assign_key_groups(pa.array(records), M, pa.string()).tolist()
     backend = make(name, directory / "src")
@@ -107,26 +106,28 @@ def main() -> None:
     parser.add_argument("--keys", type=int, default=100_000)
     parser.add_argument("--raw-ops", type=int, default=500_000, help="ops for the (slow) raw rocksdict baseline")
     parser.add_argument("--snapshot-keys", type=int, default=1_000_000)
+    parser.add_argument("--repeat", type=int, default=3, help="best of N for the dict/heap/rocksdb loops")
     args = parser.parse_args()
 
     records, kgs = workload(args.ops, args.keys)
     with tempfile.TemporaryDirectory(prefix="statekit-bench-") as tmp:
         root = Path(tmp)
-        rates: dict[str, float] = {}
-        rates["dict"] = args.ops / dict_loop(records)
-        heap = make("heap", root / "heap")
-        rates["heap"] = args.ops / backend_loop(heap, records, kgs)
-        heap.close()
-        rocks = make("rocksdb", root / "rocks")
-        rates["rocksdb"] = args.ops / backend_loop(rocks, records, kgs)
-        rocks.close()
+        rates: dict[str, float] = {"dict": 0.0, "heap": 0.0, "rocksdb": 0.0}
+        for attempt in range(args.repeat):  # interleaved best-of-N: shared machines are noisy
+            rates["dict"] = max(rates["dict"], args.ops / dict_loop(records))
+            heap = make("heap", root / f"heap-{attempt}")
+            rates["heap"] = max(rates["heap"], args.ops / backend_loop(heap, records, kgs))
+            heap.close()
+            rocks = make("rocksdb", root / f"rocks-{attempt}")
+            rates["rocksdb"] = max(rates["rocksdb"], args.ops / backend_loop(rocks, records, kgs))
+            rocks.close()
         small = make("rocksdb", root / "rocks-small", cache_entries=10_000)
         rates["rocksdb (cache 10k < keys)"] = args.ops / backend_loop(small, records, kgs)
         small.close()
         raw_n = min(args.raw_ops, args.ops)
         rates["raw rocksdict"] = raw_n / raw_rocksdict_loop(root / "raw", records[:raw_n])
 
-        print(f"ValueState get+update per record: {args.ops:,} ops over {args.keys:,} string keys")
+        print(f"ValueState get+update per record: {args.ops:,} ops over {args.keys:,} string keys (best of {args.repeat})")
         for label, rate in rates.items():
             print(f"  {label:<28} {rate / 1e6:6.2f} M ops/s")
         print(f"  heap / dict loop             {rates['heap'] / rates['dict']:6.2f}x   (target >= 0.25x incl. runtime)")

@@ -540,6 +540,12 @@ class HeapKeyedStateBackend(SlotBackend):
     [{'key_group': 81, 'key': 'a', 'count': 1}]
     """
 
+    def set_current_key(self, key: Any, key_group: int) -> None:
+        # the hot path: the heap backend needs no key group per record (snapshots compute them)
+        if key is None:
+            raise NullKeyError("the key is None; Flink keys cannot be null. Filter or replace null keys before key_by.")
+        self._key = key
+
     def _new_slot(self, info: StateInfo, ttl: Any, default: Any) -> Slot:
         if info.kind == "list":
             return HeapListState(self, info, ttl)
