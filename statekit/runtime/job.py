@@ -13,7 +13,7 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
-from statekit.errors import JobError, RestoreError
+from statekit.errors import JobError, ParallelismError, RestoreError, SavepointError, SavepointExistsError
 from statekit.keygroups import default_max_parallelism
 from statekit.runtime.checkpointing import CheckpointCoordinator, OperatorSnapshot
 from statekit.runtime.clock import ManualClock
@@ -76,6 +76,15 @@ class JobRunner:
         self.allow_non_restored_state = allow_non_restored_state
         self.final_savepoint = None if final_savepoint is None else Path(final_savepoint)
         self.trust_pickled = trust_pickled
+        if self.final_savepoint is not None and self.final_savepoint.exists():
+            raise SavepointExistsError(
+                f"final savepoint {self.final_savepoint} already exists; savepoints are never overwritten. "
+                "Choose a new path."
+            )
+        if self.restore_from is not None:
+            from statekit.savepoint import Savepoint
+
+            Savepoint.open(self.restore_from, trust_pickled=trust_pickled)  # fail fast: NotASavepointError etc.
         self._own_workdir = env.working_dir is None
         self.workdir = Path(tempfile.mkdtemp(prefix="statekit-job-")) if env.working_dir is None else Path(env.working_dir)
         cfg = env.get_checkpoint_config()
@@ -120,6 +129,9 @@ class JobRunner:
                     break
                 except Exception as exc:
                     self.execution.abort()
+                    if isinstance(exc, (RestoreError, SavepointError, ParallelismError)):
+                        self.status = "FAILED"
+                        raise  # a savepoint that does not fit the job fails the same way on every attempt
                     if self.restarts >= strategy.attempts:
                         self.status = "FAILED"
                         raise JobError(

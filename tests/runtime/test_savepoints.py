@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from jobs import SumCount, events
-from statekit.errors import JobError, RestoreError
+from statekit.errors import NotASavepointError, RestoreError, SavepointExistsError
 from statekit.runtime import (
     CheckpointedFunction,
     KeyedProcessFunction,
@@ -145,9 +145,8 @@ def test_unmatched_state_is_an_error_unless_allowed(backend, tmp_path):
     env.execute("c", final_savepoint=tmp_path / "sp")
     env = StreamExecutionEnvironment(parallelism=1, state_backend=backend)
     env.from_collection(["a"]).uid("src").key_by(lambda w: w).process(Count()).uid("renamed")
-    with pytest.raises(JobError) as info:
+    with pytest.raises(RestoreError, match="count"):
         env.execute("c", restore_from=tmp_path / "sp")
-    assert isinstance(info.value.__cause__, RestoreError) and "count" in str(info.value.__cause__)
     env.execute("c", restore_from=tmp_path / "sp", allow_non_restored_state=True)
 
 
@@ -170,14 +169,12 @@ def test_parallelism_above_max_is_refused(backend, tmp_path):
     env.execute("c", restore_from=tmp_path / "sp")  # 4 <= 4 is fine
     env = StreamExecutionEnvironment(parallelism=4, max_parallelism=8, state_backend=backend)
     env.from_collection(["a"]).uid("src").key_by(lambda w: w).process(Count()).uid("count")
-    with pytest.raises(JobError) as info:
+    with pytest.raises(RestoreError, match="max parallelism"):
         env.execute("c", restore_from=tmp_path / "sp")
-    assert isinstance(info.value.__cause__, RestoreError) and "max parallelism" in str(info.value.__cause__)
     env = StreamExecutionEnvironment(parallelism=5, state_backend=backend)  # adopts the savepoint's 4
     env.from_collection(["a"]).uid("src").key_by(lambda w: w).process(Count()).uid("count")
-    with pytest.raises(JobError) as info:
+    with pytest.raises(RestoreError, match="exceeds"):
         env.execute("c", restore_from=tmp_path / "sp")
-    assert isinstance(info.value.__cause__, RestoreError) and "exceeds" in str(info.value.__cause__)
 
 
 from hypothesis import HealthCheck, given, settings
@@ -202,3 +199,13 @@ def test_rescaling_keeps_every_key_exactly_once(tmp_path_factory, words, p1, p2)
     got = dict(zip(table.column("key").to_pylist(), table.column("count").to_pylist()))
     assert got == {w: words.count(w) for w in set(words)}
     assert Savepoint.open(tmp / "b").operator("count").parallelism == p2
+
+
+def test_bad_savepoint_paths_fail_fast(backend, tmp_path):
+    env = StreamExecutionEnvironment(parallelism=1, state_backend=backend)
+    env.from_collection(["a"]).uid("src").key_by(lambda w: w).process(Count()).uid("count")
+    with pytest.raises(NotASavepointError):
+        env.execute("c", restore_from=tmp_path / "missing")
+    (tmp_path / "taken").mkdir()
+    with pytest.raises(SavepointExistsError):
+        env.execute("c", final_savepoint=tmp_path / "taken")
