@@ -120,4 +120,12 @@ def timer_rows_from_table(table: pa.Table) -> list[tuple]:
     n = table.num_rows
     ns = d.get("namespace") or [None] * n
     ns = [None if v is None else (v["start"], v["end"]) for v in ns]
-    return [(d["key_group"][i], d["key"][i], ns[i], d["timestamp"][i], d["domain"][i]) for i in range(n)]
+    keys = [_as_key(k) for k in d["key"]]
+    return [(d["key_group"][i], keys[i], ns[i], d["timestamp"][i], d["domain"][i]) for i in range(n)]
+
+
+def _as_key(value: Any) -> Any:
+    """Struct keys come back from Arrow as dicts; the runtime keys them as tuples in field order."""
+    if isinstance(value, dict):
+        return tuple(_as_key(v) for v in value.values())
+    return value

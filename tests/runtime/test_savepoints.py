@@ -209,3 +209,29 @@ def test_bad_savepoint_paths_fail_fast(backend, tmp_path):
     (tmp_path / "taken").mkdir()
     with pytest.raises(SavepointExistsError):
         env.execute("c", final_savepoint=tmp_path / "taken")
+
+
+class StructKeyed(KeyedProcessFunction):
+    def open(self, rc):
+        self.n = rc.get_state(ValueStateDescriptor("n", "bigint", default=0))
+
+    def process_element(self, value, ctx):
+        self.n.update(self.n.value() + 1)
+        ctx.timer_service().register_event_time_timer(10_000)
+        yield ctx.get_current_key(), self.n.value()
+
+    def on_timer(self, timestamp, ctx):
+        yield "timer", ctx.get_current_key(), self.n.value()
+
+
+@pytest.mark.parametrize("key_type", ["struct<a:string,b:bigint>", None])
+def test_struct_keys_and_their_timers_survive_a_restore(backend, tmp_path, key_type):
+    stamp = WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner(lambda e, ts: 1)
+    env = StreamExecutionEnvironment(parallelism=2, state_backend=backend)
+    keyed = env.from_source([("x", 1), ("y", 2), ("x", 1)], stamp).uid("src").key_by(lambda e: (e[0], e[1]), key_type=key_type)
+    first = keyed.process(StructKeyed()).uid("f").execute_and_collect(final_savepoint=tmp_path / "sp")
+    assert first == [(("x", 1), 1), (("y", 2), 1), (("x", 1), 2)]
+    env = StreamExecutionEnvironment(parallelism=3, state_backend=backend)
+    keyed = env.from_source([("x", 1)], stamp).uid("src2").key_by(lambda e: (e[0], e[1]), key_type=key_type)
+    second = keyed.process(StructKeyed()).uid("f").execute_and_collect(restore_from=tmp_path / "sp", allow_non_restored_state=True)
+    assert sorted(map(repr, second)) == sorted(map(repr, [(("x", 1), 3), ("timer", ("y", 2), 1), ("timer", ("x", 1), 3)]))
