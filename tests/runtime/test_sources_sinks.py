@@ -264,3 +264,12 @@ def test_min_pause_between_checkpoints(backend, tmp_path):
     env.from_collection(range(2_000)).uid("src").map(lambda x: x)
     result = env.execute("pause")
     assert len(result.completed_checkpoints) == 1
+
+
+def test_job_client_cancel(backend):
+    env = StreamExecutionEnvironment(parallelism=1, state_backend=backend)
+    env.add_source(Unbounded()).uid("src").key_by(lambda w: w, key_type="string").process(Count()).uid("count")
+    client = env.execute_async("unbounded")
+    client.cancel().result(timeout=60)
+    client.wait(timeout=60)
+    assert client.get_job_status() == "CANCELED"

@@ -213,3 +213,12 @@ def test_stateless_operators(backend):
     b = env.from_collection(["x"])
     out = a.connect(b).map(Doubler()).process(Tag()).execute_and_collect()
     assert sorted(out) == sorted([(("left", v), None) for v in (0, 0, 4, 4, 8, 8)] + [(("right", "x"), None)])
+
+
+def test_assign_timestamps_and_watermarks_downstream_of_a_map(backend):
+    strategy = WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner(lambda e, ts: e[1])
+    env = StreamExecutionEnvironment(parallelism=2, state_backend=backend)
+    data = [("a", 0), ("a", 50), ("b", 120), ("a", 400)]
+    stamped = env.from_collection(data).map(lambda e: e).assign_timestamps_and_watermarks(strategy)
+    out = stamped.key_by(lambda e: e[0], key_type="string").process(Timeout()).execute_and_collect()
+    assert sorted(out) == [("a", 500), ("b", 220)]  # a re-armed at 400 before its 150 timer was due
