@@ -226,7 +226,10 @@ class KeyedStream(DataStream):
 
         Examples
         --------
-        >>> counts = lambda word, n: ((word, (n or 0) + 1), (n or 0) + 1)  # doctest: +SKIP
+        >>> from statekit.runtime import StreamExecutionEnvironment
+        >>> words = StreamExecutionEnvironment().from_collection(["a", "b", "a"]).key_by(lambda w: w, key_type="string")
+        >>> words.map_with_state(lambda w, n: ((w, (n or 0) + 1), (n or 0) + 1), "bigint").execute_and_collect()
+        [('a', 1), ('b', 1), ('a', 2)]
         """
         return self._keyed(
             "map_with_state", func, "MapWithState", MapWithStateOperator,
