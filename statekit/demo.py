@@ -1,4 +1,4 @@
-"""The end-to-end demo behind `statekit demo`: write a savepoint, check it, read it locally and with Spark."""
+"""The end-to-end demo behind `statekit demo`: a live job's savepoint, inspected, queried, repaired, restored."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import shutil
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from rich.console import Console
 
 from statekit.savepoint import Savepoint, SavepointBuilder, check
@@ -14,7 +15,7 @@ from statekit.state.descriptors import BroadcastStateDescriptor, operator_list_i
 
 
 def write_demo_savepoint(path: Path, *, users: int = 10_000) -> Path:
-    """A savepoint of a small 'accounts' job: balances per user, recent amounts, a rules broadcast."""
+    """A hand-built savepoint of an 'accounts' job (used by the CLI tests): balances, recent amounts, rules."""
     balance = ValueStateDescriptor("balance", "double")
     recent = ListStateDescriptor("recent", "double")
     flags = MapStateDescriptor("flags", "string", "boolean")
@@ -40,24 +41,84 @@ def write_demo_savepoint(path: Path, *, users: int = 10_000) -> Path:
     return path
 
 
-def run_demo(out: Path, *, use_spark: bool = True, console: Console | None = None) -> None:
-    """Write, check and query a savepoint under `out` (recreated each run)."""
+def transactions(start: int, count: int, users: int) -> list[tuple[str, float]]:
+    """Deterministic (user, amount) transactions; amounts may be negative (withdrawals)."""
+    return [(f"user-{(i * 7919) % users:04d}", float((i * 37) % 200 - 90)) for i in range(start, start + count)]
+
+
+def run_accounts_job(path_in: Path | None, path_out: Path, records: list, *, parallelism: int,
+                     source_uid: str = "transactions") -> list:
+    """The live job: balances and the last three amounts per user, ending in a savepoint.
+
+    A restored source resumes from its checkpointed offset (as in Flink), so a run over new input
+    gives its source a new uid and lets the old source's state go unrestored.
+    """
+    from statekit.runtime import KeyedProcessFunction, StreamExecutionEnvironment
+
+    class Accounts(KeyedProcessFunction):
+        def open(self, ctx):
+            self.balance = ctx.get_state(ValueStateDescriptor("balance", "double", 0.0))
+            self.recent = ctx.get_list_state(ListStateDescriptor("recent", "double"))
+
+        def process_element(self, value, ctx):
+            user, amount = value
+            balance = self.balance.value() + amount
+            self.balance.update(balance)
+            self.recent.update((list(self.recent.get()) + [amount])[-3:])
+            if balance < -500:
+                yield user, balance
+
+    env = StreamExecutionEnvironment(parallelism=parallelism, max_parallelism=128)
+    stream = env.from_collection(records).uid(source_uid).key_by(lambda t: t[0], key_type="string")
+    alerts = stream.process(Accounts()).uid("accounts").name("accounts")
+    return alerts.execute_and_collect(job_name="accounts", restore_from=path_in, final_savepoint=path_out,
+                                      allow_non_restored_state=path_in is not None)
+
+
+def run_demo(out: Path, *, use_spark: bool = True, console: Console | None = None, users: int = 5_000) -> None:
+    """Run a job, savepoint it, check and query the state, repair it offline, and restore it live."""
+    from statekit.savepoint.transforms import rename_operator
+
     console = console or Console()
     out = Path(out)
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)
-    path = write_demo_savepoint(out / "savepoint-42")
-    console.print(f"[bold]1. wrote[/] {path}")
-    report = check(path)
-    console.print(f"[bold]2. check:[/] {'OK' if report.ok else report}")
-    sp = Savepoint.open(path)
+
+    first = transactions(0, 50_000, users)
+    sp1 = out / "savepoint-1"
+    alerts = run_accounts_job(None, sp1, first, parallelism=2)
+    console.print(f"[bold]1. ran[/] the accounts job on {len(first):,} transactions at parallelism 2: "
+                  f"{len(alerts)} overdraft alerts; final savepoint {sp1}")
+
+    report = check(sp1)
+    console.print(f"[bold]2. check:[/] {'OK' if report.ok else report} "
+                  f"({report.files_checked} files, {report.rows_checked} rows)")
+
+    sp = Savepoint.open(sp1)
     table = sp.keyed_table("accounts")
-    negative = table.filter(pa.compute.less(table.column("balance"), 0)).num_rows
-    console.print(f"[bold]3. local read:[/] {table.num_rows} keys, {negative} with a negative balance; "
-                  f"user-00042 -> {sp.get('accounts', 'user-00042')}")
+    negative = table.filter(pc.less(table.column("balance"), 0)).num_rows
+    console.print(f"[bold]3. local read:[/] {table.num_rows:,} keys, {negative:,} with a negative balance; "
+                  f"user-0042 -> {sp.get('accounts', 'user-0042')}")
+
     if use_spark:
-        _spark_part(path, console)
+        _spark_part(sp1, console)
+
+    sp2 = out / "savepoint-2"
+    rename_operator(sp1, sp2, "accounts", "accounts-v2")
+    console.print(f"[bold]5. repaired offline:[/] uid accounts -> accounts-v2 in {sp2} (source untouched)")
+
+    # Restore the renamed state under the old uid to show the mapping is by uid hash: rename it back.
+    sp3 = out / "savepoint-3"
+    rename_operator(sp2, sp3, "accounts-v2", "accounts")
+    second = transactions(50_000, 10_000, users)
+    run_accounts_job(sp3, out / "savepoint-4", second, parallelism=3, source_uid="transactions-day-2")
+    expected = sum(a for u, a in first + second if u == "user-0042")
+    got = Savepoint.open(out / "savepoint-4").get("accounts", "user-0042")["balance"]
+    console.print(f"[bold]6. restored[/] at parallelism 3 and processed {len(second):,} more: user-0042 balance "
+                  f"{got:.1f} (expected {expected:.1f}) {'OK' if abs(got - expected) < 1e-6 else 'MISMATCH'}")
+    if abs(got - expected) > 1e-6:
+        raise SystemExit("demo: restored state does not match the expected balance")
 
 
 def _spark_part(path: Path, console: Console) -> None:
@@ -66,7 +127,7 @@ def _spark_part(path: Path, console: Console) -> None:
     spark = spark_session()
     reader = SavepointReader.read(spark, str(path))
     reader.register(prefix="demo")
-    rows = spark.sql(
-        "SELECT count(*) AS negative, round(sum(balance), 2) AS total FROM demo_accounts.keyed WHERE balance < 0"
-    ).collect()
-    console.print(f"[bold]4. Spark SQL:[/] {rows[0].asDict()}")
+    row = spark.sql(
+        "SELECT count(*) AS overdrawn, round(min(balance), 1) AS lowest FROM demo_accounts.keyed WHERE balance < 0"
+    ).collect()[0]
+    console.print(f"[bold]4. Spark SQL:[/] {row.asDict()} (SELECT ... FROM demo_accounts.keyed WHERE balance < 0)")
