@@ -12,7 +12,10 @@ from typing import Any
 import pyarrow as pa
 
 from statekit.runtime.timers import timers_table
-from statekit.types import to_ddl
+from statekit.types import parse_ddl, to_ddl
+
+#: The namespace of window state and timers: ``(start, end)`` in milliseconds.
+WINDOW_NAMESPACE = "struct<start:bigint,end:bigint>"
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +64,11 @@ def write_snapshot(path: Path, checkpoint_id: int, kind: str, job_name: str, ope
             if key_type is None and not has_op_state:
                 continue  # nothing to write: a keyed operator that never saw a key, or a stateless one
             ident = op.uid if op.uid is not None else OperatorIdentifier.for_uid_hash(op.uid_hash)
+            # Materialise first: whether state or timers are namespaced (windows) decides the layout.
+            tables = [s.keyed.table() for s in subs if s.keyed is not None and s.keyed.native_dir is None]
+            tables = [t for t in tables if t.num_rows]
+            timer_rows = [row for s in subs for row in s.timers]
+            namespaced = any("namespace" in t.column_names for t in tables) or any(r[2] is not None for r in timer_rows)
             w = builder.add_operator(
                 ident,
                 name=op.name,
@@ -68,19 +76,15 @@ def write_snapshot(path: Path, checkpoint_id: int, kind: str, job_name: str, ope
                 max_parallelism=op.max_parallelism,
                 key_type=None if key_type is None else to_ddl(key_type),
                 keyed_states=list(infos.values()),
+                namespace_type=WINDOW_NAMESPACE if namespaced else None,
             )
             for s in subs:
-                if s.keyed is None:
-                    continue
-                if s.keyed.native_dir is not None:
+                if s.keyed is not None and s.keyed.native_dir is not None:
                     w.write_native_keyed(s.subtask, s.keyed.native_dir, s.key_group_range, list(s.keyed.native_files))
-                else:
-                    table = s.keyed.table()
-                    if table.num_rows:
-                        w.write_keyed(table)
-            timer_rows = [row for s in subs for row in s.timers]
+            for table in tables:
+                w.write_keyed(table)
             if timer_rows:
-                w.write_timers(timers_table(timer_rows, key_type, None))
+                w.write_timers(timers_table(timer_rows, key_type, parse_ddl(WINDOW_NAMESPACE) if namespaced else None))
             _write_operator_states(w, subs)
     # Native snapshots were hard-linked (or copied) into the checkpoint; their staging copies go.
     for op in operators:
