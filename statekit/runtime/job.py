@@ -42,6 +42,8 @@ class JobExecutionResult:
         self.restarts = restarts
         self.completed_checkpoints = completed
         self.final_savepoint = final_savepoint
+        #: ``(checkpoint id, exception)`` of checkpoints whose write failed (skipped; the job went on).
+        self.failed_checkpoints: list[tuple[int, BaseException]] = []
 
     def get_job_name(self) -> str:
         return self.job_name
@@ -162,7 +164,9 @@ class JobRunner:
                 for p in [*self.workdir.glob("attempt-*"), self.workdir / "native"]:
                     shutil.rmtree(p, ignore_errors=True)
         completed = [(cid, path) for cid, _kind, path in self.coordinator.completed]
-        return JobExecutionResult(self.job_name, int((time.monotonic() - started) * 1000), self.restarts, completed, self.final_savepoint)
+        result = JobExecutionResult(self.job_name, int((time.monotonic() - started) * 1000), self.restarts, completed, self.final_savepoint)
+        result.failed_checkpoints = list(self.coordinator.failed)
+        return result
 
     def _fail_requests(self) -> None:
         while True:

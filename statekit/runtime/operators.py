@@ -282,7 +282,16 @@ class KeyedOperatorMixin:
 
     def initialize(self, restore: Any | None) -> None:
         key_type = self.transformation.key_type
-        if key_type is None and restore is not None and restore.key_type is not None:
+        if restore is not None and restore.key_type is not None:
+            if key_type is not None and key_type != restore.key_type:
+                from statekit.errors import RestoreError
+                from statekit.types import to_ddl
+
+                raise RestoreError(
+                    f"operator {self.name!r} is keyed by {to_ddl(key_type)} but its saved state is keyed by "
+                    f"{to_ddl(restore.key_type)}; declare key_by(..., key_type={to_ddl(restore.key_type)!r}) or "
+                    "re-key the savepoint offline"
+                )
             key_type = restore.key_type
         if key_type is None:
             key_type = self.transformation.shared.get("key_type")

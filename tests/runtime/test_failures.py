@@ -34,6 +34,7 @@ def run_collect(backend: str, tmp: Path, fail_at: int | None) -> tuple[list, Pat
     sp = tmp / "final"
     out = build(env, events(N), fail_at=fail_at).execute_and_collect("job", final_savepoint=sp)
     assert out.job_execution_result.restarts == (0 if fail_at is None else 1)
+    assert out.job_execution_result.failed_checkpoints == []
     return list(out), sp
 
 

@@ -235,3 +235,13 @@ def test_struct_keys_and_their_timers_survive_a_restore(backend, tmp_path, key_t
     keyed = env.from_source([("x", 1)], stamp).uid("src2").key_by(lambda e: (e[0], e[1]), key_type=key_type)
     second = keyed.process(StructKeyed()).uid("f").execute_and_collect(restore_from=tmp_path / "sp", allow_non_restored_state=True)
     assert sorted(map(repr, second)) == sorted(map(repr, [(("x", 1), 3), ("timer", ("y", 2), 1), ("timer", ("x", 1), 3)]))
+
+
+def test_key_type_must_match_the_saved_one(backend, tmp_path):
+    env = StreamExecutionEnvironment(parallelism=1, state_backend=backend)
+    env.from_collection(["a"]).uid("src").key_by(lambda w: w, key_type="string").process(Count()).uid("count")
+    env.execute("c", final_savepoint=tmp_path / "sp")
+    env = StreamExecutionEnvironment(parallelism=1, state_backend=backend)
+    env.from_collection([1]).uid("src").key_by(lambda w: w, key_type="bigint").process(Count()).uid("count")
+    with pytest.raises(RestoreError, match="keyed by bigint"):
+        env.execute("c", restore_from=tmp_path / "sp")
