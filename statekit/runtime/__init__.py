@@ -89,4 +89,5 @@ __all__ = [
     "TimestampAssigner",
     "WatermarkStrategy",
     "latest_checkpoint",
+    "read_file_sink",
 ]

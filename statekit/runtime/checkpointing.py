@@ -9,8 +9,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
-
 from statekit.runtime.timers import timers_table
 from statekit.types import parse_ddl, to_ddl
 
@@ -242,7 +240,3 @@ def latest_checkpoint(storage: str | Path) -> Path | None:
             if best is None or cid > best[0]:
                 best = (cid, p)
     return None if best is None else best[1]
-
-
-def empty_table() -> pa.Table:
-    return pa.table({})

@@ -18,7 +18,6 @@ from statekit.runtime.stream_ops import (
     TimestampsAndWatermarksOperator,
     TwoInputOperator,
 )
-from statekit.types import PICKLED
 
 
 class DataStream:
@@ -325,4 +324,4 @@ class CollectResult(list):
         return None
 
 
-__all__ = ["CollectResult", "ConnectedStreams", "DataStream", "DataStreamSink", "KeyedStream", "PICKLED"]
+__all__ = ["CollectResult", "ConnectedStreams", "DataStream", "DataStreamSink", "KeyedStream"]

@@ -6,12 +6,12 @@ import copy
 from typing import Any, Callable
 
 from statekit.backends.base import create_keyed_backend
-from statekit.errors import JobError, StateAccessError
+from statekit.errors import JobError
 from statekit.runtime.context import FunctionInitializationContext, FunctionSnapshotContext, ProcessContext, RuntimeContext
 from statekit.runtime.functions import CheckpointedFunction, CheckpointListener, ListCheckpointed
 from statekit.runtime.timers import EVENT, PROCESSING, InternalTimerService
-from statekit.runtime.watermarks import MAX_WATERMARK, MIN_WATERMARK
-from statekit.state.descriptors import ListStateDescriptor, ValueStateDescriptor
+from statekit.runtime.watermarks import MIN_WATERMARK
+from statekit.state.descriptors import ListStateDescriptor
 from statekit.types import PICKLED
 
 
@@ -314,9 +314,4 @@ class KeyedOperatorMixin:
         self.current_key_group = kg
 
 
-def check_keyed_state_outside_key(op: StreamOperator) -> None:
-    if op.current_key is None:
-        raise StateAccessError(f"keyed state of {op.name!r} used outside of an element or timer")
-
-
-__all__ = ["KeyedOperatorMixin", "StreamOperator", "SubtaskSnapshot", "method_or_callable", "ValueStateDescriptor", "MAX_WATERMARK"]
+__all__ = ["KeyedOperatorMixin", "StreamOperator", "SubtaskSnapshot", "method_or_callable"]
