@@ -13,7 +13,14 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
-from statekit.errors import JobError, ParallelismError, RestoreError, SavepointError, SavepointExistsError
+from statekit.errors import (
+    JobError,
+    ParallelismError,
+    RestoreError,
+    SavepointError,
+    SavepointExistsError,
+    UntrustedPickleError,
+)
 from statekit.keygroups import default_max_parallelism
 from statekit.runtime.checkpointing import CheckpointCoordinator, OperatorSnapshot
 from statekit.runtime.clock import ManualClock
@@ -131,7 +138,7 @@ class JobRunner:
                     break
                 except Exception as exc:
                     self.execution.abort()
-                    if isinstance(exc, (RestoreError, SavepointError, ParallelismError)):
+                    if isinstance(exc, (RestoreError, SavepointError, ParallelismError, UntrustedPickleError)):
                         self.status = "FAILED"
                         raise  # a savepoint that does not fit the job fails the same way on every attempt
                     if self.restarts >= strategy.attempts:
@@ -200,6 +207,7 @@ class Execution:
         self.sources: list[SourceOperator] = []
         self._manual_clock = isinstance(self.clock, ManualClock)
         self._snapshot: tuple[str, int] = ("checkpoint", 0)
+        self.trust_pickled = False  # may pickled state being restored be unpickled (set per run)
 
     # -- hooks used by operators ----------------------------------------------------------------------
     def backend_directory(self, op: Any) -> Path | None:
@@ -288,6 +296,7 @@ class Execution:
 
     # -- run ------------------------------------------------------------------------------------------
     def run(self, restore: Path | None, *, trust: bool, allow_non_restored_state: bool) -> None:
+        self.trust_pickled = trust
         plan = None
         if restore is not None:
             plan = RestorePlan(restore, self.runner.transformations, allow_non_restored_state=allow_non_restored_state, trust_pickled=trust)

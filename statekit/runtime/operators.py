@@ -225,6 +225,7 @@ class KeyedOperatorMixin:
             key_group_range=kgr,
             clock=self.clock.now,
             directory=self.job.backend_directory(self),
+            trust_pickled=self.job.trust_pickled,
         )
         self.timer_service = InternalTimerService(self.job.on_processing_timer_registered)
         self.job.register_timer_operator(self)

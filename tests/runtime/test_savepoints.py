@@ -245,3 +245,35 @@ def test_key_type_must_match_the_saved_one(backend, tmp_path):
     env.from_collection([1]).uid("src").key_by(lambda w: w, key_type="bigint").process(Count()).uid("count")
     with pytest.raises(RestoreError, match="keyed by bigint"):
         env.execute("c", restore_from=tmp_path / "sp")
+
+
+def test_pickled_state_needs_trust_to_restore_but_not_to_fail_over(backend, tmp_path):
+    from statekit import PICKLED
+    from statekit.errors import UntrustedPickleError
+    from statekit.runtime import RestartStrategies
+
+    class FailOnce(MapFunction):
+        def open(self, rc):
+            self.attempt = rc.get_attempt_number()
+
+        def map(self, value):
+            if self.attempt == 0 and value[1] == 40:
+                raise RuntimeError("injected")
+            return value
+
+    def job(p, data, **kw):
+        env = StreamExecutionEnvironment(parallelism=p, state_backend=backend)
+        env.enable_checkpointing(every_records=10)
+        env.get_checkpoint_config().set_checkpoint_storage_dir(kw.pop("chk"))
+        env.set_restart_strategy(RestartStrategies.fixed_delay_restart(1, 0))
+        ds = env.from_collection(data).uid(kw.pop("src")).map(FailOnce()).uid("fail").key_by(lambda e: e[0])
+        reduced = ds.reduce(lambda x, y: (x[0], x[1] + y[1]), output_type=PICKLED).uid("sum")
+        return reduced.execute_and_collect(**kw)
+
+    first = job(2, [(f"k{i % 3}", i) for i in range(60)], chk=tmp_path / "c1", src="a", final_savepoint=tmp_path / "sp")
+    assert first.job_execution_result.restarts == 1  # failed over through pickled state
+    assert max(v for k, v in first if k == "k0") == sum(range(0, 60, 3))
+    with pytest.raises(UntrustedPickleError):
+        job(3, [("k0", 1)], chk=tmp_path / "c2", src="b", restore_from=tmp_path / "sp", allow_non_restored_state=True)
+    again = job(3, [("k0", 1)], chk=tmp_path / "c3", src="b", restore_from=tmp_path / "sp", allow_non_restored_state=True, trust_pickled=True)
+    assert list(again) == [("k0", sum(range(0, 60, 3)) + 1)]
