@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 
 import pyarrow as pa
@@ -12,6 +13,7 @@ import pytest
 from statekit.errors import JobError
 from statekit.runtime import (
     CheckpointedFunction,
+    CheckpointListener,
     FileSink,
     FileSource,
     KeyedProcessFunction,
@@ -273,3 +275,60 @@ def test_job_client_cancel(backend):
     client.cancel().result(timeout=60)
     client.wait(timeout=60)
     assert client.get_job_status() == "CANCELED"
+
+
+RELEASE = threading.Event()
+ABORTED: list[int] = []
+
+
+class Blocker:
+    """Pickles only once released when pickled off the main thread: a checkpoint write that hangs."""
+
+    def __reduce__(self):
+        if threading.current_thread() is not threading.main_thread():
+            RELEASE.wait(timeout=60)
+        return (Blocker, ())
+
+
+class SlowToCheckpoint(KeyedProcessFunction):
+    def __init__(self, clock):
+        self.clock = clock
+
+    def open(self, rc):
+        from statekit import PICKLED
+
+        self.blob = rc.get_state(ValueStateDescriptor("blob", PICKLED))
+
+    def process_element(self, value, ctx):
+        self.blob.update(Blocker())
+        if not RELEASE.is_set():  # time passes only while the first checkpoint hangs
+            self.clock.advance(50)
+
+
+class ListensForAborts(MapFunction, CheckpointListener):
+    def map(self, value):
+        return value
+
+    def notify_checkpoint_complete(self, checkpoint_id):
+        pass
+
+    def notify_checkpoint_aborted(self, checkpoint_id):
+        ABORTED.append(checkpoint_id)
+        RELEASE.set()
+
+
+def test_checkpoint_timeout_aborts_and_the_next_one_completes(backend, tmp_path):
+    from statekit.runtime import ManualClock
+
+    RELEASE.clear()
+    ABORTED.clear()
+    clock = ManualClock(0)
+    env = StreamExecutionEnvironment(parallelism=1, state_backend=backend, clock=clock)
+    env.enable_checkpointing(every_records=5)
+    env.get_checkpoint_config().set_checkpoint_storage_dir(tmp_path).set_checkpoint_timeout(100).set_num_retained_checkpoints(10)
+    ds = env.from_collection(range(40)).uid("src").map(ListensForAborts()).uid("listen")
+    ds.key_by(lambda x: x % 2).process(SlowToCheckpoint(clock)).uid("slow")
+    result = env.execute("timeout")
+    assert ABORTED == [1]
+    done = [cid for cid, _ in result.completed_checkpoints]
+    assert done and 1 not in done and not (tmp_path / "chk-1").exists()
