@@ -4,6 +4,7 @@ from statekit.runtime.checkpointing import latest_checkpoint
 from statekit.runtime.clock import ManualClock, SystemClock
 from statekit.runtime.config import (
     CheckpointConfig,
+    CheckpointingMode,
     EmbeddedRocksDBStateBackend,
     HashMapStateBackend,
     RestartStrategies,
@@ -48,6 +49,7 @@ __all__ = [
     "CheckpointConfig",
     "CheckpointListener",
     "CheckpointedFunction",
+    "CheckpointingMode",
     "CoFlatMapFunction",
     "CoMapFunction",
     "CoProcessFunction",

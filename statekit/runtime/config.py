@@ -8,7 +8,14 @@ from typing import Literal
 
 from statekit.errors import InvalidArgumentError
 
-CheckpointingMode = Literal["exactly_once", "at_least_once"]
+CheckpointingModeName = Literal["exactly_once", "at_least_once"]
+
+
+class CheckpointingMode:
+    """PyFlink's ``CheckpointingMode.EXACTLY_ONCE`` / ``AT_LEAST_ONCE`` (plain strings work too)."""
+
+    EXACTLY_ONCE = "exactly_once"
+    AT_LEAST_ONCE = "at_least_once"
 
 
 class CheckpointConfig:
@@ -22,7 +29,7 @@ class CheckpointConfig:
     def __init__(self) -> None:
         self.interval_ms: int | None = None
         self.every_records: int | None = None
-        self.mode: CheckpointingMode = "exactly_once"
+        self.mode: CheckpointingModeName = "exactly_once"
         self.storage: Path | None = None
         self.timeout_ms = 600_000
         self.max_concurrent = 1

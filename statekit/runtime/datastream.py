@@ -17,6 +17,7 @@ from statekit.runtime.stream_ops import (
     ReduceOperator,
     TimestampsAndWatermarksOperator,
     TwoInputOperator,
+    UnionOperator,
 )
 
 
@@ -103,6 +104,15 @@ class DataStream:
 
     def forward(self) -> "DataStream":
         return _Partitioned(self._env, self._t, "forward")
+
+    def union(self, *streams: "DataStream") -> "DataStream":
+        """One stream of the elements of this and `streams` (same element type, any parallelism)."""
+        inputs = [self._edge()] + [s._edge() for s in streams]
+        for e in inputs:
+            if e.partition == "hash":  # a union of keyed streams is no longer keyed, as in Flink
+                e.partition = "forward"
+        t = self._env._add("union", "Union", None, inputs, UnionOperator)
+        return DataStream(self._env, t)
 
     def connect(self, other: "DataStream") -> "ConnectedStreams":
         """Two inputs into one operator (`CoMapFunction`, `CoFlatMapFunction`, `KeyedCoProcessFunction`)."""

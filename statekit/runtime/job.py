@@ -269,7 +269,8 @@ class Execution:
                 collects, wm_pairs = [], []
                 for edge, tt in downstream[t.id]:
                     downs = self.ops[tt.id]
-                    method = ("process", "process1", "process2")[0 if len(tt.inputs) == 1 else 1 + edge.input_index]
+                    one_input = len(tt.inputs) == 1 or tt.kind == "union"
+                    method = ("process", "process1", "process2")[0 if one_input else 1 + edge.input_index]
                     if edge.partition == "hash":
                         method += "_keyed"
                         targets = [getattr(d, method) for d in downs]
@@ -283,7 +284,7 @@ class Execution:
                     else:
                         collects.append(_round_robin([getattr(d, method) for d in downs], start=i))
                         wm_targets = downs
-                    channel = (id(edge), i)
+                    channel = (id(edge), i)  # one watermark channel per upstream subtask and edge
                     for d in wm_targets:
                         d.input_watermarks[channel] = MIN_WATERMARK
                         wm_pairs.append((d.process_watermark, channel))

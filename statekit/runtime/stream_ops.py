@@ -250,3 +250,10 @@ class TimestampsAndWatermarksOperator(StreamOperator):
     def process_watermark(self, watermark: int, channel: Any) -> None:
         if watermark == MAX_WATERMARK:
             super().process_watermark(watermark, channel)
+
+
+class UnionOperator(StreamOperator):
+    """``DataStream.union``: elements of every input pass through; the watermark is the minimum of the inputs'."""
+
+    def process(self, value: Any, ts: Any) -> None:
+        self.emit(value, ts)

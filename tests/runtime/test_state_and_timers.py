@@ -222,3 +222,15 @@ def test_assign_timestamps_and_watermarks_downstream_of_a_map(backend):
     stamped = env.from_collection(data).map(lambda e: e).assign_timestamps_and_watermarks(strategy)
     out = stamped.key_by(lambda e: e[0], key_type="string").process(Timeout()).execute_and_collect()
     assert sorted(out) == [("a", 500), ("b", 220)]  # a re-armed at 400 before its 150 timer was due
+
+
+def test_union_merges_streams_and_watermarks(backend):
+    from statekit.runtime import CheckpointingMode
+
+    strategy = WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner(lambda e, ts: e[1])
+    env = StreamExecutionEnvironment(parallelism=2, state_backend=backend)
+    env.enable_checkpointing(every_records=2, mode=CheckpointingMode.AT_LEAST_ONCE)
+    a = env.from_source([("a", 0), ("a", 500)], strategy, "a")
+    b = env.from_source([("b", 10)], strategy, "b").map(lambda e: e)
+    out = a.union(b).key_by(lambda e: e[0], key_type="string").process(Timeout()).execute_and_collect()
+    assert sorted(out) == [("a", 600), ("b", 110)]  # a re-armed at 500 before the watermarks passed 100
