@@ -232,14 +232,6 @@ def key_group_order(kg: np.ndarray) -> np.ndarray | None:
     return np.argsort(kg.astype(np.uint16), kind="stable")
 
 
-def rows_of_key_groups(kg: np.ndarray, start: int, end: int) -> np.ndarray:
-    """Indices of the rows in key groups ``[start, end]``, grouped by ascending key group (stable)."""
-    if start == end:
-        return np.flatnonzero(kg == start)
-    rows = np.flatnonzero((kg >= start) & (kg <= end))
-    return rows[np.argsort(kg[rows].astype(np.uint16), kind="stable")]
-
-
 def with_key_group_column(table: pa.Table, kg: np.ndarray) -> pa.Table:
     """`table` with ``key_group`` as its first column."""
     if "key_group" in table.column_names:
