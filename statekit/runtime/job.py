@@ -241,6 +241,7 @@ class Execution:
     # -- build ----------------------------------------------------------------------------------------
     def _build(self, plan: RestorePlan | None) -> None:
         env = self.env
+        self.plan = plan
         for t in self.runner.transformations:
             p = t.effective_parallelism(env.get_parallelism())
             # An explicit max parallelism wins (and must match a restored one); otherwise a restored
@@ -258,6 +259,15 @@ class Execution:
                 self.sources.extend(self.ops[t.id])
         self._wire()
 
+    def _restored_key_type(self, t: Any) -> Any:
+        """Without a declared key type, keys hash as the restored state's key type (or are inferred)."""
+        op = self.plan.matched.get(t.id) if self.plan is not None else None
+        if op is None or op.key_type is None:
+            return None
+        from statekit.types import parse_ddl
+
+        return parse_ddl(op.key_type)
+
     def _wire(self) -> None:
         downstream: dict[int, list[tuple[Any, Any]]] = {t.id: [] for t in self.runner.transformations}
         for tt in self.runner.transformations:
@@ -274,8 +284,9 @@ class Execution:
                     if edge.partition == "hash":
                         method += "_keyed"
                         targets = [getattr(d, method) for d in downs]
+                        key_type = edge.key_type if edge.key_type is not None else self._restored_key_type(tt)
                         collects.append(
-                            hash_router(selector_of(edge.key_selector), edge.key_type, downs[0].max_parallelism, targets, downs)
+                            hash_router(selector_of(edge.key_selector), key_type, downs[0].max_parallelism, targets, downs)
                         )
                         wm_targets = downs
                     elif edge.partition == "forward" and len(downs) == len(ups):

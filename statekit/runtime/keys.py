@@ -105,8 +105,6 @@ def hash_router(
                 hit = miss(key)
             kg, op, scope, ctx, call = hit
             scope(key, kg)
-            op.current_key = key
-            op.current_key_group = kg
             ctx._ts = ts
             out = call(value, ctx)
             if out is not None:
@@ -130,8 +128,6 @@ def hash_router(
                     hit = miss(key)
                 kg, op, scope, ctx, call = hit
                 scope(key, kg)
-                op.current_key = key
-                op.current_key_group = kg
                 out = call(value, ctx)
                 if out is not None:
                     emit = op.emit

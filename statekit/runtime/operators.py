@@ -42,6 +42,8 @@ class StreamOperator:
     """
 
     is_keyed = False
+    current_key: Any = None  # keyed operators read these from their backend (see KeyedOperatorMixin)
+    current_key_group = -1
 
     def __init__(self, transformation: Any, subtask_index: int, parallelism: int, max_parallelism: int, job: Any) -> None:
         self.transformation = transformation
@@ -63,8 +65,6 @@ class StreamOperator:
         self.backend: Any = None
         self.timer_service: InternalTimerService | None = None
         self._operator_state_store: Any = None
-        self.current_key: Any = None
-        self.current_key_group = -1
         self.current_namespace: Any = None
         self.current_watermark = MIN_WATERMARK
         self.input_watermarks: dict[Any, int] = {}
@@ -212,12 +212,43 @@ class KeyedOperatorMixin:
 
     is_keyed = True
 
+    # The current key lives in the backend only: the per-element path sets it there once
+    # (`set_current_key`) and does not mirror it here. Its key group, needed only to register a
+    # timer, is looked up in a per-subtask cache (computed once per key that registers timers).
+
+    @property
+    def current_key(self) -> Any:
+        return None if self.backend is None else self.backend.get_current_key()
+
+    @property
+    def current_key_group(self) -> int:
+        key = self.current_key
+        try:
+            kg = self._key_groups.get(key)
+        except TypeError:  # unhashable (dict) struct key
+            kg = None
+        if kg is None:
+            from statekit.keygroups import assign_to_key_group
+
+            kg = assign_to_key_group(key, self.max_parallelism, self.key_type)
+            self._remember_key_group(key, kg)
+        return kg
+
+    def _remember_key_group(self, key: Any, kg: int) -> None:
+        cache = self.__dict__.setdefault("_key_groups", {})
+        if len(cache) < 1 << 20:
+            try:
+                cache[key] = kg
+            except TypeError:
+                pass
+
     def setup_keyed(self, key_type: Any) -> None:
         from statekit.keygroups import key_group_range
 
         kgr = key_group_range(self.max_parallelism, self.parallelism, self.subtask_index)
         self.key_group_range = kgr
         self.key_type = key_type
+        self._key_groups: dict[Any, int] = {}
         self.backend = create_keyed_backend(
             self.job.backend_name,
             key_type=key_type,
@@ -255,7 +286,7 @@ class KeyedOperatorMixin:
     def _fire(self, timer: tuple, domain: str) -> None:
         ts, key, namespace, kg = timer
         self.backend.set_current_key(key, kg)
-        self.current_key, self.current_key_group = key, kg
+        self._remember_key_group(key, kg)
         if namespace is not None or self.current_namespace is not None:
             self.backend.set_current_namespace(namespace)
             self.current_namespace = namespace
@@ -311,8 +342,6 @@ class KeyedOperatorMixin:
         if self.backend is None:
             self.ensure_backend(key)
         self.backend.set_current_key(key, kg)
-        self.current_key = key
-        self.current_key_group = kg
 
 
 __all__ = ["KeyedOperatorMixin", "StreamOperator", "SubtaskSnapshot", "method_or_callable"]

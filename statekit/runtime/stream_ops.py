@@ -58,8 +58,6 @@ class KeyedOneInputOperator(KeyedOperatorMixin, OneInputOperator):
             self.ensure_backend(key)
             backend = self.backend
         backend.set_current_key(key, kg)
-        self.current_key = key
-        self.current_key_group = kg
         if self.mode == "process":  # the hot path of keyed jobs, inlined
             ctx = self.ctx
             ctx._ts = ts
@@ -93,8 +91,6 @@ class KeyedProcessOperator(KeyedOneInputOperator):
             self.ensure_backend(key)
             backend = self.backend
         backend.set_current_key(key, kg)
-        self.current_key = key
-        self.current_key_group = kg
         ctx = self.ctx
         ctx._ts = ts
         out = self.call(value, ctx)
@@ -121,7 +117,6 @@ class ReduceOperator(KeyedOperatorMixin, StreamOperator):
             self.ensure_backend(key)
             backend = self.backend
         backend.set_current_key(key, kg)
-        self.current_key, self.current_key_group = key, kg
         state = self.state
         current = state.value()
         new = value if current is None else self.call(current, value)
@@ -150,8 +145,6 @@ class MapWithStateOperator(KeyedOperatorMixin, StreamOperator):
             self.ensure_backend(key)
             backend = self.backend
         backend.set_current_key(key, kg)
-        self.current_key = key
-        self.current_key_group = kg
         state = self.state
         out, new = self.call(value, state.value())
         if new is None:

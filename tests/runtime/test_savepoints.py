@@ -277,3 +277,16 @@ def test_pickled_state_needs_trust_to_restore_but_not_to_fail_over(backend, tmp_
         job(3, [("k0", 1)], chk=tmp_path / "c2", src="b", restore_from=tmp_path / "sp", allow_non_restored_state=True)
     again = job(3, [("k0", 1)], chk=tmp_path / "c3", src="b", restore_from=tmp_path / "sp", allow_non_restored_state=True, trust_pickled=True)
     assert list(again) == [("k0", sum(range(0, 60, 3)) + 1)]
+
+
+def test_undeclared_key_type_routes_as_the_restored_one(backend, tmp_path):
+    # Saved with int keys (Java Integer hashing); restored without a declared type, the keys must
+    # still hash as int, not as the bigint a Python int would be inferred as.
+    env = StreamExecutionEnvironment(parallelism=2, state_backend=backend)
+    keys = list(range(-25, 25))  # negative ints hash differently as Integer and as Long
+    env.from_collection(keys).uid("src").key_by(lambda k: k, key_type="int").process(Count()).uid("count")
+    env.execute("c", final_savepoint=tmp_path / "sp")
+    env = StreamExecutionEnvironment(parallelism=3, state_backend=backend)
+    out = env.from_collection(keys).uid("src2").key_by(lambda k: k).process(Count()).uid("count")
+    got = out.execute_and_collect(restore_from=tmp_path / "sp", allow_non_restored_state=True)
+    assert sorted(got) == [(k, 2) for k in keys]
