@@ -6,7 +6,7 @@ import os
 import pickle
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
@@ -17,7 +17,7 @@ from statekit.errors import InvalidArgumentError
 from statekit.identifiers import OperatorIdentifier
 from statekit.savepoint import OperatorMetadata, Savepoint
 from statekit.spark.reader_function import KeyedStateReaderFunction, iter_output, open_function, run_reader_function
-from statekit.spark.scan import TableSpec, plan_tasks
+from statekit.spark.scan import TableSpec, plan_tasks, spark_ddl, table_schema, verified_keyed_paths
 from statekit.spark.session import prepare_session
 
 __all__ = ["SavepointReader"]
@@ -102,12 +102,18 @@ class SavepointReader:
         *,
         with_key_group: bool = False,
         output_schema: StructType | str | None = None,
+        engine: Literal["statekit", "parquet"] = "statekit",
     ) -> DataFrame:
         """The operator's keyed state: one row per key (and namespace), one column per state.
 
         Without `reader_function`: columns ``key``, [``namespace``], one per keyed state with the
         manifest's types (``key_group`` first with ``with_key_group=True``). Filters on ``key``
         (``=``, ``IN``, small closed integer ranges) read only the files of those keys' key groups.
+
+        ``engine="parquet"`` reads the same manifest-listed files with Spark's own (vectorised,
+        JVM) Parquet reader instead, for bulk scans: every file's size and checksum is verified on
+        the driver when the DataFrame is created, but key filters no longer prune files (Spark only
+        skips row groups by statistics) and native RocksDB checkpoints are refused.
 
         With a `KeyedStateReaderFunction`: its rows, computed per partition on the executors.
         `output_schema` (a `StructType` or DDL string) is inferred from up to `INFER_ROWS` rows
@@ -124,11 +130,27 @@ class SavepointReader:
                 f"operator {meta.display_name!r} has no keyed state; its operator states are "
                 f"{[s.name for s in meta.operator_states] or 'none'}."
             )
+        if engine not in ("statekit", "parquet"):
+            raise InvalidArgumentError(f"engine must be 'statekit' or 'parquet', not {engine!r}.")
         if reader_function is None:
             if output_schema is not None:
                 raise InvalidArgumentError("output_schema applies only with a reader_function.")
+            if engine == "parquet":
+                return self._load_parquet(meta, with_key_group=with_key_group)
             return self._load(meta, "keyed", with_key_group=with_key_group)
+        if engine != "statekit":
+            raise InvalidArgumentError("reader functions run on engine='statekit' only.")
         return self._read_with_function(meta, reader_function, output_schema)
+
+    def _load_parquet(self, meta: OperatorMetadata, *, with_key_group: bool) -> DataFrame:
+        spec = TableSpec(self.path, meta.uid_hash, "keyed", with_key_group=True)
+        schema = spark_ddl(table_schema(meta, spec))
+        paths = verified_keyed_paths(self.savepoint, meta)
+        if not paths:
+            df = self.spark.createDataFrame([], schema)
+        else:
+            df = self.spark.read.schema(schema).parquet(*paths)
+        return df if with_key_group else df.drop("key_group")
 
     def read_list_state(self, op: OpLike, name: str) -> DataFrame:
         """Operator list state (even-split redistribution): ``subtask``, ``idx``, ``value``."""

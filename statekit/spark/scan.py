@@ -21,7 +21,10 @@ from statekit.savepoint import keyed as K
 from statekit.spark.filters import key_groups_of
 from statekit.types import parse_ddl, to_ddl
 
-__all__ = ["TableSpec", "ScanTask", "resolve_table", "table_schema", "plan_tasks", "read_task", "spark_ddl"]
+__all__ = [
+    "TableSpec", "ScanTask", "resolve_table", "table_schema", "plan_tasks", "read_task", "spark_ddl",
+    "verified_keyed_paths",
+]
 
 TableKind = Literal["keyed", "timers", "split", "union", "broadcast"]
 
@@ -190,6 +193,28 @@ def read_task_table(sp: Savepoint, meta: OperatorMetadata, spec: TableSpec, task
     expected = table_schema(meta, full)
     parts = [_restrict(_conform(sp, sp.read_file(e), expected, e), task) for e in task.files]
     return pa.concat_tables(parts) if parts else expected.empty_table()
+
+
+def verified_keyed_paths(sp: Savepoint, meta: OperatorMetadata) -> list[str]:
+    """Absolute paths of `meta`'s keyed Parquet files, each checked against the manifest first.
+
+    For engines that read the files themselves (Spark's Parquet reader): every file's existence,
+    size and checksum are verified with `statekit.savepoint.files.read_verified_bytes`, so a
+    damaged savepoint raises its typed error here, on the driver, before Spark reads anything.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    from statekit.savepoint.files import read_verified_bytes
+
+    if meta.is_native:
+        raise InvalidArgumentError(
+            f"operator {meta.display_name!r} keeps native RocksDB state, which only statekit can decode; "
+            "read it with engine='statekit'."
+        )
+    files = meta.files_of("keyed")
+    with ThreadPoolExecutor(2) as pool:  # zlib's CRC-32 releases the GIL
+        list(pool.map(lambda e: read_verified_bytes(sp.path, e), files))
+    return [str((sp.path / e.path).resolve()) for e in files]
 
 
 def read_task(spec: TableSpec, task: ScanTask, *, batch_rows: int = 131072) -> Iterator[pa.RecordBatch]:

@@ -59,3 +59,13 @@ def test_unknown_format_version_is_refused_on_the_driver(spark, copy):
 def test_not_a_savepoint(spark, tmp_path):
     with pytest.raises(NotASavepointError):
         SavepointReader.read(spark, tmp_path)
+
+
+def test_parquet_engine_verifies_checksums_on_the_driver(spark, copy):
+    reader = SavepointReader.read(spark, copy)
+    f = _keyed_file(copy)
+    data = bytearray(f.read_bytes())
+    data[-20] ^= 0x01
+    f.write_bytes(bytes(data))
+    with pytest.raises(ChecksumMismatchError):
+        reader.read_keyed_state("proc", engine="parquet")

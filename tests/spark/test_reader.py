@@ -138,3 +138,9 @@ def test_unknown_operator_or_state_lists_what_exists(reader):
         reader.read_union_state("src", "buffer")  # a split list, not a union list
     with pytest.raises(InvalidArgumentError, match="no keyed state"):
         reader.read_keyed_state("src")
+
+
+def test_parquet_engine_reads_the_same_rows(reader, expected_proc_rows):
+    df = reader.read_keyed_state("proc", engine="parquet")
+    assert df.schema == reader.read_keyed_state("proc").schema
+    assert rows(df) == expected_proc_rows

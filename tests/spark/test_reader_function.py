@@ -129,3 +129,42 @@ class Mutating(KeyedStateReaderFunction):
 def test_handles_are_read_only(reader):
     with pytest.raises(StateAccessError, match="read-only"):
         reader.read_keyed_state("proc", Mutating(), output_schema="key bigint").collect()
+
+
+@pytest.fixture(scope="module")
+def pickled_savepoint(tmp_path_factory):
+    import pyarrow as pa
+
+    from statekit import serde
+    from statekit.savepoint import SavepointBuilder
+    from statekit.types import PICKLED
+
+    path = tmp_path_factory.mktemp("pickled") / "sp"
+    with SavepointBuilder(path) as b:
+        op = b.add_operator("objs", parallelism=1, max_parallelism=128, key_type="bigint",
+                            keyed_states=[ValueStateDescriptor("obj", PICKLED)])
+        op.write_keyed(pa.table({"key": pa.array([1, 2], pa.int64()),
+                                 "obj": pa.array([serde.dumps({"a": 1}), serde.dumps((2, "b"))], pa.binary())}))
+    return path
+
+
+class Objects(KeyedStateReaderFunction):
+    def open(self, ctx):
+        from statekit.types import PICKLED
+
+        self.obj = ctx.get_state(ValueStateDescriptor("obj", PICKLED))
+
+    def read_key(self, key, ctx):
+        yield {"key": key, "obj": repr(self.obj.value())}
+
+
+def test_pickled_state_is_read_only_when_trusted(spark, pickled_savepoint):
+    from statekit.errors import UntrustedPicklePayloadError
+
+    untrusted = SavepointReader.read(spark, pickled_savepoint)
+    with pytest.raises(UntrustedPicklePayloadError, match="trust_pickled"):
+        untrusted.read_keyed_state("objs", Objects(), output_schema="key bigint, obj string")
+    assert untrusted.read_keyed_state("objs").schema["obj"].dataType.simpleString() == "binary"
+    trusted = SavepointReader.read(spark, pickled_savepoint, trust_pickled=True)
+    got = trusted.read_keyed_state("objs", Objects(), output_schema="key bigint, obj string").orderBy("key").collect()
+    assert [r.obj for r in got] == ["{'a': 1}", "(2, 'b')"]
