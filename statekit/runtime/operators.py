@@ -223,6 +223,13 @@ class KeyedOperatorMixin:
     @property
     def current_key_group(self) -> int:
         key = self.current_key
+        if key is None:
+            from statekit.errors import StateAccessError
+
+            raise StateAccessError(
+                f"{self.name!r} has no current key: timers can only be set or deleted while an element "
+                "or a timer of the keyed stream is being processed"
+            )
         try:
             kg = self._key_groups.get(key)
         except TypeError:  # unhashable (dict) struct key

@@ -234,3 +234,14 @@ def test_union_merges_streams_and_watermarks(backend):
     b = env.from_source([("b", 10)], strategy, "b").map(lambda e: e)
     out = a.union(b).key_by(lambda e: e[0], key_type="string").process(Timeout()).execute_and_collect()
     assert sorted(out) == [("a", 600), ("b", 110)]  # a re-armed at 500 before the watermarks passed 100
+
+
+def test_timers_need_a_current_key():
+    from statekit.runtime.operators import KeyedOperatorMixin
+
+    class Probe(KeyedOperatorMixin):
+        backend = None
+        name = "probe"
+
+    with pytest.raises(StateAccessError, match="no current key"):
+        Probe().current_key_group
