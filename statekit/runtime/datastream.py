@@ -145,8 +145,11 @@ class DataStream:
         final_savepoint: Any = None,
         allow_non_restored_state: bool = False,
         trust_pickled: bool = False,
+        job_execution_name: str | None = None,
     ) -> "CollectResult":
         """Run the job and return this stream's elements (exactly once, also across restarts).
+
+        ``job_execution_name`` is PyFlink's name for `job_name`.
 
         Takes the same `restore_from` / `final_savepoint` options as
         `StreamExecutionEnvironment.execute`.
@@ -158,7 +161,7 @@ class DataStream:
         )
         try:
             result = self._env.execute(
-                job_name or "collect",
+                job_name or job_execution_name or "collect",
                 restore_from=restore_from,
                 final_savepoint=final_savepoint,
                 allow_non_restored_state=allow_non_restored_state,

@@ -15,6 +15,7 @@ from statekit.runtime import (
     SourceFunction,
     StreamExecutionEnvironment,
 )
+from statekit import Types
 from statekit.state.descriptors import ListStateDescriptor, ValueStateDescriptor
 
 
@@ -61,8 +62,9 @@ class TemperatureAlert(KeyedProcessFunction):
 def test_temperature_alert(backend):
     readings = [("s1", 20.0), ("s2", 30.0), ("s1", 20.5), ("s1", 23.0), ("s2", 29.0), ("s2", 31.0), ("s1", 21.2)]
     env = StreamExecutionEnvironment(parallelism=2, state_backend=backend)
-    out = env.from_collection(readings).key_by(lambda r: r[0], key_type="string").process(TemperatureAlert(1.7))
-    assert sorted(out.execute_and_collect()) == [("s1", 20.5, 23.0), ("s1", 23.0, 21.2), ("s2", 29.0, 31.0)]
+    keyed = env.from_collection(readings).key_by(lambda r: r[0], key_type=Types.STRING())  # PyFlink's type helpers
+    out = keyed.process(TemperatureAlert(1.7))
+    assert sorted(out.execute_and_collect(job_execution_name="alerts")) == [("s1", 20.5, 23.0), ("s1", 23.0, 21.2), ("s2", 29.0, 31.0)]
 
 
 # -- the buffering sink ------------------------------------------------------------------------------
