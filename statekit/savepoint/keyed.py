@@ -232,6 +232,47 @@ def key_group_order(kg: np.ndarray) -> np.ndarray | None:
     return np.argsort(kg.astype(np.uint16), kind="stable")
 
 
+def take_rows(table: pa.Table, rows: np.ndarray) -> pa.Table:
+    """``table.take(rows)``, with list-of-number columns (typical list state) gathered by numpy.
+
+    Arrow's list take appends element by element; gathering offsets and values with numpy costs
+    about a third less, and taking rows is the writer's largest cost after Parquet encoding.
+    """
+    indices = pa.array(rows)
+    columns = []
+    for col in table.columns:
+        arr = col.chunk(0) if col.num_chunks == 1 else None
+        if arr is not None and _numpy_list_take_applies(arr):
+            columns.append(_take_list(arr, rows))
+        else:
+            columns.append(col.take(indices))
+    return pa.Table.from_arrays(columns, schema=table.schema)
+
+
+def _numpy_list_take_applies(arr: pa.Array) -> bool:
+    t = arr.type
+    return (
+        pa.types.is_list(t)
+        and (pa.types.is_integer(t.value_type) or pa.types.is_floating(t.value_type))
+        and arr.values.null_count == 0
+    )
+
+
+def _take_list(arr: pa.ListArray, rows: np.ndarray) -> pa.ListArray:
+    offsets = arr.offsets.to_numpy()  # absolute positions in arr.values, slicing included
+    starts = offsets[:-1][rows]
+    lengths = offsets[1:][rows] - starts
+    new_offsets = np.zeros(len(rows) + 1, np.int64)
+    np.cumsum(lengths, out=new_offsets[1:])
+    if new_offsets[-1] > np.iinfo(np.int32).max:  # cannot happen for a slice of a valid list array
+        return arr.take(pa.array(rows))
+    gather = np.repeat(starts.astype(np.int64) - new_offsets[:-1], lengths)
+    gather += np.arange(new_offsets[-1], dtype=np.int64)
+    values = pa.array(arr.values.to_numpy()[gather], type=arr.type.value_type)
+    mask = pa.array(arr.is_null().to_numpy(zero_copy_only=False)[rows]) if arr.null_count else None
+    return pa.ListArray.from_arrays(pa.array(new_offsets.astype(np.int32)), values, type=arr.type, mask=mask)
+
+
 def with_key_group_column(table: pa.Table, kg: np.ndarray) -> pa.Table:
     """`table` with ``key_group`` as its first column."""
     if "key_group" in table.column_names:

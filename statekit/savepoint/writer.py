@@ -288,7 +288,7 @@ def _write_keyed_chunk(root, rel, table, kg, rows, split, has_namespace, what) -
     if rows is None:  # already grouped by key group
         chunk, chunk_kg = table.slice(split.row_start, split.rows), kg[split.row_start : split.row_end]
     else:
-        chunk, chunk_kg = table.take(pa.array(rows)), kg[rows]
+        chunk, chunk_kg = K.take_rows(table, rows), kg[rows]
     K.check_unique_keys(chunk, has_namespace=has_namespace, what=what)
     return _write_file(root, rel, K.with_key_group_column(chunk, chunk_kg), "keyed", None, split.kg_start,
                        split.kg_end, None)

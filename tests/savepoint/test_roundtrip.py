@@ -479,3 +479,25 @@ def test_file_splits_cover_every_key_group_once_within_the_row_cap(kg, rows_per_
         assert set(kg[rows].tolist()) == set(np.flatnonzero(counts[s.kg_start : s.kg_end + 1]) + s.kg_start)
         assert np.all(np.diff(kg[rows]) >= 0)
         assert np.all(np.diff(rows[kg[rows] == kg[rows][0]]) > 0)  # stable within a key group
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    lists=st.lists(st.one_of(st.none(), st.lists(st.integers(-(2**63), 2**63 - 1), max_size=4)), max_size=40),
+    offset=st.integers(0, 5),
+    data=st.data(),
+)
+def test_take_rows_equals_arrow_take(lists, offset, data):
+    from statekit.savepoint.keyed import take_rows
+
+    table = pa.table({
+        "l": pa.array(lists, pa.list_(pa.int64())),
+        "d": pa.array([None if x is None else [float(len(x))] for x in lists], pa.list_(pa.float64())),
+        "n": pa.array([None if x is None else [None] for x in lists], pa.list_(pa.int64())),  # null elements
+        "s": pa.array([None if x is None else [str(x)] for x in lists], pa.list_(pa.string())),
+    }).slice(min(offset, len(lists)))
+    rows = np.array(data.draw(st.lists(st.integers(0, max(table.num_rows - 1, 0)),
+                                       max_size=60 if table.num_rows else 0)), dtype=np.int64)
+    got, want = take_rows(table, rows), table.take(pa.array(rows, pa.int64()))
+    assert got.schema == want.schema
+    assert got.to_pylist() == want.to_pylist()
