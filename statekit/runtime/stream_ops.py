@@ -100,16 +100,14 @@ class KeyedProcessOperator(KeyedOneInputOperator):
                 emit(o, ts)
 
 
-class ReduceOperator(KeyedOperatorMixin, StreamOperator):
-    """``KeyedStream.reduce``: fold each key's elements, emitting the running result (Flink's StreamGroupedReduce)."""
+class _FusedKeyedOperator(KeyedOperatorMixin, StreamOperator):
+    """A keyed operator whose whole per-element work is ``call(value, ctx)`` once the key is scoped.
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.call = method_or_callable(self.function, "reduce")
-        self.state: Any = None
+    The upstream router calls ``call`` directly (``fusable``); `process_keyed` is the same path
+    for callers that are not fused.
+    """
 
-    def initialize_internal_state(self, restored: bool) -> None:
-        self.state = self.backend.get_state(ValueStateDescriptor("_op_state", self.transformation.options["state_type"]))
+    fusable = True
 
     def process_keyed(self, value: Any, ts: Any, key: Any, kg: int) -> None:
         backend = self.backend
@@ -117,14 +115,32 @@ class ReduceOperator(KeyedOperatorMixin, StreamOperator):
             self.ensure_backend(key)
             backend = self.backend
         backend.set_current_key(key, kg)
+        ctx = self.ctx
+        ctx._ts = ts
+        self.call(value, ctx)
+
+
+class ReduceOperator(_FusedKeyedOperator):
+    """``KeyedStream.reduce``: fold each key's elements, emitting the running result (Flink's StreamGroupedReduce)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.reduce = method_or_callable(self.function, "reduce")
+        self.call = self._reduce
+        self.state: Any = None
+
+    def initialize_internal_state(self, restored: bool) -> None:
+        self.state = self.backend.get_state(ValueStateDescriptor("_op_state", self.transformation.options["state_type"]))
+
+    def _reduce(self, value: Any, ctx: Any) -> None:
         state = self.state
         current = state.value()
-        new = value if current is None else self.call(current, value)
+        new = value if current is None else self.reduce(current, value)
         state.update(new)
-        self.emit(new, ts)
+        self.emit(new, ctx._ts)
 
 
-class MapWithStateOperator(KeyedOperatorMixin, StreamOperator):
+class MapWithStateOperator(_FusedKeyedOperator):
     """``map_with_state``: ``fn(value, state) -> (output, new_state)`` over one ValueState per key.
 
     A ``new_state`` of None clears the state; an ``output`` of None emits nothing.
@@ -132,27 +148,23 @@ class MapWithStateOperator(KeyedOperatorMixin, StreamOperator):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.call = method_or_callable(self.function, "map_with_state")
+        self.fn = method_or_callable(self.function, "map_with_state")
+        self.call = self._map_with_state
         self.state: Any = None
 
     def initialize_internal_state(self, restored: bool) -> None:
         opts = self.transformation.options
         self.state = self.backend.get_state(ValueStateDescriptor(opts["state_name"], opts["state_type"], opts["default"]))
 
-    def process_keyed(self, value: Any, ts: Any, key: Any, kg: int) -> None:
-        backend = self.backend
-        if backend is None:
-            self.ensure_backend(key)
-            backend = self.backend
-        backend.set_current_key(key, kg)
+    def _map_with_state(self, value: Any, ctx: Any) -> None:
         state = self.state
-        out, new = self.call(value, state.value())
+        out, new = self.fn(value, state.value())
         if new is None:
             state.clear()
         else:
             state.update(new)
         if out is not None:
-            self.emit(out, ts)
+            self.emit(out, ctx._ts)
 
 
 # -- two inputs ------------------------------------------------------------------------------------
