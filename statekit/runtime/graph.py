@@ -61,7 +61,10 @@ class Transformation:
             return OperatorIdentifier.for_uid(self.uid).uid_hash
         from statekit.identifiers import generated_uid_hash
 
-        return generated_uid_hash(str(self.position), self.kind, self.name)
+        # Like Flink's generated hashes: from the operator's place in the topology (its position,
+        # kind and inputs), not from its display name, so renaming an operator keeps its state.
+        inputs = ",".join(f"{e.source.position}:{e.partition}:{e.input_index}" for e in self.inputs)
+        return generated_uid_hash(str(self.position), self.kind, inputs)
 
     def effective_parallelism(self, env_parallelism: int) -> int:
         p = self.parallelism or self.default_parallelism or env_parallelism
