@@ -290,3 +290,16 @@ def test_undeclared_key_type_routes_as_the_restored_one(backend, tmp_path):
     out = env.from_collection(keys).uid("src2").key_by(lambda k: k).process(Count()).uid("count")
     got = out.execute_and_collect(restore_from=tmp_path / "sp", allow_non_restored_state=True)
     assert sorted(got) == [(k, 2) for k in keys]
+
+
+def test_operators_without_uid_match_by_topology(backend, tmp_path):
+    def job(name):
+        env = StreamExecutionEnvironment(parallelism=2, state_backend=backend)
+        keyed = env.from_collection(["a", "b", "a"]).key_by(lambda w: w, key_type="string")
+        return keyed.process(Count()).name(name)
+
+    job("first name").execute_and_collect(final_savepoint=tmp_path / "sp")
+    ops = Savepoint.open(tmp_path / "sp").operators
+    assert all(op.uid is None for op in ops)
+    # Same topology, new display name: the generated ids match, so state (and the source offset) restore.
+    assert job("renamed").execute_and_collect(restore_from=tmp_path / "sp") == []
