@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import zlib
 from pathlib import Path
 from typing import Literal
@@ -26,7 +27,7 @@ def write_parquet(table: pa.Table, full_path: Path) -> tuple[int, str]:
     """Write `table` to `full_path` as Parquet; return (bytes, checksum) of exactly what was written.
 
     The file is encoded in memory first so the checksum covers the bytes on disk without reading
-    them back.
+    them back. It is fsynced, so that once the manifest naming it is durable, so is the file.
     """
     sink = pa.BufferOutputStream()
     # Dictionary encoding pays off for text; on numbers it only costs time (even on key_group, whose
@@ -37,6 +38,8 @@ def write_parquet(table: pa.Table, full_path: Path) -> tuple[int, str]:
     full_path.parent.mkdir(parents=True, exist_ok=True)
     with open(full_path, "wb") as fh:
         fh.write(memoryview(buf))
+        fh.flush()
+        os.fsync(fh.fileno())
     return buf.size, checksum(buf)
 
 

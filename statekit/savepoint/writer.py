@@ -350,6 +350,11 @@ def _link_file(root: Path, rel_dir: str, src_dir: Path, name: str, subtask: int,
         os.link(src, dst)  # shared SST files cost nothing in the next checkpoint
     except OSError:
         shutil.copy2(src, dst)
+    fd = os.open(dst, os.O_RDONLY)
+    try:
+        os.fsync(fd)  # a linked file shares its inode's durability; a copy needs its own
+    finally:
+        os.close(fd)
     data = dst.read_bytes()
     return FileEntry(rel, "rocksdb", 0, len(data), checksum(data), None, kg_range.start, kg_range.end, subtask)
 
@@ -479,6 +484,8 @@ class SavepointBuilder:
                 features=tuple(sorted(features)),
                 format_version=FORMAT_VERSION,
             )
+            for dirpath, _, _ in os.walk(staging):  # the data files' directory entries, before the manifest
+                _fsync_dir(Path(dirpath))
             write_manifest(staging, manifest)
             if self.path.exists():
                 raise SavepointExistsError(f"{self.path} appeared while writing; not overwriting it.")
