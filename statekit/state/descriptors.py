@@ -290,7 +290,11 @@ class ReducingStateDescriptor(KeyedStateDescriptor):
 
     def __post_init__(self) -> None:
         self._post()
-        object.__setattr__(self, "reduce_function", as_reduce_function(self.reduce_function))
+        try:
+            fn = as_reduce_function(self.reduce_function)
+        except TypeError as exc:  # one error tree: StateTypeError is also a TypeError
+            raise StateTypeError(f"reducing state {self.name!r}: {exc}.") from None
+        object.__setattr__(self, "reduce_function", fn)
 
 
 @dataclass(frozen=True)
@@ -325,6 +329,8 @@ class BroadcastStateDescriptor:
 
     def __post_init__(self) -> None:
         _check_name(self.name)
+        if is_pickled(self.key_type):  # as for MapStateDescriptor: keys are looked up, so they need a type
+            raise StateTypeError(f"broadcast state {self.name!r}: keys need a declared type, not PICKLED.")
         _arrow_or_pickled(self.key_type)
         _arrow_or_pickled(self.value_type)
 

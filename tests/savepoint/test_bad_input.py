@@ -703,3 +703,15 @@ def test_check_reports_bad_operator_and_broadcast_rows(sp, unchanged):
         with pytest.raises(CorruptSavepointError, match="subtask 5"):
             Savepoint.open(sp).operator_state_lists("source", "offsets")
     assert sorted(p.kind for p in report.problems) == ["duplicate_key", "invalid_row", "invalid_row"]
+
+
+def test_descriptor_mistakes_are_state_type_errors():
+    from statekit.state import MapStateDescriptor, ReducingStateDescriptor
+    from statekit.types import PICKLED
+
+    with pytest.raises(StateTypeError, match="reducing state 'r'"):
+        ReducingStateDescriptor("r", None, "bigint")
+    for make in (lambda: MapStateDescriptor("m", PICKLED, "bigint"),
+                 lambda: BroadcastStateDescriptor("b", PICKLED, "bigint")):
+        with pytest.raises(StateTypeError, match="PICKLED"):
+            make()
