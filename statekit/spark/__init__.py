@@ -27,7 +27,10 @@ trust_pickled   bool    ``false``   open the savepoint trusting pickled state (c
 
 Key pruning: ``key = v``, ``key IN (...)`` and closed integer ranges of at most
 `statekit.spark.filters.RANGE_ENUMERATION_LIMIT` keys read only the files of those keys' key
-groups (needs PySpark >= 4.1, whose Python data sources receive filters).
+groups (needs PySpark >= 4.1, whose Python data sources receive filters). On PySpark 4.1 a
+query without filters may reuse the previous query's pruned plan of the same relation; the
+DataFrames `SavepointReader` returns guard against it, and `statekit.spark.datasource` shows the
+SQL view recipe that does.
 """
 
 from statekit.spark.datasource import StatekitDataSource, StatekitMetadataDataSource, register_data_sources

@@ -9,6 +9,8 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
+from statekit.errors import InvalidArgumentError
+
 __all__ = ["spark_session", "prepare_session"]
 
 # Settings statekit needs on any session, including one the user built: Python data sources only
@@ -53,8 +55,9 @@ def spark_session(**conf: Any) -> SparkSession:
     ----------
     **conf
         Extra Spark settings, with dots written as keys, e.g.
-        ``spark_session(**{"spark.sql.shuffle.partitions": "8"})``. Applied to a new session;
-        on a reused session only runtime SQL settings take effect.
+        ``spark_session(**{"spark.sql.shuffle.partitions": "8"})``. All apply to a new session;
+        on a reused session runtime settings are set and a different value for a start-up
+        setting raises `InvalidArgumentError`.
 
     Returns
     -------
@@ -63,6 +66,13 @@ def spark_session(**conf: Any) -> SparkSession:
     active = SparkSession.getActiveSession()
     if active is not None:
         for key, value in conf.items():
+            if active.conf.get(key, None) == str(value):
+                continue
+            if not active.conf.isModifiable(key):
+                raise InvalidArgumentError(
+                    f"{key} cannot be changed on the running Spark session (it is fixed at start-up); stop the "
+                    "session first (spark.stop()) or leave the setting out."
+                )
             active.conf.set(key, str(value))
         return prepare_session(active)
     # Workers must import statekit and pyarrow from this very environment.

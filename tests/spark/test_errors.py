@@ -42,6 +42,9 @@ def test_checksum_mismatch_raises_typed_error(spark, copy):
     with pytest.raises(ChecksumMismatchError, match="checksum") as info:
         reader.read_keyed_state("proc").count()
     assert "Traceback" not in str(info.value) and "java" not in str(info.value).lower()
+    from pyspark.errors import PySparkException
+
+    assert isinstance(info.value, PySparkException)  # Spark-aware handlers still catch it
 
 
 def test_unknown_format_version_is_refused_on_the_driver(spark, copy):

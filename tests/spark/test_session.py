@@ -23,3 +23,11 @@ def test_keyed_state_round_trips_through_delta(spark, acceptance_savepoint, tmp_
     assert back.orderBy("key").collect() == keyed.orderBy("key").collect()
     history = spark.sql(f"DESCRIBE HISTORY delta.`{target}`").collect()
     assert history[0].operation == "WRITE"
+
+
+def test_a_startup_setting_cannot_change_on_a_running_session(spark):
+    from statekit.errors import InvalidArgumentError
+
+    with pytest.raises(InvalidArgumentError, match="spark.ui.enabled"):
+        spark_session(**{"spark.ui.enabled": "true"})
+    assert spark_session(**{"spark.sql.shuffle.partitions": "4"}) is spark
