@@ -17,13 +17,11 @@ class Everything(KeyedStateReaderFunction):
     def open(self, ctx):
         from statekit.state import AggregatingStateDescriptor, ReducingStateDescriptor
 
-        avg = ctx._meta.keyed_state("avg")  # the test savepoint's aggregate; rebuilt below
-        assert avg.kind == "aggregating"
         self.count = ctx.get_state(ValueStateDescriptor("count", "bigint"))
         self.events = ctx.get_list_state(ListStateDescriptor("events", "bigint"))
         self.attrs = ctx.get_map_state(MapStateDescriptor("attrs", "string", "string"))
         self.total = ctx.get_reducing_state(ReducingStateDescriptor("total", lambda a, b: a + b, "bigint"))
-        self.avg = ctx.get_aggregating_state(AggregatingStateDescriptor("avg", _Avg(), avg.type))
+        self.avg = ctx.get_aggregating_state(AggregatingStateDescriptor("avg", _Avg(), "struct<count:bigint,sum:bigint>"))
 
     def read_key(self, key, ctx):
         yield {
