@@ -59,7 +59,13 @@ def check(path: str | os.PathLike[str], *, deep: bool = True) -> CheckReport:
     Checks the manifest, that every listed file exists with the recorded size and checksum, that no
     unlisted files lie in the savepoint, and (``deep``) each table's schema against the manifest,
     that every keyed row sits in the key group of its key and inside its file's range, that keys
-    are unique, and that row counts match.
+    (and broadcast keys) are unique, that list state belongs to existing subtasks and holds no
+    nulls, and that row counts match. Each finding is a `Problem` whose ``kind`` is one of
+    `ProblemKind`.
+
+    >>> import tempfile, os
+    >>> check(os.path.join(tempfile.mkdtemp(), "nothing-here")).problems[0].kind
+    'manifest'
     """
     root = Path(path)
     report = CheckReport(root)
