@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 
-.PHONY: demo test test-all bench
+.PHONY: demo test test-quick bench
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -15,11 +15,13 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(VENV)/bin/statekit demo --out demo-output
 
+# The whole suite, `slow` failure-injection runs included (about 5 minutes here).
 test: $(STAMP)
-	$(PY) -m pytest tests statekit
-
-test-all: $(STAMP)
 	$(PY) -m pytest tests statekit -m ''
+
+# Everything but the suites marked `slow` (pytest's default, see pyproject.toml).
+test-quick: $(STAMP)
+	$(PY) -m pytest tests statekit
 
 bench: $(STAMP)
 	for b in bench/*.py; do $(PY) $$b || exit 1; done
