@@ -105,6 +105,18 @@ class DataStream:
     def forward(self) -> "DataStream":
         return _Partitioned(self._env, self._t, "forward")
 
+    def broadcast(self, *broadcast_state_descriptors: Any) -> Any:
+        """Send every element to every subtask of the next operator.
+
+        With `MapStateDescriptor`s it returns a `BroadcastStream` for the broadcast state pattern:
+        ``stream.connect(rules.broadcast(desc)).process(KeyedBroadcastProcessFunction)``.
+        """
+        if not broadcast_state_descriptors:
+            return _Partitioned(self._env, self._t, "broadcast")
+        from statekit.runtime.broadcast import BroadcastStream
+
+        return BroadcastStream(self, broadcast_state_descriptors)
+
     def union(self, *streams: "DataStream") -> "DataStream":
         """One stream of the elements of this and `streams` (same element type, any parallelism)."""
         inputs = [self._edge()] + [s._edge() for s in streams]
@@ -114,8 +126,15 @@ class DataStream:
         t = self._env._add("union", "Union", None, inputs, UnionOperator)
         return DataStream(self._env, t)
 
-    def connect(self, other: "DataStream") -> "ConnectedStreams":
-        """Two inputs into one operator (`CoMapFunction`, `CoFlatMapFunction`, `KeyedCoProcessFunction`)."""
+    def connect(self, other: Any) -> Any:
+        """Two inputs into one operator (`CoMapFunction`, `CoFlatMapFunction`, `KeyedCoProcessFunction`).
+
+        Connected with a `BroadcastStream`, it is processed by a (Keyed)`BroadcastProcessFunction`.
+        """
+        from statekit.runtime.broadcast import BroadcastConnectedStream, BroadcastStream
+
+        if isinstance(other, BroadcastStream):
+            return BroadcastConnectedStream(self._env, self, other)
         return ConnectedStreams(self._env, self, other)
 
     # -- sinks ----------------------------------------------------------------------------------------
@@ -247,6 +266,18 @@ class KeyedStream(DataStream):
             "map_with_state", func, "MapWithState", MapWithStateOperator,
             state_type=state_type, default=default, state_name=state_name,
         )
+
+    def window(self, window_assigner: Any) -> Any:
+        """Group each key's elements into windows (`TumblingEventTimeWindows.of(1000)`, ...): a `WindowedStream`."""
+        from statekit.runtime.windows import WindowedStream
+
+        return WindowedStream(self, window_assigner)
+
+    def count_window(self, size: int) -> Any:
+        """Windows of `size` elements per key (a global window with a purging count trigger)."""
+        from statekit.runtime.windows import count_window
+
+        return count_window(self, size)
 
     def key_by(self, key_selector: Any, key_type: Any = None) -> "KeyedStream":
         raise InvalidArgumentError("the stream is already keyed; key_by the stream it came from instead")

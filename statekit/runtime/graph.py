@@ -15,7 +15,8 @@ class Edge:
     """An input of a transformation: where elements come from and how they are partitioned.
 
     ``partition`` is ``"forward"`` (same subtask; becomes ``"rebalance"`` when parallelisms
-    differ), ``"rebalance"`` (round robin) or ``"hash"`` (by key group of ``key_selector``).
+    differ), ``"rebalance"`` (round robin), ``"hash"`` (by key group of ``key_selector``) or
+    ``"broadcast"`` (every element to every subtask).
     """
 
     source: "Transformation"

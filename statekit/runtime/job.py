@@ -289,6 +289,9 @@ class Execution:
                             hash_router(selector_of(edge.key_selector), key_type, downs[0].max_parallelism, targets, downs)
                         )
                         wm_targets = downs
+                    elif edge.partition == "broadcast":
+                        collects.append(_fan_out([getattr(d, method) for d in downs]))
+                        wm_targets = downs
                     elif edge.partition == "forward" and len(downs) == len(ups):
                         collects.append(getattr(downs[i], method))
                         wm_targets = [downs[i]]

@@ -1,0 +1,177 @@
+"""Keyed windows on every backend: documented results, lateness, and pending windows through a savepoint with rescaling."""
+
+from __future__ import annotations
+
+import pytest
+
+from statekit.errors import InvalidArgumentError
+from statekit.runtime import (
+    AggregateFunction,
+    EventTimeSessionWindows,
+    ManualClock,
+    MapFunction,
+    ProcessWindowFunction,
+    SlidingEventTimeWindows,
+    StreamExecutionEnvironment,
+    TumblingEventTimeWindows,
+    TumblingProcessingTimeWindows,
+    WatermarkStrategy,
+)
+from statekit.savepoint import Savepoint
+
+PAIR = "struct<f0:string,f1:bigint>"
+STAMP = WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner(lambda e, ts: e[1])
+DATA = [("a", 1), ("b", 2), ("a", 5), ("a", 12), ("b", 13), ("a", 31), ("a", 33)]
+
+
+def add(a, b):
+    return a[0], a[1] + b[1]
+
+
+class Collect(ProcessWindowFunction):
+    """Emits ``(key, start, end, sorted timestamps)`` per firing."""
+
+    def process(self, key, context, elements):
+        w = context.window()
+        assert w.max_timestamp() == w.end - 1
+        yield key, w.start, w.end, sorted(e[1] for e in elements)
+
+
+class Average(AggregateFunction):
+    def create_accumulator(self):
+        return {"sum": 0, "count": 0}
+
+    def add(self, value, acc):
+        return {"sum": acc["sum"] + value[1], "count": acc["count"] + 1}
+
+    def get_result(self, acc):
+        return acc["sum"] / acc["count"]
+
+    def merge(self, a, b):
+        return {"sum": a["sum"] + b["sum"], "count": a["count"] + b["count"]}
+
+
+def keyed(backend, data=DATA, parallelism=2):
+    env = StreamExecutionEnvironment(parallelism=parallelism, state_backend=backend)
+    return env.from_collection(data).assign_timestamps_and_watermarks(STAMP).key_by(lambda e: e[0], key_type="string")
+
+
+def test_tumbling_reduce(backend):
+    out = keyed(backend).window(TumblingEventTimeWindows.of(10)).reduce(add, output_type=PAIR).execute_and_collect()
+    assert sorted(out) == [("a", 6), ("a", 12), ("a", 64), ("b", 2), ("b", 13)]
+
+
+def test_sliding_process(backend):
+    out = keyed(backend).window(SlidingEventTimeWindows.of(10, 5)).process(Collect(), element_type=PAIR).execute_and_collect()
+    assert sorted(out) == [
+        ("a", -5, 5, [1]), ("a", 0, 10, [1, 5]), ("a", 5, 15, [5, 12]), ("a", 10, 20, [12]),
+        ("a", 25, 35, [31, 33]), ("a", 30, 40, [31, 33]),
+        ("b", -5, 5, [2]), ("b", 0, 10, [2]), ("b", 5, 15, [13]), ("b", 10, 20, [13]),
+    ]  # fmt: skip
+
+
+def test_session_windows_merge(backend):
+    # gap 5: a's 1 and 5 touch ([1,6) and [5,10) merge), 12 starts a new session, 31 and 33 share one.
+    out = keyed(backend).window(EventTimeSessionWindows.with_gap(5)).process(Collect(), element_type=PAIR).execute_and_collect()
+    assert sorted(out) == [("a", 1, 10, [1, 5]), ("a", 12, 17, [12]), ("a", 31, 38, [31, 33]), ("b", 2, 7, [2]), ("b", 13, 18, [13])]
+
+
+def test_session_aggregate_merges_accumulators(backend):
+    data = [("a", 1), ("a", 8), ("a", 4)]  # [1,6) and [8,13) are apart until 4 ([4,9)) bridges them
+    env = StreamExecutionEnvironment(parallelism=1, state_backend=backend)
+    stamp = WatermarkStrategy.for_bounded_out_of_orderness(10).with_timestamp_assigner(lambda e, ts: e[1])
+    ks = env.from_collection(data).assign_timestamps_and_watermarks(stamp).key_by(lambda e: e[0], key_type="string")
+    out = ks.window(EventTimeSessionWindows.with_gap(5)).aggregate(Average(), accumulator_type="struct<sum:bigint,count:bigint>")
+    assert out.execute_and_collect() == [13 / 3]
+
+
+def test_count_window(backend):
+    out = keyed(backend).count_window(2).reduce(add, output_type=PAIR).execute_and_collect()
+    assert sorted(out) == [("a", 6), ("a", 43), ("b", 15)]  # a's 33 waits for a second element
+
+
+def test_aggregate_with_process_window_function(backend):
+    class WithWindow(ProcessWindowFunction):
+        def process(self, key, context, averages):
+            yield key, context.window().start, list(averages)
+
+    out = keyed(backend).window(TumblingEventTimeWindows.of(10)).aggregate(
+        Average(), WithWindow(), accumulator_type="struct<sum:bigint,count:bigint>"
+    ).execute_and_collect()
+    assert sorted(out) == [("a", 0, [3.0]), ("a", 10, [12.0]), ("a", 30, [32.0]), ("b", 0, [2.0]), ("b", 10, [13.0])]
+
+
+LATE = [("a", 1), ("a", 12), ("a", 3), ("a", 20), ("a", 4)]
+
+
+@pytest.mark.parametrize(("lateness", "expected"), [(0, [("a", 1), ("a", 12), ("a", 20)]), (5, [("a", 1), ("a", 4), ("a", 12), ("a", 20)])])
+def test_late_elements_dropped_or_refire_within_allowed_lateness(backend, lateness, expected):
+    # 12 moves the watermark to 11: [0,10) fires with 1. The late 3 is dropped, or (lateness 5, window
+    # kept until 14) re-fires [0,10) as 1+3. 20 ends [10,20) and the lateness; the late 4 is dropped.
+    ws = keyed(backend, LATE, parallelism=1).window(TumblingEventTimeWindows.of(10)).allowed_lateness(lateness)
+    assert list(ws.reduce(add, output_type=PAIR).execute_and_collect()) == expected
+
+
+def test_processing_time_windows(backend):
+    clock = ManualClock(0)
+
+    class Tick(MapFunction):
+        def map(self, value):
+            clock.advance(value[1])  # time passing between elements
+            return value
+
+    env = StreamExecutionEnvironment(parallelism=1, state_backend=backend, clock=clock)
+    ks = env.from_collection([("a", 1), ("a", 3), ("a", 8), ("a", 1), ("a", 100)]).map(Tick()).key_by(lambda e: e[0], key_type="string")
+    out = ks.window(TumblingProcessingTimeWindows.of(10)).reduce(add, output_type=PAIR).execute_and_collect()
+    # arrivals at 1, 4, 12, 13, 113: [0,10) fires when the clock passes 9; [10,20) when it reaches 113;
+    # [110,120) is still open at the end (pending processing timers are dropped, as documented).
+    assert list(out) == [("a", 4), ("a", 9)]
+
+
+def test_window_needs_state_types(backend):
+    ws = keyed(backend).window(TumblingEventTimeWindows.of(10))
+    with pytest.raises(InvalidArgumentError, match="output_type"):
+        ws.reduce(add)
+    with pytest.raises(InvalidArgumentError, match="element_type"):
+        ws.process(Collect())
+
+
+# -- savepoints ----------------------------------------------------------------------------------------
+
+
+def _events(n):
+    """Timestamps in three bursts; the key is ``k<ts % 7>``."""
+    return [i * 3 + (i // 40) * 100 for i in range(n)]
+
+
+class Span(ProcessWindowFunction):
+    def process(self, key, context, elements):
+        yield key, context.window().start, context.window().end, sorted(elements)
+
+
+def _job(backend, data, parallelism, kind, src_uid, **run):
+    env = StreamExecutionEnvironment(parallelism=parallelism, state_backend=backend)
+    stamp = WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner(lambda e, ts: e)
+    ks = env.from_source(data, stamp, "events").uid(src_uid).key_by(lambda e: f"k{e % 7}", key_type="string")
+    if kind == "tumbling":
+        out = ks.window(TumblingEventTimeWindows.of(50)).reduce(lambda a, b: a + b, output_type="bigint")
+    else:
+        out = ks.window(EventTimeSessionWindows.with_gap(25)).process(Span(), element_type="bigint")
+    return list(out.uid("win").execute_and_collect(**run))
+
+
+@pytest.mark.parametrize("kind", ["tumbling", "session"])
+def test_pending_windows_survive_a_savepoint_and_rescale(backend, tmp_path, kind):
+    data = _events(120)
+    reference = _job(backend, data, 2, kind, "events")
+    sp = tmp_path / "sp"
+    first = _job(backend, data[:70], 2, kind, "events-1", final_savepoint=sp)
+    saved = Savepoint.open(sp)
+    table = saved.keyed_table("win")
+    assert "namespace" in table.column_names and table.num_rows > 0
+    rows = [r for r in table.to_pylist() if r["window-contents"] is not None]
+    assert rows and all(r["namespace"] is not None for r in rows)  # pending windows, under their namespace
+    timers = saved.timers("win").to_pylist()
+    assert timers and all(t["namespace"]["end"] - 1 <= t["timestamp"] for t in timers)
+    rest = _job(backend, data[70:], 3, kind, "events-2", restore_from=sp, allow_non_restored_state=True)
+    assert sorted(first + rest, key=repr) == sorted(reference, key=repr)
