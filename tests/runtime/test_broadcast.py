@@ -102,3 +102,14 @@ def test_unknown_broadcast_state_is_an_error(backend):
     keyed = env.from_collection([("a", 1)]).key_by(lambda v: v[0], key_type="string")
     with pytest.raises(JobError, match="no broadcast state 'other'"):
         keyed.connect(rules).process(Wrong()).execute_and_collect()
+
+
+def test_readme_broadcast_example_runs():
+    import re
+    from pathlib import Path
+
+    import statekit.runtime
+
+    text = Path(statekit.runtime.__file__).with_name("README.md").read_text()
+    block = re.search(r"## Broadcast state\n\n```python\n(.*?)```", text, re.S).group(1)
+    exec(compile(block, "README.md (Broadcast state)", "exec"), {})

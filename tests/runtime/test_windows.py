@@ -175,3 +175,14 @@ def test_pending_windows_survive_a_savepoint_and_rescale(backend, tmp_path, kind
     assert timers and all(t["namespace"]["end"] - 1 <= t["timestamp"] for t in timers)
     rest = _job(backend, data[70:], 3, kind, "events-2", restore_from=sp, allow_non_restored_state=True)
     assert sorted(first + rest, key=repr) == sorted(reference, key=repr)
+
+
+def test_readme_windows_example_runs():
+    import re
+    from pathlib import Path
+
+    import statekit.runtime
+
+    text = Path(statekit.runtime.__file__).with_name("README.md").read_text()
+    block = re.search(r"## Windows\n\n```python\n(.*?)```", text, re.S).group(1)
+    exec(compile(block, "README.md (Windows)", "exec"), {})
