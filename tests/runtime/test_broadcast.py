@@ -113,3 +113,33 @@ def test_readme_broadcast_example_runs():
     text = Path(statekit.runtime.__file__).with_name("README.md").read_text()
     block = re.search(r"## Broadcast state\n\n```python\n(.*?)```", text, re.S).group(1)
     exec(compile(block, "README.md (Broadcast state)", "exec"), {})
+
+
+class Reset(KeyedBroadcastProcessFunction):
+    """Counts per key; a ``reset`` broadcast zeroes every key's count; an event timer reports each key at ts 100."""
+
+    def open(self, runtime_context):
+        self.count = runtime_context.get_state(ValueStateDescriptor("count", "bigint", default=0))
+
+    def process_element(self, value, ctx):
+        self.count.update(self.count.value() + 1)
+        ctx.timer_service().register_event_time_timer(100)
+
+    def process_broadcast_element(self, value, ctx):
+        ctx.apply_to_keyed_state(ValueStateDescriptor("count", "bigint", default=0), lambda key, state: state.update(10))
+
+    def on_timer(self, timestamp, ctx):
+        yield ctx.get_current_key(), self.count.value(), ctx.get_broadcast_state(RULES).is_empty()
+
+
+def test_apply_to_keyed_state_and_timers(backend):
+    from statekit.runtime import WatermarkStrategy
+
+    env = StreamExecutionEnvironment(parallelism=2, state_backend=backend)
+    stamp = WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner(lambda e, ts: 1)
+    items = env.from_collection([("a", 1), ("b", 1), ("a", 1)]).assign_timestamps_and_watermarks(stamp)
+    # Sources take turns one element at a time: a, reset, b, a. The reset sets a's count (1) to 10 on
+    # the subtask holding a; b did not exist yet. Broadcast state stays empty (the function never puts).
+    rules = env.from_collection([("reset", 0)]).broadcast(RULES)
+    out = items.key_by(lambda v: v[0], key_type="string").connect(rules).process(Reset()).execute_and_collect()
+    assert sorted(out) == [("a", 11, True), ("b", 1, True)]
