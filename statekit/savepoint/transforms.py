@@ -39,7 +39,7 @@ class TransformPlan:
         return "\n".join([f"{verb} {self.target} from {self.source}:"] + [f"  - {c}" for c in self.changes])
 
 
-def _link_operator(builder: SavepointBuilder, source: Savepoint, meta: OperatorMetadata,
+def link_operator(builder: SavepointBuilder, source: Savepoint, meta: OperatorMetadata,
                    ident: OperatorIdentifier, *, name: str | None = None) -> None:
     """Carry an operator over unchanged (possibly under a new identifier) by hard-linking its files."""
     writer = builder.add_operator(
@@ -59,6 +59,33 @@ def _link_operator(builder: SavepointBuilder, source: Savepoint, meta: OperatorM
         entries.append(FileEntry(rel, f.table, f.rows, f.bytes, f.checksum, f.state,
                                  f.key_group_start, f.key_group_end, f.subtask))
     writer.add_files(entries, operator_states=meta.operator_states, native=meta.is_native)
+
+
+def rehash_operator(builder: SavepointBuilder, source: Savepoint, meta: OperatorMetadata,
+                    ident: OperatorIdentifier, max_parallelism: int, *, name: str | None = None) -> None:
+    """Rewrite an operator's keyed table and timers into `max_parallelism` key groups (parallelism capped at it)."""
+    check_max_parallelism(max_parallelism)
+    if meta.key_type is None:
+        raise InvalidArgumentError(
+            f"operator {meta.display_name} has no keyed state; max parallelism only matters for keyed state."
+        )
+    writer = builder.add_operator(
+        ident, name=name or meta.name, parallelism=min(meta.parallelism, max_parallelism),
+        max_parallelism=max_parallelism, key_type=meta.key_type, keyed_states=meta.keyed_states,
+        namespace_type=meta.namespace_type,
+    )
+    op = meta.identifier
+    keyed = source.keyed_table(op)
+    if keyed.num_rows:
+        writer.write_keyed(keyed)
+    timers = source.timers(op)
+    if timers.num_rows:
+        writer.write_timers(timers.drop_columns(["key_group"]))
+    for info in meta.operator_states:
+        if info.redistribution == "broadcast":
+            writer.write_broadcast_state(info, source.broadcast_state(op, info.name))
+        else:
+            writer.write_list_state(info, source.operator_state_lists(op, info.name)[1])
 
 
 def _transform(source_path, target_path, *, dry_run: bool, plan_fn: Callable[[Savepoint, TransformPlan], Callable]) -> TransformPlan:
@@ -93,9 +120,9 @@ def rename_operator(source: str | os.PathLike, target: str | os.PathLike, old: O
         def apply(builder: SavepointBuilder) -> None:
             for m in sp.operators:
                 if m.uid_hash == meta.uid_hash:
-                    _link_operator(builder, sp, m, new_ident, name=new_ident.uid or m.name)
+                    link_operator(builder, sp, m, new_ident, name=new_ident.uid or m.name)
                 else:
-                    _link_operator(builder, sp, m, m.identifier)
+                    link_operator(builder, sp, m, m.identifier)
         return apply
 
     return _transform(source, target, dry_run=dry_run, plan_fn=plan_fn)
@@ -113,7 +140,7 @@ def remove_operator(source: str | os.PathLike, target: str | os.PathLike, op: Op
         def apply(builder: SavepointBuilder) -> None:
             for m in sp.operators:
                 if m.uid_hash != meta.uid_hash:
-                    _link_operator(builder, sp, m, m.identifier)
+                    link_operator(builder, sp, m, m.identifier)
         return apply
 
     return _transform(source, target, dry_run=dry_run, plan_fn=plan_fn)
@@ -142,23 +169,9 @@ def change_max_parallelism(source: str | os.PathLike, target: str | os.PathLike,
         def apply(builder: SavepointBuilder) -> None:
             for m in sp.operators:
                 if m.uid_hash != meta.uid_hash:
-                    _link_operator(builder, sp, m, m.identifier)
-                    continue
-                writer = builder.add_operator(
-                    m.identifier, name=m.name, parallelism=parallelism, max_parallelism=max_parallelism,
-                    key_type=m.key_type, keyed_states=m.keyed_states, namespace_type=m.namespace_type,
-                )
-                keyed = sp.keyed_table(op)
-                if keyed.num_rows:
-                    writer.write_keyed(keyed)
-                timers = sp.timers(op)
-                if timers.num_rows:
-                    writer.write_timers(timers.drop_columns(["key_group"]))
-                for info in m.operator_states:
-                    if info.redistribution == "broadcast":
-                        writer.write_broadcast_state(info, sp.broadcast_state(op, info.name))
-                    else:
-                        writer.write_list_state(info, sp.operator_state_lists(op, info.name)[1])
+                    link_operator(builder, sp, m, m.identifier)
+                else:
+                    rehash_operator(builder, sp, m, m.identifier, max_parallelism)
         return apply
 
     return _transform(source, target, dry_run=dry_run, plan_fn=plan_fn)

@@ -6,6 +6,11 @@
 >>> reader.read_keyed_state("counter").where("key IN (1, 2)").show()    # doctest: +SKIP
 >>> reader.register("myapp"); spark.sql("SELECT * FROM myapp_counter.keyed").show()  # doctest: +SKIP
 
+Writing (bootstrap from any DataFrame, Delta tables included; modify existing savepoints)::
+
+    t = OperatorTransformation.bootstrap_with(df).key_by("user").columns(ValueStateDescriptor("balance", "double"))
+    SavepointWriter.new_savepoint(spark, max_parallelism=128).with_operator("accounts", t).write(path)
+
 The same tables through the data source, from Python or SQL::
 
     spark.read.format("statekit").option("uid", "counter").option("table", "keyed").load(path)
@@ -33,17 +38,31 @@ DataFrames `SavepointReader` returns guard against it, and `statekit.spark.datas
 SQL view recipe that does.
 """
 
+from statekit.spark.bootstrap import (
+    BootstrapTransformation,
+    BroadcastStateBootstrapFunction,
+    KeyedStateBootstrapFunction,
+    OperatorTransformation,
+    StateBootstrapFunction,
+)
 from statekit.spark.datasource import StatekitDataSource, StatekitMetadataDataSource, register_data_sources
 from statekit.spark.filters import RANGE_ENUMERATION_LIMIT
 from statekit.spark.reader import SavepointReader
 from statekit.spark.reader_function import KeyedStateReaderFunction, ReaderContext
 from statekit.spark.session import prepare_session, spark_session
+from statekit.spark.writer import SavepointWriter
 
 __all__ = [
     "RANGE_ENUMERATION_LIMIT",
+    "BootstrapTransformation",
+    "BroadcastStateBootstrapFunction",
+    "KeyedStateBootstrapFunction",
     "KeyedStateReaderFunction",
+    "OperatorTransformation",
     "ReaderContext",
     "SavepointReader",
+    "SavepointWriter",
+    "StateBootstrapFunction",
     "StatekitDataSource",
     "StatekitMetadataDataSource",
     "prepare_session",

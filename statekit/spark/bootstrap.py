@@ -1,0 +1,471 @@
+"""`OperatorTransformation`: state bootstrapped from a Spark DataFrame (Flink's State Processor API, write side).
+
+Three function kinds, as in Flink, plus a columnar fast path:
+
+- `KeyedStateBootstrapFunction` (``bootstrap_with(df).key_by(col).transform(fn)``): rows are
+  repartitioned by key group, so each key's rows meet in one Spark task; every task runs the
+  runtime's own heap backend (`HeapKeyedStateBackend`), so state handles behave exactly as in a
+  live job. Timers registered through ``ctx.timer_service()`` are written with the state.
+- ``bootstrap_with(df).key_by(col).columns(...)``: one row per key, one column per keyed state;
+  no Python function per row.
+- `StateBootstrapFunction`: operator list state (split or union); each Spark partition is a subtask.
+- `BroadcastStateBootstrapFunction`: broadcast state, from all rows in one task.
+
+Driver memory: executors return the finished state tables as Arrow IPC blobs and the driver
+collects them into the savepoint (`SavepointBuilder`), so an operator's state must fit in the
+driver's memory (Arrow columns, roughly the Parquet size uncompressed). The input rows do not.
+"""
+
+from __future__ import annotations
+
+import pickle
+from typing import Any, Callable, Iterable, Iterator
+
+import pyarrow as pa
+from pyspark.sql import DataFrame, Row
+from pyspark.sql.types import BinaryType, IntegerType, StringType, StructField, StructType
+
+from statekit.backends.heap import HeapKeyedStateBackend
+from statekit.backends.keyed_table import python_converter
+from statekit.backends.operator import DefaultOperatorStateStore
+from statekit.errors import InvalidArgumentError, StateAccessError, StateTypeError
+from statekit.identifiers import OperatorIdentifier
+from statekit.keygroups import KeyGroupRange, assign_key_groups, check_max_parallelism
+from statekit.savepoint import SavepointBuilder
+from statekit.state.descriptors import BroadcastStateDescriptor, KeyedStateDescriptor, MapStateDescriptor
+from statekit.types import parse_ddl, to_arrow_array, to_ddl
+
+__all__ = [
+    "BootstrapTransformation",
+    "BroadcastStateBootstrapFunction",
+    "KeyedStateBootstrapFunction",
+    "OperatorTransformation",
+    "StateBootstrapFunction",
+]
+
+_KG = "__statekit_key_group"
+_KEY = "__statekit_key"
+#: Rows per Arrow IPC blob an executor sends back (keeps each Spark binary value small).
+BLOB_ROWS = 65_536
+_BLOBS = StructType([StructField("kind", StringType()), StructField("subtask", IntegerType()),
+                     StructField("payload", BinaryType())])
+
+
+# --- the functions users subclass ------------------------------------------------------------------
+
+
+class KeyedStateBootstrapFunction:
+    """Writes keyed state, one input row at a time, with handles scoped to the row's key.
+
+    Register states in `open` (``ctx.get_state(ValueStateDescriptor(...))``, ``get_list_state``,
+    ``get_map_state``, ``get_reducing_state``, ``get_aggregating_state``); registering later raises.
+    `process_element` gets each row (a `pyspark.sql.Row`) and may set timers with
+    ``ctx.timer_service().register_event_time_timer(ts)``; they fire once a job restores the savepoint.
+
+    Examples
+    --------
+    >>> class Balances(KeyedStateBootstrapFunction):
+    ...     def open(self, ctx):
+    ...         self.balance = ctx.get_state(ValueStateDescriptor("balance", "double"))
+    ...     def process_element(self, row, ctx):
+    ...         self.balance.update((self.balance.value() or 0.0) + row.amount)
+    """
+
+    def open(self, ctx: "KeyedBootstrapContext") -> None:
+        """Register the states this function writes."""
+
+    def process_element(self, value: Any, ctx: "KeyedBootstrapContext") -> None:
+        raise NotImplementedError("implement process_element(value, ctx)")
+
+    def close(self) -> None:
+        """Called after the task's last row."""
+
+
+class StateBootstrapFunction:
+    """Writes operator list state: each Spark partition of the input is one subtask.
+
+    Register states in `initialize_state` (``ctx.get_operator_state_store().get_list_state(desc)``
+    or ``get_union_list_state``); `snapshot_state` runs after the subtask's last row.
+    """
+
+    def initialize_state(self, ctx: "OperatorBootstrapContext") -> None:
+        raise NotImplementedError("implement initialize_state(ctx) and register list state there")
+
+    def process_element(self, value: Any, ctx: "OperatorBootstrapContext") -> None:
+        raise NotImplementedError("implement process_element(value, ctx)")
+
+    def snapshot_state(self, ctx: "OperatorBootstrapContext") -> None:
+        """Called once after the subtask's last row, before its state is written."""
+
+
+class BroadcastStateBootstrapFunction:
+    """Writes broadcast state: every row passes through one function instance, in one task.
+
+    ``ctx.get_broadcast_state(MapStateDescriptor(...) or BroadcastStateDescriptor(...))`` returns the
+    writable map. As in Flink, the whole broadcast state must fit in memory.
+    """
+
+    def process_element(self, value: Any, ctx: "OperatorBootstrapContext") -> None:
+        raise NotImplementedError("implement process_element(value, ctx)")
+
+
+# --- contexts --------------------------------------------------------------------------------------
+
+
+class TimerService:
+    """Timers registered during a bootstrap: kept per key, written with the state, fired after restore."""
+
+    def __init__(self, ctx: "KeyedBootstrapContext") -> None:
+        self._ctx = ctx
+        self.timers: dict[tuple[Any, int, str], None] = {}  # an ordered set, as Flink's timer queue dedups
+
+    def _key(self) -> Any:
+        return self._ctx.get_current_key()
+
+    def register_event_time_timer(self, timestamp: int) -> None:
+        self.timers[(self._key(), int(timestamp), "event")] = None
+
+    def register_processing_time_timer(self, timestamp: int) -> None:
+        self.timers[(self._key(), int(timestamp), "processing")] = None
+
+    def delete_event_time_timer(self, timestamp: int) -> None:
+        self.timers.pop((self._key(), int(timestamp), "event"), None)
+
+    def delete_processing_time_timer(self, timestamp: int) -> None:
+        self.timers.pop((self._key(), int(timestamp), "processing"), None)
+
+
+class KeyedBootstrapContext:
+    """What a `KeyedStateBootstrapFunction` sees: state registration in `open`, the key and timers after."""
+
+    def __init__(self, backend: HeapKeyedStateBackend) -> None:
+        self._backend = backend
+        self._opened = False
+        self._timers = TimerService(self)
+
+    def get_state(self, descriptor: KeyedStateDescriptor) -> Any:
+        if self._opened:
+            raise StateAccessError(
+                f"state {getattr(descriptor, 'name', descriptor)!r} registered outside open(); register every "
+                "state in KeyedStateBootstrapFunction.open(ctx)."
+            )
+        return self._backend.get_state(descriptor)
+
+    get_list_state = get_map_state = get_reducing_state = get_aggregating_state = get_state
+
+    def get_current_key(self) -> Any:
+        return self._backend.get_current_key()
+
+    def timer_service(self) -> TimerService:
+        return self._timers
+
+
+class OperatorBootstrapContext:
+    """What operator-state bootstrap functions see: the subtask's operator state store."""
+
+    def __init__(self, store: DefaultOperatorStateStore, subtask: int) -> None:
+        self._store = store
+        self.index_of_this_subtask = subtask
+
+    def get_operator_state_store(self) -> DefaultOperatorStateStore:
+        return self._store
+
+    def get_broadcast_state(self, descriptor: BroadcastStateDescriptor | MapStateDescriptor) -> Any:
+        return self._store.get_broadcast_state(descriptor)
+
+
+# --- the API ---------------------------------------------------------------------------------------
+
+
+class OperatorTransformation:
+    """Entry point: ``OperatorTransformation.bootstrap_with(df)``."""
+
+    @staticmethod
+    def bootstrap_with(df: DataFrame, *, parallelism: int | None = None) -> "OneInputOperatorTransformation":
+        """Start a transformation over `df` (any DataFrame: Parquet, Delta, SQL, ...).
+
+        `parallelism` is the operator's parallelism in the savepoint (and the number of subtasks of
+        operator list state); by default the DataFrame's partition count (keyed: capped at max parallelism).
+        """
+        if not isinstance(df, DataFrame):
+            raise InvalidArgumentError(f"bootstrap_with() takes a pyspark DataFrame, got {type(df).__name__}.")
+        if parallelism is not None and parallelism < 1:
+            raise InvalidArgumentError(f"parallelism must be positive, got {parallelism}.")
+        return OneInputOperatorTransformation(df, parallelism)
+
+
+class OneInputOperatorTransformation:
+    """A DataFrame to bootstrap from; `key_by` for keyed state, `transform` for operator state."""
+
+    def __init__(self, df: DataFrame, parallelism: int | None) -> None:
+        self.df = df
+        self.parallelism = parallelism
+
+    def key_by(self, key: str | Callable[[Any], Any], *, key_type: Any = None) -> "KeyedOperatorTransformation":
+        """Key rows by column `key`, or by a function of the row (then `key_type` is required).
+
+        `key_type` (DDL such as ``"bigint"``, pyarrow type, ``Types.*()``) decides how keys hash;
+        for a column it defaults to the column's type, which must match the job's ``key_by`` type.
+        """
+        if isinstance(key, str):
+            if key not in self.df.columns:
+                raise InvalidArgumentError(f"key_by({key!r}): no such column; the DataFrame has {self.df.columns}.")
+            if key_type is None:
+                from pyspark.sql.pandas.types import to_arrow_type
+
+                key_type = to_arrow_type(self.df.schema[key].dataType)
+        elif not callable(key):
+            raise InvalidArgumentError(f"key_by() takes a column name or a function of the row, got {key!r}.")
+        elif key_type is None:
+            raise InvalidArgumentError("key_by(fn) needs key_type= (e.g. 'bigint' or 'string'): keys hash by declared type.")
+        return KeyedOperatorTransformation(self, key, to_ddl(key_type))
+
+    def transform(self, fn: StateBootstrapFunction | BroadcastStateBootstrapFunction) -> "BootstrapTransformation":
+        """Operator list state (`StateBootstrapFunction`) or broadcast state (`BroadcastStateBootstrapFunction`)."""
+        if isinstance(fn, KeyedStateBootstrapFunction):
+            raise InvalidArgumentError("a KeyedStateBootstrapFunction needs keyed input: call key_by(...) first.")
+        if not isinstance(fn, (StateBootstrapFunction, BroadcastStateBootstrapFunction)):
+            raise InvalidArgumentError(
+                f"{fn!r} is not a StateBootstrapFunction or BroadcastStateBootstrapFunction."
+            )
+        if isinstance(fn, StateBootstrapFunction):  # registration errors surface on the driver, typed
+            ctx = OperatorBootstrapContext(DefaultOperatorStateStore(), 0)
+            _copy(fn).initialize_state(ctx)
+            if not ctx._store.snapshot():
+                raise InvalidArgumentError(f"{type(fn).__name__}.initialize_state registered no list state.")
+        return BootstrapTransformation(lambda *a: _write_operator_state(self, fn, *a), None)
+
+
+class KeyedOperatorTransformation:
+    """Keyed input: `transform` with a `KeyedStateBootstrapFunction`, or `columns` for the fast path."""
+
+    def __init__(self, source: OneInputOperatorTransformation, key: str | Callable[[Any], Any], key_type: str) -> None:
+        self.source = source
+        self.key = key
+        self.key_type = key_type
+
+    def transform(self, fn: KeyedStateBootstrapFunction) -> "BootstrapTransformation":
+        if not isinstance(fn, KeyedStateBootstrapFunction):
+            raise InvalidArgumentError(f"{fn!r} is not a KeyedStateBootstrapFunction.")
+        # Open a copy on the driver: registration errors surface here, typed, and give the declared states.
+        backend = _backend(self.key_type, 128)
+        probe = _copy(fn)
+        probe.open(KeyedBootstrapContext(backend))
+        infos = backend.state_infos()
+        if not infos:
+            raise InvalidArgumentError(f"{type(fn).__name__}.open registered no keyed state.")
+        return BootstrapTransformation(lambda *a: _write_keyed_function(self, fn, infos, *a), infos)
+
+    def columns(self, *descriptors: KeyedStateDescriptor, **by_column: KeyedStateDescriptor) -> "BootstrapTransformation":
+        """The columnar fast path: one row per key, each state read from a column, no Python per row.
+
+        A positional descriptor reads the column of its own name; ``column=descriptor`` reads
+        another. Columns hold the state's stored form: value/reducing → the value, list →
+        an array, map → a map, aggregating → the accumulator; null means "not set". Keys must be
+        unique (a duplicate raises `DuplicateKeyError`).
+
+        >>> OperatorTransformation.bootstrap_with(df).key_by("user").columns(   # doctest: +SKIP
+        ...     ValueStateDescriptor("balance", "double"), seen=ListStateDescriptor("events", "string"))
+        """
+        if not isinstance(self.key, str):
+            raise InvalidArgumentError("columns() reads the key from a column: use key_by('column').")
+        pairs = [(d.name, d) for d in descriptors] + list(by_column.items())
+        if not pairs:
+            raise InvalidArgumentError("columns() needs at least one state descriptor.")
+        for col, d in pairs:
+            if not isinstance(d, KeyedStateDescriptor):
+                raise InvalidArgumentError(f"columns(): {d!r} (for column {col!r}) is not a keyed state descriptor.")
+            if col not in self.source.df.columns:
+                raise InvalidArgumentError(f"columns(): no column {col!r}; the DataFrame has {self.source.df.columns}.")
+        infos = tuple(d.info() for _, d in pairs)
+        return BootstrapTransformation(lambda *a: _write_keyed_columns(self, pairs, infos, *a), infos)
+
+
+class BootstrapTransformation:
+    """A finished transformation; pass it to `SavepointWriter.with_operator`."""
+
+    def __init__(self, write: Callable[[Any, SavepointBuilder, OperatorIdentifier, int], None], infos: Any) -> None:
+        self._write = write
+        self.keyed_states = infos
+
+    def write_into(self, builder: SavepointBuilder, ident: OperatorIdentifier, max_parallelism: int) -> None:
+        """Run the Spark job(s) and add the operator to `builder` (used by `SavepointWriter.write`)."""
+        check_max_parallelism(max_parallelism)
+        self._write(builder, ident, max_parallelism)
+
+
+# --- execution ---------------------------------------------------------------------------------------
+
+
+def _copy(fn: Any) -> Any:
+    from pyspark import cloudpickle
+
+    return pickle.loads(cloudpickle.dumps(fn))
+
+
+def _backend(key_type: str, max_parallelism: int) -> HeapKeyedStateBackend:
+    return HeapKeyedStateBackend(key_type=parse_ddl(key_type), max_parallelism=max_parallelism,
+                                 key_group_range=KeyGroupRange(0, max_parallelism - 1), clock=lambda: 0)
+
+
+def _parallelism(t: OneInputOperatorTransformation, cap: int | None = None) -> int:
+    p = t.parallelism or t.df.rdd.getNumPartitions() or 1
+    return min(p, cap) if cap else p
+
+
+def _rows(batch: pa.RecordBatch, drop: Iterable[str] = ()) -> Iterator[Row]:
+    names = [n for n in batch.schema.names if n not in drop]
+    for values in zip(*(batch.column(n).to_pylist() for n in names)):
+        yield Row(**dict(zip(names, values)))
+
+
+def _blobs(kind: str, subtask: int, table: pa.Table, *, always: bool = False) -> Iterator[pa.RecordBatch]:
+    for offset in range(0, max(table.num_rows, 1 if always else 0), BLOB_ROWS):
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, table.schema) as w:
+            w.write_table(table.slice(offset, BLOB_ROWS))
+        yield pa.RecordBatch.from_arrays(
+            [pa.array([kind]), pa.array([subtask], pa.int32()), pa.array([sink.getvalue().to_pybytes()], pa.binary())],
+            names=["kind", "subtask", "payload"],
+        )
+
+
+def _collect(df: DataFrame) -> list[tuple[str, int, pa.Table]]:
+    out = df.toArrow()
+    return [(k, s, pa.ipc.open_stream(p).read_all())
+            for k, s, p in zip(*(out.column(c).to_pylist() for c in ("kind", "subtask", "payload")))]
+
+
+def _call(result: Any) -> None:
+    if hasattr(result, "__next__"):  # a generator function: run it to the end (its output is ignored)
+        for _ in result:
+            pass
+
+
+def _write_keyed_function(t: KeyedOperatorTransformation, fn: KeyedStateBootstrapFunction, infos: Any,
+                          builder: SavepointBuilder, ident: OperatorIdentifier, max_parallelism: int) -> None:
+    df, key, key_type = t.source.df, t.key, t.key_type
+    arrow_key = parse_ddl(key_type)
+    to_key = python_converter(arrow_key, hashable=True)
+    parallelism = _parallelism(t.source, max_parallelism)
+    from pyspark.sql.pandas.types import from_arrow_type
+
+    extra = [StructField(_KG, IntegerType(), False)]
+    if not isinstance(key, str):
+        extra.insert(0, StructField(_KEY, from_arrow_type(arrow_key), False))
+    keyed_schema = StructType(df.schema.fields + extra)
+
+    def add_key_groups(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            cols, names = list(batch.columns), list(batch.schema.names)
+            if isinstance(key, str):
+                keys = batch.column(key)
+            else:
+                keys = to_arrow_array([key(r) for r in _rows(batch)], arrow_key, what="key")
+                cols.append(keys)
+                names.append(_KEY)
+            cols.append(pa.array(assign_key_groups(keys, max_parallelism, key_type), pa.int32()))
+            yield pa.RecordBatch.from_arrays(cols, names=names + [_KG])
+
+    def bootstrap(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from pyspark import TaskContext
+
+        backend = _backend(key_type, max_parallelism)
+        ctx = KeyedBootstrapContext(backend)
+        fn.open(ctx)
+        ctx._opened = True
+        key_col = key if isinstance(key, str) else _KEY
+        for batch in batches:
+            keys = batch.column(key_col).to_pylist()
+            for k, row in zip(keys, _rows(batch, (_KG, _KEY))):
+                backend.set_current_key(k if to_key is None else to_key(k), -1)
+                _call(fn.process_element(row, ctx))
+        fn.close()
+        subtask = TaskContext.get().partitionId()
+        table = backend.snapshot(0).table()
+        if table.num_rows:
+            yield from _blobs("keyed", subtask, table)
+        if ctx._timers.timers:
+            k, ts, dom = zip(*ctx._timers.timers)
+            timers = pa.table({"key": to_arrow_array(list(k), arrow_key, what="timer key"),
+                               "timestamp": pa.array(ts, pa.int64()), "domain": pa.array(dom, pa.string())})
+            yield from _blobs("timers", subtask, timers)
+
+    out = (df.mapInArrow(add_key_groups, keyed_schema).repartition(parallelism, _KG)
+           .mapInArrow(bootstrap, _BLOBS))
+    writer = builder.add_operator(ident, parallelism=parallelism, max_parallelism=max_parallelism,
+                                  key_type=key_type, keyed_states=infos)
+    for kind, _, table in _collect(out):
+        if kind == "keyed":
+            _check_infos(table, infos, ident)
+            writer.write_keyed(table)
+        else:
+            writer.write_timers(table)
+
+
+def _check_infos(table: pa.Table, infos: Any, ident: OperatorIdentifier) -> None:
+    names = [c for c in table.column_names if c not in ("key_group", "key", "namespace")]
+    declared = [i.name for i in infos]
+    if names != declared:
+        raise StateTypeError(
+            f"operator {ident}: a bootstrap task registered states {names}, but open() on the driver registered "
+            f"{declared}; open(ctx) must register the same states every time."
+        )
+
+
+def _write_keyed_columns(t: KeyedOperatorTransformation, pairs: list, infos: Any, builder: SavepointBuilder,
+                         ident: OperatorIdentifier, max_parallelism: int) -> None:
+    from pyspark.sql import functions as F
+
+    df = t.source.df.select(F.col(t.key).alias("key"), *[F.col(c).alias(d.name) for c, d in pairs])
+    writer = builder.add_operator(ident, parallelism=_parallelism(t.source, max_parallelism),
+                                  max_parallelism=max_parallelism, key_type=t.key_type, keyed_states=infos)
+    writer.write_keyed(df.toArrow())
+
+
+def _write_operator_state(t: OneInputOperatorTransformation, fn: Any, builder: SavepointBuilder,
+                          ident: OperatorIdentifier, max_parallelism: int) -> None:
+    broadcast = isinstance(fn, BroadcastStateBootstrapFunction)
+    if broadcast:  # one instance sees every row, so the map is complete; it is stored once
+        df, parallelism = t.df.coalesce(1), t.parallelism or 1
+    else:
+        df = t.df.repartition(t.parallelism) if t.parallelism else t.df
+        parallelism = _parallelism(t)
+
+    def bootstrap(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from pyspark import TaskContext
+
+        subtask = TaskContext.get().partitionId()
+        ctx = OperatorBootstrapContext(DefaultOperatorStateStore(), subtask)
+        if not broadcast:
+            fn.initialize_state(ctx)
+        for batch in batches:
+            for row in _rows(batch):
+                _call(fn.process_element(row, ctx))
+        if not broadcast:
+            fn.snapshot_state(ctx)
+        for name, (info, table) in ctx._store.snapshot().items():
+            # the state's declaration travels with its rows (our own executor's data, so pickle is safe)
+            table = table.replace_schema_metadata({b"statekit.info": pickle.dumps(info)})
+            yield from _blobs(name, subtask, table, always=True)
+
+    results = _collect(df.mapInArrow(bootstrap, _BLOBS))
+    writer = builder.add_operator(ident, parallelism=parallelism, max_parallelism=max_parallelism)
+    states: dict[str, tuple[Any, list[list[pa.Table]]]] = {}
+    for name, subtask, table in results:
+        info = pickle.loads(table.schema.metadata[b"statekit.info"])
+        known = states.setdefault(name, (info, [[] for _ in range(parallelism)]))
+        if known[0] != info:
+            raise StateTypeError(f"operator {ident}: subtasks declared state {name!r} differently ({known[0]} vs {info}).")
+        known[1][subtask].append(table)
+    for name, (info, per_subtask) in sorted(states.items()):
+        if broadcast:
+            writer.write_broadcast_state(info, pa.concat_tables(per_subtask[0]))
+            continue
+        value_type = pa.binary() if info.pickled else parse_ddl(info.type)
+        lists = []
+        for tables in per_subtask:
+            table = pa.concat_tables(tables) if tables else None
+            lists.append(table.sort_by("idx").column("value").combine_chunks() if table is not None and table.num_rows
+                         else pa.array([], value_type))
+        writer.write_list_state(info, lists)
