@@ -66,7 +66,13 @@ from statekit.runtime.window_assigners import (
     TumblingProcessingTimeWindows,
     WindowAssigner,
 )
-from statekit.runtime.windows import ProcessWindowFunction, WindowContext, WindowedStream, WindowFunction
+from statekit.runtime.windows import (
+    ProcessAllWindowFunction,
+    ProcessWindowFunction,
+    WindowContext,
+    WindowedStream,
+    WindowFunction,
+)
 from statekit.state.functions import AggregateFunction, ReduceFunction
 
 __all__ = [
@@ -113,6 +119,7 @@ __all__ = [
     "MapFunction",
     "ProcessContext",
     "ProcessFunction",
+    "ProcessAllWindowFunction",
     "ProcessWindowFunction",
     "ProcessingTimeSessionWindows",
     "ProcessingTimeTrigger",

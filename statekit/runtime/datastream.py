@@ -98,6 +98,22 @@ class DataStream:
         """
         return KeyedStream(self._env, self._t, key_selector, normalise_key_type(key_type))
 
+    def window_all(self, window_assigner: Any) -> Any:
+        """Windows over the whole (non-keyed) stream, evaluated in one subtask: an all-windowed `WindowedStream`.
+
+        Its `process` takes a `ProcessAllWindowFunction` (``process(context, elements)``).
+        """
+        from statekit.runtime.windows import window_all
+
+        return window_all(self, window_assigner)
+
+    def count_window_all(self, size: int) -> Any:
+        """Windows of `size` elements of the whole stream."""
+        from statekit.runtime.window_assigners import CountTrigger, GlobalWindows, PurgingTrigger
+        from statekit.runtime.windows import window_all
+
+        return window_all(self, GlobalWindows.create()).trigger(PurgingTrigger.of(CountTrigger.of(size)))
+
     def rebalance(self) -> "DataStream":
         """Round-robin the elements to the next operator."""
         return _Partitioned(self._env, self._t, "rebalance")

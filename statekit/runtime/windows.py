@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
+import pyarrow as pa
+
 from statekit.errors import InvalidArgumentError, JobError
 from statekit.runtime.functions import RichFunction
 from statekit.runtime.operators import KeyedOperatorMixin, StreamOperator
@@ -39,6 +41,16 @@ class ProcessWindowFunction(RichFunction):
 
     def clear(self, context: "WindowContext") -> None:
         """Called when a window is purged for good (after its allowed lateness)."""
+
+
+class ProcessAllWindowFunction(RichFunction):
+    """`ProcessWindowFunction` of ``window_all``: ``process(context, elements)`` (there is no key)."""
+
+    def process(self, context: "WindowContext", elements: Iterable[Any]) -> Iterable[Any] | None:
+        raise NotImplementedError
+
+    def clear(self, context: "WindowContext") -> None:
+        """Called when a window is purged for good."""
 
 
 class WindowFunction(RichFunction):
@@ -164,6 +176,7 @@ class WindowOperator(KeyedOperatorMixin, StreamOperator):
         self.lateness: int = opts["allowed_lateness"]
         self.event_time = self.assigner.is_event_time()
         self.merging = self.assigner.is_merging()
+        self.all_windows = bool(opts.get("all"))
         if self.merging and not self.trigger.can_merge():
             raise JobError(f"{self.name!r}: trigger {type(self.trigger).__name__} cannot merge session windows")
         self.fns: _WindowFunctions = self.function
@@ -338,11 +351,17 @@ class WindowOperator(KeyedOperatorMixin, StreamOperator):
         if wf is None:
             self.emit_all(elements, ts)
         elif isinstance(wf, WindowFunction) or (not hasattr(wf, "process") and hasattr(wf, "apply")):
-            self.emit_all(wf.apply(self._key, window, elements), ts)
+            if self.all_windows:
+                self.emit_all(wf.apply(window, elements), ts)
+            else:
+                self.emit_all(wf.apply(self._key, window, elements), ts)
         else:
             ctx = self.window_ctx
             ctx._window = window
-            self.emit_all(wf.process(self._key, ctx, elements), ts)
+            if self.all_windows:
+                self.emit_all(wf.process(ctx, elements), ts)
+            else:
+                self.emit_all(wf.process(self._key, ctx, elements), ts)
 
 
 class WindowedStream:
@@ -355,6 +374,7 @@ class WindowedStream:
         self._assigner = assigner
         self._trigger: Trigger | None = None
         self._lateness = 0
+        self._all = False
 
     def allowed_lateness(self, time_ms: int) -> "WindowedStream":
         """Keep event-time windows (and re-fire them) for late elements up to `time_ms` after the watermark passed their end."""
@@ -374,11 +394,16 @@ class WindowedStream:
         from statekit.runtime.datastream import DataStream
 
         ks = self._keyed
-        options = {"assigner": self._assigner, "trigger": self._trigger, "allowed_lateness": self._lateness, "state_type": state_type}
+        options = {
+            "assigner": self._assigner, "trigger": self._trigger, "allowed_lateness": self._lateness,
+            "state_type": state_type, "all": self._all,
+        }
         t = ks._env._add(
             "window", name, _WindowFunctions(kind, fn, window_function), [ks._edge()], WindowOperator,
             keyed=True, key_type=ks._key_type, options=options,
         )
+        if self._all:
+            t.set_parallelism(1)  # Flink's windowAll: one subtask sees every element
         return DataStream(ks._env, t)
 
     def reduce(self, reduce_function: Any, window_function: Any = None, output_type: Any = None) -> Any:
@@ -423,4 +448,17 @@ def count_window(keyed_stream: Any, size: int) -> WindowedStream:
     return WindowedStream(keyed_stream, GlobalWindows.create()).trigger(PurgingTrigger.of(CountTrigger.of(size)))
 
 
-__all__ = ["ProcessWindowFunction", "WindowContext", "WindowFunction", "WindowOperator", "WindowedStream", "count_window"]
+def _all_key(value: Any) -> int:
+    return 0
+
+
+def window_all(stream: Any, assigner: WindowAssigner) -> WindowedStream:
+    """Flink's ``windowAll``: the windows of the whole stream, in one subtask (keyed by a constant internally)."""
+    from statekit.runtime.datastream import KeyedStream
+
+    ws = WindowedStream(KeyedStream(stream._env, stream._t, _all_key, pa.int32()), assigner)
+    ws._all = True
+    return ws
+
+
+__all__ = ["ProcessAllWindowFunction", "ProcessWindowFunction", "WindowContext", "WindowFunction", "WindowOperator", "WindowedStream", "count_window", "window_all"]

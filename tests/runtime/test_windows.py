@@ -7,6 +7,7 @@ import pytest
 from statekit.errors import InvalidArgumentError
 from statekit.runtime import (
     AggregateFunction,
+    ProcessAllWindowFunction,
     CountTrigger,
     EventTimeSessionWindows,
     ManualClock,
@@ -233,3 +234,18 @@ def test_inferred_key_type(backend):
     ks = env.from_collection(DATA).assign_timestamps_and_watermarks(STAMP).key_by(lambda e: e[0])
     out = ks.window(TumblingEventTimeWindows.of(10)).reduce(add, output_type=PAIR).execute_and_collect()
     assert sorted(out) == [("a", 6), ("a", 12), ("a", 64), ("b", 2), ("b", 13)]
+
+
+class Everything(ProcessAllWindowFunction):
+    def process(self, context, elements):
+        yield context.window().start, sorted(e[1] for e in elements)
+
+
+def test_window_all(backend):
+    env = StreamExecutionEnvironment(parallelism=3, state_backend=backend)
+    src = env.from_collection(DATA).assign_timestamps_and_watermarks(STAMP).rebalance()
+    windows = src.window_all(TumblingEventTimeWindows.of(10)).process(Everything(), element_type=PAIR)
+    assert windows.get_parallelism() == 1
+    assert sorted(windows.execute_and_collect()) == [(0, [1, 2, 5]), (10, [12, 13]), (30, [31, 33])]
+    counted = src.count_window_all(3).reduce(add, output_type=PAIR).execute_and_collect()
+    assert [v for _, v in counted] == [8, 56]  # 1+2+5, then 12+13+31; 33 waits
