@@ -229,7 +229,7 @@ class WindowAssigner:
     def assign_windows(self, element: Any, timestamp: Any, context: Any) -> list[TimeWindow]:
         raise NotImplementedError
 
-    def get_default_trigger(self) -> Trigger:
+    def get_default_trigger(self, env: Any = None) -> Trigger:
         raise NotImplementedError
 
     def is_event_time(self) -> bool:
@@ -266,7 +266,7 @@ class TumblingEventTimeWindows(WindowAssigner):
         start = _window_start(self._timestamp(timestamp, context), self.offset, self.size)
         return [TimeWindow(start, start + self.size)]
 
-    def get_default_trigger(self) -> Trigger:
+    def get_default_trigger(self, env: Any = None) -> Trigger:
         return EventTimeTrigger()
 
 
@@ -276,7 +276,7 @@ class TumblingProcessingTimeWindows(TumblingEventTimeWindows):
     def _timestamp(self, timestamp: Any, context: Any) -> int:
         return context.get_current_processing_time()
 
-    def get_default_trigger(self) -> Trigger:
+    def get_default_trigger(self, env: Any = None) -> Trigger:
         return ProcessingTimeTrigger()
 
     def is_event_time(self) -> bool:
@@ -284,7 +284,15 @@ class TumblingProcessingTimeWindows(TumblingEventTimeWindows):
 
 
 class SlidingEventTimeWindows(WindowAssigner):
-    """Windows of `size` starting every `slide`: an element belongs to ``size / slide`` windows."""
+    """Windows of `size` starting every `slide`: an element belongs to ``size / slide`` windows.
+
+    Examples
+    --------
+    >>> SlidingEventTimeWindows.of(10, 5).assign_windows("e", 12, None)
+    [TimeWindow(start=10, end=20), TimeWindow(start=5, end=15)]
+    >>> TumblingEventTimeWindows.of(10).assign_windows("e", -3, None)[0].max_timestamp()
+    -1
+    """
 
     def __init__(self, size: int, slide: int, offset: int = 0) -> None:
         self.size = _positive("size", size)
@@ -303,7 +311,7 @@ class SlidingEventTimeWindows(WindowAssigner):
         last_start = _window_start(ts, self.offset, self.slide)
         return [TimeWindow(s, s + self.size) for s in range(last_start, ts - self.size, -self.slide)]
 
-    def get_default_trigger(self) -> Trigger:
+    def get_default_trigger(self, env: Any = None) -> Trigger:
         return EventTimeTrigger()
 
 
@@ -313,7 +321,7 @@ class SlidingProcessingTimeWindows(SlidingEventTimeWindows):
     def _timestamp(self, timestamp: Any, context: Any) -> int:
         return context.get_current_processing_time()
 
-    def get_default_trigger(self) -> Trigger:
+    def get_default_trigger(self, env: Any = None) -> Trigger:
         return ProcessingTimeTrigger()
 
     def is_event_time(self) -> bool:
@@ -337,7 +345,7 @@ class EventTimeSessionWindows(WindowAssigner):
         ts = self._timestamp(timestamp, context)
         return [TimeWindow(ts, ts + self.gap)]
 
-    def get_default_trigger(self) -> Trigger:
+    def get_default_trigger(self, env: Any = None) -> Trigger:
         return EventTimeTrigger()
 
     def is_merging(self) -> bool:
@@ -350,7 +358,7 @@ class ProcessingTimeSessionWindows(EventTimeSessionWindows):
     def _timestamp(self, timestamp: Any, context: Any) -> int:
         return context.get_current_processing_time()
 
-    def get_default_trigger(self) -> Trigger:
+    def get_default_trigger(self, env: Any = None) -> Trigger:
         return ProcessingTimeTrigger()
 
     def is_event_time(self) -> bool:
@@ -367,7 +375,7 @@ class GlobalWindows(WindowAssigner):
     def assign_windows(self, element: Any, timestamp: Any, context: Any) -> list[TimeWindow]:
         return [GLOBAL_WINDOW]
 
-    def get_default_trigger(self) -> Trigger:
+    def get_default_trigger(self, env: Any = None) -> Trigger:
         return _NeverTrigger()
 
     def is_event_time(self) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from typing import Any, Iterable
 
 import pyarrow as pa
@@ -172,7 +173,8 @@ class WindowOperator(KeyedOperatorMixin, StreamOperator):
         super().__init__(*args, **kwargs)
         opts = self.transformation.options
         self.assigner: WindowAssigner = opts["assigner"]
-        self.trigger: Trigger = opts["trigger"] or self.assigner.get_default_trigger()
+        # One trigger per subtask, like any user function; PyFlink passes the env to get_default_trigger.
+        self.trigger: Trigger = copy.deepcopy(opts["trigger"]) if opts["trigger"] is not None else self.assigner.get_default_trigger(None)
         self.lateness: int = opts["allowed_lateness"]
         self.event_time = self.assigner.is_event_time()
         self.merging = self.assigner.is_merging()
