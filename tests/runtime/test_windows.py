@@ -249,3 +249,54 @@ def test_window_all(backend):
     assert sorted(windows.execute_and_collect()) == [(0, [1, 2, 5]), (10, [12, 13]), (30, [31, 33])]
     counted = src.count_window_all(3).reduce(add, output_type=PAIR).execute_and_collect()
     assert [v for _, v in counted] == [8, 56]  # 1+2+5, then 12+13+31; 33 waits
+
+
+class KeyStartSum(ProcessWindowFunction):
+    def process(self, key, context, elements):
+        yield key, context.window().start, context.window().end, sum(elements)
+
+
+def _reference(data, kind):
+    """Brute-force windows of in-order ``data`` (timestamps; key ``k<ts % 5>``) as ``(key, start, end, sum)``."""
+    out: dict = {}
+    if kind == "sliding":
+        for ts in data:
+            start = ts - ts % 10
+            while start > ts - 30:
+                k = (f"k{ts % 5}", start, start + 30)
+                out[k] = out.get(k, 0) + ts
+                start -= 10
+        return sorted((*k, v) for k, v in out.items())
+    sessions = []
+    for key in sorted({f"k{ts % 5}" for ts in data}):
+        start = end = None
+        total = 0
+        for ts in sorted(t for t in data if f"k{t % 5}" == key):
+            if end is not None and ts <= end:
+                end, total = max(end, ts + 40), total + ts
+            else:
+                if end is not None:
+                    sessions.append((key, start, end, total))
+                start, end, total = ts, ts + 40, ts
+        sessions.append((key, start, end, total))
+    return sorted(sessions)
+
+
+@pytest.mark.parametrize("kind", ["sliding", "session"])
+def test_random_input_matches_brute_force_across_a_rescaling_savepoint(backend, tmp_path, kind):
+    import random
+
+    rnd = random.Random(7)
+    data = sorted(rnd.randrange(0, 2_000) for _ in range(300))
+    split = rnd.randrange(50, 250)
+
+    def run(part, p, src, **kw):
+        env = StreamExecutionEnvironment(parallelism=p, state_backend=backend)
+        stamp = WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner(lambda e, ts: e)
+        ks = env.from_source(part, stamp, "events").uid(src).key_by(lambda e: f"k{e % 5}", key_type="string")
+        assigner = SlidingEventTimeWindows.of(30, 10) if kind == "sliding" else EventTimeSessionWindows.with_gap(40)
+        return list(ks.window(assigner).process(KeyStartSum(), element_type="bigint").uid("w").execute_and_collect(**kw))
+
+    out = run(data[:split], 2, "s1", final_savepoint=tmp_path / "sp")
+    out += run(data[split:], 3, "s2", restore_from=tmp_path / "sp", allow_non_restored_state=True)
+    assert sorted(out) == _reference(data, kind)
