@@ -330,3 +330,16 @@ def test_random_out_of_order_input_with_lateness_matches_brute_force(backend):
     for key, start, _end, total in out:  # each (late) firing carries the window's whole contents so far
         last[(key, start)] = total
     assert last == accepted
+
+
+def test_pickled_tuples_keep_their_shape_across_a_restore(backend, tmp_path):
+    from statekit import PICKLED
+
+    def run(part, src, **kw):
+        env = StreamExecutionEnvironment(parallelism=2, state_backend=backend)
+        ks = env.from_source(part, STAMP, "events").uid(src).key_by(lambda e: e[0], key_type="string")
+        return list(ks.window(TumblingEventTimeWindows.of(10)).reduce(add, output_type=PICKLED).uid("w").execute_and_collect(**kw))
+
+    out = run(DATA[:3], "s1", final_savepoint=tmp_path / "sp")
+    out += run(DATA[3:], "s2", restore_from=tmp_path / "sp", allow_non_restored_state=True, trust_pickled=True)
+    assert sorted(out) == [("a", 6), ("a", 12), ("a", 64), ("b", 2), ("b", 13)]
