@@ -24,7 +24,14 @@ from statekit.runtime.context import (
     TimeDomain,
     TimerService,
 )
-from statekit.runtime.datastream import CollectResult, ConnectedStreams, DataStream, DataStreamSink, KeyedStream
+from statekit.runtime.datastream import (
+    CollectResult,
+    ConnectedStreams,
+    DataStream,
+    DataStreamSink,
+    KeyedStream,
+    OutputTag,
+)
 from statekit.runtime.environment import StreamExecutionEnvironment
 from statekit.runtime.functions import (
     CheckpointedFunction,
@@ -117,6 +124,7 @@ __all__ = [
     "ListCheckpointed",
     "ManualClock",
     "MapFunction",
+    "OutputTag",
     "ProcessContext",
     "ProcessFunction",
     "ProcessAllWindowFunction",

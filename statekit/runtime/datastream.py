@@ -21,6 +21,19 @@ from statekit.runtime.stream_ops import (
 )
 
 
+class OutputTag:
+    """Names a side output (PyFlink's ``OutputTag``): e.g. the late elements of a window."""
+
+    def __init__(self, tag_id: str, type_info: Any = None) -> None:
+        if not isinstance(tag_id, str) or not tag_id:
+            raise InvalidArgumentError(f"an OutputTag needs a non-empty string id, got {tag_id!r}")
+        self.tag_id = tag_id
+        self.type_info = type_info
+
+    def __repr__(self) -> str:
+        return f"OutputTag({self.tag_id!r})"
+
+
 class DataStream:
     """A stream of elements produced by one transformation."""
 
@@ -97,6 +110,17 @@ class DataStream:
         it the type is inferred from the keys (int → bigint, str → string, tuple → struct).
         """
         return KeyedStream(self._env, self._t, key_selector, normalise_key_type(key_type))
+
+    def get_side_output(self, output_tag: OutputTag) -> "DataStream":
+        """The elements this operator sent to the side output `output_tag` (e.g. ``side_output_late_data``)."""
+        if not isinstance(output_tag, OutputTag):
+            raise InvalidArgumentError(f"get_side_output(...) needs an OutputTag, got {output_tag!r}")
+        t = self._env._add(
+            "side_output", f"SideOutput({output_tag.tag_id})", None,
+            [Edge(self._t, "forward", side=output_tag.tag_id)], UnionOperator,
+        )
+        t.parallelism, t.default_parallelism = self._t.parallelism, self._t.default_parallelism
+        return DataStream(self._env, t)
 
     def window_all(self, window_assigner: Any) -> Any:
         """Windows over the whole (non-keyed) stream, evaluated in one subtask: an all-windowed `WindowedStream`.
@@ -384,4 +408,4 @@ class CollectResult(list):
         return None
 
 
-__all__ = ["CollectResult", "ConnectedStreams", "DataStream", "DataStreamSink", "KeyedStream"]
+__all__ = ["OutputTag", "CollectResult", "ConnectedStreams", "DataStream", "DataStreamSink", "KeyedStream"]

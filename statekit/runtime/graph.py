@@ -24,6 +24,7 @@ class Edge:
     key_selector: Any = None
     key_type: Any = None
     input_index: int = 0
+    side: str | None = None  # the tag id of a side output (late window data) instead of the main output
 
 
 _ids = itertools.count()

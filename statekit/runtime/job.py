@@ -302,6 +302,12 @@ class Execution:
                     for d in wm_targets:
                         d.input_watermarks[channel] = MIN_WATERMARK
                         wm_pairs.append((d.process_watermark, channel))
+                sides = [(edge.side, c) for (edge, _tt), c in zip(downstream[t.id], collects) if edge.side is not None]
+                if sides:
+                    op.side_outputs = {}
+                    for tag, c in sides:
+                        op.side_outputs.setdefault(tag, []).append(c)
+                    collects = [c for (edge, _tt), c in zip(downstream[t.id], collects) if edge.side is None]
                 if len(collects) == 1:
                     op.emit = collects[0]
                 elif collects:

@@ -181,6 +181,13 @@ class StreamOperator:
             fn.notify_checkpoint_aborted(checkpoint_id)
 
     # -- output helpers --------------------------------------------------------------------------------
+    side_outputs: dict[str, list] = {}  # tag id -> outputs of `get_side_output` streams (set by the job)
+
+    def emit_side(self, tag_id: str, value: Any, ts: Any) -> None:
+        """Send `value` to the side output `tag_id` (dropped when no stream reads it)."""
+        for collect in self.side_outputs.get(tag_id, ()):
+            collect(value, ts)
+
     def emit_all(self, out: Any, ts: Any) -> None:
         if out is not None:
             emit = self.emit

@@ -166,7 +166,8 @@ class WindowOperator(KeyedOperatorMixin, StreamOperator):
     checkpoint and savepoint and are re-split by key group on rescale. Session windows keep their
     active windows per key in map state ``session-windows`` and merge contents with the backend's
     ``merge_namespaces``. An element is dropped when all its windows are past the watermark by
-    more than the allowed lateness (counted in ``late_records_dropped``).
+    more than the allowed lateness (counted in ``late_records_dropped``), or sent to the
+    late-data side output when one is set.
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -179,6 +180,7 @@ class WindowOperator(KeyedOperatorMixin, StreamOperator):
         self.event_time = self.assigner.is_event_time()
         self.merging = self.assigner.is_merging()
         self.all_windows = bool(opts.get("all"))
+        self.late_tag: str | None = opts.get("late_tag")
         if self.merging and not self.trigger.can_merge():
             raise JobError(f"{self.name!r}: trigger {type(self.trigger).__name__} cannot merge session windows")
         self.fns: _WindowFunctions = self.function
@@ -233,7 +235,11 @@ class WindowOperator(KeyedOperatorMixin, StreamOperator):
                 self.contents.clear()
             self._register_cleanup_timer(window)
         if not accepted:
-            self.late_records_dropped += 1
+            late_tag = self.late_tag
+            if late_tag is None:
+                self.late_records_dropped += 1
+            else:
+                self.emit_side(late_tag, value, ts)
 
     def _cleanup_time(self, window: TimeWindow) -> int:
         if window == GLOBAL_WINDOW:
@@ -377,12 +383,25 @@ class WindowedStream:
         self._trigger: Trigger | None = None
         self._lateness = 0
         self._all = False
+        self._late_tag: str | None = None
 
     def allowed_lateness(self, time_ms: int) -> "WindowedStream":
         """Keep event-time windows (and re-fire them) for late elements up to `time_ms` after the watermark passed their end."""
         if not isinstance(time_ms, int) or time_ms < 0:
             raise InvalidArgumentError(f"allowed_lateness must be a non-negative number of milliseconds, got {time_ms!r}")
         self._lateness = time_ms
+        return self
+
+    def side_output_late_data(self, output_tag: Any) -> "WindowedStream":
+        """Send elements that are too late for every window to `output_tag` instead of dropping them.
+
+        Read them with ``windowed_result.get_side_output(output_tag)``.
+        """
+        from statekit.runtime.datastream import OutputTag
+
+        if not isinstance(output_tag, OutputTag):
+            raise InvalidArgumentError(f"side_output_late_data(...) needs an OutputTag, got {output_tag!r}")
+        self._late_tag = output_tag.tag_id
         return self
 
     def trigger(self, trigger: Trigger) -> "WindowedStream":
@@ -398,7 +417,7 @@ class WindowedStream:
         ks = self._keyed
         options = {
             "assigner": self._assigner, "trigger": self._trigger, "allowed_lateness": self._lateness,
-            "state_type": state_type, "all": self._all,
+            "state_type": state_type, "all": self._all, "late_tag": self._late_tag,
         }
         t = ks._env._add(
             "window", name, _WindowFunctions(kind, fn, window_function), [ks._edge()], WindowOperator,

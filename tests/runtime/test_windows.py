@@ -12,6 +12,7 @@ from statekit.runtime import (
     EventTimeSessionWindows,
     ManualClock,
     MapFunction,
+    OutputTag,
     ProcessWindowFunction,
     SlidingEventTimeWindows,
     StreamExecutionEnvironment,
@@ -113,6 +114,15 @@ def test_late_elements_dropped_or_refire_within_allowed_lateness(backend, latene
     # kept until 14) re-fires [0,10) as 1+3. 20 ends [10,20) and the lateness; the late 4 is dropped.
     ws = keyed(backend, LATE, parallelism=1).window(TumblingEventTimeWindows.of(10)).allowed_lateness(lateness)
     assert list(ws.reduce(add, output_type=PAIR).execute_and_collect()) == expected
+
+
+def test_late_elements_to_a_side_output(backend):
+    late = OutputTag("late")
+    ws = keyed(backend, LATE, parallelism=1).window(TumblingEventTimeWindows.of(10)).side_output_late_data(late)
+    sums = ws.reduce(add, output_type=PAIR)
+    dropped = sums.get_side_output(late).map(lambda e: ("late", e[1]))
+    out = sums.union(dropped).execute_and_collect()
+    assert sorted(out) == [("a", 1), ("a", 12), ("a", 20), ("late", 3), ("late", 4)]
 
 
 def test_processing_time_windows(backend):
