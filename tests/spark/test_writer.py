@@ -8,7 +8,13 @@ import pyarrow as pa
 import pytest
 
 from statekit.errors import DuplicateKeyError, InvalidArgumentError, SavepointExistsError, UnknownOperatorError
-from statekit.runtime import KeyedProcessFunction, StreamExecutionEnvironment, WatermarkStrategy
+from statekit.runtime import (
+    CheckpointedFunction,
+    KeyedProcessFunction,
+    MapFunction,
+    StreamExecutionEnvironment,
+    WatermarkStrategy,
+)
 from statekit.savepoint import Savepoint, check
 from statekit.spark import (
     BroadcastStateBootstrapFunction,
@@ -151,6 +157,40 @@ def test_operator_list_and_broadcast_state(spark, tmp_path):
     assert sorted(sp.operator_state_lists("src", "offsets")[1], key=lambda l: l[0]) == [[0], [1]]
     reader = SavepointReader.read(spark, tmp_path / "sp")
     assert sorted(tuple(r) for r in reader.read_broadcast_state("rates", "rates").collect()) == [("EUR", 1.3), ("USD", 1.0)]
+
+
+RESTORED: dict[int, tuple[list, list]] = {}
+
+
+class Buffered(MapFunction, CheckpointedFunction):
+    """The live job reading the bootstrapped `Offsets` state back (split and union list state)."""
+
+    def initialize_state(self, ctx):
+        store = ctx.get_operator_state_store()
+        self.split = store.get_list_state(ListStateDescriptor("buffer", "bigint"))
+        self.union = store.get_union_list_state(ListStateDescriptor("offsets", "bigint"))
+
+    def open(self, rc):
+        RESTORED[rc.get_index_of_this_subtask()] = (sorted(self.split.get() or []), sorted(self.union.get() or []))
+
+    def map(self, value):
+        return value
+
+    def snapshot_state(self, ctx):
+        pass
+
+
+def test_bootstrapped_operator_state_restores_into_the_runtime(spark, tmp_path):
+    RESTORED.clear()
+    ids = spark.range(0, 10, 1, numPartitions=2)
+    t = OperatorTransformation.bootstrap_with(ids, parallelism=2).transform(Offsets())
+    SavepointWriter.new_savepoint(spark).with_operator("buffered", t).write(tmp_path / "sp")
+    env = StreamExecutionEnvironment(parallelism=3)
+    env.from_collection([]).uid("src").map(Buffered()).uid("buffered")
+    env.execute("ops", restore_from=tmp_path / "sp")
+    assert sorted(RESTORED) == [0, 1, 2]
+    assert sorted(v for split, _ in RESTORED.values() for v in split) == list(range(10))
+    assert all(union == [0, 1] for _, union in RESTORED.values())
 
 
 def test_from_existing_remove_rename_and_max_parallelism(spark, accounts, tmp_path):
