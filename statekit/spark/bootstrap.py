@@ -284,7 +284,7 @@ class KeyedOperatorTransformation:
 class BootstrapTransformation:
     """A finished transformation; pass it to `SavepointWriter.with_operator`."""
 
-    def __init__(self, write: Callable[[Any, SavepointBuilder, OperatorIdentifier, int], None], infos: Any) -> None:
+    def __init__(self, write: Callable[[SavepointBuilder, OperatorIdentifier, int], None], infos: Any) -> None:
         self._write = write
         self.keyed_states = infos
 

@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import os
 
-import pyarrow as pa
 import pytest
 
-from statekit.errors import DuplicateKeyError, InvalidArgumentError, SavepointExistsError, UnknownOperatorError
+from statekit.errors import (
+    DuplicateKeyError,
+    InvalidArgumentError,
+    NullKeyError,
+    SavepointExistsError,
+    UnknownOperatorError,
+)
 from statekit.runtime import (
     CheckpointedFunction,
     KeyedProcessFunction,
@@ -273,3 +278,29 @@ def test_bootstrap_from_a_delta_table(spark, accounts, tmp_path):
     SavepointWriter.new_savepoint(spark).with_operator("accounts", t).write(tmp_path / "sp")
     back = SavepointReader.read(spark, tmp_path / "sp").read_keyed_state("accounts").orderBy("key").collect()
     assert [(r.key, r.balance, r.attrs) for r in back] == sorted((u, b, a) for u, b, _, a in USERS)
+
+
+class CountRows(KeyedStateBootstrapFunction):
+    def open(self, ctx):
+        self.n = ctx.get_state(ValueStateDescriptor("n", "bigint", default=0))
+
+    def process_element(self, row, ctx):
+        self.n.update(self.n.value() + 1)
+        ctx.timer_service().register_event_time_timer(5)
+
+
+def test_struct_keys_from_a_function_and_null_keys(spark, tmp_path):
+    df = spark.createDataFrame([("x", 1), ("x", 1), ("y", 2)], "a string, b bigint")
+    t = (OperatorTransformation.bootstrap_with(df)
+         .key_by(lambda r: (r.a, r.b), key_type="struct<a:string,b:bigint>").transform(CountRows()))
+    SavepointWriter.new_savepoint(spark).with_operator("s", t).write(tmp_path / "sp")
+    sp = Savepoint.open(tmp_path / "sp")
+    assert check(tmp_path / "sp").ok
+    assert sp.get("s", {"a": "x", "b": 1}) == {"n": 2}
+    assert sorted((r["key"]["a"], r["timestamp"]) for r in sp.timers("s").to_pylist()) == [("x", 5), ("y", 5)]
+    nulls = spark.createDataFrame([(None, 1), ("x", 2)], "a string, b bigint")
+    with pytest.raises(NullKeyError):  # raised in a Spark task, arrives typed
+        (SavepointWriter.new_savepoint(spark)
+         .with_operator("s", OperatorTransformation.bootstrap_with(nulls).key_by("a").transform(CountRows()))
+         .write(tmp_path / "nulls"))
+    assert not (tmp_path / "nulls").exists()
