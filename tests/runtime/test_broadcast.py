@@ -143,3 +143,11 @@ def test_apply_to_keyed_state_and_timers(backend):
     rules = env.from_collection([("reset", 0)]).broadcast(RULES)
     out = items.key_by(lambda v: v[0], key_type="string").connect(rules).process(Reset()).execute_and_collect()
     assert sorted(out) == [("a", 11, True), ("b", 1, True)]
+
+
+def test_broadcast_before_any_key_needs_a_declared_key_type(backend):
+    env = StreamExecutionEnvironment(parallelism=1, state_backend=backend)
+    rules = env.from_collection([("threshold", 1)]).broadcast(RULES)
+    keyed = env.from_collection([("a", 5)]).key_by(lambda v: v[0])  # no key_type: inferred from the first key
+    with pytest.raises(JobError, match="key_type"):  # the rule (first source) arrives before "a"
+        keyed.connect(rules).process(Threshold()).execute_and_collect()

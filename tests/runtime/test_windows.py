@@ -353,3 +353,31 @@ def test_pickled_tuples_keep_their_shape_across_a_restore(backend, tmp_path):
     out = run(DATA[:3], "s1", final_savepoint=tmp_path / "sp")
     out += run(DATA[3:], "s2", restore_from=tmp_path / "sp", allow_non_restored_state=True, trust_pickled=True)
     assert sorted(out) == [("a", 6), ("a", 12), ("a", 64), ("b", 2), ("b", 13)]
+
+
+CLEARED: list = []
+
+
+class Firings(ProcessWindowFunction):
+    """Numbers each firing of a window with per-window state, which ``clear`` drops at cleanup."""
+
+    def process(self, key, context, elements):
+        from statekit.state.descriptors import ValueStateDescriptor
+
+        n = context.window_state().get_state(ValueStateDescriptor("firings", "bigint", default=0))
+        n.update(n.value() + 1)
+        yield context.window().start, n.value(), sorted(e[1] for e in elements)
+
+    def clear(self, context):
+        from statekit.state.descriptors import ValueStateDescriptor
+
+        context.window_state().get_state(ValueStateDescriptor("firings", "bigint", default=0)).clear()
+        CLEARED.append(context.window().start)
+
+
+def test_window_state_counts_late_firings_and_is_cleared(backend):
+    CLEARED.clear()
+    ws = keyed(backend, LATE, parallelism=1).window(TumblingEventTimeWindows.of(10)).allowed_lateness(5)
+    out = ws.process(Firings(), element_type=PAIR).execute_and_collect()
+    assert list(out) == [(0, 1, [1]), (0, 2, [1, 3]), (10, 1, [12]), (20, 1, [20])]
+    assert CLEARED == [0, 10, 20]
