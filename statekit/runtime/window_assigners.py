@@ -270,8 +270,8 @@ class TumblingEventTimeWindows(WindowAssigner):
         return EventTimeTrigger()
 
 
-class TumblingProcessingTimeWindows(TumblingEventTimeWindows):
-    """Tumbling windows over the processing time at which elements arrive."""
+class _ProcessingTime:
+    """Turns an event-time assigner into its processing-time twin: same windows, arrival time, wall-clock trigger."""
 
     def _timestamp(self, timestamp: Any, context: Any) -> int:
         return context.get_current_processing_time()
@@ -281,6 +281,10 @@ class TumblingProcessingTimeWindows(TumblingEventTimeWindows):
 
     def is_event_time(self) -> bool:
         return False
+
+
+class TumblingProcessingTimeWindows(_ProcessingTime, TumblingEventTimeWindows):
+    """Tumbling windows over the processing time at which elements arrive."""
 
 
 class SlidingEventTimeWindows(WindowAssigner):
@@ -315,17 +319,8 @@ class SlidingEventTimeWindows(WindowAssigner):
         return EventTimeTrigger()
 
 
-class SlidingProcessingTimeWindows(SlidingEventTimeWindows):
+class SlidingProcessingTimeWindows(_ProcessingTime, SlidingEventTimeWindows):
     """Sliding windows over processing time."""
-
-    def _timestamp(self, timestamp: Any, context: Any) -> int:
-        return context.get_current_processing_time()
-
-    def get_default_trigger(self, env: Any = None) -> Trigger:
-        return ProcessingTimeTrigger()
-
-    def is_event_time(self) -> bool:
-        return False
 
 
 class EventTimeSessionWindows(WindowAssigner):
@@ -352,17 +347,8 @@ class EventTimeSessionWindows(WindowAssigner):
         return True
 
 
-class ProcessingTimeSessionWindows(EventTimeSessionWindows):
+class ProcessingTimeSessionWindows(_ProcessingTime, EventTimeSessionWindows):
     """Session windows over processing time."""
-
-    def _timestamp(self, timestamp: Any, context: Any) -> int:
-        return context.get_current_processing_time()
-
-    def get_default_trigger(self, env: Any = None) -> Trigger:
-        return ProcessingTimeTrigger()
-
-    def is_event_time(self) -> bool:
-        return False
 
 
 class GlobalWindows(WindowAssigner):
