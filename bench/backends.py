@@ -10,7 +10,6 @@ Run: ``python bench/backends.py [--ops 2000000] [--keys 100000] [--snapshot-keys
 from __future__ import annotations
 
 import argparse
-import struct
 import tempfile
 import time
 from pathlib import Path
@@ -18,8 +17,8 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-from rocksdict import Options, Rdict, WriteOptions
 
+from baselines import dict_loop, rocksdict_loop  # bench/ is on sys.path when run as a script
 from statekit.backends.base import create_keyed_backend
 from statekit.keygroups import KeyGroupRange, assign_key_groups
 from statekit.state import ValueStateDescriptor
@@ -36,14 +35,6 @@ def workload(n_ops: int, n_keys: int, seed: int = 7) -> tuple[list[str], list[in
     return [keys[i] for i in picks], [kgs[i] for i in picks]
 
 
-def dict_loop(records: list[str]) -> float:
-    d: dict[str, int] = {}
-    t0 = time.perf_counter()
-    for k in records:
-        d[k] = d.get(k, 0) + 1
-    return time.perf_counter() - t0
-
-
 def backend_loop(backend: Any, records: list[str], kgs: list[int]) -> float:
     count = backend.get_state(COUNT)
     scope, value, update = backend.set_current_key, count.value, count.update
@@ -52,23 +43,6 @@ def backend_loop(backend: Any, records: list[str], kgs: list[int]) -> float:
         scope(k, kg)
         update(value() + 1)
     return time.perf_counter() - t0
-
-
-def raw_rocksdict_loop(directory: Path, records: list[str]) -> float:
-    db = Rdict(str(directory), Options(raw_mode=True))
-    wo = WriteOptions()
-    wo.disable_wal = True
-    db.set_write_options(wo)
-    pack, unpack = struct.Struct("<q").pack, struct.Struct("<q").unpack
-    get, put = db.get, db.put
-    t0 = time.perf_counter()
-    for k in records:
-        kb = k.encode()
-        raw = get(kb)
-        put(kb, pack((0 if raw is None else unpack(raw)[0]) + 1))
-    elapsed = time.perf_counter() - t0
-    db.close()
-    return elapsed
 
 
 def make(name: str, directory: Path, **options: Any) -> Any:
@@ -125,7 +99,7 @@ def main() -> None:
         rates["rocksdb (cache 10k < keys)"] = args.ops / backend_loop(small, records, kgs)
         small.close()
         raw_n = min(args.raw_ops, args.ops)
-        rates["raw rocksdict"] = raw_n / raw_rocksdict_loop(root / "raw", records[:raw_n])
+        rates["raw rocksdict"] = raw_n / rocksdict_loop(root / "raw", records[:raw_n])
 
         print(f"ValueState get+update per record: {args.ops:,} ops over {args.keys:,} string keys (best of {args.repeat})")
         for label, rate in rates.items():

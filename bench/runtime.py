@@ -15,14 +15,13 @@ Run: ``python bench/runtime.py [--events 2000000] [--keys 100000] [--checkpoint-
 from __future__ import annotations
 
 import argparse
-import struct
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
-from rocksdict import Options, Rdict, WriteOptions
 
+from baselines import dict_loop, rocksdict_loop  # bench/ is on sys.path when run as a script
 from statekit.runtime import KeyedProcessFunction, StreamExecutionEnvironment
 from statekit.state import ValueStateDescriptor
 
@@ -41,31 +40,6 @@ class Count(KeyedProcessFunction):
 def workload(n_events: int, n_keys: int, seed: int = 7) -> list[str]:
     keys = [f"user-{i:07d}" for i in range(n_keys)]
     return [keys[i] for i in np.random.default_rng(seed).integers(0, n_keys, n_events).tolist()]
-
-
-def dict_loop(words: list[str]) -> float:
-    d: dict[str, int] = {}
-    t0 = time.perf_counter()
-    for w in words:
-        d[w] = d.get(w, 0) + 1
-    return time.perf_counter() - t0
-
-
-def rocksdict_loop(directory: Path, words: list[str]) -> float:
-    db = Rdict(str(directory), Options(raw_mode=True))
-    wo = WriteOptions()
-    wo.disable_wal = True
-    db.set_write_options(wo)
-    pack, unpack = struct.Struct(">q").pack, struct.Struct(">q").unpack
-    get, put = db.get, db.put
-    t0 = time.perf_counter()
-    for w in words:
-        k = w.encode()
-        v = get(k)
-        put(k, pack((unpack(v)[0] if v is not None else 0) + 1))
-    elapsed = time.perf_counter() - t0
-    db.close()
-    return elapsed
 
 
 def job(words: list[str], backend: str, parallelism: int, workdir: Path) -> float:
