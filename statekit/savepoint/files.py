@@ -51,6 +51,24 @@ def _is_text(t: pa.DataType) -> bool:
 FileProblem = Literal["missing_file", "size_mismatch", "checksum_mismatch"]
 
 
+def _missing(root: Path, entry: FileEntry) -> str:
+    return (
+        f"{root}: file {entry.path} listed in the manifest is missing. The savepoint is incomplete; "
+        "restore the file or use another savepoint."
+    )
+
+
+def _not_a_file(root: Path, entry: FileEntry) -> str:
+    return f"{root}: {entry.path} should be a file but is a directory or under a file."
+
+
+def _size_mismatch(root: Path, entry: FileEntry, size: int) -> str:
+    return (
+        f"{root}: file {entry.path} has {size} bytes but the manifest recorded {entry.bytes} "
+        "(truncated or overwritten). Restore the file or use another savepoint."
+    )
+
+
 def verify_file(root: Path, entry: FileEntry) -> tuple[bytes | None, FileProblem | None, str]:
     """Read a listed file whole and compare it with the manifest: ``(data, None, "")`` when it matches,
     else ``(None, problem, message)``."""
@@ -59,17 +77,11 @@ def verify_file(root: Path, entry: FileEntry) -> tuple[bytes | None, FileProblem
         with open(full, "rb") as fh:
             data = fh.read()
     except FileNotFoundError:
-        return None, "missing_file", (
-            f"{root}: file {entry.path} listed in the manifest is missing. The savepoint is incomplete; "
-            "restore the file or use another savepoint."
-        )
+        return None, "missing_file", _missing(root, entry)
     except (IsADirectoryError, NotADirectoryError):
-        return None, "missing_file", f"{root}: {entry.path} should be a file but is a directory or under a file."
+        return None, "missing_file", _not_a_file(root, entry)
     if len(data) != entry.bytes:
-        return None, "size_mismatch", (
-            f"{root}: file {entry.path} has {len(data)} bytes but the manifest recorded {entry.bytes} "
-            "(truncated or overwritten). Restore the file or use another savepoint."
-        )
+        return None, "size_mismatch", _size_mismatch(root, entry, len(data))
     actual = checksum(data)
     if actual != entry.checksum:
         return None, "checksum_mismatch", (
@@ -77,6 +89,27 @@ def verify_file(root: Path, entry: FileEntry) -> tuple[bytes | None, FileProblem
             "its content was altered. Restore the file or use another savepoint."
         )
     return data, None, ""
+
+
+def check_present(root: Path, entry: FileEntry) -> Path:
+    """The listed file's full path after checking (by ``stat``, without reading it) that it exists with
+    the manifest's size; the checksum is left to whoever reads it.
+
+    Raises
+    ------
+    CorruptSavepointError
+        The file is missing, not a regular file, or of another size.
+    """
+    full = safe_relative_path(root, entry.path)
+    try:
+        st = os.stat(full)
+    except (FileNotFoundError, NotADirectoryError):
+        raise CorruptSavepointError(_missing(root, entry)) from None
+    if not os.path.isfile(full):
+        raise CorruptSavepointError(_not_a_file(root, entry))
+    if st.st_size != entry.bytes:
+        raise CorruptSavepointError(_size_mismatch(root, entry, st.st_size))
+    return full
 
 
 def read_verified_bytes(root: Path, entry: FileEntry) -> pa.Buffer:

@@ -110,9 +110,11 @@ def key_groups_of(keys: Iterable[Any], max_parallelism: int, key_type: str) -> d
     """Group `keys` by their key group; keys that cannot be of `key_type` are dropped (they match nothing)."""
     out: dict[int, set] = {}
     for key in keys:
-        try:
-            kg = assign_to_key_group(key, max_parallelism, key_type)
-        except StatekitError:
-            continue  # e.g. a value outside the key type's range: no stored key can equal it
-        out.setdefault(kg, set()).add(key)
+        # SQL equality has 0.0 = -0.0, but Java's hashCode (Flink's key groups) tells them apart.
+        for variant in (key, -key) if isinstance(key, float) and key == 0 else (key,):
+            try:
+                kg = assign_to_key_group(variant, max_parallelism, key_type)
+            except StatekitError:
+                continue  # e.g. a value outside the key type's range: no stored key can equal it
+            out.setdefault(kg, set()).add(variant)
     return out

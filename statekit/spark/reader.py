@@ -15,8 +15,12 @@ from pyspark.sql.types import StructType
 
 from statekit.errors import InvalidArgumentError
 from statekit.identifiers import OperatorIdentifier
+from statekit.types import parse_ddl
 from statekit.savepoint import OperatorMetadata, Savepoint
+from statekit.savepoint.files import check_present
 from statekit.spark.reader_function import KeyedStateReaderFunction, iter_output, open_function, run_reader_function
+from statekit.spark.filters import RANGE_ENUMERATION_LIMIT
+from statekit.spark.pruning import pruning_unavailable, relation_options
 from statekit.spark.scan import TableSpec, plan_tasks, spark_ddl, table_schema, verified_keyed_paths
 from statekit.spark.session import prepare_session
 
@@ -102,22 +106,30 @@ class SavepointReader:
         *,
         with_key_group: bool = False,
         output_schema: StructType | str | None = None,
-        engine: Literal["statekit", "parquet"] = "statekit",
+        engine: Literal["auto", "parquet", "statekit"] = "auto",
     ) -> DataFrame:
         """The operator's keyed state: one row per key (and namespace), one column per state.
 
         Without `reader_function`: columns ``key``, [``namespace``], one per keyed state with the
         manifest's types (``key_group`` first with ``with_key_group=True``). Filters on ``key``
-        (``=``, ``IN``, small closed integer ranges) read only the files of those keys' key groups.
+        (``=``, ``IN``, ``OR`` of those, small closed integer ranges) read only the files of those
+        keys' key groups.
 
-        ``engine="parquet"`` reads the same manifest-listed files with Spark's own (vectorised,
-        JVM) Parquet reader instead, for bulk scans: every file's size and checksum is verified on
-        the driver when the DataFrame is created, but key filters no longer prune files (Spark only
-        skips row groups by statistics) and native RocksDB checkpoints are refused.
+        `engine` picks who reads the files:
 
-        With a `KeyedStateReaderFunction`: its rows, computed per partition on the executors.
-        `output_schema` (a `StructType` or DDL string) is inferred from up to `INFER_ROWS` rows
-        the function produces on the driver when not given.
+        * ``"parquet"``: Spark's own vectorised Parquet reader, with statekit's Catalyst rule
+          (`statekit.spark.pruning`) pruning files by key group and verifying each file it keeps
+          against the manifest before Spark reads it. Needs a JDK to compile the rule once; without
+          it, every file is verified on the driver when the DataFrame is created and key filters
+          prune nothing.
+        * ``"statekit"``: statekit's Python data source (`statekit.spark.datasource`): reads native
+          RocksDB checkpoints too and prunes struct keys, at a fraction of the scan speed.
+        * ``"auto"`` (default): ``"parquet"`` when the rule is installed and the operator is
+          canonical Parquet with a scalar key type, else ``"statekit"``. Both give equal DataFrames.
+
+        With a `KeyedStateReaderFunction`: its rows, computed per partition on the executors
+        (always by statekit). `output_schema` (a `StructType` or DDL string) is inferred from up to
+        `INFER_ROWS` rows the function produces on the driver when not given.
 
         Raises
         ------
@@ -130,26 +142,41 @@ class SavepointReader:
                 f"operator {meta.display_name!r} has no keyed state; its operator states are "
                 f"{[s.name for s in meta.operator_states] or 'none'}."
             )
-        if engine not in ("statekit", "parquet"):
-            raise InvalidArgumentError(f"engine must be 'statekit' or 'parquet', not {engine!r}.")
-        if reader_function is None:
-            if output_schema is not None:
-                raise InvalidArgumentError("output_schema applies only with a reader_function.")
+        if engine not in ("auto", "parquet", "statekit"):
+            raise InvalidArgumentError(f"engine must be 'auto', 'parquet' or 'statekit', not {engine!r}.")
+        if reader_function is not None:
             if engine == "parquet":
-                return self._load_parquet(meta, with_key_group=with_key_group)
-            return self._load(meta, "keyed", with_key_group=with_key_group)
-        if engine != "statekit":
-            raise InvalidArgumentError("reader functions run on engine='statekit' only.")
-        return self._read_with_function(meta, reader_function, output_schema)
+                raise InvalidArgumentError("reader functions run on engine='statekit' (or 'auto') only.")
+            return self._read_with_function(meta, reader_function, output_schema)
+        if output_schema is not None:
+            raise InvalidArgumentError("output_schema applies only with a reader_function.")
+        if engine == "auto":
+            engine = "parquet" if self._rule_prunes(meta) else "statekit"
+        if engine == "parquet":
+            return self._load_parquet(meta, with_key_group=with_key_group)
+        return self._load(meta, "keyed", with_key_group=with_key_group)
+
+    def _rule_prunes(self, meta: OperatorMetadata) -> bool:
+        """Whether Spark's Parquet reader with statekit's rule serves `meta`'s keyed table fully."""
+        scalar_key = not pa.types.is_struct(parse_ddl(meta.key_type))
+        return not meta.is_native and scalar_key and pruning_unavailable(self.spark) is None
 
     def _load_parquet(self, meta: OperatorMetadata, *, with_key_group: bool) -> DataFrame:
         spec = TableSpec(self.path, meta.uid_hash, "keyed", with_key_group=True)
         schema = spark_ddl(table_schema(meta, spec))
-        paths = verified_keyed_paths(self.savepoint, meta)
-        if not paths:
+        files = meta.files_of("keyed")
+        if meta.is_native:
+            verified_keyed_paths(self.savepoint, meta)  # raises: only statekit decodes native state
+        if not files:
             df = self.spark.createDataFrame([], schema)
+        elif pruning_unavailable(self.spark) is None:
+            # Spark refuses missing paths with a JVM error at once, so existence and sizes are
+            # checked here (by stat); checksums are verified by the rule, for the files a query reads.
+            paths = [str(check_present(self.savepoint.path, e).resolve()) for e in files]
+            options = relation_options(self.savepoint, meta, files, RANGE_ENUMERATION_LIMIT)
+            df = self.spark.read.schema(schema).options(**options).parquet(*paths)
         else:
-            df = self.spark.read.schema(schema).parquet(*paths)
+            df = self.spark.read.schema(schema).parquet(*verified_keyed_paths(self.savepoint, meta))
         return df if with_key_group else df.drop("key_group")
 
     def read_list_state(self, op: OpLike, name: str) -> DataFrame:
@@ -245,10 +272,13 @@ class SavepointReader:
         ``<prefix>_`` when `prefix` is given. It holds ``keyed`` and ``timers`` (keyed operators)
         and one table per operator state (named after the state).
 
-        The tables are copies written into the session catalog's warehouse in `format`: Spark's
+        ``keyed`` tables are external Parquet tables over the savepoint's own files (no copy) when
+        statekit's pruning rule is active (`statekit.spark.pruning`): the rule reads exactly the
+        manifest's files, verified, and prunes them by key, as `read_keyed_state` does; such a table
+        has no ``key_group`` column. Other tables (and ``keyed`` without the rule, or for native
+        RocksDB state) are copies written into the session catalog's warehouse in `format`: Spark's
         catalog cannot hold tables backed by a Python data source, and a savepoint is immutable,
-        so a copy stays exact. Registering again replaces the tables. For zero-copy queries that
-        prune by key, use `read_keyed_state` or ``CREATE TEMPORARY VIEW ... USING statekit``.
+        so a copy stays exact. Registering again replaces the tables.
 
         Returns
         -------
@@ -271,11 +301,29 @@ class SavepointReader:
             names = []
             for table in tables:
                 name = _identifier(table)
-                df = self._load(meta, table)
-                df.write.mode("overwrite").format(format).saveAsTable(f"`{db}`.`{name}`")
+                qualified = f"`{db}`.`{name}`"
+                self.spark.sql(f"DROP TABLE IF EXISTS {qualified}")
+                if not (table == "keyed" and self._register_in_place(meta, qualified)):
+                    self._load(meta, table).write.format(format).saveAsTable(qualified)
                 names.append(name)
             out[db] = names
         return out
+
+    def _register_in_place(self, meta: OperatorMetadata, qualified: str) -> bool:
+        """Register `meta`'s keyed files as an external Parquet table, if the pruning rule can guard it."""
+        files = meta.files_of("keyed")
+        folders = {str(Path(e.path).parent) for e in files}
+        if not files or len(folders) != 1 or not self._rule_prunes(meta):
+            return False
+        paths = [check_present(self.savepoint.path, e) for e in files]
+        spec = TableSpec(self.path, meta.uid_hash, "keyed")
+        schema = StructType.fromDDL(spark_ddl(table_schema(meta, spec)))
+        options = relation_options(self.savepoint, meta, files, RANGE_ENUMERATION_LIMIT)
+        # The folder may hold files the manifest does not list; the rule reads only listed ones.
+        self.spark.catalog.createTable(
+            qualified, path=str(paths[0].parent.resolve()), source="parquet", schema=schema, **options
+        )
+        return True
 
 
 def _identifier(text: str) -> str:

@@ -173,7 +173,10 @@ def _restrict(table: pa.Table, task: ScanTask) -> pa.Table:
         table = table.filter(pc.is_in(table.column("key_group"), pa.array(sorted(task.key_groups), pa.int32())))
     if task.keys is not None and table.num_rows:
         key_type = table.schema.field("key").type
-        table = table.filter(pc.is_in(table.column("key"), pa.array(list(task.keys), key_type)))
+        values = list(task.keys)
+        if any(isinstance(k, float) and k == 0 for k in values):
+            values += [0.0, -0.0]  # is_in compares bits, SQL calls them equal (and sets keep only one)
+        table = table.filter(pc.is_in(table.column("key"), pa.array(values, key_type)))
     return table
 
 

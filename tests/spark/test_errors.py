@@ -64,11 +64,22 @@ def test_not_a_savepoint(spark, tmp_path):
         SavepointReader.read(spark, tmp_path)
 
 
-def test_parquet_engine_verifies_checksums_on_the_driver(spark, copy):
+@pytest.mark.parametrize("engine", ["parquet", "statekit"])
+def test_damage_is_found_by_either_engine(spark, copy, engine):
     reader = SavepointReader.read(spark, copy)
     f = _keyed_file(copy)
     data = bytearray(f.read_bytes())
-    data[-20] ^= 0x01
+    data[-20] ^= 0x01  # inside the Parquet footer
     f.write_bytes(bytes(data))
-    with pytest.raises(ChecksumMismatchError):
+    df = reader.read_keyed_state("proc", engine=engine)
+    with pytest.raises(ChecksumMismatchError, match="checksum") as info:
+        df.collect()
+    assert "java" not in str(info.value).lower()
+
+
+def test_parquet_engine_refuses_a_truncated_file_when_the_dataframe_is_created(spark, copy):
+    reader = SavepointReader.read(spark, copy)
+    f = _keyed_file(copy)
+    f.write_bytes(f.read_bytes()[:-1])
+    with pytest.raises(CorruptSavepointError, match="bytes but the manifest recorded"):
         reader.read_keyed_state("proc", engine="parquet")

@@ -144,3 +144,32 @@ def test_parquet_engine_reads_the_same_rows(reader, expected_proc_rows):
     df = reader.read_keyed_state("proc", engine="parquet")
     assert df.schema == reader.read_keyed_state("proc").schema
     assert rows(df) == expected_proc_rows
+
+
+def test_registered_keyed_table_is_the_savepoint_itself_pruned_and_verified(spark, acceptance_savepoint, tmp_path):
+    import shutil
+
+    from statekit.errors import ChecksumMismatchError
+    from statekit.savepoint import Savepoint, check
+
+    copy = tmp_path / "sp"
+    shutil.copytree(acceptance_savepoint, copy)
+    reader = SavepointReader.read(spark, copy)
+    reader.register("inplace")
+    reader.register("inplace")  # again: replaces the tables, never touches the savepoint
+    assert check(copy).ok
+    files = Savepoint.open(copy).keyed_files("proc")
+    folder = (copy / files[0].path).parent
+    (folder / "stray.parquet").write_bytes((copy / files[0].path).read_bytes())  # not in the manifest
+    table = spark.table("inplace_proc.keyed")
+    assert table.columns == ["key", "count", "events", "attrs", "total", "avg"]
+    assert sorted(r.key for r in table.collect()) == KEYS  # the stray copy is not read
+    lookup = spark.sql("SELECT count FROM inplace_proc.keyed WHERE key = 2")
+    assert [r[0] for r in lookup.collect()] == [20]
+    assert all(str(copy.resolve()) in f for f in lookup.inputFiles()) and len(lookup.inputFiles()) == 1
+    for f in files:
+        data = bytearray((copy / f.path).read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        (copy / f.path).write_bytes(bytes(data))
+    with pytest.raises(ChecksumMismatchError):
+        spark.sql("SELECT sum(count) FROM inplace_proc.keyed").collect()
