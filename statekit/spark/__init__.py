@@ -32,7 +32,10 @@ trust_pickled   bool    ``false``   open the savepoint trusting pickled state (c
 
 Key pruning: ``key = v``, ``key IN (...)`` and closed integer ranges of at most
 `statekit.spark.filters.RANGE_ENUMERATION_LIMIT` keys read only the files of those keys' key
-groups (needs PySpark >= 4.1, whose Python data sources receive filters). On PySpark 4.1 a
+groups. `SavepointReader` reads keyed and timer tables with Spark's own Parquet reader and
+statekit's Catalyst rule (`statekit.spark.pruning`), which prunes and verifies the files; the
+``statekit`` data source above (also the fallback without a JDK) prunes through the filters
+PySpark >= 4.1 passes to Python data sources. On PySpark 4.1 a
 query without filters may reuse the previous query's pruned plan of the same relation; the
 DataFrames `SavepointReader` returns guard against it, and `statekit.spark.datasource` shows the
 SQL view recipe that does.

@@ -142,29 +142,34 @@ class SavepointReader:
                 f"operator {meta.display_name!r} has no keyed state; its operator states are "
                 f"{[s.name for s in meta.operator_states] or 'none'}."
             )
-        if engine not in ("auto", "parquet", "statekit"):
-            raise InvalidArgumentError(f"engine must be 'auto', 'parquet' or 'statekit', not {engine!r}.")
+        resolved = self._engine(meta, engine)
         if reader_function is not None:
             if engine == "parquet":
                 raise InvalidArgumentError("reader functions run on engine='statekit' (or 'auto') only.")
             return self._read_with_function(meta, reader_function, output_schema)
         if output_schema is not None:
             raise InvalidArgumentError("output_schema applies only with a reader_function.")
-        if engine == "auto":
-            engine = "parquet" if self._rule_prunes(meta) else "statekit"
+        engine = resolved
         if engine == "parquet":
             return self._load_parquet(meta, with_key_group=with_key_group)
         return self._load(meta, "keyed", with_key_group=with_key_group)
+
+    def _engine(self, meta: OperatorMetadata, engine: str) -> str:
+        if engine not in ("auto", "parquet", "statekit"):
+            raise InvalidArgumentError(f"engine must be 'auto', 'parquet' or 'statekit', not {engine!r}.")
+        if engine == "auto":
+            return "parquet" if self._rule_prunes(meta) else "statekit"
+        return engine
 
     def _rule_prunes(self, meta: OperatorMetadata) -> bool:
         """Whether Spark's Parquet reader with statekit's rule serves `meta`'s keyed table fully."""
         scalar_key = not pa.types.is_struct(parse_ddl(meta.key_type))
         return not meta.is_native and scalar_key and pruning_unavailable(self.spark) is None
 
-    def _load_parquet(self, meta: OperatorMetadata, *, with_key_group: bool) -> DataFrame:
-        spec = TableSpec(self.path, meta.uid_hash, "keyed", with_key_group=True)
+    def _load_parquet(self, meta: OperatorMetadata, table: str = "keyed", *, with_key_group: bool) -> DataFrame:
+        spec = TableSpec(self.path, meta.uid_hash, table, with_key_group=True)
         schema = spark_ddl(table_schema(meta, spec))
-        files = meta.files_of("keyed")
+        files = meta.files_of(table)
         if meta.is_native:
             verified_keyed_paths(self.savepoint, meta)  # raises: only statekit decodes native state
         if not files:
@@ -176,7 +181,7 @@ class SavepointReader:
             options = relation_options(self.savepoint, meta, files, RANGE_ENUMERATION_LIMIT)
             df = self.spark.read.schema(schema).options(**options).parquet(*paths)
         else:
-            df = self.spark.read.schema(schema).parquet(*verified_keyed_paths(self.savepoint, meta))
+            df = self.spark.read.schema(schema).parquet(*verified_keyed_paths(self.savepoint, meta, table))
         return df if with_key_group else df.drop("key_group")
 
     def read_list_state(self, op: OpLike, name: str) -> DataFrame:
@@ -197,11 +202,18 @@ class SavepointReader:
         meta.operator_state(name, redistribution="broadcast")
         return self._load(meta, name)
 
-    def read_timers(self, op: OpLike, *, with_key_group: bool = False) -> DataFrame:
-        """Registered timers: ``key``, [``namespace``], ``timestamp``, ``domain`` (event | processing)."""
+    def read_timers(
+        self, op: OpLike, *, with_key_group: bool = False, engine: Literal["auto", "parquet", "statekit"] = "auto"
+    ) -> DataFrame:
+        """Registered timers: ``key``, [``namespace``], ``timestamp``, ``domain`` (event | processing).
+
+        `engine` and key pruning work as for `read_keyed_state`.
+        """
         meta = self._operator(op)
         if meta.key_type is None:
             raise InvalidArgumentError(f"operator {meta.display_name!r} is not keyed, so it has no timers.")
+        if self._engine(meta, engine) == "parquet":
+            return self._load_parquet(meta, "timers", with_key_group=with_key_group)
         return self._load(meta, "timers", with_key_group=with_key_group)
 
     # -- reader functions --------------------------------------------------------------------------
@@ -272,11 +284,10 @@ class SavepointReader:
         ``<prefix>_`` when `prefix` is given. It holds ``keyed`` and ``timers`` (keyed operators)
         and one table per operator state (named after the state).
 
-        ``keyed`` tables are external Parquet tables over the savepoint's own files (no copy) when
-        statekit's pruning rule is active (`statekit.spark.pruning`): the rule reads exactly the
-        manifest's files, verified, and prunes them by key, as `read_keyed_state` does; such a table
-        has no ``key_group`` column. Other tables (and ``keyed`` without the rule, or for native
-        RocksDB state) are copies written into the session catalog's warehouse in `format`: Spark's
+        ``keyed`` and ``timers`` are external Parquet tables over the savepoint's own files (no copy)
+        when statekit's pruning rule is active (`statekit.spark.pruning`): the rule reads exactly
+        the manifest's files, verified, and prunes them by key, as `read_keyed_state` does. Operator
+        state tables (and keyed tables without the rule, or of native RocksDB state) are copies written into the session catalog's warehouse in `format`: Spark's
         catalog cannot hold tables backed by a Python data source, and a savepoint is immutable,
         so a copy stays exact. Registering again replaces the tables.
 
@@ -303,20 +314,20 @@ class SavepointReader:
                 name = _identifier(table)
                 qualified = f"`{db}`.`{name}`"
                 self.spark.sql(f"DROP TABLE IF EXISTS {qualified}")
-                if not (table == "keyed" and self._register_in_place(meta, qualified)):
+                if not (table in ("keyed", "timers") and self._register_in_place(meta, table, qualified)):
                     self._load(meta, table).write.format(format).saveAsTable(qualified)
                 names.append(name)
             out[db] = names
         return out
 
-    def _register_in_place(self, meta: OperatorMetadata, qualified: str) -> bool:
-        """Register `meta`'s keyed files as an external Parquet table, if the pruning rule can guard it."""
-        files = meta.files_of("keyed")
+    def _register_in_place(self, meta: OperatorMetadata, table: str, qualified: str) -> bool:
+        """Register `meta`'s keyed (or timer) files as an external Parquet table, if the pruning rule guards it."""
+        files = meta.files_of(table)
         folders = {str(Path(e.path).parent) for e in files}
         if not files or len(folders) != 1 or not self._rule_prunes(meta):
             return False
         paths = [check_present(self.savepoint.path, e) for e in files]
-        spec = TableSpec(self.path, meta.uid_hash, "keyed")
+        spec = TableSpec(self.path, meta.uid_hash, table)
         schema = StructType.fromDDL(spark_ddl(table_schema(meta, spec)))
         options = relation_options(self.savepoint, meta, files, RANGE_ENUMERATION_LIMIT)
         # The folder may hold files the manifest does not list; the rule reads only listed ones.

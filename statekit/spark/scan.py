@@ -198,8 +198,8 @@ def read_task_table(sp: Savepoint, meta: OperatorMetadata, spec: TableSpec, task
     return pa.concat_tables(parts) if parts else expected.empty_table()
 
 
-def verified_keyed_paths(sp: Savepoint, meta: OperatorMetadata) -> list[str]:
-    """Absolute paths of `meta`'s keyed Parquet files, each checked against the manifest first.
+def verified_keyed_paths(sp: Savepoint, meta: OperatorMetadata, table: str = "keyed") -> list[str]:
+    """Absolute paths of `meta`'s keyed (or timer) Parquet files, each checked against the manifest first.
 
     For engines that read the files themselves (Spark's Parquet reader): every file's existence,
     size and checksum are verified with `statekit.savepoint.files.read_verified_bytes`, so a
@@ -214,7 +214,7 @@ def verified_keyed_paths(sp: Savepoint, meta: OperatorMetadata) -> list[str]:
             f"operator {meta.display_name!r} keeps native RocksDB state, which only statekit can decode; "
             "read it with engine='statekit'."
         )
-    files = meta.files_of("keyed")
+    files = meta.files_of(table)
     with ThreadPoolExecutor(2) as pool:  # zlib's CRC-32 releases the GIL
         list(pool.map(lambda e: read_verified_bytes(sp.path, e), files))
     return [str((sp.path / e.path).resolve()) for e in files]

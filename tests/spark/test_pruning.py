@@ -157,3 +157,23 @@ def test_filter_analysis_rules():
     assert key_pruning([StringStartsWith(("key",), "a")], "string").keys is None
     assert key_pruning([EqualTo(("key",), "a")], "string").keys == {"a"}
     assert key_pruning([EqualTo(("key",), {"a": 1})], "struct<a:int>").keys is None
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_timers_prune_by_key_too(spark, tmp_path, engine):
+    path = tmp_path / "sp"
+    keys = list(range(300))
+    with SavepointBuilder(path, rows_per_file=20) as b:
+        op = b.add_operator("op", parallelism=2, max_parallelism=128, key_type="bigint",
+                            keyed_states=[ValueStateDescriptor("i", "bigint")])
+        op.write_keyed(pa.table({"key": pa.array(keys, pa.int64()), "i": pa.array(keys, pa.int64())}))
+        op.write_timers(pa.table({"key": pa.array(keys * 2, pa.int64()),
+                                  "timestamp": pa.array([1000 + k for k in keys] * 2, pa.int64()),
+                                  "domain": ["event"] * len(keys) + ["processing"] * len(keys)}))
+    timers = SavepointReader.read(spark, path).read_timers("op", engine=engine)
+    assert timers.count() == 2 * len(keys)
+    one = timers.where("key = 77")
+    assert sorted((r.timestamp, r.domain) for r in one.collect()) == [(1077, "event"), (1077, "processing")]
+    kg = assign_to_key_group(77, 128, "bigint")
+    assert _files_read(one, engine) == len([f for f in Savepoint.open(path).operator("op").files_of("timers")
+                                            if f.covers(kg)]) <= _files_read(timers, engine)  # fmt: skip
