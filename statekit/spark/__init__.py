@@ -53,6 +53,7 @@ from statekit.spark.filters import RANGE_ENUMERATION_LIMIT
 from statekit.spark.reader import SavepointReader
 from statekit.spark.reader_function import KeyedStateReaderFunction, ReaderContext
 from statekit.spark.session import prepare_session, spark_session
+from statekit.spark.window_reader import WindowReaderContext, WindowReaderFunction
 from statekit.spark.writer import SavepointWriter
 
 __all__ = [
@@ -68,6 +69,8 @@ __all__ = [
     "StateBootstrapFunction",
     "StatekitDataSource",
     "StatekitMetadataDataSource",
+    "WindowReaderContext",
+    "WindowReaderFunction",
     "prepare_session",
     "register_data_sources",
     "spark_session",

@@ -13,12 +13,15 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from statekit.errors import InvalidArgumentError
+from statekit.errors import InvalidArgumentError, UntrustedPicklePayloadError
 from statekit.identifiers import OperatorIdentifier
+from statekit.state.functions import AggregateFunction
 from statekit.types import parse_ddl
 from statekit.savepoint import OperatorMetadata, Savepoint
 from statekit.savepoint.files import check_present
-from statekit.spark.reader_function import KeyedStateReaderFunction, iter_output, open_function, run_reader_function
+from statekit.runtime.windows import CONTENTS
+from statekit.spark.reader_function import KeyedStateReaderFunction, iter_output, open_function, run_rows
+from statekit.spark.window_reader import WindowReaderFunction, check_window_operator, iter_window_output, window_columns
 from statekit.spark.filters import RANGE_ENUMERATION_LIMIT
 from statekit.spark.pruning import pruning_unavailable, relation_options
 from statekit.spark.scan import TableSpec, plan_tasks, spark_ddl, table_schema, verified_keyed_paths
@@ -220,23 +223,84 @@ class SavepointReader:
     def _read_with_function(
         self, meta: OperatorMetadata, fn: KeyedStateReaderFunction, output_schema: StructType | str | None
     ) -> DataFrame:
-        from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
-
         if not isinstance(fn, KeyedStateReaderFunction):
             raise InvalidArgumentError(f"{fn!r} is not a KeyedStateReaderFunction.")
         if meta.namespace_type is not None:
             raise InvalidArgumentError(
                 f"operator {meta.display_name!r} keeps windowed state (a namespace per key); reader functions "
-                "read non-windowed keyed state. Read its table with read_keyed_state(op) instead."
+                "read non-windowed keyed state. Use read_window_state(op, ...) or read_keyed_state(op)."
             )
-        spec = TableSpec(self.path, meta.uid_hash, "keyed", trust_pickled=self.savepoint.trust_pickled)
-        tasks = plan_tasks(meta, spec)
         # Validate the function on the driver (registration errors surface here, typed) on a copy,
         # so the instance shipped to executors is the user's untouched object.
-        probe = pickle.loads(_dumps(fn))
-        open_function(probe, meta, trust_pickled=spec.trust_pickled)
+        open_function(pickle.loads(_dumps(fn)), meta, trust_pickled=self.savepoint.trust_pickled)
+
+        def rows_of(task: Any, sp: Savepoint, fn: Any = fn) -> Any:
+            return iter_output(fn, meta, spec, task, sp)
+
+        spec = TableSpec(self.path, meta.uid_hash, "keyed", trust_pickled=self.savepoint.trust_pickled)
+        return self._function_frame(spec, plan_tasks(meta, spec), rows_of, fn, output_schema)
+
+    def read_window_state(
+        self,
+        op: OpLike,
+        reader_function: WindowReaderFunction | None = None,
+        *,
+        aggregate_function: AggregateFunction | None = None,
+        output_schema: StructType | str | None = None,
+    ) -> DataFrame:
+        """A window operator's pending windows (Flink's ``SavepointReader.window(...)``).
+
+        Without `reader_function`: one row per (key, window) with contents, columns ``key``,
+        ``window_start``, ``window_end``, ``contents`` (the buffered elements, the reduced value, or
+        the accumulator of an ``aggregate`` window) and one column per trigger state; read as
+        `read_keyed_state` reads (key filters prune files).
+
+        With a `WindowReaderFunction`: its rows; `read_window(key, ctx, elements)` runs once per
+        (key, window) on the executors. Aggregating windows need the job's `aggregate_function`:
+        elements is then ``[get_result(accumulator)]``. `output_schema` is inferred when not given.
+
+        Raises
+        ------
+        InvalidArgumentError
+            The operator keeps no window state, or `aggregate_function` is missing or superfluous.
+        """
+        meta = self._operator(op)
+        check_window_operator(meta, aggregate_function, elements=reader_function is not None)
+        if reader_function is None:
+            if aggregate_function is not None or output_schema is not None:
+                raise InvalidArgumentError("aggregate_function and output_schema apply only with a reader_function.")
+            keyed = self.read_keyed_state(meta.identifier)
+            return keyed.where(F.col("namespace").isNotNull() & F.col(f"`{CONTENTS}`").isNotNull()).select(
+                "key",
+                F.col("namespace.start").alias("window_start"),
+                F.col("namespace.end").alias("window_end"),
+                F.col(f"`{CONTENTS}`").alias("contents"),
+                *(F.col(f"`{name}`") for name in window_columns(meta)),
+            )
+        if not isinstance(reader_function, WindowReaderFunction):
+            raise InvalidArgumentError(f"{reader_function!r} is not a WindowReaderFunction.")
+        spec = TableSpec(self.path, meta.uid_hash, "keyed", trust_pickled=self.savepoint.trust_pickled)
+        if meta.keyed_state(CONTENTS).pickled and not self.savepoint.trust_pickled:
+            raise UntrustedPicklePayloadError(
+                f"operator {meta.display_name!r} keeps pickled window contents; unpickling runs arbitrary code. "
+                "Open the savepoint with trust_pickled=True only if you trust it."
+            )
+
+        def rows_of(task: Any, sp: Savepoint, fn: Any = reader_function) -> Any:
+            return iter_window_output(fn, meta, spec, task, sp, aggregate_function)
+
+        return self._function_frame(spec, plan_tasks(meta, spec), rows_of, reader_function, output_schema)
+
+    def _function_frame(
+        self, spec: TableSpec, tasks: list, rows_of: Any, fn: Any, output_schema: StructType | str | None
+    ) -> DataFrame:
+        """A DataFrame of the rows `rows_of(task, savepoint)` yields, one Spark partition per task."""
+        from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
+
         if output_schema is None:
-            schema = from_arrow_schema(self._infer_schema(probe, meta, spec, tasks))
+            # Sample on the driver with a copy, so the function shipped to executors is untouched.
+            probe = pickle.loads(_dumps(fn))
+            schema = from_arrow_schema(self._infer_schema(lambda task: rows_of(task, self.savepoint, probe), tasks))
         elif isinstance(output_schema, str):
             schema = StructType.fromDDL(output_schema)
         else:
@@ -247,14 +311,14 @@ class SavepointReader:
 
         def run(batches: Any) -> Any:
             for batch in batches:
-                yield from run_reader_function(fn, meta, spec, tasks, arrow_schema, batch.column(0).to_pylist())
+                yield from run_rows(rows_of, spec, tasks, arrow_schema, batch.column(0).to_pylist())
 
         return self.spark.range(0, len(tasks), 1, numPartitions=len(tasks)).mapInArrow(run, schema)
 
-    def _infer_schema(self, fn: KeyedStateReaderFunction, meta: OperatorMetadata, spec: TableSpec, tasks: list) -> pa.Schema:
+    def _infer_schema(self, rows_of_task: Any, tasks: list) -> pa.Schema:
         sample: list[Any] = []
         for task in tasks:
-            for row in iter_output(fn, meta, spec, task, self.savepoint):
+            for row in rows_of_task(task):
                 sample.append(row)
                 if len(sample) >= INFER_ROWS:
                     break

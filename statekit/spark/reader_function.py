@@ -29,7 +29,7 @@ from statekit.state.descriptors import (
 from statekit.state.handles import AggregatingState, ListState, MapState, ReducingState, ValueState
 from statekit.types import parse_ddl, to_ddl
 
-__all__ = ["KeyedStateReaderFunction", "ReaderContext", "run_reader_function"]
+__all__ = ["KeyedStateReaderFunction", "ReaderContext", "iter_output", "open_function", "run_rows"]
 
 
 class KeyedStateReaderFunction:
@@ -221,12 +221,12 @@ class _Map(_Handle, MapState):
         raise _read_only(f"remove() on {self._name!r}")
 
 
-def _py_key(key: Any) -> Any:
+def python_key(key: Any) -> Any:
     # Struct keys arrive as dicts; Flink hands tuple keys to read_key, and dicts are unhashable.
     return tuple(key.values()) if isinstance(key, dict) else key
 
 
-def _decode(info: StateInfo, value: Any) -> Any:
+def decode_value(info: StateInfo, value: Any) -> Any:
     if value is None:
         return None
     if info.pickled:
@@ -253,7 +253,7 @@ def open_function(fn: KeyedStateReaderFunction, meta: OperatorMetadata, *, trust
     return ctx
 
 
-def _task_range(task: ScanTask) -> tuple[int, int]:
+def task_key_group_range(task: ScanTask) -> tuple[int, int]:
     if task.key_group_range is not None:
         return task.key_group_range
     return min(f.key_group_start for f in task.files), max(f.key_group_end for f in task.files)
@@ -271,7 +271,7 @@ def _timers_by_key(sp: Savepoint, meta: OperatorMetadata, spec: TableSpec, lo: i
     for key, ts, domain in zip(
         table.column("key").to_pylist(), table.column("timestamp").to_pylist(), table.column("domain").to_pylist()
     ):
-        entry = out.setdefault(_py_key(key), ([], []))
+        entry = out.setdefault(python_key(key), ([], []))
         entry[0 if domain == "event" else 1].append(ts)
     for ev, pt in out.values():
         ev.sort()
@@ -279,7 +279,7 @@ def _timers_by_key(sp: Savepoint, meta: OperatorMetadata, spec: TableSpec, lo: i
     return out
 
 
-def _as_dict(row: Any, names: list[str]) -> dict:
+def as_row_dict(row: Any, names: list[str]) -> dict:
     if isinstance(row, dict):
         return row
     if hasattr(row, "asDict"):
@@ -288,7 +288,7 @@ def _as_dict(row: Any, names: list[str]) -> dict:
         return dict(zip(names, row))
     if len(names) == 1:
         return {names[0]: row}
-    raise StateTypeError(f"read_key yielded {row!r}; yield dicts, Rows or tuples in output-schema order.")
+    raise StateTypeError(f"the reader function yielded {row!r}; yield dicts, Rows or tuples in output-schema order.")
 
 
 def iter_output(
@@ -300,7 +300,7 @@ def iter_output(
     table = read_task_table(sp, meta, kspec, task)
     names = list(ctx.registered)
     infos = [ctx.registered[n][0] for n in names]
-    timers = _timers_by_key(sp, meta, spec, *_task_range(task)) if task.files or task.key_group_range else {}
+    timers = _timers_by_key(sp, meta, spec, *task_key_group_range(task)) if task.files or task.key_group_range else {}
     # Keys whose registered states are all unset are skipped (the table only holds keys with some state).
     mask = None
     for n in names:
@@ -312,9 +312,9 @@ def iter_output(
     empty: tuple[list[int], list[int]] = ([], [])
     try:
         for i, key in enumerate(table.column("key").to_pylist()):
-            key = _py_key(key)
+            key = python_key(key)
             ctx.current_key = key
-            ctx._values = {n: _decode(info, col[i]) for n, info, col in zip(names, infos, columns)}
+            ctx._values = {n: decode_value(info, col[i]) for n, info, col in zip(names, infos, columns)}
             ctx._timers = timers.get(key, empty)
             out = fn.read_key(key, ctx)
             if out is not None:
@@ -323,9 +323,8 @@ def iter_output(
         fn.close()
 
 
-def run_reader_function(
-    fn: KeyedStateReaderFunction,
-    meta: OperatorMetadata,
+def run_rows(
+    rows_of: Callable[[ScanTask, Savepoint], Iterable[Any]],
     spec: TableSpec,
     tasks: list[ScanTask],
     arrow_schema: pa.Schema,
@@ -333,16 +332,15 @@ def run_reader_function(
     *,
     batch_rows: int = 8192,
 ) -> Iterator[pa.RecordBatch]:
-    """Executor side: run `fn` over the tasks `task_ids` and yield batches of `arrow_schema`."""
+    """Executor side: the rows `rows_of(task, savepoint)` yields for the tasks `task_ids`, as batches of `arrow_schema`."""
     sp = Savepoint.open(spec.path, trust_pickled=spec.trust_pickled)
     names = arrow_schema.names
     for tid in task_ids:
         rows: list[dict] = []
-        for row in iter_output(fn, meta, spec, tasks[tid], sp):
-            rows.append(_as_dict(row, names))
+        for row in rows_of(tasks[tid], sp):
+            rows.append(as_row_dict(row, names))
             if len(rows) >= batch_rows:
                 yield pa.RecordBatch.from_pylist(rows, schema=arrow_schema)
                 rows = []
         if rows:
             yield pa.RecordBatch.from_pylist(rows, schema=arrow_schema)
-

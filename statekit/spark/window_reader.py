@@ -1,0 +1,177 @@
+"""`WindowReaderFunction`: read a window operator's pending windows one (key, window) at a time, as Flink's window reader does.
+
+A window operator (``statekit.runtime`` windows, or a Flink-style bootstrap) keeps each window's
+contents in keyed state ``window-contents`` under the window's namespace ``(start, end)``, trigger
+state (e.g. a count trigger's count) under the same namespace, and one cleanup timer per window.
+`read_window` is called once per (key, window) whose contents are set, with the window's elements:
+the buffered elements for ``process``/``apply`` windows, ``[reduced value]`` for ``reduce``
+windows and ``[aggregate_function.get_result(accumulator)]`` for ``aggregate`` windows.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Iterator
+
+import pyarrow.compute as pc
+
+from statekit.errors import InvalidArgumentError, StateTypeError
+from statekit.runtime.window_assigners import TimeWindow, window_of
+from statekit.runtime.windows import CONTENTS, SESSIONS
+from statekit.savepoint import OperatorMetadata, Savepoint
+from statekit.spark.reader_function import decode_value, python_key, task_key_group_range
+from statekit.spark.scan import ScanTask, TableSpec, read_task_table
+from statekit.state.descriptors import KeyedStateDescriptor, StateInfo
+from statekit.state.functions import AggregateFunction
+
+__all__ = ["WindowReaderContext", "WindowReaderFunction", "check_window_operator", "iter_window_output"]
+
+
+class WindowReaderFunction:
+    """Reads a window operator's state one (key, window) at a time (Flink's ``WindowReaderFunction``).
+
+    Examples
+    --------
+    >>> class ClickReader(WindowReaderFunction):
+    ...     def read_window(self, key, ctx, elements):
+    ...         yield {"user": key, "count": next(iter(elements)), "start": ctx.window.start,
+    ...                "timers": ctx.registered_event_time_timers()}
+    """
+
+    def open(self, ctx: "WindowReaderContext") -> None:
+        """Called once per partition before the first window."""
+
+    def read_window(self, key: Any, ctx: "WindowReaderContext", elements: Iterable[Any]) -> Iterable[Any]:
+        """Yield output rows (dicts, ``Row``s or tuples in output-schema order) for one window of `key`."""
+        raise NotImplementedError(f"{type(self).__name__} must implement read_window(key, ctx, elements)")
+
+    def close(self) -> None:
+        """Called once after the last window of a partition."""
+
+
+class WindowReaderContext:
+    """What `read_window` sees: the window, its timers and its trigger state."""
+
+    def __init__(self, meta: OperatorMetadata) -> None:
+        self._meta = meta
+        self.window: TimeWindow | None = None
+        self._row: dict[str, Any] = {}
+        self._timers: tuple[list[int], list[int]] = ([], [])
+
+    def registered_event_time_timers(self) -> list[int]:
+        """Event-time timers of the current key in the current window (its cleanup timer, trigger timers)."""
+        return list(self._timers[0])
+
+    def registered_processing_time_timers(self) -> list[int]:
+        """Processing-time timers of the current key in the current window."""
+        return list(self._timers[1])
+
+    def trigger_state(self, descriptor: KeyedStateDescriptor) -> Any:
+        """The current window's value of a trigger's state (e.g. ``CountTrigger``'s ``count-trigger``).
+
+        Value, reducing and aggregating state give their stored value (an aggregating state its
+        accumulator), list state a list, map state a dict; None when unset in this window.
+        """
+        info = self._meta.keyed_state(descriptor.name)  # UnknownStateError lists the states
+        if info.kind != descriptor.kind:
+            raise StateTypeError(
+                f"trigger state {descriptor.name!r} is {info.kind} state, but {type(descriptor).__name__} declares "
+                f"{descriptor.kind} state; use the matching descriptor."
+            )
+        return decode_value(info, self._row.get(info.name))
+
+
+def check_window_operator(
+    meta: OperatorMetadata, aggregate_function: AggregateFunction | None, *, elements: bool = True
+) -> StateInfo:
+    """The operator's window-contents state, after checking `meta` is a window operator (and, when a
+    reader function will see `elements`, that `aggregate_function` is given exactly for aggregates)."""
+    if meta.namespace_type is None or CONTENTS not in {s.name for s in meta.keyed_states}:
+        raise InvalidArgumentError(
+            f"operator {meta.display_name!r} is not a window operator (no {CONTENTS!r} state in window "
+            f"namespaces; its keyed states: {[s.name for s in meta.keyed_states] or 'none'}). Read it with "
+            "read_keyed_state(op)."
+        )
+    info = meta.keyed_state(CONTENTS)
+    if not elements:
+        return info
+    if info.kind == "aggregating" and aggregate_function is None:
+        raise InvalidArgumentError(
+            f"operator {meta.display_name!r} aggregates its windows; pass the job's aggregate_function= so "
+            "the reader function receives get_result(accumulator), as Flink's window(...).aggregate(...) does."
+        )
+    if aggregate_function is not None and info.kind != "aggregating":
+        raise InvalidArgumentError(
+            f"operator {meta.display_name!r} keeps {info.kind} window contents, not an aggregate; drop aggregate_function=."
+        )
+    return info
+
+
+def trigger_states(meta: OperatorMetadata) -> list[StateInfo]:
+    """Keyed states other than the contents and the session-window set: the triggers' state."""
+    return [s for s in meta.keyed_states if s.name not in (CONTENTS, SESSIONS)]
+
+
+def _window_timers(sp: Savepoint, meta: OperatorMetadata, spec: TableSpec, lo: int, hi: int) -> dict:
+    files = tuple(f for f in meta.files_of("timers") if f.key_group_start <= hi and f.key_group_end >= lo)
+    if not files:
+        return {}
+    tspec = TableSpec(spec.path, spec.uid_hash, "timers", with_key_group=True)
+    table = read_task_table(sp, meta, tspec, ScanTask(files=files))
+    kg = table.column("key_group")
+    table = table.filter(pc.and_(pc.greater_equal(kg, lo), pc.less_equal(kg, hi)))
+    out: dict[Any, tuple[list[int], list[int]]] = {}
+    for key, ns, ts, domain in zip(*(table.column(c).to_pylist() for c in ("key", "namespace", "timestamp", "domain"))):
+        if ns is None:
+            continue
+        entry = out.setdefault((python_key(key), ns["start"], ns["end"]), ([], []))
+        entry[0 if domain == "event" else 1].append(ts)
+    for ev, pt in out.values():
+        ev.sort()
+        pt.sort()
+    return out
+
+
+def iter_window_output(
+    fn: WindowReaderFunction,
+    meta: OperatorMetadata,
+    spec: TableSpec,
+    task: ScanTask,
+    sp: Savepoint,
+    aggregate_function: AggregateFunction | None,
+) -> Iterator[Any]:
+    """Run `fn` over one task's windows and yield its raw output rows."""
+    contents = check_window_operator(meta, aggregate_function)
+    triggers = trigger_states(meta)
+    kspec = TableSpec(spec.path, spec.uid_hash, "keyed", with_key_group=True)
+    table = read_task_table(sp, meta, kspec, task)
+    if table.num_rows:
+        table = table.filter(pc.and_(pc.is_valid(table.column("namespace")), pc.is_valid(table.column(CONTENTS))))
+    timers = _window_timers(sp, meta, spec, *task_key_group_range(task)) if table.num_rows else {}
+    ctx = WindowReaderContext(meta)
+    columns = {s.name: table.column(s.name).to_pylist() for s in [contents, *triggers]}
+    empty: tuple[list[int], list[int]] = ([], [])
+    fn.open(ctx)
+    try:
+        for i, (key, ns) in enumerate(zip(table.column("key").to_pylist(), table.column("namespace").to_pylist())):
+            key = python_key(key)
+            ctx.window = window_of((ns["start"], ns["end"]))
+            ctx._row = {name: col[i] for name, col in columns.items()}
+            ctx._timers = timers.get((key, ns["start"], ns["end"]), empty)
+            value = decode_value(contents, ctx._row[CONTENTS])
+            if contents.kind == "list":
+                elements = value
+            elif contents.kind == "aggregating":
+                elements = [aggregate_function.get_result(value)]  # type: ignore[union-attr]
+            else:
+                elements = [value]
+            out = fn.read_window(key, ctx, elements)
+            if out is not None:
+                yield from out
+    finally:
+        fn.close()
+
+
+def window_columns(meta: OperatorMetadata) -> list[str]:
+    """The columnar view's column names after ``key``, ``window_start``, ``window_end``, ``contents``."""
+    return [s.name for s in trigger_states(meta)]
+
