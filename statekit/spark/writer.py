@@ -5,13 +5,17 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Callable
 
-from pyspark.sql import SparkSession
+import pyarrow as pa
+from pyspark.sql import Column, SparkSession
+from pyspark.sql import functions as F
 
 from statekit.errors import InvalidArgumentError, UnknownOperatorError
 from statekit.identifiers import OperatorIdentifier
 from statekit.keygroups import check_max_parallelism
 from statekit.savepoint import OperatorMetadata, Savepoint, SavepointBuilder
+from statekit.savepoint.rekey import rekey_operator
 from statekit.savepoint.transforms import link_operator, rehash_operator
 from statekit.spark.bootstrap import BootstrapTransformation
 from statekit.spark.session import prepare_session
@@ -27,6 +31,8 @@ class _Entry:
     existing: OperatorMetadata | None = None
     transformation: BootstrapTransformation | None = None
     max_parallelism: int | None = None
+    new_key: Any = None  # a Column, SQL expression or Python function of the old key (rekey)
+    new_key_type: str | None = None
 
 
 class SavepointWriter:
@@ -122,6 +128,54 @@ class SavepointWriter:
         entry.max_parallelism = max_parallelism
         return self
 
+    def rekey(
+        self, op: OpLike, new_key: Column | str | Callable[[Any], Any], *, key_type: str | None = None
+    ) -> "SavepointWriter":
+        """Replace every key of operator `op` (keyed state and timers) by `new_key` of the old key.
+
+        `new_key` is a Spark `Column` over ``key`` (``F.lower("key")``), a SQL expression
+        (``"concat('user-', key)"``) or a Python function of one key (then `key_type` is required).
+        It is evaluated once per distinct key with Spark; the new keys are hashed into their key
+        groups (the operator's max parallelism, or the one `with_max_parallelism` gives). `key_type`
+        (DDL) defaults to the expression's type. Two keys with state must not become one key
+        (`DuplicateKeyError` names them; merge their state first), nor may a key become null.
+        """
+        entry = self._find(op)
+        if entry.existing is None or entry.existing.key_type is None:
+            raise InvalidArgumentError(
+                f"operator {entry.ident} has no keyed state in the source savepoint, so it has no keys to replace."
+            )
+        if callable(new_key) and not isinstance(new_key, Column) and key_type is None:
+            raise InvalidArgumentError("rekey with a Python function needs key_type= (a DDL type such as 'string').")
+        if not isinstance(new_key, (Column, str)) and not callable(new_key):
+            raise InvalidArgumentError(f"new_key must be a Column, a SQL expression or a function, not {new_key!r}.")
+        entry.new_key, entry.new_key_type = new_key, key_type
+        return self
+
+    def _key_mapping(self, entry: _Entry) -> pa.Table:
+        """``key`` -> ``new_key`` for every distinct key of the entry's keyed state and timers, by Spark."""
+        from statekit.spark.reader import SavepointReader
+
+        assert self.source is not None and entry.existing is not None
+        reader = SavepointReader(self.spark, self.source)
+        op = entry.existing.identifier
+        keys = reader.read_keyed_state(op).select("key")
+        meta = entry.existing
+        if meta.files_of("timers"):
+            keys = keys.union(reader.read_timers(op).select("key")).distinct()
+        elif meta.namespace_type is not None:
+            keys = keys.distinct()  # else a keyed table holds each key once already
+        new_key = entry.new_key
+        if isinstance(new_key, str):
+            expr = F.expr(new_key)
+        elif isinstance(new_key, Column):
+            expr = new_key
+        else:
+            expr = F.udf(new_key, entry.new_key_type)(F.col("key"))
+        if entry.new_key_type is not None:
+            expr = expr.cast(entry.new_key_type)
+        return keys.select("key", expr.alias("new_key")).toArrow()
+
     # -- writing -----------------------------------------------------------------------------------
     def write(self, path: str | os.PathLike[str]) -> Path:
         """Run the bootstrap jobs and publish the savepoint at `path`, atomically.
@@ -139,7 +193,10 @@ class SavepointWriter:
                 if meta is not None:
                     assert src is not None
                     name = entry.ident.uid or meta.name if entry.ident.uid_hash != meta.uid_hash else None
-                    if entry.max_parallelism in (None, meta.max_parallelism):
+                    if entry.new_key is not None:
+                        rekey_operator(builder, src, meta, entry.ident, self._key_mapping(entry),
+                                       key_type=entry.new_key_type, max_parallelism=entry.max_parallelism, name=name)
+                    elif entry.max_parallelism in (None, meta.max_parallelism):
                         link_operator(builder, src, meta, entry.ident, name=name)
                     else:
                         rehash_operator(builder, src, meta, entry.ident, entry.max_parallelism, name=name)
