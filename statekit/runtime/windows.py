@@ -34,6 +34,14 @@ CONTENTS = "window-contents"
 SESSIONS = "session-windows"  # active session windows of a key: start -> end, in the void namespace
 
 
+def cleanup_time(window: TimeWindow, allowed_lateness: int, event_time: bool) -> int:
+    """When a window's state is dropped for good (its cleanup timer): end of window plus allowed lateness
+    in event time, the end of the window in processing time, never for the global window."""
+    if window == GLOBAL_WINDOW:
+        return GLOBAL_WINDOW.max_timestamp()
+    return window.max_timestamp() + (allowed_lateness if event_time else 0)
+
+
 class ProcessWindowFunction(RichFunction):
     """Called with all of a window's elements (or the pre-aggregated result): ``process(key, context, elements)`` yields outputs."""
 
@@ -242,9 +250,7 @@ class WindowOperator(KeyedOperatorMixin, StreamOperator):
                 self.emit_side(late_tag, value, ts)
 
     def _cleanup_time(self, window: TimeWindow) -> int:
-        if window == GLOBAL_WINDOW:
-            return GLOBAL_WINDOW.max_timestamp()
-        return window.max_timestamp() + (self.lateness if self.event_time else 0)
+        return cleanup_time(window, self.lateness, self.event_time)
 
     def _is_late(self, window: TimeWindow) -> bool:
         return self.event_time and self._cleanup_time(window) <= self.current_watermark

@@ -256,6 +256,19 @@ class KeyedOperatorTransformation:
             raise InvalidArgumentError(f"{type(fn).__name__}.open registered no keyed state.")
         return BootstrapTransformation(lambda *a: _write_keyed_function(self, fn, infos, *a), infos)
 
+    def window(self, assigner: Any, *, timestamp: str, allowed_lateness: int = 0) -> Any:
+        """Pending event-time windows (Flink's window bootstrap): rows go to `assigner`'s windows by
+        their `timestamp` column (epoch milliseconds or a Spark timestamp); finish with ``reduce``,
+        ``aggregate`` or ``process`` exactly as the job defines its window (`statekit.spark.window_bootstrap`).
+
+        >>> (OperatorTransformation.bootstrap_with(clicks).key_by("user")            # doctest: +SKIP
+        ...     .window(TumblingEventTimeWindows.of(60_000), timestamp="ts")
+        ...     .aggregate(ClickCounter(), accumulator_type="bigint"))
+        """
+        from statekit.spark.window_bootstrap import WindowedBootstrap
+
+        return WindowedBootstrap(self, assigner, timestamp, allowed_lateness)
+
     def columns(self, *descriptors: KeyedStateDescriptor, **by_column: KeyedStateDescriptor) -> "BootstrapTransformation":
         """The columnar fast path: one row per key, each state read from a column, no Python per row.
 
@@ -349,27 +362,35 @@ def _call(result: Any) -> None:
             pass
 
 
-def _write_keyed_function(t: KeyedOperatorTransformation, fn: KeyedStateBootstrapFunction, infos: Any,
-                          builder: SavepointBuilder, ident: OperatorIdentifier, max_parallelism: int) -> None:
-    df, key, key_type = t.source.df, t.key, t.key_type
-    arrow_key = parse_ddl(key_type)
-    to_key = python_converter(arrow_key, hashable=True)
-    parallelism = _parallelism(t.source, max_parallelism)
+def keyed_frame(df: DataFrame, key: str | Callable[[Any], Any], key_type: str) -> tuple[DataFrame, str]:
+    """`df` and the name of its key column; a key computed by a function of the row is added as a column.
+
+    Each key's rows must meet in one task: callers repartition by that column (Spark's own hash
+    partitioning, no Python pass; each task's backend covers every key group and the builder
+    orders the tables by key group on the driver).
+    """
+    if isinstance(key, str):
+        return df, key
     from pyspark.sql.pandas.types import from_arrow_type
+
+    arrow_key = parse_ddl(key_type)
 
     def add_keys(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
             keys = to_arrow_array([key(r) for r in _rows(batch)], arrow_key, what="key")
             yield pa.RecordBatch.from_arrays(list(batch.columns) + [keys], names=batch.schema.names + [_KEY])
 
-    # Each key's rows must meet in one task. Spark's own hash partitioning of the key column does
-    # that without a Python pass (each task's backend covers every key group; the builder orders
-    # the tables by key group on the driver). A key computed by a function is added as a column first.
-    if isinstance(key, str):
-        keyed, key_col = df, key
-    else:
-        keyed_schema = StructType(df.schema.fields + [StructField(_KEY, from_arrow_type(arrow_key), False)])
-        keyed, key_col = df.mapInArrow(add_keys, keyed_schema), _KEY
+    keyed_schema = StructType(df.schema.fields + [StructField(_KEY, from_arrow_type(arrow_key), False)])
+    return df.mapInArrow(add_keys, keyed_schema), _KEY
+
+
+def _write_keyed_function(t: KeyedOperatorTransformation, fn: KeyedStateBootstrapFunction, infos: Any,
+                          builder: SavepointBuilder, ident: OperatorIdentifier, max_parallelism: int) -> None:
+    key_type = t.key_type
+    arrow_key = parse_ddl(key_type)
+    to_key = python_converter(arrow_key, hashable=True)
+    parallelism = _parallelism(t.source, max_parallelism)
+    keyed, key_col = keyed_frame(t.source.df, t.key, key_type)
 
     def bootstrap(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pyspark import TaskContext

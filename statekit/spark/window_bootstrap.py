@@ -1,0 +1,171 @@
+"""Window bootstrap: pending event-time windows built from a DataFrame, laid out as the runtime's window operator keeps them.
+
+``OperatorTransformation.bootstrap_with(df).key_by("user").window(TumblingEventTimeWindows.of(60_000),
+timestamp="ts").aggregate(ClickCounter(), accumulator_type="bigint")`` assigns every row to its
+windows with the job's assigner and adds it to keyed state ``window-contents`` under the window's
+namespace (reducing, aggregating or list state, as the job's ``reduce``/``aggregate``/``process``
+keeps it) and registers each window's cleanup timer. Restored into a job with the same window
+definition (Flink's rule: assigner, trigger and function must match), the windows fire when the
+watermark passes them, holding the bootstrapped elements and the new ones alike.
+
+Bootstrap supports non-merging event-time assigners with their default trigger (tumbling and
+sliding event-time windows). Session windows (merging), processing-time windows (their windows
+depend on the wall clock at bootstrap) and custom triggers (their state) are refused.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterator
+
+import pyarrow as pa
+from pyspark.sql import functions as F
+from pyspark.sql.types import TimestampNTZType, TimestampType
+
+from statekit.errors import InvalidArgumentError
+from statekit.identifiers import OperatorIdentifier
+from statekit.runtime.checkpointing import WINDOW_NAMESPACE
+from statekit.runtime.window_assigners import WindowAssigner
+from statekit.runtime.windows import CONTENTS, cleanup_time
+from statekit.savepoint import SavepointBuilder
+from statekit.spark import bootstrap as B
+from statekit.state.descriptors import (
+    AggregatingStateDescriptor,
+    KeyedStateDescriptor,
+    ListStateDescriptor,
+    ReducingStateDescriptor,
+)
+from statekit.state.functions import AggregateFunction, as_reduce_function
+from statekit.types import parse_ddl, to_arrow_array, to_ddl
+
+__all__ = ["WindowedBootstrap"]
+
+_TS = "__statekit_ts"
+
+
+class WindowedBootstrap:
+    """`KeyedOperatorTransformation.window(...)`: finish with `reduce`, `aggregate` or `process`."""
+
+    def __init__(self, keyed: B.KeyedOperatorTransformation, assigner: WindowAssigner, timestamp: str,
+                 allowed_lateness: int) -> None:  # fmt: skip
+        if not isinstance(assigner, WindowAssigner):
+            raise InvalidArgumentError(f"window(...) needs a WindowAssigner, got {assigner!r}.")
+        if not assigner.is_event_time():
+            raise InvalidArgumentError(
+                f"{type(assigner).__name__} assigns windows by the wall clock; bootstrap builds event-time windows "
+                "from a timestamp column (use the event-time assigner of the same size)."
+            )
+        if assigner.is_merging():
+            raise InvalidArgumentError(
+                f"{type(assigner).__name__} merges windows (sessions); window bootstrap supports tumbling and "
+                "sliding event-time windows."
+            )
+        df = keyed.source.df
+        if timestamp not in df.columns:
+            raise InvalidArgumentError(f"window(timestamp={timestamp!r}): no such column; the DataFrame has {df.columns}.")
+        if allowed_lateness < 0:
+            raise InvalidArgumentError(f"allowed_lateness must be >= 0 ms, got {allowed_lateness}.")
+        self.keyed = keyed
+        self.assigner = assigner
+        self.timestamp = timestamp
+        self.allowed_lateness = allowed_lateness
+
+    def _element_type(self, value: str | Callable[[Any], Any] | None, declared: Any, what: str) -> str:
+        if declared is not None:
+            return to_ddl(declared)
+        if isinstance(value, str):
+            from pyspark.sql.pandas.types import to_arrow_type
+
+            return to_ddl(to_arrow_type(self.keyed.source.df.schema[value].dataType))
+        raise InvalidArgumentError(f"{what} needs the stored type: pass the job's type (a DDL string).")
+
+    def reduce(self, reduce_function: Any, *, value: str | Callable[[Any], Any] | None = None,
+               output_type: Any = None) -> B.BootstrapTransformation:  # fmt: skip
+        """Reduce each window's elements as the job's ``window(...).reduce(fn, output_type=...)`` does.
+
+        An element is column `value` of a row, `value(row)`, or the row itself (None); `output_type`
+        defaults to the column's type.
+        """
+        state_type = self._element_type(value, output_type, "reduce(output_type=)")
+        desc = ReducingStateDescriptor(CONTENTS, as_reduce_function(reduce_function), state_type)
+        return self._finish(desc, value)
+
+    def aggregate(self, aggregate_function: AggregateFunction, *, accumulator_type: Any,
+                  value: str | Callable[[Any], Any] | None = None) -> B.BootstrapTransformation:  # fmt: skip
+        """Aggregate each window as the job's ``window(...).aggregate(fn, accumulator_type=...)`` does."""
+        if not isinstance(aggregate_function, AggregateFunction):
+            raise InvalidArgumentError(f"aggregate(...) needs an AggregateFunction, got {aggregate_function!r}.")
+        desc = AggregatingStateDescriptor(CONTENTS, aggregate_function, to_ddl(accumulator_type))
+        return self._finish(desc, value)
+
+    def process(self, *, value: str | Callable[[Any], Any] | None = None,
+                element_type: Any = None) -> B.BootstrapTransformation:  # fmt: skip
+        """Buffer each window's elements as the job's ``window(...).process(fn, element_type=...)`` does."""
+        desc = ListStateDescriptor(CONTENTS, self._element_type(value, element_type, "process(element_type=)"))
+        return self._finish(desc, value)
+
+    def _finish(self, desc: KeyedStateDescriptor, value: str | Callable[[Any], Any] | None) -> B.BootstrapTransformation:
+        parse_ddl(desc.info().type)  # a bad type fails here, not in a Spark task
+        if isinstance(value, str) and value not in self.keyed.source.df.columns:
+            raise InvalidArgumentError(f"value={value!r}: no such column; the DataFrame has {self.keyed.source.df.columns}.")
+        if value is not None and not isinstance(value, str) and not callable(value):
+            raise InvalidArgumentError(f"value= takes a column name or a function of the row, not {value!r}.")
+        infos = (desc.info(),)
+        return B.BootstrapTransformation(lambda *a: _write_windows(self, desc, value, infos, *a), infos)
+
+
+def _write_windows(w: WindowedBootstrap, desc: KeyedStateDescriptor, value: Any, infos: Any,
+                   builder: SavepointBuilder, ident: OperatorIdentifier, max_parallelism: int) -> None:  # fmt: skip
+    t = w.keyed
+    df, key_type = t.source.df, t.key_type
+    ts_col = df.schema[w.timestamp]
+    millis = F.unix_millis(F.col(w.timestamp)) if isinstance(ts_col.dataType, (TimestampType, TimestampNTZType)) \
+        else F.col(w.timestamp).cast("bigint")  # fmt: skip
+    df = df.withColumn(_TS, millis)
+    keyed, key_col = B.keyed_frame(df, t.key, key_type)
+    # The task closure must not hold `w`: it reaches the DataFrame, which cannot be shipped to executors.
+    assigner, lateness, ts_name = w.assigner, w.allowed_lateness, w.timestamp
+    arrow_key = parse_ddl(key_type)
+    to_key = B.python_converter(arrow_key, hashable=True)
+    parallelism = B._parallelism(t.source, max_parallelism)
+
+    def bootstrap(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from pyspark import TaskContext
+
+        backend = B._backend(key_type, max_parallelism)
+        contents = backend.get_state(desc)
+        timers: set[tuple] = set()
+        for batch in batches:
+            keys = batch.column(key_col).to_pylist()
+            stamps = batch.column(_TS).to_pylist()
+            for k, ts, row in zip(keys, stamps, B._rows(batch, (B._KEY, _TS))):
+                if ts is None:
+                    raise InvalidArgumentError(f"row {row} has a null {ts_name!r}: every element needs a timestamp.")
+                element = row if value is None else row[value] if isinstance(value, str) else value(row)
+                key = k if to_key is None else to_key(k)
+                backend.set_current_key(key, -1)
+                for window in assigner.assign_windows(element, ts, None):
+                    backend.set_current_namespace(window)
+                    contents.add(element)
+                    timers.add((k, window.start, window.end, cleanup_time(window, lateness, True)))
+        subtask = TaskContext.get().partitionId()
+        table = backend.snapshot(0).table()
+        if table.num_rows:
+            yield from B._blobs("keyed", subtask, table)
+        if timers:
+            k, starts, ends, ts = zip(*sorted(timers, key=repr))
+            yield from B._blobs("timers", subtask, pa.table({
+                "key": to_arrow_array(list(k), arrow_key, what="timer key"),
+                "namespace": pa.array([{"start": s, "end": e} for s, e in zip(starts, ends)], parse_ddl(WINDOW_NAMESPACE)),
+                "timestamp": pa.array(ts, pa.int64()),
+                "domain": pa.array(["event"] * len(ts), pa.string()),
+            }))  # fmt: skip
+
+    out = keyed.repartition(parallelism, key_col).mapInArrow(bootstrap, B._BLOBS)
+    writer = builder.add_operator(ident, name="WindowBootstrap", parallelism=parallelism,
+                                  max_parallelism=max_parallelism, key_type=key_type, keyed_states=infos,
+                                  namespace_type=WINDOW_NAMESPACE)  # fmt: skip
+    for kind, _, table in B._collect(out):
+        if kind == "keyed":
+            writer.write_keyed(table)
+        else:
+            writer.write_timers(table)
