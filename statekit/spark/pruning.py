@@ -155,7 +155,9 @@ def pruning_unavailable(spark: SparkSession) -> str | None:
         return _installed[key]
 
 
-def relation_options(sp: Savepoint, meta: OperatorMetadata, files: Iterable[FileEntry], range_limit: int) -> dict[str, str]:
+def relation_options(
+    sp: Savepoint, meta: OperatorMetadata, files: Iterable[FileEntry], range_limit: int
+) -> dict[str, str]:
     """The ``statekit.*`` read options by which the rule recognises and prunes a keyed table."""
     lines = [
         f"{e.key_group_start} {e.key_group_end} {e.bytes} {e.checksum} {quote(e.path, safe='/')}" for e in files

@@ -351,9 +351,10 @@ class SavepointReader:
         ``keyed`` and ``timers`` are external Parquet tables over the savepoint's own files (no copy)
         when statekit's pruning rule is active (`statekit.spark.pruning`): the rule reads exactly
         the manifest's files, verified, and prunes them by key, as `read_keyed_state` does. Operator
-        state tables (and keyed tables without the rule, or of native RocksDB state) are copies written into the session catalog's warehouse in `format`: Spark's
-        catalog cannot hold tables backed by a Python data source, and a savepoint is immutable,
-        so a copy stays exact. Registering again replaces the tables.
+        state tables (and keyed tables without the rule, or of native RocksDB state) are copies
+        written into the session catalog's warehouse in `format`: Spark's catalog cannot hold
+        tables backed by a Python data source, and a savepoint is immutable, so a copy stays exact.
+        Registering again replaces the tables.
 
         Returns
         -------
