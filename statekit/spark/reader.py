@@ -24,7 +24,7 @@ from statekit.spark.reader_function import KeyedStateReaderFunction, iter_output
 from statekit.spark.window_reader import WindowReaderFunction, check_window_operator, iter_window_output, window_columns
 from statekit.spark.filters import RANGE_ENUMERATION_LIMIT
 from statekit.spark.pruning import pruning_unavailable, relation_options
-from statekit.spark.scan import TableSpec, plan_tasks, spark_ddl, table_schema, verified_keyed_paths
+from statekit.spark.scan import TableSpec, plan_tasks, split_tasks, spark_ddl, table_schema, verified_keyed_paths
 from statekit.spark.session import prepare_session
 
 __all__ = ["SavepointReader"]
@@ -307,6 +307,7 @@ class SavepointReader:
             schema = output_schema
         if not tasks:
             return self.spark.createDataFrame([], schema)
+        tasks = split_tasks(tasks, self.spark.sparkContext.defaultParallelism)
         arrow_schema = to_arrow_schema(schema)
 
         def run(batches: Any) -> Any:

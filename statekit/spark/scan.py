@@ -7,7 +7,7 @@ file's size and checksum. Nothing here knows the file layout beyond the manifest
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Iterator, Literal
 
 import pyarrow as pa
@@ -154,6 +154,42 @@ def plan_tasks(meta: OperatorMetadata, spec: TableSpec, keys: frozenset | None =
         groups = _merged(files)
     kgs = None if wanted is None else frozenset(wanted)
     return [ScanTask(files=tuple(g), key_groups=kgs, keys=keys) for g in groups]
+
+
+def task_range(task: ScanTask) -> tuple[int, int]:
+    """The first and last key group a file or native task reads."""
+    if task.key_group_range is not None:
+        return task.key_group_range
+    if task.key_groups:
+        return min(task.key_groups), max(task.key_groups)
+    return min(f.key_group_start for f in task.files), max(f.key_group_end for f in task.files)
+
+
+def split_tasks(tasks: list[ScanTask], parts: int) -> list[ScanTask]:
+    """Split the widest tasks in two by key group until there are `parts` of them.
+
+    For Python work per row (reader functions) a core per task matters more than reading a file
+    once: each half reads the same file(s) and keeps its own key groups. Tasks narrowed to keys
+    are left as they are.
+    """
+    out = list(tasks)
+    while len(out) < parts:
+        splittable = [(hi - lo, i) for i, t in enumerate(out)
+                      if t.keys is None and not t.whole_table for lo, hi in [task_range(t)] if hi > lo]  # fmt: skip
+        if not splittable:
+            break
+        _, i = max(splittable)
+        task = out[i]
+        lo, hi = task_range(task)
+        mid = (lo + hi) // 2
+        halves = [(lo, mid), (mid + 1, hi)]
+        if task.key_group_range is not None:
+            new = [replace(task, key_group_range=h) for h in halves]
+        else:
+            new = [replace(task, key_groups=frozenset(range(a, b + 1)) & (task.key_groups or frozenset(range(a, b + 1))))
+                   for a, b in halves]  # fmt: skip
+        out[i : i + 1] = new
+    return out
 
 
 def _conform(sp: Savepoint, table: pa.Table, expected: pa.Schema, entry: FileEntry) -> pa.Table:

@@ -12,14 +12,15 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Iterator
 
+import pyarrow as pa
 import pyarrow.compute as pc
 
 from statekit.errors import InvalidArgumentError, StateTypeError
 from statekit.runtime.window_assigners import TimeWindow, window_of
 from statekit.runtime.windows import CONTENTS, SESSIONS
 from statekit.savepoint import OperatorMetadata, Savepoint
-from statekit.spark.reader_function import decode_value, python_key, task_key_group_range
-from statekit.spark.scan import ScanTask, TableSpec, read_task_table
+from statekit.spark.reader_function import decode_value, no_gc, python_key
+from statekit.spark.scan import ScanTask, TableSpec, read_task_table, task_range
 from statekit.state.descriptors import KeyedStateDescriptor, StateInfo
 from statekit.state.functions import AggregateFunction
 
@@ -54,7 +55,8 @@ class WindowReaderContext:
     def __init__(self, meta: OperatorMetadata) -> None:
         self._meta = meta
         self.window: TimeWindow | None = None
-        self._row: dict[str, Any] = {}
+        self._columns: dict[str, list] = {}  # the task's state columns; this window is row _index
+        self._index = -1
         self._timers: tuple[list[int], list[int]] = ([], [])
 
     def registered_event_time_timers(self) -> list[int]:
@@ -77,7 +79,8 @@ class WindowReaderContext:
                 f"trigger state {descriptor.name!r} is {info.kind} state, but {type(descriptor).__name__} declares "
                 f"{descriptor.kind} state; use the matching descriptor."
             )
-        return decode_value(info, self._row.get(info.name))
+        column = self._columns.get(info.name)
+        return None if column is None else decode_value(info, column[self._index])
 
 
 def check_window_operator(
@@ -119,16 +122,29 @@ def _window_timers(sp: Savepoint, meta: OperatorMetadata, spec: TableSpec, lo: i
     table = read_task_table(sp, meta, tspec, ScanTask(files=files))
     kg = table.column("key_group")
     table = table.filter(pc.and_(pc.greater_equal(kg, lo), pc.less_equal(kg, hi)))
+    table = table.filter(pc.is_valid(table.column("namespace")))
+    starts, ends = _bounds(table)
+    keys = table.column("key").to_pylist()
+    if pa.types.is_struct(table.schema.field("key").type):
+        keys = [python_key(k) for k in keys]
     out: dict[Any, tuple[list[int], list[int]]] = {}
-    for key, ns, ts, domain in zip(*(table.column(c).to_pylist() for c in ("key", "namespace", "timestamp", "domain"))):
-        if ns is None:
-            continue
-        entry = out.setdefault((python_key(key), ns["start"], ns["end"]), ([], []))
-        entry[0 if domain == "event" else 1].append(ts)
+    event = pc.equal(table.column("domain"), "event").to_pylist()
+    with no_gc():  # building 100,000s of small containers: generational GC passes would dominate
+        for key, start, end, ts, is_event in zip(keys, starts, ends, table.column("timestamp").to_pylist(), event):
+            entry = out.get((key, start, end))
+            if entry is None:
+                entry = out[(key, start, end)] = ([], [])
+            entry[0 if is_event else 1].append(ts)
     for ev, pt in out.values():
         ev.sort()
         pt.sort()
     return out
+
+
+def _bounds(table: pa.Table) -> tuple[list[int], list[int]]:
+    """Window starts and ends of a table's (non-null) ``namespace`` column, as plain ints."""
+    ns = table.column("namespace")
+    return pc.struct_field(ns, "start").to_pylist(), pc.struct_field(ns, "end").to_pylist()
 
 
 def iter_window_output(
@@ -146,18 +162,22 @@ def iter_window_output(
     table = read_task_table(sp, meta, kspec, task)
     if table.num_rows:
         table = table.filter(pc.and_(pc.is_valid(table.column("namespace")), pc.is_valid(table.column(CONTENTS))))
-    timers = _window_timers(sp, meta, spec, *task_key_group_range(task)) if table.num_rows else {}
+    timers = _window_timers(sp, meta, spec, *task_range(task)) if table.num_rows else {}
     ctx = WindowReaderContext(meta)
-    columns = {s.name: table.column(s.name).to_pylist() for s in [contents, *triggers]}
+    ctx._columns = columns = {s.name: table.column(s.name).to_pylist() for s in [contents, *triggers]}
+    values = columns[CONTENTS]
     empty: tuple[list[int], list[int]] = ([], [])
     fn.open(ctx)
+    starts, ends = _bounds(table)
+    keys = table.column("key").to_pylist()
+    if pa.types.is_struct(table.schema.field("key").type):
+        keys = [python_key(k) for k in keys]
     try:
-        for i, (key, ns) in enumerate(zip(table.column("key").to_pylist(), table.column("namespace").to_pylist())):
-            key = python_key(key)
-            ctx.window = window_of((ns["start"], ns["end"]))
-            ctx._row = {name: col[i] for name, col in columns.items()}
-            ctx._timers = timers.get((key, ns["start"], ns["end"]), empty)
-            value = decode_value(contents, ctx._row[CONTENTS])
+        for i, (key, start, end) in enumerate(zip(keys, starts, ends)):
+            ctx.window = window_of((start, end))
+            ctx._index = i
+            ctx._timers = timers.get((key, start, end), empty)
+            value = decode_value(contents, values[i])
             if contents.kind == "list":
                 elements = value
             elif contents.kind == "aggregating":

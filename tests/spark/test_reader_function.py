@@ -166,3 +166,19 @@ def test_pickled_state_is_read_only_when_trusted(spark, pickled_savepoint):
     trusted = SavepointReader.read(spark, pickled_savepoint, trust_pickled=True)
     got = trusted.read_keyed_state("objs", Objects(), output_schema="key bigint, obj string").orderBy("key").collect()
     assert [r.obj for r in got] == ["{'a': 1}", "(2, 'b')"]
+
+
+def test_tasks_split_by_key_group_for_parallel_python_work():
+    from statekit.savepoint.manifest import FileEntry
+    from statekit.spark.scan import ScanTask, split_tasks, task_range
+
+    one = ScanTask(files=(FileEntry("k.parquet", "keyed", 10, 10, "crc32:0", None, 0, 127),))
+    parts = split_tasks([one], 4)
+    assert len(parts) == 4 and all(t.files == one.files for t in parts)
+    covered = sorted(g for t in parts for g in t.key_groups)
+    assert covered == list(range(128))  # disjoint halves, nothing lost
+    assert [task_range(t) for t in parts] == [(0, 31), (32, 63), (64, 95), (96, 127)]
+    narrowed = ScanTask(files=one.files, key_groups=frozenset({5}), keys=frozenset({1}))
+    assert split_tasks([narrowed], 4) == [narrowed]  # a key lookup stays one task
+    native = split_tasks([ScanTask(key_group_range=(0, 1))], 8)
+    assert [t.key_group_range for t in native] == [(0, 0), (1, 1)]
