@@ -28,6 +28,7 @@ from statekit.runtime.window_assigners import WindowAssigner
 from statekit.runtime.windows import CONTENTS, cleanup_time
 from statekit.savepoint import SavepointBuilder
 from statekit.spark import bootstrap as B
+from statekit.spark.reader_function import no_gc
 from statekit.state.descriptors import (
     AggregatingStateDescriptor,
     KeyedStateDescriptor,
@@ -128,12 +129,7 @@ def _write_windows(w: WindowedBootstrap, desc: KeyedStateDescriptor, value: Any,
     to_key = B.python_converter(arrow_key, hashable=True)
     parallelism = B._parallelism(t.source, max_parallelism)
 
-    def bootstrap(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from pyspark import TaskContext
-
-        backend = B._backend(key_type, max_parallelism)
-        contents = backend.get_state(desc)
-        timers: set[tuple] = set()
+    def _assign(batches: Iterator[pa.RecordBatch], backend: Any, contents: Any, timers: set) -> None:
         for batch in batches:
             keys = batch.column(key_col).to_pylist()
             stamps = batch.column(_TS).to_pylist()
@@ -141,18 +137,27 @@ def _write_windows(w: WindowedBootstrap, desc: KeyedStateDescriptor, value: Any,
                 if ts is None:
                     raise InvalidArgumentError(f"row {row} has a null {ts_name!r}: every element needs a timestamp.")
                 element = row if value is None else row[value] if isinstance(value, str) else value(row)
-                key = k if to_key is None else to_key(k)
+                key = k if to_key is None else to_key(k)  # hashable (struct keys become tuples)
                 backend.set_current_key(key, -1)
                 for window in assigner.assign_windows(element, ts, None):
                     backend.set_current_namespace(window)
                     contents.add(element)
-                    timers.add((k, window.start, window.end, cleanup_time(window, lateness, True)))
+                    timers.add((key, window.start, window.end, cleanup_time(window, lateness, True)))
+
+    def bootstrap(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from pyspark import TaskContext
+
+        backend = B._backend(key_type, max_parallelism)
+        contents = backend.get_state(desc)
+        timers: set[tuple] = set()
+        with no_gc():
+            _assign(batches, backend, contents, timers)
         subtask = TaskContext.get().partitionId()
         table = backend.snapshot(0).table()
         if table.num_rows:
             yield from B._blobs("keyed", subtask, table)
         if timers:
-            k, starts, ends, ts = zip(*sorted(timers, key=repr))
+            k, starts, ends, ts = zip(*timers)  # the builder orders timers by key group
             yield from B._blobs("timers", subtask, pa.table({
                 "key": to_arrow_array(list(k), arrow_key, what="timer key"),
                 "namespace": pa.array([{"start": s, "end": e} for s, e in zip(starts, ends)], parse_ddl(WINDOW_NAMESPACE)),
