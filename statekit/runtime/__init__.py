@@ -73,6 +73,7 @@ from statekit.runtime.window_assigners import (
     TumblingProcessingTimeWindows,
     WindowAssigner,
 )
+from statekit.runtime.window_evictors import CountEvictor, Evictor, TimeEvictor, TimestampedValue
 from statekit.runtime.windows import (
     ProcessAllWindowFunction,
     ProcessWindowFunction,
@@ -98,6 +99,7 @@ __all__ = [
     "CoProcessFunction",
     "CollectResult",
     "ConnectedStreams",
+    "CountEvictor",
     "CountTrigger",
     "DataStream",
     "DataStreamSink",
@@ -105,6 +107,7 @@ __all__ = [
     "Encoder",
     "EventTimeSessionWindows",
     "EventTimeTrigger",
+    "Evictor",
     "FileSink",
     "FileSource",
     "FilterFunction",
@@ -145,7 +148,9 @@ __all__ = [
     "StreamExecutionEnvironment",
     "SystemClock",
     "TimeDomain",
+    "TimeEvictor",
     "TimeWindow",
+    "TimestampedValue",
     "TimerService",
     "TimestampAssigner",
     "Trigger",

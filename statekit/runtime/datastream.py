@@ -131,12 +131,16 @@ class DataStream:
 
         return window_all(self, window_assigner)
 
-    def count_window_all(self, size: int) -> Any:
-        """Windows of `size` elements of the whole stream."""
+    def count_window_all(self, size: int, slide: int | None = None) -> Any:
+        """Windows of `size` elements of the whole stream (sliding by `slide` elements when given)."""
         from statekit.runtime.window_assigners import CountTrigger, GlobalWindows, PurgingTrigger
+        from statekit.runtime.window_evictors import CountEvictor
         from statekit.runtime.windows import window_all
 
-        return window_all(self, GlobalWindows.create()).trigger(PurgingTrigger.of(CountTrigger.of(size)))
+        windows = window_all(self, GlobalWindows.create())
+        if slide is None:
+            return windows.trigger(PurgingTrigger.of(CountTrigger.of(size)))
+        return windows.evictor(CountEvictor.of(size)).trigger(CountTrigger.of(slide))
 
     def rebalance(self) -> "DataStream":
         """Round-robin the elements to the next operator."""
@@ -313,11 +317,12 @@ class KeyedStream(DataStream):
 
         return WindowedStream(self, window_assigner)
 
-    def count_window(self, size: int) -> Any:
-        """Windows of `size` elements per key (a global window with a purging count trigger)."""
+    def count_window(self, size: int, slide: int | None = None) -> Any:
+        """Windows of `size` elements per key (a global window with a purging count trigger); with
+        `slide`, the last `size` elements every `slide` elements (count evictor + count trigger)."""
         from statekit.runtime.windows import count_window
 
-        return count_window(self, size)
+        return count_window(self, size, slide)
 
     def key_by(self, key_selector: Any, key_type: Any = None) -> "KeyedStream":
         raise InvalidArgumentError("the stream is already keyed; key_by the stream it came from instead")

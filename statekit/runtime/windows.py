@@ -11,6 +11,7 @@ from statekit.errors import InvalidArgumentError, JobError
 from statekit.runtime.functions import RichFunction
 from statekit.runtime.operators import KeyedOperatorMixin, StreamOperator
 from statekit.runtime.timers import EVENT, PROCESSING
+from statekit.runtime.window_evictors import CountEvictor, Evictor, TimestampedValue
 from statekit.runtime.window_assigners import (
     GLOBAL_WINDOW,
     CountTrigger,
@@ -31,6 +32,8 @@ from statekit.state.functions import AggregateFunction, as_reduce_function
 
 #: Keyed state names of the window operator (as in Flink's WindowOperator).
 CONTENTS = "window-contents"
+TIMESTAMPS = "window-timestamps"  # with an evictor: each buffered element's timestamp, in step with CONTENTS
+NO_TIMESTAMP = -(2**63)  # list state holds no nulls: Long.MIN_VALUE stands for "no timestamp", as in Flink
 SESSIONS = "session-windows"  # active session windows of a key: start -> end, in the void namespace
 
 
@@ -202,13 +205,21 @@ class WindowOperator(KeyedOperatorMixin, StreamOperator):
 
     def initialize_internal_state(self, restored: bool) -> None:
         fns, opts = self.fns, self.transformation.options
-        if fns.kind == "reduce":
+        self.evictor = copy.deepcopy(opts["evictor"]) if opts.get("evictor") is not None else None
+        self.stamps = None
+        if self.evictor is not None:
+            # As Flink's EvictingWindowOperator: every element is kept (with its timestamp) and the
+            # function runs over what the evictor leaves when the window fires.
+            self.contents = self.backend.get_state(ListStateDescriptor(CONTENTS, opts["element_type"]))
+            self.stamps = self.backend.get_state(ListStateDescriptor(TIMESTAMPS, "bigint"))
+        elif fns.kind == "reduce":
             desc: Any = ReducingStateDescriptor(CONTENTS, fns.fn, opts["state_type"])
         elif fns.kind == "aggregate":
             desc = AggregatingStateDescriptor(CONTENTS, fns.fn, opts["state_type"])
         else:
             desc = ListStateDescriptor(CONTENTS, opts["state_type"])
-        self.contents = self.backend.get_state(desc)
+        if self.evictor is None:
+            self.contents = self.backend.get_state(desc)
         if self.merging:
             self.sessions = self.backend.get_state(MapStateDescriptor(SESSIONS, "bigint", "bigint"))
 
@@ -234,13 +245,15 @@ class WindowOperator(KeyedOperatorMixin, StreamOperator):
             accepted = True
             backend.set_current_namespace(window)
             self.contents.add(value)
+            if self.stamps is not None:
+                self.stamps.add(NO_TIMESTAMP if ts is None else ts)
             self.trigger_ctx.window = window
             result = self.trigger.on_element(value, ts, window, self.trigger_ctx)
             if result.is_fire():
                 self._emit_window(window)
             if result.is_purge():
                 backend.set_current_namespace(window)
-                self.contents.clear()
+                self._clear_contents()
             self._register_cleanup_timer(window)
         if not accepted:
             late_tag = self.late_tag
@@ -286,6 +299,8 @@ class WindowOperator(KeyedOperatorMixin, StreamOperator):
         sources = [w for w in touching if w != merged]
         if sources:
             backend.merge_namespaces(CONTENTS, sources, merged)
+            if self.stamps is not None:
+                backend.merge_namespaces(TIMESTAMPS, sources, merged)
         ctx = self.trigger_ctx
         if touching:
             ctx.window, ctx.merged = merged, sources
@@ -328,14 +343,19 @@ class WindowOperator(KeyedOperatorMixin, StreamOperator):
             self._emit_window(window)
         if result.is_purge():
             backend.set_current_namespace(window)
-            self.contents.clear()
+            self._clear_contents()
         if (domain == EVENT) == self.event_time and ts == self._cleanup_time(window):
             self._clear_all_state(window)
+
+    def _clear_contents(self) -> None:
+        self.contents.clear()
+        if self.stamps is not None:
+            self.stamps.clear()
 
     def _clear_all_state(self, window: TimeWindow) -> None:
         backend = self.backend
         backend.set_current_namespace(window)
-        self.contents.clear()
+        self._clear_contents()
         self.trigger_ctx.window = window
         self.trigger.clear(window, self.trigger_ctx)
         clear = getattr(self.fns.window_function, "clear", None)
@@ -350,6 +370,9 @@ class WindowOperator(KeyedOperatorMixin, StreamOperator):
     # -- output -----------------------------------------------------------------------------------------
     def _emit_window(self, window: TimeWindow) -> None:
         self.backend.set_current_namespace(window)
+        if self.evictor is not None:
+            self._emit_evicting(window)
+            return
         contents = self.contents.get()
         fns = self.fns
         if fns.kind == "process":
@@ -360,6 +383,39 @@ class WindowOperator(KeyedOperatorMixin, StreamOperator):
             return
         else:
             elements = [contents]
+        self._apply(window, elements)
+
+    def _emit_evicting(self, window: TimeWindow) -> None:
+        values = self.contents.get() or []
+        if not values:
+            return
+        stamps = self.stamps.get() or [NO_TIMESTAMP] * len(values)
+        buffered = [TimestampedValue(v, None if t == NO_TIMESTAMP else t) for v, t in zip(values, stamps)]
+        self.evictor.evict_before(buffered, len(buffered), window, self.window_ctx)
+        kept = [e.value for e in buffered]
+        fns = self.fns
+        if kept:  # a window the evictor emptied produces nothing
+            if fns.kind == "reduce":
+                result = kept[0]
+                for v in kept[1:]:
+                    result = fns.fn.reduce(result, v)
+                self._apply(window, [result])
+            elif fns.kind == "aggregate":
+                acc = fns.fn.create_accumulator()
+                for v in kept:
+                    acc = fns.fn.add(v, acc)
+                self._apply(window, [fns.fn.get_result(acc)])
+            else:
+                self._apply(window, kept)
+        self.evictor.evict_after(buffered, len(buffered), window, self.window_ctx)
+        if len(buffered) != len(values):
+            self.backend.set_current_namespace(window)
+            self.contents.update([e.value for e in buffered])
+            self.stamps.update([NO_TIMESTAMP if e.timestamp is None else e.timestamp for e in buffered])
+
+    def _apply(self, window: TimeWindow, elements: Any) -> None:
+        """Emit a fired window's `elements`, through the window function if there is one."""
+        fns = self.fns
         ts = window.max_timestamp()
         wf = fns.window_function
         if wf is None:
@@ -390,6 +446,7 @@ class WindowedStream:
         self._lateness = 0
         self._all = False
         self._late_tag: str | None = None
+        self._evictor: Any = None
 
     def allowed_lateness(self, time_ms: int) -> "WindowedStream":
         """Keep event-time windows (and re-fire them) for late elements up to `time_ms` after the watermark passed their end."""
@@ -417,13 +474,33 @@ class WindowedStream:
         self._trigger = trigger
         return self
 
-    def _op(self, kind: str, fn: Any, window_function: Any, state_type: Any, name: str) -> Any:
+    def evictor(self, evictor: Evictor) -> "WindowedStream":
+        """Remove elements before/after the window function runs (`CountEvictor`, `TimeEvictor`).
+
+        With an evictor every element is buffered (as in Flink), so ``aggregate`` also needs
+        ``element_type=``; ``reduce`` buffers elements of its ``output_type``.
+        """
+        if not isinstance(evictor, Evictor):
+            raise InvalidArgumentError(f"evictor(...) needs an Evictor such as CountEvictor.of(10), got {evictor!r}")
+        self._evictor = evictor
+        return self
+
+    def _op(self, kind: str, fn: Any, window_function: Any, state_type: Any, name: str,
+            element_type: Any = None) -> Any:  # fmt: skip
         from statekit.runtime.datastream import DataStream
 
         ks = self._keyed
+        if self._evictor is not None:
+            element_type = state_type if kind in ("reduce", "process") else element_type
+            if element_type is None:
+                raise InvalidArgumentError(
+                    "with an evictor, aggregate(...) buffers the elements themselves and needs their type: pass "
+                    "element_type= (a DDL string, pyarrow type or Types.*()), or element_type=statekit.PICKLED"
+                )
         options = {
             "assigner": self._assigner, "trigger": self._trigger, "allowed_lateness": self._lateness,
             "state_type": state_type, "all": self._all, "late_tag": self._late_tag,
+            "evictor": self._evictor, "element_type": element_type,
         }
         t = ks._env._add(
             "window", name, _WindowFunctions(kind, fn, window_function), [ks._edge()], WindowOperator,
@@ -445,7 +522,8 @@ class WindowedStream:
             )
         return self._op("reduce", as_reduce_function(reduce_function), window_function, output_type, "WindowReduce")
 
-    def aggregate(self, aggregate_function: AggregateFunction, window_function: Any = None, *, accumulator_type: Any = None, output_type: Any = None) -> Any:
+    def aggregate(self, aggregate_function: AggregateFunction, window_function: Any = None, *, accumulator_type: Any = None,
+                  output_type: Any = None, element_type: Any = None) -> Any:  # fmt: skip
         """Aggregate each window incrementally with an `AggregateFunction`; ``accumulator_type`` is the stored accumulator's type."""
         if not isinstance(aggregate_function, AggregateFunction):
             raise InvalidArgumentError(f"aggregate(...) needs an AggregateFunction, got {aggregate_function!r}")
@@ -454,7 +532,8 @@ class WindowedStream:
                 "window aggregate(...) keeps the accumulator in keyed state and needs its type: pass accumulator_type= "
                 "(a DDL string, pyarrow type or Types.*()), or accumulator_type=statekit.PICKLED to pickle it"
             )
-        return self._op("aggregate", aggregate_function, window_function, accumulator_type, "WindowAggregate")
+        return self._op("aggregate", aggregate_function, window_function, accumulator_type, "WindowAggregate",
+                        element_type)  # fmt: skip
 
     def process(self, process_window_function: Any, output_type: Any = None, *, element_type: Any = None) -> Any:
         """Buffer each window's elements (list state of ``element_type``) and call ``process(key, context, elements)`` when it fires."""
@@ -470,9 +549,13 @@ class WindowedStream:
         return self.process(window_function, output_type, element_type=element_type)
 
 
-def count_window(keyed_stream: Any, size: int) -> WindowedStream:
-    """Windows of `size` elements per key: `GlobalWindows` with a purging `CountTrigger`."""
-    return WindowedStream(keyed_stream, GlobalWindows.create()).trigger(PurgingTrigger.of(CountTrigger.of(size)))
+def count_window(keyed_stream: Any, size: int, slide: int | None = None) -> WindowedStream:
+    """Windows of `size` elements per key: `GlobalWindows` with a purging `CountTrigger`; with `slide`,
+    the last `size` elements every `slide` elements (a `CountEvictor` and a non-purging trigger, as Flink)."""
+    windows = WindowedStream(keyed_stream, GlobalWindows.create())
+    if slide is None:
+        return windows.trigger(PurgingTrigger.of(CountTrigger.of(size)))
+    return windows.evictor(CountEvictor.of(size)).trigger(CountTrigger.of(slide))
 
 
 def _all_key(value: Any) -> int:
