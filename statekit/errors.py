@@ -103,4 +103,8 @@ class RestoreError(StatekitError):
     """A savepoint cannot be restored into this job (unmatched state, parallelism above max)."""
 
 
+class SourceError(StatekitError, ValueError):
+    """A job's input cannot be read: not a Delta table, a Delta feature not supported, a damaged log."""
+
+
 __all__ = [name for name, obj in globals().items() if isinstance(obj, type) and issubclass(obj, StatekitError)]

@@ -31,12 +31,20 @@ class FileSource:
 
     shared = True
 
-    def __init__(self, path: str | Path, format: str, *, csv_options: dict | None = None) -> None:
-        if format not in ("parquet", "jsonl", "csv"):
-            raise InvalidArgumentError(f"unknown file format {format!r}; use 'parquet', 'jsonl' or 'csv'")
+    def __init__(self, path: str | Path, format: str, *, csv_options: dict | None = None,
+                 version: int | None = None) -> None:  # fmt: skip
+        if format not in ("parquet", "jsonl", "csv", "delta"):
+            raise InvalidArgumentError(f"unknown file format {format!r}; use 'parquet', 'jsonl', 'csv' or 'delta'")
         self.path = Path(path)
         self.format = format
         self.csv_options = dict(csv_options or {})
+        self.version = version
+        self._delta: Any = None
+        if format == "delta":
+            from statekit.runtime.delta import delta_snapshot
+
+            self._delta = delta_snapshot(self.path, version)
+            self.version = self._delta.version
 
     @classmethod
     def parquet(cls, path: str | Path) -> "FileSource":
@@ -53,7 +61,25 @@ class FileSource:
         """CSV with a header row; values stay strings (convert them in a map)."""
         return cls(path, "csv", csv_options=csv_options)
 
+    @classmethod
+    def delta(cls, path: str | Path, *, version: int | None = None) -> "FileSource":
+        """Rows of a Delta Lake table as of `version`, partition columns included (read without Spark).
+
+        ``version=None`` pins the latest version when the source is created, so replays and
+        restores in this process read the same rows; a job restored in a new process after the
+        table changed must pass the version it started with (``source.version``).
+        Raises `SourceError` for tables using deletion vectors, column mapping or V2 checkpoints.
+        """
+        return cls(path, "delta", version=version)
+
+    def _entries(self) -> list[tuple[Path, dict]]:
+        if self._delta is not None:
+            return [(f.path, f.partition_values) for f in self._delta.files]
+        return [(p, {}) for p in self.files()]
+
     def files(self) -> list[Path]:
+        if self._delta is not None:
+            return [f.path for f in self._delta.files]
         if self.path.is_dir():
             suffix = {"parquet": ".parquet", "jsonl": ".jsonl", "csv": ".csv"}[self.format]
             return sorted(p for p in self.path.iterdir() if p.name.endswith(suffix) and not p.name.startswith((".", "_")))
@@ -64,8 +90,8 @@ class FileSource:
     def read(self, offset: int) -> Iterator[Any]:
         """Rows from row number `offset` on."""
         skip = offset
-        for path in self.files():
-            if self.format == "parquet":
+        for path, partition_values in self._entries():
+            if self.format in ("parquet", "delta"):
                 import pyarrow.parquet as pq
 
                 pf = pq.ParquetFile(path)
@@ -75,6 +101,8 @@ class FileSource:
                         skip -= n
                         continue
                     rows = pf.read_row_group(rg).to_pylist()
+                    if partition_values:
+                        rows = [{**row, **partition_values} for row in rows]
                     yield from rows[skip:]
                     skip = 0
             else:

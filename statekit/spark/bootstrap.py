@@ -33,6 +33,7 @@ from statekit.errors import InvalidArgumentError, StateAccessError, StateTypeErr
 from statekit.identifiers import OperatorIdentifier
 from statekit.keygroups import KeyGroupRange, check_max_parallelism
 from statekit.savepoint import SavepointBuilder
+from statekit.spark.reader_function import no_gc
 from statekit.state.descriptors import BroadcastStateDescriptor, KeyedStateDescriptor, MapStateDescriptor
 from statekit.types import parse_ddl, to_arrow_array, to_ddl
 
@@ -399,11 +400,12 @@ def _write_keyed_function(t: KeyedOperatorTransformation, fn: KeyedStateBootstra
         ctx = KeyedBootstrapContext(backend)
         fn.open(ctx)
         ctx._opened = True
-        for batch in batches:
-            keys = batch.column(key_col).to_pylist()
-            for k, row in zip(keys, _rows(batch, (_KEY,))):
-                backend.set_current_key(k if to_key is None else to_key(k), -1)
-                _call(fn.process_element(row, ctx))
+        with no_gc():  # the backend grows by one entry per key: generational GC passes would dominate
+            for batch in batches:
+                keys = batch.column(key_col).to_pylist()
+                for k, row in zip(keys, _rows(batch, (_KEY,))):
+                    backend.set_current_key(k if to_key is None else to_key(k), -1)
+                    _call(fn.process_element(row, ctx))
         fn.close()
         subtask = TaskContext.get().partitionId()
         table = backend.snapshot(0).table()
