@@ -21,24 +21,11 @@ from pathlib import Path
 
 from pyspark.sql import functions as F
 
-from statekit.runtime import AggregateFunction, TumblingEventTimeWindows
+from statekit.runtime import TumblingEventTimeWindows
 from statekit.spark import OperatorTransformation, SavepointReader, SavepointWriter, WindowReaderFunction, spark_session
+from statekit.testing import ClickCounter
 
 MINUTE = 60_000
-
-
-class ClickCounter(AggregateFunction):
-    def create_accumulator(self):
-        return 0
-
-    def add(self, value, acc):
-        return acc + 1
-
-    def get_result(self, acc):
-        return acc
-
-    def merge(self, a, b):
-        return a + b
 
 
 class Counts(WindowReaderFunction):

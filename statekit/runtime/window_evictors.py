@@ -41,7 +41,24 @@ class Evictor:
         """Called after the window function."""
 
 
-class CountEvictor(Evictor):
+class _OneSidedEvictor(Evictor):
+    """Evicts either before the window function (the default) or after it."""
+
+    do_evict_after = False
+
+    def _evict(self, elements: list[TimestampedValue]) -> None:
+        raise NotImplementedError
+
+    def evict_before(self, elements, size, window, evictor_context):
+        if not self.do_evict_after:
+            self._evict(elements)
+
+    def evict_after(self, elements, size, window, evictor_context):
+        if self.do_evict_after:
+            self._evict(elements)
+
+
+class CountEvictor(_OneSidedEvictor):
     """Keeps at most `max_count` elements: the most recently added ones (Flink's ``CountEvictor``)."""
 
     def __init__(self, max_count: int, do_evict_after: bool = False) -> None:
@@ -58,16 +75,8 @@ class CountEvictor(Evictor):
         if len(elements) > self.max_count:
             del elements[: len(elements) - self.max_count]
 
-    def evict_before(self, elements, size, window, evictor_context):
-        if not self.do_evict_after:
-            self._evict(elements)
 
-    def evict_after(self, elements, size, window, evictor_context):
-        if self.do_evict_after:
-            self._evict(elements)
-
-
-class TimeEvictor(Evictor):
+class TimeEvictor(_OneSidedEvictor):
     """Keeps the elements within `window_size` ms of the newest element's timestamp (Flink's ``TimeEvictor``).
 
     Elements without timestamps are never evicted (nor is anything when none has one).
@@ -89,11 +98,3 @@ class TimeEvictor(Evictor):
             return
         cutoff = max(stamps) - self.window_size
         elements[:] = [e for e in elements if e.timestamp is None or e.timestamp > cutoff]
-
-    def evict_before(self, elements, size, window, evictor_context):
-        if not self.do_evict_after:
-            self._evict(elements)
-
-    def evict_after(self, elements, size, window, evictor_context):
-        if self.do_evict_after:
-            self._evict(elements)

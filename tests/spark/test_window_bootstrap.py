@@ -6,7 +6,6 @@ import pytest
 
 from statekit.errors import InvalidArgumentError
 from statekit.runtime import (
-    AggregateFunction,
     EventTimeSessionWindows,
     ProcessWindowFunction,
     SlidingEventTimeWindows,
@@ -17,26 +16,13 @@ from statekit.runtime import (
 )
 from statekit.savepoint import Savepoint, check
 from statekit.spark import OperatorTransformation, SavepointReader, SavepointWriter
+from statekit.testing import ClickCounter
 
 pytestmark = pytest.mark.spark
 
 MINUTE = 60_000
 HISTORY = [("alice", 1_000), ("bob", 1_500), ("alice", 2_000), ("alice", 61_000)]
 LIVE = [("alice", 30_000), ("bob", 62_000), ("carol", 65_000), ("alice", 130_000)]
-
-
-class ClickCounter(AggregateFunction):
-    def create_accumulator(self):
-        return 0
-
-    def add(self, value, acc):
-        return acc + 1
-
-    def get_result(self, acc):
-        return acc
-
-    def merge(self, a, b):
-        return a + b
 
 
 class WithWindow(ProcessWindowFunction):

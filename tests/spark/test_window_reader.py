@@ -6,7 +6,6 @@ import pytest
 
 from statekit.errors import InvalidArgumentError
 from statekit.runtime import (
-    AggregateFunction,
     CountTrigger,
     EventTimeSessionWindows,
     ProcessWindowFunction,
@@ -16,6 +15,7 @@ from statekit.runtime import (
 )
 from statekit.spark import SavepointReader, WindowReaderFunction
 from statekit.state import ReducingStateDescriptor
+from statekit.testing import ClickCounter
 
 pytestmark = pytest.mark.spark
 
@@ -24,20 +24,6 @@ MINUTE = 60_000
 CLICKS = [("alice", 1_000), ("bob", 1_500), ("alice", 2_000), ("alice", 30_000), ("bob", 59_000), ("alice", 61_000)]
 # A watermark far behind the clicks: no window fires, every one is pending in the savepoint.
 LAGGING = WatermarkStrategy.for_bounded_out_of_orderness(10 * MINUTE).with_timestamp_assigner(lambda e, ts: e[1])
-
-
-class ClickCounter(AggregateFunction):
-    def create_accumulator(self):
-        return 0
-
-    def add(self, value, acc):
-        return acc + 1
-
-    def get_result(self, acc):
-        return acc
-
-    def merge(self, a, b):
-        return a + b
 
 
 class ClickReader(WindowReaderFunction):
