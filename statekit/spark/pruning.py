@@ -38,8 +38,11 @@ JAVA_SOURCES = Path(__file__).resolve().parent / "java"
 RULE_CLASS = "io.statekit.spark.KeyGroupPruning"
 
 _lock = threading.Lock()
-_loaders: dict[int, Any] = {}  # id(py4j gateway) -> the URLClassLoader holding statekit's classes
-_installed: dict[int, str | None] = {}  # id(java session) -> None when installed, else the reason not
+# id(py4j gateway) -> (gateway, the URLClassLoader holding statekit's classes); the gateway is kept
+# so its id cannot be reused by another object.
+_loaders: dict[int, tuple[Any, Any]] = {}
+# id(java session) -> (session, why the rule could not be installed): one warning per session.
+_failed: dict[int, tuple[Any, str]] = {}
 
 
 def _cache_root() -> Path:
@@ -106,13 +109,14 @@ def _rule(spark: SparkSession) -> Any:
     """A new rule instance from statekit's class loader in `spark`'s JVM (created once per JVM)."""
     gateway = spark.sparkContext._gateway
     jvm = spark._jvm
-    loader = _loaders.get(id(gateway))
-    if loader is None:
+    entry = _loaders.get(id(gateway))
+    if entry is None:
         classes = compiled_classes(spark.version)
         urls = gateway.new_array(jvm.java.net.URL, 1)
         urls[0] = jvm.java.io.File(str(classes)).toURI().toURL()
-        loader = jvm.java.net.URLClassLoader(urls, spark._jsparkSession.getClass().getClassLoader())
-        _loaders[id(gateway)] = loader
+        entry = _loaders[id(gateway)] = (gateway, jvm.java.net.URLClassLoader(
+            urls, spark._jsparkSession.getClass().getClassLoader()))  # fmt: skip
+    loader = entry[1]
     cls = loader.loadClass(RULE_CLASS)
     no_types = gateway.new_array(jvm.java.lang.Class, 0)
     return cls.getDeclaredConstructor(no_types).newInstance(gateway.new_array(jvm.java.lang.Object, 0))
@@ -138,21 +142,24 @@ def pruning_unavailable(spark: SparkSession) -> str | None:
     if jsession is None:
         return "Spark Connect sessions cannot load optimizer rules from the client"
     with _lock:
-        key = id(jsession)
-        if key not in _installed:
-            try:
-                _rule(spark).install(jsession)
-                _installed[key] = None
-            except Exception as exc:  # noqa: BLE001 - any failure means "fall back", and is reported
-                reason = f"{type(exc).__name__}: {exc}"
-                _installed[key] = reason
-                warnings.warn(
-                    f"statekit could not install its key-group pruning rule ({reason}); keyed tables are read "
-                    "through statekit's Python data source instead of Spark's Parquet reader (slower scans).",
-                    RuntimeWarning,
-                    stacklevel=3,
-                )
-        return _installed[key]
+        failed = _failed.get(id(jsession))
+        if failed is not None:
+            return failed[1]
+        try:
+            # Idempotent and cheap (the rule checks the session's list), so it runs on every call: a
+            # session that was stopped and replaced gets the rule too.
+            _rule(spark).install(jsession)
+            return None
+        except Exception as exc:  # noqa: BLE001 - any failure means "fall back", and is reported
+            reason = f"{type(exc).__name__}: {exc}"
+            _failed[id(jsession)] = (jsession, reason)
+            warnings.warn(
+                f"statekit could not install its key-group pruning rule ({reason}); keyed tables are read "
+                "through statekit's Python data source instead of Spark's Parquet reader (slower scans).",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+            return reason
 
 
 def relation_options(
