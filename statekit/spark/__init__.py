@@ -11,6 +11,10 @@ Writing (bootstrap from any DataFrame, Delta tables included; modify existing sa
     t = OperatorTransformation.bootstrap_with(df).key_by("user").columns(ValueStateDescriptor("balance", "double"))
     SavepointWriter.new_savepoint(spark, max_parallelism=128).with_operator("accounts", t).write(path)
 
+Window state: ``reader.read_window_state(op[, WindowReaderFunction])`` reads pending windows;
+``bootstrap_with(df).key_by(k).window(assigner, timestamp="ts").aggregate(...)`` writes them.
+``SavepointWriter.from_existing_savepoint(spark, path).rekey(op, "upper(key)")`` re-keys an operator.
+
 The same tables through the data source, from Python or SQL::
 
     spark.read.format("statekit").option("uid", "counter").option("table", "keyed").load(path)
