@@ -91,6 +91,36 @@ def show(
         console.print("[dim]values hidden; pass --values to show them[/]")
 
 
+@app.command()
+def query(
+    path: Path = typer.Argument(..., help="Savepoint or checkpoint directory."),
+    sql: str = typer.Argument(..., help='Spark SQL, e.g. "SELECT count(*) FROM accounts.keyed WHERE balance < 0".'),
+    prefix: Optional[str] = typer.Option(None, "--prefix", help="Prefix of the database names (<prefix>_<uid>)."),
+    limit: int = typer.Option(50, "--limit", min=0, help="At most this many rows."),
+) -> None:
+    """Run Spark SQL over a savepoint: a database per operator (uid), tables keyed, timers and one per
+    operator state. Starts a local Spark session (a few seconds); prints what the query selects."""
+    from pyspark.errors import AnalysisException
+
+    from statekit.spark import SavepointReader, spark_session
+    from statekit_cli.render import rows_table
+
+    databases: dict[str, list[str]] = {}
+    try:
+        spark = spark_session()
+        databases = SavepointReader.read(spark, path).register(prefix)
+        df = spark.sql(sql)
+        rows = [r.asDict(recursive=True) for r in df.limit(limit).collect()]
+    except StatekitError as exc:
+        _fail(exc)
+    except AnalysisException as exc:
+        tables = "; ".join(f"{db}: {', '.join(names)}" for db, names in databases.items())
+        err_console.print(f"[bold red]error:[/] the query does not run: {exc.getMessage()}\n"
+                          f"The savepoint's tables are: {tables}", highlight=False)  # fmt: skip
+        raise typer.Exit(code=2) from None
+    console.print(rows_table(rows, df.columns, set(), title=sql))
+
+
 def _table(sp, op, meta, table: str):
     if table == "keyed":
         return sp.keyed_table(op)

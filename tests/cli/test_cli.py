@@ -110,3 +110,14 @@ def test_repair_error_is_typed(savepoint, tmp_path):
                                  "--max", "0", "--apply"], env={"COLUMNS": "200"})
     assert result.exit_code == 2 and "ParallelismError" in result.output
     assert not (tmp_path / "x").exists()
+
+
+@pytest.mark.spark
+def test_query_runs_sql_over_the_savepoint(spark, savepoint):
+    result = runner.invoke(app, ["query", str(savepoint), "SELECT count(*) AS n FROM accounts.keyed"],
+                           env={"COLUMNS": "200"})  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "500" in result.output
+    bad = runner.invoke(app, ["query", str(savepoint), "SELECT * FROM nowhere.keyed"], env={"COLUMNS": "200"})
+    assert bad.exit_code == 2
+    assert "accounts: keyed, timers" in bad.output
