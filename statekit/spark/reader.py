@@ -126,9 +126,10 @@ class SavepointReader:
           it, every file is verified on the driver when the DataFrame is created and key filters
           prune nothing.
         * ``"statekit"``: statekit's Python data source (`statekit.spark.datasource`): reads native
-          RocksDB checkpoints too and prunes struct keys, at a fraction of the scan speed.
+          RocksDB checkpoints too and prunes every key type, at a fraction of the scan speed.
         * ``"auto"`` (default): ``"parquet"`` when the rule is installed and the operator is
-          canonical Parquet with a scalar key type, else ``"statekit"``. Both give equal DataFrames.
+          canonical Parquet whose key type the rule hashes (scalars, structs without float fields),
+          else ``"statekit"``. Both give equal DataFrames.
 
         With a `KeyedStateReaderFunction`: its rows, computed per partition on the executors
         (always by statekit). `output_schema` (a `StructType` or DDL string) is inferred from up to
@@ -165,9 +166,10 @@ class SavepointReader:
         return engine
 
     def _rule_prunes(self, meta: OperatorMetadata) -> bool:
-        """Whether Spark's Parquet reader with statekit's rule serves `meta`'s keyed table fully."""
-        scalar_key = not pa.types.is_struct(parse_ddl(meta.key_type))
-        return not meta.is_native and scalar_key and pruning_unavailable(self.spark) is None
+        """Whether Spark's Parquet reader with statekit's rule serves `meta`'s keyed table fully
+        (the rule prunes scalar keys and structs without float fields; the data source the rest)."""
+        prunable = _jvm_prunable(parse_ddl(meta.key_type))
+        return not meta.is_native and prunable and pruning_unavailable(self.spark) is None
 
     def _load_parquet(self, meta: OperatorMetadata, table: str = "keyed", *, with_key_group: bool) -> DataFrame:
         spec = TableSpec(self.path, meta.uid_hash, table, with_key_group=True)
@@ -401,6 +403,13 @@ class SavepointReader:
             qualified, path=str(paths[0].parent.resolve()), source="parquet", schema=schema, **options
         )
         return True
+
+
+def _jvm_prunable(t: pa.DataType) -> bool:
+    """Mirror of ``KeyFilter.prunable`` (statekit/spark/java): the key types the rule hashes."""
+    if pa.types.is_struct(t):
+        return t.num_fields > 0 and all(not pa.types.is_floating(f.type) and _jvm_prunable(f.type) for f in t)
+    return True  # every scalar key type statekit allows
 
 
 def _identifier(text: str) -> str:

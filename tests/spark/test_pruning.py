@@ -177,3 +177,37 @@ def test_timers_prune_by_key_too(spark, tmp_path, engine):
     kg = assign_to_key_group(77, 128, "bigint")
     assert _files_read(one, engine) == len([f for f in Savepoint.open(path).operator("op").files_of("timers")
                                             if f.covers(kg)]) <= _files_read(timers, engine)  # fmt: skip
+
+
+def test_struct_keys_prune_in_the_jvm_like_flink_tuples(spark, tmp_path):
+    path = tmp_path / "sp"
+    keys = [{"a": i * 7919 - 500, "b": f"x{i}"} for i in range(200)]
+    key_type = "struct<a:bigint,b:string>"
+    with SavepointBuilder(path, rows_per_file=10) as b:
+        op = b.add_operator("op", parallelism=2, max_parallelism=128, key_type=key_type,
+                            keyed_states=[ValueStateDescriptor("i", "bigint")])
+        op.write_keyed(pa.table({"key": pa.array(keys, pa.struct([("a", pa.int64()), ("b", pa.string())])),
+                                 "i": pa.array(range(len(keys)), pa.int64())}))  # fmt: skip
+    reader = SavepointReader.read(spark, path)
+    df = reader.read_keyed_state("op")  # auto: Spark's Parquet scan for struct keys without float fields
+    assert "FileScan parquet" in df._jdf.queryExecution().executedPlan().toString()
+    files = Savepoint.open(path).keyed_files("op")
+    for i in (0, 57, 199):
+        one = df.where(F.col("key") == F.struct(F.lit(keys[i]["a"]).alias("a"), F.lit(keys[i]["b"]).alias("b")))
+        assert [r.i for r in one.collect()] == [i]
+        kg = assign_to_key_group(keys[i], 128, key_type)
+        assert _files_read(one, "parquet") == len([f for f in files if f.covers(kg)]) < len(files)
+    everything = df.where(F.col("key").isin([F.struct(F.lit(k["a"]).alias("a"), F.lit(k["b"]).alias("b")) for k in keys]))
+    assert everything.count() == len(keys)
+
+
+def test_struct_keys_with_float_fields_use_the_data_source(spark, tmp_path):
+    path = tmp_path / "sp"
+    with SavepointBuilder(path) as b:
+        op = b.add_operator("op", max_parallelism=128, key_type="struct<x:double>",
+                            keyed_states=[ValueStateDescriptor("i", "bigint")])
+        op.write_keyed(pa.table({"key": pa.array([{"x": 0.5}], pa.struct([("x", pa.float64())])),
+                                 "i": pa.array([1], pa.int64())}))  # fmt: skip
+    df = SavepointReader.read(spark, path).read_keyed_state("op")
+    assert "BatchScan statekit" in df._jdf.queryExecution().executedPlan().toString()
+    assert [r.i for r in df.where("key.x = 0.5").collect()] == [1]

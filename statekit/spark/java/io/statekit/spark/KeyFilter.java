@@ -236,6 +236,16 @@ final class KeyFilter {
     }
 
     static boolean prunable(DataType t) {
+        if (t instanceof org.apache.spark.sql.types.StructType struct) {
+            // Struct keys hash field by field (Flink's Tuple.hashCode). Float fields are left out:
+            // SQL calls 0.0 and -0.0 equal inside a struct too, and expanding that is not worth it.
+            for (org.apache.spark.sql.types.StructField f : struct.fields()) {
+                if (f.dataType() instanceof DoubleType || f.dataType() instanceof FloatType || !prunable(f.dataType())) {
+                    return false;
+                }
+            }
+            return struct.fields().length > 0;
+        }
         return isIntegral(t) || t instanceof DoubleType || t instanceof FloatType
             || t instanceof org.apache.spark.sql.types.StringType
             || t instanceof org.apache.spark.sql.types.BooleanType;

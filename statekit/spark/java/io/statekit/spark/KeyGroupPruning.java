@@ -84,7 +84,7 @@ public final class KeyGroupPruning extends Rule<LogicalPlan> {
         }
         Set<Integer> groups = new HashSet<>();
         for (Object k : keys) {
-            groups.add(KeyGroups.keyGroupOf(k, files.maxParallelism));
+            groups.add(KeyGroups.keyGroupOf(k, key.dataType(), files.maxParallelism));
         }
         Expression condition = filter.condition();
         if (keyGroup != null && keyGroup.dataType() instanceof IntegerType && !groups.isEmpty()) {

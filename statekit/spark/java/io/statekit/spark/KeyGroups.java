@@ -1,23 +1,36 @@
 package io.statekit.spark;
 
+import org.apache.spark.sql.catalyst.InternalRow;
+import org.apache.spark.sql.types.DataType;
+import org.apache.spark.sql.types.StructField;
+import org.apache.spark.sql.types.StructType;
 import org.apache.spark.unsafe.types.UTF8String;
 
 /**
- * Flink's key-group assignment for the scalar key types, on the JVM.
+ * Flink's key-group assignment for scalar and struct (Tuple) keys, on the JVM.
  *
  * <p>This is the JVM twin of {@code statekit.keygroups} (which is the reference for everything
  * statekit writes): a key group is {@code MathUtils.murmurHash(key.hashCode()) % maxParallelism}
  * with Java's own {@code hashCode()} of the boxed key, which is exactly what Flink computes. It
  * exists only because a Catalyst rule cannot call Python; {@code tests/spark/test_pruning.py}
- * pins it to the Python implementation with edge-case keys of every scalar type.
+ * pins it to the Python implementation with edge-case keys of every scalar type and of structs.
  */
 final class KeyGroups {
     private KeyGroups() {}
 
-    /** Java's {@code hashCode()} of a Catalyst literal value, as Flink hashes the key. */
-    static int javaHash(Object catalystValue) {
+    /** Java's {@code hashCode()} of a Catalyst literal value of type {@code type}, as Flink hashes the key. */
+    static int javaHash(Object catalystValue, DataType type) {
         if (catalystValue instanceof UTF8String s) {
             return s.toString().hashCode(); // UTF8String's own hashCode is murmur3, not Java's
+        }
+        if (type instanceof StructType struct && catalystValue instanceof InternalRow row) {
+            int h = 0; // Flink's Tuple.hashCode: 31 * h + field hash, 0 for a null field
+            StructField[] fields = struct.fields();
+            for (int i = 0; i < fields.length; i++) {
+                Object field = row.isNullAt(i) ? null : row.get(i, fields[i].dataType());
+                h = 31 * h + (field == null ? 0 : javaHash(field, fields[i].dataType()));
+            }
+            return h;
         }
         return catalystValue.hashCode(); // Long, Integer, Short, Byte, Boolean, Double, Float
     }
@@ -41,7 +54,7 @@ final class KeyGroups {
         return code != Integer.MIN_VALUE ? -code : 0;
     }
 
-    static int keyGroupOf(Object catalystValue, int maxParallelism) {
-        return murmurHash(javaHash(catalystValue)) % maxParallelism;
+    static int keyGroupOf(Object catalystValue, DataType type, int maxParallelism) {
+        return murmurHash(javaHash(catalystValue, type)) % maxParallelism;
     }
 }
