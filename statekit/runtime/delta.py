@@ -171,9 +171,8 @@ def delta_snapshot(table: str | Path, version: int | None = None) -> DeltaSnapsh
 
 
 def _check_protocol(root: Path, protocol: dict) -> None:
-    unsupported = {"deletionVectors", "columnMapping", "v2Checkpoint"} & set(protocol.get("readerFeatures") or [])
-    # Deletion vectors and column mapping matter only when used; they are checked per file / in metadata.
-    unsupported -= {"deletionVectors", "columnMapping"}
+    # Deletion vectors and column mapping matter only when used: they are checked per file / in metadata.
+    unsupported = {"v2Checkpoint"} & set(protocol.get("readerFeatures") or [])
     if unsupported or int(protocol.get("minReaderVersion", 1)) > 3:
         raise SourceError(f"{root}: the table needs Delta reader features {sorted(unsupported) or protocol} that "
                           "statekit's Delta reader does not support; read it with Spark.")  # fmt: skip

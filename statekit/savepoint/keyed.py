@@ -173,21 +173,27 @@ def drop_unset_rows(table: pa.Table, kg: np.ndarray, state_names: Sequence[str])
     return table.filter(mask), kg[keep]
 
 
-def check_unique_keys(table: pa.Table, *, has_namespace: bool, what: str) -> None:
-    """Raise `DuplicateKeyError` naming a duplicated key (and namespace) if any."""
+def first_duplicate(table: pa.Table, cols: list[str]) -> int | None:
+    """Row index of the first row whose `cols` repeat an earlier row's, or None when all are distinct."""
     import pandas as pd  # pandas' hash table is the fastest duplicate check available here
 
-    cols = ["key", "namespace"] if has_namespace else ["key"]
     flat = table.select(cols).flatten()
     if flat.num_columns == 1 and _surely_unique(flat.column(0)):
-        return
+        return None
     if flat.num_columns == 1 and pa.types.is_primitive(flat.schema.types[0]):
         dup = pd.Series(flat.column(0).to_numpy()).duplicated().to_numpy()
     else:
         dup = flat.to_pandas().duplicated().to_numpy()
-    if not dup.any():
+    return int(np.argmax(dup)) if dup.any() else None
+
+
+def check_unique_keys(table: pa.Table, *, has_namespace: bool, what: str) -> None:
+    """Raise `DuplicateKeyError` naming a duplicated key (and namespace) if any."""
+    cols = ["key", "namespace"] if has_namespace else ["key"]
+    index = first_duplicate(table, cols)
+    if index is None:
         return
-    row = table.select(cols).slice(int(np.argmax(dup)), 1).to_pylist()[0]
+    row = table.select(cols).slice(index, 1).to_pylist()[0]
     raise DuplicateKeyError(
         f"{what}: key {row['key']!r}{' in namespace ' + repr(row['namespace']) if has_namespace else ''} "
         f"appears more than once; it must hold one row per key{' and namespace' if has_namespace else ''}. "

@@ -9,6 +9,7 @@ import pyarrow.compute as pc
 
 from statekit.errors import DuplicateKeyError, InvalidArgumentError, NullKeyError
 from statekit.identifiers import OperatorIdentifier
+from statekit.savepoint.keyed import first_duplicate
 from statekit.savepoint.manifest import OperatorMetadata
 from statekit.savepoint.reader import Savepoint
 from statekit.savepoint.writer import SavepointBuilder
@@ -34,7 +35,7 @@ def check_mapping(mapping: pa.Table, what: str) -> None:
     """A key mapping has columns ``key`` and ``new_key``, each old key once, and no null new key."""
     if mapping.column_names[:2] != ["key", "new_key"]:
         raise InvalidArgumentError(f"{what}: the key mapping needs columns key, new_key; got {mapping.column_names}.")
-    if mapping.num_rows and not _all_distinct(mapping.column("key")):
+    if first_duplicate(mapping, ["key"]) is not None:
         raise DuplicateKeyError(f"{what}: the key mapping lists an old key more than once; give each key one new key.")
     nulls = pc.is_null(mapping.column("new_key"))
     if pc.any(nulls).as_py():
@@ -59,29 +60,18 @@ def remap_keys(table: pa.Table, mapping: pa.Table, what: str) -> pa.Table:
     return table.set_column(table.column_names.index("key"), "key", new)
 
 
-def _all_distinct(column: pa.ChunkedArray | pa.Array) -> bool:
-    if pa.types.is_primitive(column.type):
-        import pandas as pd  # pandas' hash table is the fastest uniqueness test here (as in savepoint.keyed)
-
-        return bool(pd.Series(column.to_numpy()).is_unique)
-    try:
-        return len(pc.unique(column)) == len(column)
-    except pa.ArrowNotImplementedError:  # struct keys
-        return len({_hashable(v) for v in column.to_pylist()}) == len(column)
-
-
-def _check_collisions(old: pa.ChunkedArray, new: pa.ChunkedArray, what: str) -> None:
+def _check_collisions(keyed: pa.Table, rekeyed: pa.Table, what: str) -> None:
     """Name two old keys that became one (outside windows; in windows the builder's check applies)."""
-    if _all_distinct(new):
+    index = first_duplicate(rekeyed, ["key"])
+    if index is None:
         return
-    seen: dict[Any, Any] = {}
-    for before, after in zip(old.to_pylist(), new.to_pylist()):
-        if _hashable(after) in seen:
-            raise DuplicateKeyError(
-                f"{what}: keys {seen[_hashable(after)]!r} and {before!r} both become {after!r}, and a key holds one "
-                "row of state. Merge their state first (read_keyed_state, aggregate, bootstrap) or map them apart."
-            )
-        seen[_hashable(after)] = before
+    new_keys = rekeyed.column("key").to_pylist()  # only on the error path
+    after = new_keys[index]
+    before = [keyed.column("key")[i].as_py() for i in (new_keys.index(after), index)]
+    raise DuplicateKeyError(
+        f"{what}: keys {before[0]!r} and {before[1]!r} both become {after!r}, and a key holds one "
+        "row of state. Merge their state first (read_keyed_state, aggregate, bootstrap) or map them apart."
+    )
 
 
 def rekey_operator(builder: SavepointBuilder, source: Savepoint, meta: OperatorMetadata, ident: OperatorIdentifier,
@@ -110,7 +100,7 @@ def rekey_operator(builder: SavepointBuilder, source: Savepoint, meta: OperatorM
     keyed = source.keyed_table(op)
     rekeyed = remap_keys(keyed, mapping, what)
     if meta.namespace_type is None:
-        _check_collisions(keyed.column("key"), rekeyed.column("key"), what)
+        _check_collisions(keyed, rekeyed, what)
     mp = max_parallelism or meta.max_parallelism
     writer = builder.add_operator(
         ident, name=name or meta.name, parallelism=min(meta.parallelism, mp), max_parallelism=mp,

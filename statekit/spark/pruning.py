@@ -41,8 +41,9 @@ _lock = threading.Lock()
 # id(py4j gateway) -> (gateway, the URLClassLoader holding statekit's classes); the gateway is kept
 # so its id cannot be reused by another object.
 _loaders: dict[int, tuple[Any, Any]] = {}
-# id(java session) -> (session, why the rule could not be installed): one warning per session.
-_failed: dict[int, tuple[Any, str]] = {}
+# id(java session) -> (session, None once the rule is installed, else why it could not be: one
+# warning per session). The session is kept so its id cannot be reused by a later session.
+_sessions: dict[int, tuple[Any, str | None]] = {}
 
 
 def _cache_root() -> Path:
@@ -142,17 +143,16 @@ def pruning_unavailable(spark: SparkSession) -> str | None:
     if jsession is None:
         return "Spark Connect sessions cannot load optimizer rules from the client"
     with _lock:
-        failed = _failed.get(id(jsession))
-        if failed is not None:
-            return failed[1]
+        known = _sessions.get(id(jsession))
+        if known is not None:
+            return known[1]
         try:
-            # Idempotent and cheap (the rule checks the session's list), so it runs on every call: a
-            # session that was stopped and replaced gets the rule too.
-            _rule(spark).install(jsession)
+            _rule(spark).install(jsession)  # idempotent in the JVM too (it checks the session's list)
+            _sessions[id(jsession)] = (jsession, None)
             return None
         except Exception as exc:  # noqa: BLE001 - any failure means "fall back", and is reported
             reason = f"{type(exc).__name__}: {exc}"
-            _failed[id(jsession)] = (jsession, reason)
+            _sessions[id(jsession)] = (jsession, reason)
             warnings.warn(
                 f"statekit could not install its key-group pruning rule ({reason}); keyed tables are read "
                 "through statekit's Python data source instead of Spark's Parquet reader (slower scans).",

@@ -257,14 +257,21 @@ def open_function(fn: KeyedStateReaderFunction, meta: OperatorMetadata, *, trust
 
 
 
-def _timers_by_key(sp: Savepoint, meta: OperatorMetadata, spec: TableSpec, lo: int, hi: int) -> dict:
-    tspec = TableSpec(spec.path, spec.uid_hash, "timers", with_key_group=True)
+def timers_in_range(sp: Savepoint, meta: OperatorMetadata, spec: TableSpec, lo: int, hi: int) -> pa.Table | None:
+    """The operator's timers in key groups `lo`..`hi` (with ``key_group``), or None when it has none there."""
     files = tuple(f for f in meta.files_of("timers") if f.key_group_start <= hi and f.key_group_end >= lo)
     if not files:
-        return {}
+        return None
+    tspec = TableSpec(spec.path, spec.uid_hash, "timers", with_key_group=True)
     table = read_task_table(sp, meta, tspec, ScanTask(files=files))
     kg = table.column("key_group")
-    table = table.filter(pc.and_(pc.greater_equal(kg, lo), pc.less_equal(kg, hi)))
+    return table.filter(pc.and_(pc.greater_equal(kg, lo), pc.less_equal(kg, hi)))
+
+
+def _timers_by_key(sp: Savepoint, meta: OperatorMetadata, spec: TableSpec, lo: int, hi: int) -> dict:
+    table = timers_in_range(sp, meta, spec, lo, hi)
+    if table is None:
+        return {}
     out: dict[Any, tuple[list[int], list[int]]] = {}
     for key, ts, domain in zip(
         table.column("key").to_pylist(), table.column("timestamp").to_pylist(), table.column("domain").to_pylist()

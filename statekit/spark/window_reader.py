@@ -19,7 +19,7 @@ from statekit.errors import InvalidArgumentError, StateTypeError
 from statekit.runtime.window_assigners import TimeWindow, window_of
 from statekit.runtime.windows import CONTENTS, SESSIONS
 from statekit.savepoint import OperatorMetadata, Savepoint
-from statekit.spark.reader_function import decode_value, no_gc, python_key
+from statekit.spark.reader_function import decode_value, no_gc, python_key, timers_in_range
 from statekit.spark.scan import ScanTask, TableSpec, read_task_table, task_range
 from statekit.state.descriptors import KeyedStateDescriptor, StateInfo
 from statekit.state.functions import AggregateFunction
@@ -115,13 +115,9 @@ def trigger_states(meta: OperatorMetadata) -> list[StateInfo]:
 
 
 def _window_timers(sp: Savepoint, meta: OperatorMetadata, spec: TableSpec, lo: int, hi: int) -> dict:
-    files = tuple(f for f in meta.files_of("timers") if f.key_group_start <= hi and f.key_group_end >= lo)
-    if not files:
+    table = timers_in_range(sp, meta, spec, lo, hi)
+    if table is None:
         return {}
-    tspec = TableSpec(spec.path, spec.uid_hash, "timers", with_key_group=True)
-    table = read_task_table(sp, meta, tspec, ScanTask(files=files))
-    kg = table.column("key_group")
-    table = table.filter(pc.and_(pc.greater_equal(kg, lo), pc.less_equal(kg, hi)))
     table = table.filter(pc.is_valid(table.column("namespace")))
     starts, ends = _bounds(table)
     keys = table.column("key").to_pylist()

@@ -36,6 +36,7 @@ def test_the_rule_is_installed_once(spark):
 
 def test_without_the_rule_keyed_tables_read_through_the_data_source(spark, acceptance_savepoint, monkeypatch):
     key = id(spark._jsparkSession)
+    installed = pruning._sessions.pop(key)
     loaders = dict(pruning._loaders)
     pruning._loaders.clear()
 
@@ -51,7 +52,7 @@ def test_without_the_rule_keyed_tables_read_through_the_data_source(spark, accep
         assert df.where("key = 2").select("count").collect()[0][0] == 20
         assert not pruning.install_pruning(spark)  # the reason is remembered: one warning only
     finally:
-        pruning._failed.pop(key, None)
+        pruning._sessions[key] = installed
         pruning._loaders.update(loaders)
     assert "FileScan parquet" in SavepointReader.read(spark, acceptance_savepoint).read_keyed_state(
         "proc")._jdf.queryExecution().executedPlan().toString()  # fmt: skip
