@@ -209,6 +209,9 @@ def demo(
         _fail(exc)
 
 
+__import__("statekit_cli.convert").convert.register(app)  # statekit convert (cli/convert.py)
+
+
 def main() -> None:
     """Entry point of the `statekit` console script."""
     app()
