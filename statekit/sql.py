@@ -127,7 +127,7 @@ def _query_error(exc: Exception, catalog) -> QueryError:
 def _register(con, sp, qualified: str, meta, kind: str, state: str | None, keys: list | None) -> None:
     if kind in ("keyed", "timers"):
         files = meta.files_of(kind) if hasattr(meta, "files_of") and not getattr(meta, "is_native", False) else None
-        if files is not None and _statekit_files(sp):
+        if files is not None and statekit_files(sp):
             _register_parquet(con, sp, qualified, meta, kind, files, keys)
             return
         table = _arrow_keyed(sp, meta, kind, keys)
@@ -140,11 +140,12 @@ def _register(con, sp, qualified: str, meta, kind: str, state: str | None, keys:
     _register_arrow(con, qualified, table)
 
 
-def _statekit_files(sp) -> bool:
-    """Whether `sp` is a statekit savepoint (whose keyed and timer tables are Parquet files in place)."""
+def statekit_files(sp) -> bool:
+    """Whether `sp` is a statekit savepoint (whose keyed and timer tables are Parquet files in place);
+    other formats (Flink's) are read through the `Savepoint` API as Arrow."""
     from statekit.savepoint import Savepoint
 
-    return type(sp) is Savepoint or getattr(sp, "format", "statekit") == "statekit"
+    return type(sp) is Savepoint
 
 
 def _register_arrow(con, qualified: str, table: pa.Table) -> None:

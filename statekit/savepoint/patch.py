@@ -22,7 +22,7 @@ from statekit.identifiers import OperatorIdentifier
 from statekit.keygroups import check_max_parallelism
 from statekit.savepoint.manifest import OperatorMetadata
 from statekit.savepoint.reader import Savepoint
-from statekit.savepoint.transforms import TransformPlan, link_operator
+from statekit.savepoint.transforms import TransformPlan, link_operator, refuse_target_inside
 from statekit.savepoint.writer import SavepointBuilder
 
 OpLike = Union[OperatorIdentifier, str]
@@ -159,6 +159,7 @@ def repair(source: str | os.PathLike, target: str | os.PathLike, edits: Sequence
     a value it already has) are reported as such; if nothing changes, nothing is written. `target`
     must not exist - a dry run says so too, since writing would fail.
     """
+    refuse_target_inside(source, target)
     sp = Savepoint.open(source)
     plan = TransformPlan(Path(source), Path(target))
     if Path(target).exists():
