@@ -76,7 +76,11 @@ class UnsafePathError(SavepointError):
     """A manifest path escapes the savepoint directory."""
 
 
-class SavepointExistsError(SavepointError, FileExistsError):
+class OutputExistsError(StatekitError, FileExistsError):
+    """An output path already exists (and holds something); statekit never overwrites what it did not create."""
+
+
+class SavepointExistsError(SavepointError, OutputExistsError):
     """The target of a write already exists; savepoints are never overwritten."""
 
 
