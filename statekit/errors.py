@@ -115,6 +115,10 @@ class JobError(StatekitError, RuntimeError):
     """A job failed and could not be recovered (restart attempts exhausted, bad topology)."""
 
 
+class CheckpointStorageInUseError(JobError):
+    """Another running job holds the checkpoint storage directory (each job needs its own)."""
+
+
 class RestoreError(StatekitError):
     """A savepoint cannot be restored into this job (unmatched state, parallelism above max)."""
 
