@@ -80,7 +80,11 @@ class UnsafePathError(SavepointError):
     """A manifest path escapes the savepoint directory."""
 
 
-class SavepointExistsError(SavepointError, FileExistsError):
+class OutputExistsError(StatekitError, FileExistsError):
+    """An output path already exists (and holds something); statekit never overwrites what it did not create."""
+
+
+class SavepointExistsError(SavepointError, OutputExistsError):
     """The target of a write already exists; savepoints are never overwritten."""
 
 
@@ -113,6 +117,10 @@ class UntrustedPicklePayloadError(UntrustedPickleError, SavepointError):
 
 class JobError(StatekitError, RuntimeError):
     """A job failed and could not be recovered (restart attempts exhausted, bad topology)."""
+
+
+class CheckpointStorageInUseError(JobError):
+    """Another running job holds the checkpoint storage directory (each job needs its own)."""
 
 
 class RestoreError(StatekitError):

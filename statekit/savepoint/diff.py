@@ -1,4 +1,8 @@
-"""Diff two savepoints: operators and states added or removed, and keyed rows added, removed or changed."""
+"""`diff(a, b)`: what differs between two savepoints - operators, states, settings and keyed rows.
+
+The keyed rows are compared with an Arrow hash join (`keyed_changes`); `statekit.spark.diff` gives
+the same rows with a Spark join, and the ``statekit diff`` command prints this module's result.
+"""
 
 from __future__ import annotations
 
@@ -9,95 +13,85 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from statekit.errors import KeyTypeMismatchError, UnknownOperatorError
+from statekit.errors import KeyTypeMismatchError
 from statekit.identifiers import OperatorIdentifier
 from statekit.savepoint.keyed import same_type
 from statekit.savepoint.manifest import OperatorMetadata
 from statekit.savepoint.reader import Savepoint
 from statekit.types import parse_ddl
 
-__all__ = ["CHANGES", "OperatorDiff", "SavepointDiff", "check_same_keys", "diff", "diff_operators", "keyed_changes"]
+__all__ = ["CHANGES", "OperatorDiff", "SavepointDiff", "check_same_keys", "diff", "keyed_changes"]
 
 #: Values of the ``change`` column of a keyed diff.
 CHANGES = ("added", "removed", "changed")
-_PROPERTIES = ("parallelism", "max_parallelism", "key_type", "namespace_type")
+SETTINGS = ("parallelism", "max_parallelism", "key_type", "namespace_type")
 
 
-@dataclass(frozen=True)
+@dataclass
 class OperatorDiff:
-    """How one operator present in both savepoints differs.
+    """Differences of one operator present in both savepoints.
 
-    ``states_added``/``states_removed`` name keyed and operator states (operator states as
-    ``"<redistribution>:<name>"``); ``properties`` maps a changed property (``max_parallelism``,
-    ``state:<name>`` for a state whose kind or type changed, ...) to ``(old, new)``; ``keyed`` is the
-    keyed diff (see `keyed_changes`), or None when rows were not compared.
+    ``keyed`` is the keyed diff (`keyed_changes`: ``key``, [``namespace``], ``change``, ``old``,
+    ``new``), or None when no rows were compared (no keyed state, ``rows=False``, or the keyed
+    files are byte-identical); ``keys_*`` count its rows and ``examples`` list a few keys of each.
     """
 
-    operator: str
-    states_added: tuple[str, ...] = ()
-    states_removed: tuple[str, ...] = ()
-    properties: dict[str, tuple[Any, Any]] = field(default_factory=dict)
-    keyed: pa.Table | None = None
-
-    def counts(self) -> dict[str, int]:
-        """Rows per change (``added``, ``removed``, ``changed``) of the keyed diff."""
-        if self.keyed is None:
-            return {}
-        changes = self.keyed.column("change").to_pylist()
-        return {c: changes.count(c) for c in CHANGES}
+    uid: str | None
+    uid_hash: str
+    settings: dict[str, tuple[Any, Any]] = field(default_factory=dict)  # name -> (a, b)
+    states_added: list[str] = field(default_factory=list)
+    states_removed: list[str] = field(default_factory=list)
+    states_changed: list[str] = field(default_factory=list)  # kind or type differs
+    keys_added: int = 0
+    keys_removed: int = 0
+    keys_changed: int = 0
+    examples: dict[str, list[Any]] = field(default_factory=lambda: {"added": [], "removed": [], "changed": []})
+    keyed: pa.Table | None = field(default=None, repr=False)
 
     @property
-    def is_empty(self) -> bool:
-        keyed_empty = self.keyed is None or self.keyed.num_rows == 0
-        return keyed_empty and not (self.states_added or self.states_removed or self.properties)
+    def name(self) -> str:
+        return self.uid or self.uid_hash
+
+    @property
+    def empty(self) -> bool:
+        return not (self.settings or self.states_added or self.states_removed or self.states_changed
+                    or self.keys_added or self.keys_removed or self.keys_changed)  # fmt: skip
+
+    def to_json(self) -> dict[str, Any]:
+        return {"uid": self.uid, "uid_hash": self.uid_hash,
+                "settings": {k: list(v) for k, v in self.settings.items()},
+                "states_added": self.states_added, "states_removed": self.states_removed,
+                "states_changed": self.states_changed, "keys_added": self.keys_added,
+                "keys_removed": self.keys_removed, "keys_changed": self.keys_changed,
+                "examples": {kind: [list(k) if isinstance(k, tuple) else k for k in keys]
+                             for kind, keys in self.examples.items()}}  # fmt: skip
 
 
-@dataclass(frozen=True)
+@dataclass
 class SavepointDiff:
-    """The difference between savepoints `a` (old) and `b` (new); operators are matched by uid hash."""
+    """Operators only in `a` (removed), only in `b` (added), and per-operator differences."""
 
-    operators_added: tuple[str, ...]
-    operators_removed: tuple[str, ...]
-    operators: dict[str, OperatorDiff]
+    a: str
+    b: str
+    operators_added: list[str] = field(default_factory=list)
+    operators_removed: list[str] = field(default_factory=list)
+    operators: list[OperatorDiff] = field(default_factory=list)
 
     @property
-    def is_empty(self) -> bool:
-        return not (self.operators_added or self.operators_removed) and all(d.is_empty for d in self.operators.values())
+    def same(self) -> bool:
+        return not self.operators_added and not self.operators_removed and all(o.empty for o in self.operators)
 
-    def __str__(self) -> str:
-        lines = [f"operator added: {o}" for o in self.operators_added]
-        lines += [f"operator removed: {o}" for o in self.operators_removed]
-        for name, d in self.operators.items():
-            lines += [f"{name}: state added: {s}" for s in d.states_added]
-            lines += [f"{name}: state removed: {s}" for s in d.states_removed]
-            lines += [f"{name}: {p}: {old} -> {new}" for p, (old, new) in d.properties.items()]
-            counts = d.counts()
-            if any(counts.values()):
-                lines.append(f"{name}: keys " + ", ".join(f"{c} {n}" for c, n in counts.items()))
-        return "\n".join(lines) if lines else "no differences"
+    def operator(self, name: str) -> OperatorDiff:
+        """The differences of the operator with uid (or uid hash) `name`."""
+        for o in self.operators:
+            if name in (o.uid, o.uid_hash):
+                return o
+        raise KeyError(f"{name!r} is not an operator of both savepoints; compared: {[o.name for o in self.operators]}")
 
-
-def _open(sp: Savepoint | str | os.PathLike[str], trust_pickled: bool) -> Savepoint:
-    return sp if isinstance(sp, Savepoint) else Savepoint.open(sp, trust_pickled=trust_pickled)
-
-
-def _states(meta: OperatorMetadata) -> dict[str, str]:
-    out = {s.name: f"{s.kind} {s.type}" for s in meta.keyed_states}
-    out.update({f"{s.redistribution}:{s.name}": s.type for s in meta.operator_states})
-    return out
-
-
-def diff_operators(a: OperatorMetadata, b: OperatorMetadata) -> OperatorDiff:
-    """Compare two operators' manifest entries (states added/removed, changed properties), not their rows."""
-    sa, sb = _states(a), _states(b)
-    props = {p: (getattr(a, p), getattr(b, p)) for p in _PROPERTIES if getattr(a, p) != getattr(b, p)}
-    props.update({f"state:{n}": (sa[n], sb[n]) for n in sa if n in sb and sa[n] != sb[n]})
-    return OperatorDiff(
-        b.display_name,
-        tuple(n for n in sb if n not in sa),
-        tuple(n for n in sa if n not in sb),
-        props,
-    )
+    def to_json(self) -> dict[str, Any]:
+        return {"a": self.a, "b": self.b, "same": self.same, "operators_added": self.operators_added,
+                "operators_removed": self.operators_removed,
+                "operators": [o.to_json() for o in self.operators if not o.empty]}  # fmt: skip
 
 
 def check_same_keys(a: OperatorMetadata, b: OperatorMetadata) -> None:
@@ -208,76 +202,101 @@ def keyed_changes(a: pa.Table, b: pa.Table, states_a: list[str], states_b: list[
 def diff(
     a: Savepoint | str | os.PathLike[str],
     b: Savepoint | str | os.PathLike[str],
-    op: OperatorIdentifier | str | None = None,
     *,
+    op: OperatorIdentifier | str | None = None,
+    examples: int = 5,
     rows: bool = True,
-    trust_pickled: bool = False,
 ) -> SavepointDiff:
-    """Compare savepoint `a` (old) with `b` (new), locally with pyarrow.
+    """Compare savepoint `b` (after) with `a` (before); neither is modified.
 
     Parameters
     ----------
     a, b
-        Savepoints (statekit or Flink), as paths or opened `Savepoint`s. Neither is modified.
+        Savepoints (statekit or Flink), as paths or opened `Savepoint`\\ s.
     op
         Compare only this operator (a uid, or an `OperatorIdentifier`); it must be in `a` or `b`.
+    examples
+        How many keys of each change to list in ``OperatorDiff.examples``.
     rows
-        Also compare keyed rows (``OperatorDiff.keyed``, see `keyed_changes`); with ``rows=False``
-        only the manifests are read.
-    trust_pickled
-        Needed only to open savepoints with pickled state; pickled values are compared as bytes.
+        Compare keyed rows too (``OperatorDiff.keyed``); ``rows=False`` reads only the manifests.
 
     Returns
     -------
     SavepointDiff
-        Operators added and removed (by uid, or uid hash when there is none) and, per operator in
-        both, states added and removed, changed properties and the keyed diff.
+        Operators are matched by uid hash. For operators in both: changed settings (parallelism,
+        max parallelism, key type), states added/removed/changed (kind or type), and the keyed
+        diff - rows added, removed or changed with their old and new states (`keyed_changes`).
+        Keyed files with the same checksums in both are not read.
 
     Raises
     ------
     KeyTypeMismatchError
-        An operator is keyed by different types in `a` and `b` (rows cannot be matched).
+        An operator is keyed by different types in `a` and `b`, so rows cannot be matched.
     UnknownOperatorError
         `op` is in neither savepoint.
 
     Examples
     --------
-    >>> d = diff("sp-1", "sp-2", "counter")             # doctest: +SKIP
-    >>> d.operators["counter"].keyed.to_pylist()        # doctest: +SKIP
+    >>> d = diff("sp-1", "sp-2", op="counter")               # doctest: +SKIP
+    >>> d.operator("counter").keyed.to_pylist()              # doctest: +SKIP
     [{'key': 2, 'change': 'changed', 'old': {'count': 20}, 'new': {'count': 21}}]
     """
-    sa, sb = _open(a, trust_pickled), _open(b, trust_pickled)
+    sa = a if isinstance(a, Savepoint) else Savepoint.open(a)
+    sb = b if isinstance(b, Savepoint) else Savepoint.open(b)
+    out = SavepointDiff(str(sa.path), str(sb.path))
     ops_a = {m.uid_hash: m for m in sa.operators}
     ops_b = {m.uid_hash: m for m in sb.operators}
     if op is not None:
-        ident = OperatorIdentifier.coerce(op)
-        if ident.uid_hash not in ops_a and ident.uid_hash not in ops_b:
-            raise UnknownOperatorError(
-                f"operator {ident} is in neither savepoint; operators: "
-                f"{sorted({m.display_name for m in [*ops_a.values(), *ops_b.values()]})}"
-            )
-        ops_a = {h: m for h, m in ops_a.items() if h == ident.uid_hash}
-        ops_b = {h: m for h, m in ops_b.items() if h == ident.uid_hash}
-    for h in ops_a.keys() & ops_b.keys():  # refuse before reading any rows
-        if rows:
+        wanted = OperatorIdentifier.coerce(op).uid_hash
+        if wanted not in ops_a and wanted not in ops_b:
+            sa.operator(op)  # raises UnknownOperatorError naming what exists
+        ops_a = {h: m for h, m in ops_a.items() if h == wanted}
+        ops_b = {h: m for h, m in ops_b.items() if h == wanted}
+    if rows:
+        for h in ops_a.keys() & ops_b.keys():  # refuse before reading any rows
             check_same_keys(ops_a[h], ops_b[h])
-    operators = {}
-    for h, mb in ops_b.items():
-        ma = ops_a.get(h)
-        if ma is None:
-            continue
-        d = diff_operators(ma, mb)
-        if rows and mb.key_type is not None:
-            keyed = keyed_changes(
-                sa.keyed_table(ma.identifier),
-                sb.keyed_table(mb.identifier),
-                [s.name for s in ma.keyed_states],
-                [s.name for s in mb.keyed_states],
-            )
-            d = OperatorDiff(d.operator, d.states_added, d.states_removed, d.properties, keyed)
-        operators[mb.display_name] = d
-    return SavepointDiff(
-        tuple(m.display_name for h, m in ops_b.items() if h not in ops_a),
-        tuple(m.display_name for h, m in ops_a.items() if h not in ops_b),
-        operators,
-    )
+    out.operators_removed = [ops_a[h].display_name for h in ops_a if h not in ops_b]
+    out.operators_added = [ops_b[h].display_name for h in ops_b if h not in ops_a]
+    for h, ma in ops_a.items():
+        if h in ops_b:
+            out.operators.append(_operator_diff(sa, sb, ma, ops_b[h], examples, rows))
+    return out
+
+
+def _operator_diff(sa: Savepoint, sb: Savepoint, ma: OperatorMetadata, mb: OperatorMetadata, n: int,
+                   rows: bool) -> OperatorDiff:  # fmt: skip
+    d = OperatorDiff(mb.uid or ma.uid, ma.uid_hash)
+    for name in SETTINGS:
+        va, vb = getattr(ma, name), getattr(mb, name)
+        if va != vb:
+            d.settings[name] = (va, vb)
+    states_a = {s.name: s for s in [*ma.keyed_states, *ma.operator_states]}
+    states_b = {s.name: s for s in [*mb.keyed_states, *mb.operator_states]}
+    d.states_removed = [s for s in states_a if s not in states_b]
+    d.states_added = [s for s in states_b if s not in states_a]
+    d.states_changed = [s for s in states_a if s in states_b and states_a[s] != states_b[s]]
+    if not rows or ma.key_type is None:
+        return d
+    if [f.checksum for f in ma.files_of("keyed")] == [f.checksum for f in mb.files_of("keyed")] and \
+            ma.keyed_states == mb.keyed_states and not ma.is_native and not mb.is_native:
+        return d  # same files: same keys and values
+    d.keyed = keyed = keyed_changes(
+        sa.keyed_table(ma.identifier), sb.keyed_table(mb.identifier),
+        [s.name for s in ma.keyed_states], [s.name for s in mb.keyed_states],
+    )  # fmt: skip
+    change = keyed.column("change")
+    for kind in CHANGES:
+        picked = keyed.filter(pc.equal(change, kind))
+        setattr(d, f"keys_{kind}", picked.num_rows)
+        head = picked.slice(0, max(n, 0))
+        keys = [_display_key(k) for k in head.column("key").to_pylist()]
+        if "namespace" in head.column_names:
+            keys = [(k, _display_key(ns)) for k, ns in zip(keys, head.column("namespace").to_pylist())]
+        d.examples[kind] = sorted(keys, key=repr)
+    return d
+
+
+def _display_key(key: Any) -> Any:
+    if isinstance(key, dict):
+        return tuple(key.values())
+    return key

@@ -104,9 +104,10 @@ def diff_operators(a: Side, b: Side, *, spark: SparkSession | None = None) -> Da
     d = local_diff(ra.savepoint, rb.savepoint, rows=False)
     rows: list[tuple] = [(o, "operator", "added", None, None) for o in d.operators_added]
     rows += [(o, "operator", "removed", None, None) for o in d.operators_removed]
-    for name, od in d.operators.items():
-        rows += [(name, f"state:{s}", "added", None, None) for s in od.states_added]
-        rows += [(name, f"state:{s}", "removed", None, None) for s in od.states_removed]
-        rows += [(name, p, "changed", str(old), str(new)) for p, (old, new) in od.properties.items()]
+    for od in d.operators:
+        rows += [(od.name, f"state:{s}", "added", None, None) for s in od.states_added]
+        rows += [(od.name, f"state:{s}", "removed", None, None) for s in od.states_removed]
+        rows += [(od.name, f"state:{s}", "changed", None, None) for s in od.states_changed]
+        rows += [(od.name, p, "changed", str(old), str(new)) for p, (old, new) in od.settings.items()]
     schema = "operator string, item string, change string, old string, new string"
     return ra.spark.createDataFrame(rows, schema)

@@ -38,7 +38,7 @@ def test_spark_diff_equals_the_local_diff(spark, tmp_path):
                max_parallelism=256, others=("new",))  # fmt: skip
     df = diff(a, b, "counter", spark=spark)
     assert df.columns == ["key", "change", "old", "new"]
-    expected = _norm(local_diff(a, b, "counter").operators["counter"].keyed.to_pylist())
+    expected = _norm(local_diff(a, b, op="counter").operator("counter").keyed.to_pylist())
     assert _norm(df.collect()) == expected and set(expected) == {2, 3, 4, 5}
 
     meta = {(r.operator, r.item, r.change) for r in diff_operators(a, b, spark=spark).collect()}
