@@ -30,7 +30,7 @@ from statekit.format.flink.locate import DecodeStats, Entries, Located, Run, cor
 from statekit.format.flink.values import FIXED_DTYPES, bulk, decode_records, gather_fixed, gather_ranges, reader, to_arrow
 from statekit.types import parse_ddl
 
-__all__ = ["DecodeStats", "KeyedLayout", "KeyedResult", "decode", "layout", "read_proxy", "state_ddl"]
+__all__ = ["DecodeStats", "Entries", "KeyedLayout", "KeyedResult", "decode", "layout", "read_proxy", "state_ddl"]
 
 
 @dataclass(frozen=True)
@@ -267,7 +267,7 @@ def _strided_table(lay: KeyedLayout, buf: np.ndarray, groups: dict[str, _Group],
     return pa.table({k: cols[k] for k in ["key_group", "key"] + [m.name for m in lay.states]})
 
 
-def decode(lay: KeyedLayout, buf: np.ndarray, located: Located, stream_of_chain: np.ndarray, chain_kg: np.ndarray,
+def decode(lay: KeyedLayout, buf: np.ndarray, located: Located, stream_of_chain: np.ndarray, chain_kg: np.ndarray | None,
            sid_maps: list[dict[int, StateMeta]], where: str, stats: DecodeStats) -> KeyedResult:
     """Turn located entries into the keyed and timers tables."""
     P = lay.prefix_bytes
@@ -277,7 +277,7 @@ def decode(lay: KeyedLayout, buf: np.ndarray, located: Located, stream_of_chain:
     for name, g in groups.items():
         if g.meta.is_timer:
             timer_tables.append(_timers(lay, buf, g.meta, g.entries(located), where, stats))
-    table = _strided_table(lay, buf, groups, chain_kg, stats)
+    table = _strided_table(lay, buf, groups, chain_kg, stats) if chain_kg is not None else None
     if table is None:
         row_keys = []
         for name, g in groups.items():
