@@ -11,8 +11,7 @@ A savepoint is a directory::
       op-<uid_hash>/rocksdb/subtask-N/... native RocksDB checkpoint files (checkpoints only)
 """
 
-from statekit.savepoint.check import CheckReport, Problem, check
-from statekit.savepoint.manifest import (
+from statekit.format.manifest import (
     FORMAT,
     FORMAT_VERSION,
     MANIFEST_NAME,
@@ -22,6 +21,7 @@ from statekit.savepoint.manifest import (
     Manifest,
     OperatorMetadata,
 )
+from statekit.savepoint.check import CheckReport, Problem, check
 from statekit.savepoint.reader import Savepoint
 from statekit.savepoint.redistribute import redistribute_list_state
 from statekit.savepoint.writer import OperatorWriter, SavepointBuilder

@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Callable
 
 from statekit.errors import InvalidArgumentError
+from statekit.format.manifest import FileEntry, OperatorMetadata, safe_relative_path
 from statekit.identifiers import OperatorIdentifier
 from statekit.keygroups import check_max_parallelism
-from statekit.savepoint.manifest import FileEntry, OperatorMetadata, safe_relative_path
 from statekit.savepoint.reader import Savepoint
 from statekit.savepoint.writer import SavepointBuilder
 

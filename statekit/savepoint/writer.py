@@ -13,11 +13,9 @@ import numpy as np
 import pyarrow as pa
 
 from statekit.errors import InvalidArgumentError, SavepointError, SavepointExistsError, StateTypeError
-from statekit.identifiers import OperatorIdentifier
-from statekit.keygroups import KeyGroupRange, check_max_parallelism, check_parallelism
-from statekit.savepoint import keyed as K
-from statekit.savepoint.files import checksum, write_parquet
-from statekit.savepoint.manifest import (
+from statekit.format import keyed as K
+from statekit.format.files import checksum, write_parquet
+from statekit.format.manifest import (
     FORMAT_VERSION,
     MANIFEST_NAME,
     FileEntry,
@@ -26,6 +24,8 @@ from statekit.savepoint.manifest import (
     iso_now,
     safe_relative_path,
 )
+from statekit.identifiers import OperatorIdentifier
+from statekit.keygroups import KeyGroupRange, check_max_parallelism, check_parallelism
 from statekit.state.descriptors import KeyedStateDescriptor, OperatorStateInfo, StateInfo
 from statekit.types import TypeLike, parse_ddl, to_ddl
 

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from statekit.errors import ChecksumMismatchError, CorruptSavepointError
-from statekit.savepoint.manifest import FileEntry, safe_relative_path
+from statekit.format.manifest import FileEntry, safe_relative_path
 
 CHECKSUM_ALGORITHM = "crc32"
 #: Row groups small enough that a single-key lookup decodes little more than its key group.
