@@ -80,6 +80,18 @@ class SavepointExistsError(SavepointError, FileExistsError):
     """The target of a write already exists; savepoints are never overwritten."""
 
 
+class InvalidTargetError(SavepointError):
+    """The target of a write cannot be used: inside (or equal to) its source, under a file, at a symlink."""
+
+
+class SavepointWriteError(SavepointError):
+    """The file system refused a write (permissions, read-only, I/O error); nothing was published."""
+
+
+class StorageFullError(SavepointWriteError):
+    """The disk or quota filled up during a write; the partial output was removed, the source is untouched."""
+
+
 class UnknownOperatorError(SavepointError, LookupError):
     """No operator with that uid or uid hash in the savepoint."""
 

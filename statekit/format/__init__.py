@@ -1,4 +1,4 @@
-"""The on-disk formats, below both engines: statekit's savepoint format v1 (and, in `flink/`, Flink's).
+"""On-disk formats, below both engines: statekit's savepoint format v1 and Flink's (`statekit.format.flink`).
 
 Modules: `manifest` (the ``_metadata.json`` manifest and its validation), `files` (Parquet parts,
 checksums, verified reads), `keyed` (the keyed-table layout: columns, namespace type, key-group

@@ -2,15 +2,24 @@
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
 import zlib
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Literal
+from typing import Iterator, Literal
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from statekit.errors import ChecksumMismatchError, CorruptSavepointError
+from statekit.errors import (
+    ChecksumMismatchError,
+    CorruptSavepointError,
+    SavepointWriteError,
+    StatekitError,
+    StorageFullError,
+)
 from statekit.format.manifest import FileEntry, safe_relative_path
 
 CHECKSUM_ALGORITHM = "crc32"
@@ -36,11 +45,96 @@ def write_parquet(table: pa.Table, full_path: Path) -> tuple[int, str]:
     pq.write_table(table, sink, row_group_size=ROW_GROUP_ROWS, compression="snappy", use_dictionary=dictionary)
     buf = sink.getvalue()
     full_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(full_path, "wb") as fh:
+    with open(full_path, "xb") as fh:  # always a new file: never through a name that exists (a link)
         fh.write(memoryview(buf))
         fh.flush()
         os.fsync(fh.fileno())
     return buf.size, checksum(buf)
+
+
+#: Why a hard link may fail where a copy works: another file system, no hard links there, link limit.
+_LINK_FALLBACK = frozenset({errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EACCES})
+_COPY_CHUNK = 8 * 1024 * 1024
+
+
+def place_file(src: Path, dst: Path, *, expected_size: int | None = None) -> None:
+    """Give the staging name `dst` the bytes of the regular file `src`, creating `dst` new.
+
+    A hard link when the file system allows it (a savepoint file is never written again, so sharing
+    its inode is safe), else a copy into a file created with ``O_EXCL``. Nothing is ever written
+    through an existing name: if `dst` exists, that is an error, never a fallback. `src` must be a
+    regular file (of `expected_size` bytes, if given); a FIFO or device is refused, not read.
+    """
+    st = _regular_stat(src, expected_size)
+    try:
+        os.link(src, dst, follow_symlinks=False)
+    except OSError as exc:
+        if exc.errno not in _LINK_FALLBACK:
+            raise
+    else:
+        if os.stat(dst, follow_symlinks=False).st_ino != st.st_ino:  # the source was swapped under us
+            raise CorruptSavepointError(f"{src} changed while it was being linked; retry the write.")
+        return
+    fd_in = os.open(src, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISREG(os.fstat(fd_in).st_mode):
+            raise CorruptSavepointError(f"{src} is not a regular file; only regular files are data files.")
+        fd_out = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        try:
+            while chunk := os.read(fd_in, _COPY_CHUNK):
+                view = memoryview(chunk)
+                while view:
+                    view = view[os.write(fd_out, view):]
+            os.fsync(fd_out)
+        except BaseException:
+            os.close(fd_out)
+            os.unlink(dst)  # ours: created by this call with O_EXCL
+            raise
+        os.close(fd_out)
+    finally:
+        os.close(fd_in)
+
+
+def _regular_stat(path: Path, expected_size: int | None) -> os.stat_result:
+    try:
+        st = os.stat(path, follow_symlinks=False)
+    except (FileNotFoundError, NotADirectoryError):
+        raise CorruptSavepointError(f"{path} is missing; the savepoint is incomplete.") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise CorruptSavepointError(
+            f"{path} is not a regular file (a directory, FIFO, device or link); only regular files are data "
+            "files. The savepoint is damaged; restore it or use another one."
+        )
+    if expected_size is not None and st.st_size != expected_size:
+        raise CorruptSavepointError(
+            f"{path} has {st.st_size} bytes but the manifest recorded {expected_size}; restore it or use another "
+            "savepoint."
+        )
+    return st
+
+
+#: errno values that mean the storage is full (disk, quota, file size limit).
+_FULL = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
+
+
+@contextmanager
+def storage_errors(target: Path) -> Iterator[None]:
+    """Turn a file-system failure while writing `target` into a typed `SavepointWriteError`
+    (`StorageFullError` when the disk or quota is full); statekit's own errors pass unchanged."""
+    try:
+        yield
+    except StatekitError:
+        raise
+    except OSError as exc:
+        if exc.errno in _FULL:
+            raise StorageFullError(
+                f"no space left while writing {target} ({exc.strerror}: {exc.filename or target}); nothing was "
+                "published and the partial output was removed. Free space (or raise the quota) and retry."
+            ) from None
+        raise SavepointWriteError(
+            f"writing {target} failed: {exc.strerror or exc} ({exc.filename or target}); nothing was published. "
+            "Check the permissions and the file system of the target, then retry."
+        ) from None
 
 
 def _is_text(t: pa.DataType) -> bool:

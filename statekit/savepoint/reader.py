@@ -45,6 +45,12 @@ class Savepoint:
     def open(cls, path: str | os.PathLike[str], *, trust_pickled: bool = False) -> "Savepoint":
         """Open and validate the savepoint at `path` (reads only the manifest)."""
         p = Path(path)
+        from statekit.format.flink.metadata import is_flink_metadata
+
+        if not (p / "_metadata.json").is_file() and is_flink_metadata(p):  # a real Flink savepoint or checkpoint
+            from statekit.savepoint.flink import FlinkSavepoint
+
+            return FlinkSavepoint.open(p, trust_pickled=trust_pickled)
         return cls(p, load_manifest(p), trust_pickled=trust_pickled)
 
     # -- metadata ----------------------------------------------------------------------------------

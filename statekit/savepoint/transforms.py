@@ -10,12 +10,13 @@ writing anything.
 from __future__ import annotations
 
 import os
-import shutil
+import posixpath
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from statekit.errors import InvalidArgumentError
+from statekit.errors import InvalidArgumentError, InvalidTargetError
+from statekit.format.files import place_file, storage_errors
 from statekit.format.manifest import FileEntry, OperatorMetadata, safe_relative_path
 from statekit.identifiers import OperatorIdentifier
 from statekit.keygroups import check_max_parallelism
@@ -41,24 +42,75 @@ class TransformPlan:
 
 def link_operator(builder: SavepointBuilder, source: Savepoint, meta: OperatorMetadata,
                    ident: OperatorIdentifier, *, name: str | None = None) -> None:
-    """Carry an operator over unchanged (possibly under a new identifier) by hard-linking its files."""
+    """Carry an operator over unchanged (possibly under a new identifier), its files hard-linked or copied.
+
+    Every file is created new in the builder's staging directory (`place_file`), so nothing is ever
+    written through a name shared with the source. A source directory keeps its file names in the
+    target (a native RocksDB directory stays a RocksDB directory); source directories that would
+    land on the same target directory get distinct ones.
+    """
+    refuse_target_inside(source.path, builder.path)
     writer = builder.add_operator(
         ident, name=name or meta.name, parallelism=meta.parallelism, max_parallelism=meta.max_parallelism,
         key_type=meta.key_type, keyed_states=meta.keyed_states, namespace_type=meta.namespace_type,
     )
     entries = []
-    for f in meta.files:
-        rel = f"{writer.dir}/{f.path.split('/', 1)[1]}" if "/" in f.path else f"{writer.dir}/{f.path}"
-        src = safe_relative_path(source.path, f.path)
-        dst = safe_relative_path(builder.staging, rel)
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            os.link(src, dst)
-        except OSError:
-            shutil.copy2(src, dst)
-        entries.append(FileEntry(rel, f.table, f.rows, f.bytes, f.checksum, f.state,
-                                 f.key_group_start, f.key_group_end, f.subtask))
+    with storage_errors(builder.path):
+        staging = builder.staging
+        for f, rel in zip(meta.files, _target_names(writer.dir, [f.path for f in meta.files])):
+            dst = safe_relative_path(staging, rel)
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            place_file(safe_relative_path(source.path, f.path), dst, expected_size=f.bytes)
+            entries.append(FileEntry(rel, f.table, f.rows, f.bytes, f.checksum, f.state, f.key_group_start,
+                                     f.key_group_end, f.subtask))
     writer.add_files(entries, operator_states=meta.operator_states, native=meta.is_native)
+
+
+def _target_names(op_dir: str, paths: list[str]) -> list[str]:
+    """The target paths of an operator's files: each source directory moves under `op_dir`
+    (its first component replaced) with its file names kept; a directory whose target would clash
+    (case-insensitively, as on macOS and Windows) with a name already given gets a numbered one."""
+    groups: dict[str, list[tuple[str, str]]] = {}
+    for p in paths:
+        directory, base = posixpath.split(posixpath.normpath(p))
+        groups.setdefault(directory, []).append((p, base))
+    files: set[str] = set()
+    dirs: set[str] = set()
+
+    def free(d: str, names: list[str]) -> bool:
+        chain = [d, *_ancestors(d)]
+        return not any(c.casefold() in files for c in chain) and not any(
+            f"{d}/{n}".casefold() in files or f"{d}/{n}".casefold() in dirs for n in names)
+
+    out: dict[str, str] = {}
+    for directory, members in groups.items():
+        tail = directory.split("/", 1)[1] if "/" in directory else ""
+        names = [b for _, b in members]
+        target, n = posixpath.join(op_dir, tail) if tail else op_dir, 0
+        while not free(target, names):
+            n += 1
+            target = posixpath.join(f"{op_dir}/{n}", tail) if tail else f"{op_dir}/{n}"
+        dirs.update(c.casefold() for c in [target, *_ancestors(target)])
+        for p, base in members:
+            files.add(f"{target}/{base}".casefold())
+            out[p] = f"{target}/{base}"
+    return [out[p] for p in paths]
+
+
+def _ancestors(rel: str) -> list[str]:
+    parts = rel.split("/")
+    return ["/".join(parts[:i]) for i in range(1, len(parts))]
+
+
+def refuse_target_inside(source: str | os.PathLike, target: str | os.PathLike) -> None:
+    """Refuse a write whose target is the source itself or inside it (symlinks resolved): it would
+    write into the savepoint it reads."""
+    src, tgt = Path(source).resolve(), Path(target).resolve()
+    if tgt == src or src in tgt.parents:
+        raise InvalidTargetError(
+            f"target {target} is {'the source itself' if tgt == src else 'inside the source'} {source} "
+            f"(resolved: {tgt}); a repair never writes into its source. Choose a target outside {src}."
+        )
 
 
 def rehash_operator(builder: SavepointBuilder, source: Savepoint, meta: OperatorMetadata,
@@ -89,6 +141,7 @@ def rehash_operator(builder: SavepointBuilder, source: Savepoint, meta: Operator
 
 
 def _transform(source_path, target_path, *, dry_run: bool, plan_fn: Callable[[Savepoint, TransformPlan], Callable]) -> TransformPlan:
+    refuse_target_inside(source_path, target_path)
     source = Savepoint.open(source_path)
     plan = TransformPlan(Path(source_path), Path(target_path))
     apply = plan_fn(source, plan)

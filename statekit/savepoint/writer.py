@@ -12,9 +12,15 @@ from typing import Any, Iterable, Literal, Sequence
 import numpy as np
 import pyarrow as pa
 
-from statekit.errors import InvalidArgumentError, SavepointError, SavepointExistsError, StateTypeError
+from statekit.errors import (
+    InvalidArgumentError,
+    InvalidTargetError,
+    SavepointError,
+    SavepointExistsError,
+    StateTypeError,
+)
 from statekit.format import keyed as K
-from statekit.format.files import checksum, write_parquet
+from statekit.format.files import checksum, place_file, storage_errors, write_parquet
 from statekit.format.manifest import (
     FORMAT_VERSION,
     MANIFEST_NAME,
@@ -346,10 +352,7 @@ def _link_file(root: Path, rel_dir: str, src_dir: Path, name: str, subtask: int,
     rel = f"{rel_dir}/{name}"
     dst = safe_relative_path(root, rel)
     dst.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        os.link(src, dst)  # shared SST files cost nothing in the next checkpoint
-    except OSError:
-        shutil.copy2(src, dst)
+    place_file(src, dst)  # a hard link where possible: shared SST files cost nothing in the next checkpoint
     fd = os.open(dst, os.O_RDONLY)
     try:
         os.fsync(fd)  # a linked file shares its inode's durability; a copy needs its own
@@ -390,10 +393,7 @@ class SavepointBuilder:
         max_workers: int = 2,
     ) -> None:
         self.path = Path(path)
-        if self.path.exists():
-            raise SavepointExistsError(
-                f"{self.path} already exists; savepoints are immutable and never overwritten. Choose a new path."
-            )
+        _check_target(self.path)
         if kind not in ("savepoint", "checkpoint"):
             raise InvalidArgumentError(f"kind must be 'savepoint' or 'checkpoint', not {kind!r}.")
         if rows_per_file < 1:
@@ -415,10 +415,13 @@ class SavepointBuilder:
         """The hidden sibling directory files are written to before the commit (created on first use)."""
         self._check_open()
         if not self._staging.is_dir():
-            missing = [p for p in reversed(self._staging.parents) if not p.exists()]
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._created_dirs.extend(missing)
-            self._staging.mkdir()
+            _check_target(self.path)
+            with storage_errors(self.path):
+                for parent in reversed(self._staging.parents):
+                    if not parent.exists():
+                        parent.mkdir()  # one at a time, so that an abort removes exactly the ones made here
+                        self._created_dirs.append(parent)
+                self._staging.mkdir()
         return self._staging
 
     def add_operator(
@@ -467,38 +470,42 @@ class SavepointBuilder:
         """Write every file and the manifest, then publish the savepoint at `path` in one rename."""
         self._check_open()
         try:
-            features: set[str] = set()
-            metas = []
-            staging = self.staging
-            with ThreadPoolExecutor(self.max_workers) as pool:
-                for writer in self._operators.values():
-                    meta, f = writer._finish(staging, pool)
-                    metas.append(meta)
-                    features |= f
-            manifest = Manifest(
-                checkpoint_id=self.checkpoint_id,
-                kind=self.kind,
-                created_at=iso_now(),
-                job_name=self.job_name,
-                operators=tuple(metas),
-                features=tuple(sorted(features)),
-                format_version=FORMAT_VERSION,
-            )
-            for dirpath, _, _ in os.walk(staging):  # the data files' directory entries, before the manifest
-                _fsync_dir(Path(dirpath))
-            write_manifest(staging, manifest)
-            if self.path.exists():
-                raise SavepointExistsError(f"{self.path} appeared while writing; not overwriting it.")
-            try:
-                os.rename(staging, self.path)
-            except OSError:
-                if self.path.exists():  # another writer won the race (rename only replaces an empty dir)
-                    raise SavepointExistsError(f"{self.path} appeared while writing; not overwriting it.") from None
-                raise
-            _fsync_dir(self.path.parent)
+            with storage_errors(self.path):
+                return self._commit()
         except BaseException:
             self.abort()
             raise
+
+    def _commit(self) -> Path:
+        features: set[str] = set()
+        metas = []
+        staging = self.staging
+        with ThreadPoolExecutor(self.max_workers) as pool:
+            for writer in self._operators.values():
+                meta, f = writer._finish(staging, pool)
+                metas.append(meta)
+                features |= f
+        manifest = Manifest(
+            checkpoint_id=self.checkpoint_id,
+            kind=self.kind,
+            created_at=iso_now(),
+            job_name=self.job_name,
+            operators=tuple(metas),
+            features=tuple(sorted(features)),
+            format_version=FORMAT_VERSION,
+        )
+        for dirpath, _, _ in os.walk(staging):  # the data files' directory entries, before the manifest
+            _fsync_dir(Path(dirpath))
+        write_manifest(staging, manifest)
+        if os.path.lexists(self.path):
+            raise SavepointExistsError(f"{self.path} appeared while writing; not overwriting it.")
+        try:
+            os.rename(staging, self.path)
+        except OSError:
+            if os.path.lexists(self.path):  # another writer won the race (rename only replaces an empty dir)
+                raise SavepointExistsError(f"{self.path} appeared while writing; not overwriting it.") from None
+            raise
+        _fsync_dir(self.path.parent)
         self._done = True
         return self.path
 
@@ -525,10 +532,31 @@ class SavepointBuilder:
             self.abort()
 
 
+def _check_target(path: Path) -> None:
+    """Refuse a target that exists (even as a dangling symlink) or whose parent is not a directory."""
+    if os.path.lexists(path):
+        if path.is_symlink() and not path.exists():
+            raise InvalidTargetError(
+                f"{path} is a dangling symbolic link; a savepoint is never written through a link. Remove it or "
+                "choose another path."
+            )
+        raise SavepointExistsError(
+            f"{path} already exists; savepoints are immutable and never overwritten. Choose a new path."
+        )
+    for parent in path.parents:
+        if os.path.lexists(parent):
+            if not parent.is_dir():
+                raise InvalidTargetError(
+                    f"cannot write {path}: {parent} is not a directory (a file or a dangling link); choose a "
+                    "target under a directory."
+                )
+            break
+
+
 def write_manifest(directory: Path, manifest: Manifest) -> None:
     """Write `_metadata.json` atomically: a temp file, fsync, rename."""
     tmp = directory / f".{MANIFEST_NAME}.tmp"
-    with open(tmp, "w", encoding="utf-8") as fh:
+    with open(tmp, "x", encoding="utf-8") as fh:  # new, never through an existing name
         fh.write(manifest.dumps())
         fh.flush()
         os.fsync(fh.fileno())

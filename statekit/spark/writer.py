@@ -16,7 +16,7 @@ from statekit.identifiers import OperatorIdentifier
 from statekit.keygroups import check_max_parallelism
 from statekit.savepoint import OperatorMetadata, Savepoint, SavepointBuilder
 from statekit.savepoint.rekey import rekey_operator
-from statekit.savepoint.transforms import link_operator, rehash_operator
+from statekit.savepoint.transforms import link_operator, refuse_target_inside, rehash_operator
 from statekit.spark.bootstrap import BootstrapTransformation
 from statekit.spark.session import prepare_session
 
@@ -186,6 +186,8 @@ class SavepointWriter:
         if not self._entries:
             raise InvalidArgumentError("the savepoint would have no operators; add one with with_operator().")
         src = self.source
+        if src is not None:
+            refuse_target_inside(src.path, path)  # a write into its own source would change the source
         with SavepointBuilder(path, checkpoint_id=src.checkpoint_id if src else 0,
                               job_name=src.job_name if src else None) as builder:
             for entry in self._entries.values():

@@ -1,24 +1,15 @@
-"""Shared helpers for the savepoint tests: byte-level snapshots of a directory tree."""
+"""Fixtures of the savepoint tests: byte-level snapshots of a directory tree, size-limited disks."""
 
 from __future__ import annotations
 
-import hashlib
-import os
+import sys
 from pathlib import Path
 
 import pytest
 
+sys.path.insert(0, str(Path(__file__).parent))  # savepoint_helpers.py (also imported by child processes)
 
-def tree_digest(root: Path) -> dict[str, str]:
-    """Every file (sha256 of its bytes) and directory under `root`, by relative path; the whole tree."""
-    out: dict[str, str] = {}
-    for dirpath, dirnames, filenames in os.walk(root):
-        for d in dirnames:
-            out[os.path.relpath(os.path.join(dirpath, d), root) + "/"] = "dir"
-        for f in filenames:
-            full = os.path.join(dirpath, f)
-            out[os.path.relpath(full, root)] = hashlib.sha256(Path(full).read_bytes()).hexdigest()
-    return out
+from savepoint_helpers import tree_digest  # noqa: E402
 
 
 @pytest.fixture
@@ -33,3 +24,32 @@ def unchanged():
         assert tree_digest(Path(path)) == before, f"{path} was modified"
 
     return guard
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """``small_disk("20m")``: a real size-limited tmpfs mounted under `tmp_path`, unmounted afterwards.
+
+    Skips the test (saying why) where mounting is not permitted, i.e. when not running as root.
+    """
+    import shutil
+    import subprocess
+
+    mounted: list[Path] = []
+
+    def mount(size: str = "20m") -> Path:
+        mnt = tmp_path / f"small-disk-{len(mounted)}"
+        mnt.mkdir()
+        if shutil.which("mount") is None:
+            pytest.skip("no `mount` command: cannot test a full disk on a size-limited tmpfs")
+        r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mnt)],
+                           capture_output=True, text=True)
+        if r.returncode:
+            pytest.skip(f"mounting a size-limited tmpfs is not permitted here ({r.stderr.strip()}); "
+                        "run the suite as root to test full disks")
+        mounted.append(mnt)
+        return mnt
+
+    yield mount
+    for mnt in mounted:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)

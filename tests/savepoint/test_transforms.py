@@ -9,7 +9,12 @@ from pathlib import Path
 import pytest
 
 from statekit.demo import write_demo_savepoint
-from statekit.errors import InvalidArgumentError, ParallelismError, SavepointExistsError, UnknownOperatorError
+from statekit.errors import (
+    InvalidArgumentError,
+    InvalidTargetError,
+    ParallelismError,
+    UnknownOperatorError,
+)
 from statekit.identifiers import OperatorIdentifier
 from statekit.keygroups import assign_key_groups
 from statekit.savepoint import Savepoint, check
@@ -86,7 +91,7 @@ def test_bad_transform_inputs(source, tmp_path):
         change_max_parallelism(source, tmp_path / "o1", "accounts", 40000)
     with pytest.raises(UnknownOperatorError, match="accounts"):
         remove_operator(source, tmp_path / "o2", "nope")
-    with pytest.raises(SavepointExistsError):
+    with pytest.raises(InvalidTargetError, match="source itself"):
         remove_operator(source, source, "rules")
     assert not (tmp_path / "o1").exists() and not (tmp_path / "o2").exists()
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
