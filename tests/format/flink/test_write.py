@@ -5,7 +5,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from statekit.errors import SavepointExistsError, StateTypeError
+from statekit.errors import InvalidArgumentError, ParallelismError, SavepointExistsError, StateTypeError
 from statekit.format.flink import serializers_out as S
 from statekit.format.flink.binary import DataInput
 from statekit.format.flink.reader import FlinkStateReader
@@ -180,3 +180,25 @@ def test_new_state_maps_ddl_to_flink_and_reads_back(tmp_path):
     assert sorted(b.timers("op").select(["key", "timestamp", "domain"]).to_pylist(), key=repr) == \
         sorted(a.timers("op").select(["key", "timestamp", "domain"]).to_pylist(), key=repr)
     assert b.operator("op").max_parallelism == 256
+
+
+def test_max_parallelism_below_an_operators_parallelism_is_refused(tmp_path):
+    with pytest.raises(ParallelismError, match="at least 2"):
+        write_flink(savepoint("long-hashmap-canonical"), tmp_path / "out", max_parallelism=1)
+    assert not (tmp_path / "out").exists()
+
+
+def test_rename_remove_and_rekey_on_a_flink_savepoint(tmp_path):
+    src = savepoint("long-hashmap-canonical")
+    out = write_flink(src, tmp_path / "out", uids={"counter": "counter-v2"}, remove=["types"],
+                      max_parallelism={"counter": 256},
+                      rekey={"counter": lambda k: f"k{k}"}, key_types={"counter": "string"})
+    a, b = Savepoint.open(src), Savepoint.open(out)
+    assert "types" not in {m.uid for m in b.operators}
+    m = b.operator("counter-v2")
+    assert (m.max_parallelism, m.key_type) == (256, "string")
+    old = {f"k{r['key']}": r["count"] for r in a.keyed_table("counter").to_pylist()}
+    assert {r["key"]: r["count"] for r in b.keyed_table("counter-v2").to_pylist()} == old
+    assert b.get("counter-v2", "k-1")["count"] == a.get("counter", -1)["count"]
+    with pytest.raises(InvalidArgumentError, match="nope"):
+        write_flink(src, tmp_path / "x", uids={"nope": "y"})
