@@ -30,6 +30,10 @@ class NullKeyError(InvalidKeyError):
     """A key is null (None); Flink forbids null keys."""
 
 
+class KeyTypeMismatchError(InvalidKeyError):
+    """Two savepoints key an operator by different types, so their rows cannot be matched (diff)."""
+
+
 class DuplicateKeyError(InvalidKeyError):
     """The same key (and namespace) appears twice in a keyed table."""
 
