@@ -131,6 +131,13 @@ class JobRunner:
         self.restarts = 0
         self.execution: Execution | None = None
         self.savepoint_futures: dict[int, Future] = {}
+        # Last: the job holds its checkpoint storage from here until `run` ends.
+        try:
+            self.coordinator.open()
+        except BaseException:
+            if self._own_workdir:
+                shutil.rmtree(self.workdir, ignore_errors=True)
+            raise
 
     def run(self) -> JobExecutionResult:
         started = time.monotonic()

@@ -17,15 +17,17 @@ import numpy as np
 from statekit.errors import CorruptSavepointError, UnsupportedFormatError
 from statekit.format.flink import keyed as K
 from statekit.format.flink.binary import DataInput
+from statekit.format.flink.checkpoints import is_heap_stream, read_heap
 from statekit.format.flink.files import StateFiles
 from statekit.format.flink.metadata import (
     CheckpointMetadata,
     IncrementalKeyedHandle,
-    KeyGroupsHandle,
+    KeyedHandle,
     OperatorState,
     StreamHandle,
     read_metadata,
 )
+from statekit.format.flink.native import concat_entries, read_native, read_native_proxy
 from statekit.format.flink.proxy import KeyedProxy, OperatorProxy, StateMeta, read_operator_proxy
 from statekit.format.flink.values import reader
 
@@ -80,28 +82,30 @@ class FlinkStateReader:
         self.root = self.metadata.path
         self.files = StateFiles(self.root)
         self._proxies: dict[int, KeyedProxy] = {}
+        self._layouts: dict[int, str] = {}
         self._op_streams: dict[tuple[str, int], tuple[OperatorProxy, bytes, dict[int, int] | None]] = {}
 
     # -- keyed -----------------------------------------------------------------------------------
-    def keyed_handles(self, op: OperatorState) -> list[KeyGroupsHandle]:
-        out = []
-        for st in op.subtasks:
-            for h in (st.managed_keyed,):
-                if h is None:
-                    continue
-                if isinstance(h, IncrementalKeyedHandle):
-                    raise UnsupportedFormatError(
-                        f"{self.root}: operator {op.uid or op.operator_id} holds native RocksDB state "
-                        "(IncrementalRemoteKeyedStateHandle, SST files); this reader decodes canonical savepoints. "
-                        "Take a canonical savepoint (`flink savepoint --type canonical`)."
-                    )
-                out.append(h)
+    def keyed_handles(self, op: OperatorState) -> list[KeyedHandle]:
+        """The operator's managed keyed handles by key-group range: canonical, heap-checkpoint or native RocksDB."""
+        out = [st.managed_keyed for st in op.subtasks if st.managed_keyed is not None]
         return sorted(out, key=lambda h: h.start)
 
-    def proxy(self, h: KeyGroupsHandle) -> KeyedProxy:
+    def handle_layout(self, h: KeyedHandle) -> str:
+        """``canonical`` (savepoints, RocksDB full checkpoints), ``heap`` (HashMap checkpoints) or ``native`` (RocksDB files)."""
+        if isinstance(h, IncrementalKeyedHandle):
+            return "native"
+        if id(h) not in self._layouts:
+            self._layouts[id(h)] = "heap" if is_heap_stream(self.files, h) else "canonical"
+        return self._layouts[id(h)]
+
+    def proxy(self, h: KeyedHandle) -> KeyedProxy:
         key = id(h)
         if key not in self._proxies:
-            self._proxies[key] = K.read_proxy(self.files, h)
+            if isinstance(h, IncrementalKeyedHandle):
+                self._proxies[key] = read_native_proxy(self.files, h)
+            else:
+                self._proxies[key] = K.read_proxy(self.files, h)
         return self._proxies[key]
 
     def layout(self, op: OperatorState) -> K.KeyedLayout | None:
@@ -118,6 +122,8 @@ class FlinkStateReader:
             raise ValueError("operator has no keyed state")
         stats = stats if stats is not None else K.DecodeStats()
         handles = self.keyed_handles(op)
+        if any(self.handle_layout(h) != "canonical" for h in handles):
+            return self._read_keyed_entries(op, lay, handles, key_groups, stats)
         segments: list[tuple[StreamHandle, int, int]] = []  # (stream, lo, hi) to read
         chains: list[tuple[int, int, int, int]] = []  # (segment, kg, start, limit) relative to the stream
         compressed: list[bool] = []
@@ -159,6 +165,26 @@ class FlinkStateReader:
             if not np.array_equal(got, kg_expected):
                 raise K._corrupt(where, "an entry's key-group prefix differs from the key group it is stored in")
         return K.decode(lay, buf, entries, seg_of_chain, sid_maps, where, stats)
+
+    def _read_keyed_entries(self, op: OperatorState, lay: K.KeyedLayout, handles: list[KeyedHandle],
+                            key_groups: tuple[int, int] | None, stats: K.DecodeStats) -> K.KeyedResult:
+        """Native RocksDB and heap-checkpoint handles: their entries re-laid canonically, then decoded as usual."""
+        where = f"{self.root} operator {op.uid or op.operator_id}"
+        kinds = {self.handle_layout(h) for h in handles}
+        if len(kinds) > 1:
+            raise UnsupportedFormatError(f"{where}: subtasks mix keyed state layouts {sorted(kinds)}; take a canonical savepoint.")
+        parts = []
+        for h in handles:
+            if key_groups is not None and (h.end < key_groups[0] or h.start > key_groups[1]):
+                continue
+            if isinstance(h, IncrementalKeyedHandle):
+                parts.append(read_native(self.files, h, self.proxy(h), lay.prefix_bytes, key_groups))
+            else:
+                parts.append(read_heap(self.files, h, self.proxy(h), lay.prefix_bytes, key_groups))
+        kept = [h for h in handles if key_groups is None or not (h.end < key_groups[0] or h.start > key_groups[1])]
+        buf, entries = concat_entries(parts)
+        return K.decode(lay, buf, entries, np.arange(len(parts), dtype=np.int64),
+                        [dict(enumerate(self.proxy(h).states)) for h in kept], where, stats)
 
     def _read_segments(self, segments: list[tuple[StreamHandle, int, int]]) -> tuple[np.ndarray, list[int]]:
         total = sum(hi - lo for _, lo, hi in segments)
