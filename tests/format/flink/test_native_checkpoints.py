@@ -151,3 +151,16 @@ def test_unknown_merge_operator_is_refused_before_rocksdb_opens(job_copy):
         p.write_text(text.replace("StringAppendTESTOperator", "StringAppendXXXXOperator"))  # same size
     with pytest.raises(UnsupportedFormatError, match="merge operator.*CANONICAL savepoint"):
         Savepoint.open(job / "chk-4").keyed_table("counter")
+
+
+def test_scratch_copies_are_made_once_and_removed_with_the_reader(tmp_path, monkeypatch):
+    import gc
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    sp = Savepoint.open(CHECKPOINTS / "rocksdb-incremental" / "job" / "chk-4")
+    sp.keyed_table("counter")
+    assert sp.get("counter", "alice")["count"] > 0 and sp.get("counter", "bob")["count"] > 0
+    assert len(list(tmp_path.glob("statekit-flink-rocksdb-*"))) == 2  # one per subtask, copied and opened once
+    del sp
+    gc.collect()
+    assert not list(tmp_path.glob("statekit-flink-rocksdb-*"))
