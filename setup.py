@@ -2,4 +2,7 @@
 
 from setuptools import find_packages, setup
 
-setup(packages=find_packages(include=["statekit", "statekit.*"]) + ["statekit_cli"])
+# The Catalyst rule's Java sources ship as package data of their own directory (compiled on first use).
+JAVA = "statekit.spark.java.io.statekit.spark"
+
+setup(packages=find_packages(include=["statekit", "statekit.*"]) + [JAVA, "statekit_cli"])

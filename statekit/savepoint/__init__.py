@@ -22,6 +22,7 @@ from statekit.format.manifest import (
     OperatorMetadata,
 )
 from statekit.savepoint.check import CheckReport, Problem, check
+from statekit.savepoint.diff import OperatorDiff, SavepointDiff, diff
 from statekit.savepoint.reader import Savepoint
 from statekit.savepoint.redistribute import redistribute_list_state
 from statekit.savepoint.writer import OperatorWriter, SavepointBuilder
@@ -35,11 +36,14 @@ __all__ = [
     "CheckReport",
     "FileEntry",
     "Manifest",
+    "OperatorDiff",
     "OperatorMetadata",
     "OperatorWriter",
     "Problem",
     "Savepoint",
     "SavepointBuilder",
+    "SavepointDiff",
     "check",
+    "diff",
     "redistribute_list_state",
 ]
