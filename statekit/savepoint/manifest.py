@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import os
 import posixpath
@@ -80,6 +82,38 @@ class FileEntry:
 
 
 @dataclass(frozen=True)
+class FlinkSerializers:
+    """Flink serializer snapshots of an operator read from a Flink savepoint, kept byte for byte (manifest
+    field ``flink``), so that writing the state back to Flink (`statekit.savepoint.flink_out`) restores into
+    the original job. `key` is the key serializer's versioned snapshot; the others are whole
+    `StateMetaInfoSnapshot`s (name, kind, serializers) of keyed states, timer queues and operator states."""
+
+    key: bytes | None = None
+    states: tuple[tuple[str, bytes], ...] = ()
+    timers: tuple[bytes, ...] = ()
+    operator_states: tuple[tuple[str, bytes], ...] = ()
+
+    def without_key(self) -> "FlinkSerializers":
+        """The same without what depends on the key type (after a re-key to another type)."""
+        return FlinkSerializers(None, self.states, (), self.operator_states)
+
+    def to_json(self) -> dict[str, Any]:
+        b64 = lambda b: base64.b64encode(b).decode("ascii")  # noqa: E731
+        return {"key": b64(self.key) if self.key is not None else None,
+                "states": {n: b64(b) for n, b in self.states},
+                "timers": [b64(b) for b in self.timers],
+                "operator_states": {n: b64(b) for n, b in self.operator_states}}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "FlinkSerializers":
+        dec = lambda v: base64.b64decode(v, validate=True)  # noqa: E731
+        return cls(dec(d["key"]) if d.get("key") is not None else None,
+                   tuple((n, dec(v)) for n, v in d.get("states", {}).items()),
+                   tuple(dec(v) for v in d.get("timers", [])),
+                   tuple((n, dec(v)) for n, v in d.get("operator_states", {}).items()))
+
+
+@dataclass(frozen=True)
 class OperatorMetadata:
     """Everything the manifest says about one operator."""
 
@@ -94,6 +128,7 @@ class OperatorMetadata:
     operator_states: tuple[OperatorStateInfo, ...] = ()
     files: tuple[FileEntry, ...] = ()
     keyed_format: Literal["parquet", "rocksdb"] = "parquet"
+    flink: FlinkSerializers | None = None  # serializers carried from a Flink savepoint
 
     @property
     def identifier(self) -> OperatorIdentifier:
@@ -147,6 +182,8 @@ class OperatorMetadata:
             "operator_states": [s.to_json() for s in self.operator_states],
             "files": [f.to_json() for f in self.files],
         }
+        if self.flink is not None:
+            out["flink"] = self.flink.to_json()
         return out
 
     @classmethod
@@ -163,6 +200,7 @@ class OperatorMetadata:
             operator_states=tuple(OperatorStateInfo.from_json(s) for s in d.get("operator_states", [])),
             files=tuple(FileEntry.from_json(f) for f in d.get("files", [])),
             keyed_format=d.get("keyed_format", "parquet"),
+            flink=FlinkSerializers.from_json(d["flink"]) if d.get("flink") is not None else None,
         )
 
 
@@ -299,7 +337,7 @@ def parse_manifest(raw: Any, path: Path) -> Manifest:
             features=tuple(features),
             format_version=version,
         )
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+    except (KeyError, TypeError, ValueError, AttributeError, binascii.Error) as exc:
         raise _fail(path, f"the manifest misses or mistypes a field ({type(exc).__name__}: {exc})") from None
     _validate(manifest, path)
     return manifest
@@ -322,6 +360,29 @@ def _check_ddl(path: Path, ddl: Any, where: str) -> None:
         parse_ddl(ddl)
     except StateTypeError as exc:
         raise _fail(path, f"{where} has an invalid type {ddl!r} ({exc})") from None
+
+
+def _check_flink(path: Path, op: OperatorMetadata, where: str, keyed: set[str], operator: dict[str, str]) -> None:
+    """The carried Flink serializers parse, and name states the operator has."""
+    from statekit.format.flink.binary import DataInput
+    from statekit.format.flink.proxy import read_meta_info
+    from statekit.format.flink.serializers import read_versioned
+
+    fl = op.flink
+    assert fl is not None
+    try:
+        if fl.key is not None:
+            read_versioned(DataInput(fl.key, f"{path}: {where} flink key serializer"), "the key serializer")
+        for group, known in ((fl.states, keyed), (fl.operator_states, set(operator))):
+            for name, raw in group:
+                meta = read_meta_info(DataInput(raw, f"{path}: {where} flink serializers of {name!r}"))
+                if meta.name != name or name not in known:
+                    raise _fail(path, f"{where}: carried Flink serializers of {name!r} match no state of the operator")
+        for raw in fl.timers:
+            if not read_meta_info(DataInput(raw, f"{path}: {where} flink timer serializers")).is_timer:
+                raise _fail(path, f"{where}: carried Flink timer serializers are not a timer queue")
+    except (CorruptSavepointError, UnsupportedFormatError) as exc:
+        raise _fail(path, f"{where} carries Flink serializers that do not parse ({exc})") from None
 
 
 def _validate(manifest: Manifest, path: Path) -> None:
@@ -375,6 +436,8 @@ def _validate(manifest: Manifest, path: Path) -> None:
             if st.redistribution == "broadcast":
                 _check_ddl(path, st.key_type, f"{where}: the keys of broadcast state {st.name!r}")
             op_states[st.name] = st.redistribution
+        if op.flink is not None:
+            _check_flink(path, op, where, names, op_states)
         for f in op.files:
             safe_relative_path(path, f.path)
             if posixpath.normpath(f.path) in (".", MANIFEST_NAME):
