@@ -83,6 +83,9 @@ for _name in COMMAND_MODULES:
         _module.register(app)
 
 
+__import__("statekit_cli.convert").convert.register(app)  # statekit convert (cli/convert.py)
+
+
 def main() -> None:
     """Entry point of the `statekit` console script."""
     app()

@@ -88,7 +88,7 @@ def _head(sp, op, meta, table: str, limit: int):
     """The first `limit` rows of a table, reading only the files it needs, and the table's row count."""
     import pyarrow as pa
 
-    from statekit.sql import statekit_files
+    from statekit.query import statekit_files
 
     if table in ("keyed", "timers") and meta.key_type is not None and not meta.is_native and statekit_files(sp):
         files = meta.files_of(table)
