@@ -14,7 +14,7 @@ from pyspark.sql import functions as F
 from statekit.errors import InvalidArgumentError, OutputExistsError
 from statekit.identifiers import OperatorIdentifier
 from statekit.spark.reader import SavepointReader
-from statekit.sql import database_name, tables
+from statekit.query import database_name, tables
 
 __all__ = ["HISTORY_COLUMNS", "append_state_history", "export"]
 
