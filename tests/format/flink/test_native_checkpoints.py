@@ -24,7 +24,8 @@ COUNTER = "0da08f51eaa85fc298e176a139b3649a"
 def _retained(case: str) -> list[tuple[Path, dict]]:
     out = []
     for e in sorted((CHECKPOINTS / case / "expected").glob("chk-*.json")):
-        out.append((CHECKPOINTS / case / "job" / e.stem, json.loads(e.read_text())))
+        exp = json.loads(e.read_text())
+        out.append((CHECKPOINTS / case / exp["checkpoint_dir"], exp))
     return out
 
 
@@ -52,9 +53,9 @@ def test_native_rocksdb_savepoint_reads_exactly():
     assert _digest(savepoint("string-rocksdb-native")) == before
 
 
-@pytest.mark.parametrize("case", ["rocksdb-incremental", "hashmap-full"])
+@pytest.mark.parametrize("case", ["rocksdb-incremental", "hashmap-full", "rocksdb-claim"])
 def test_every_retained_checkpoint_reads_exactly(case):
-    job = CHECKPOINTS / case / "job"
+    job = CHECKPOINTS / case
     before = _digest(job)
     cases = _retained(case)
     assert len(cases) >= 3
@@ -188,3 +189,18 @@ def test_converted_native_state_and_checkpoints_continue_the_counts(source, tmp_
            .uid("counter").execute_and_collect(restore_from=out, allow_non_restored_state=True))
     assert sorted(got) == sorted((k, e["count"] + 1, e["sum"] + 7) for k, e in keys.items())
     assert _digest(path.parent) == before
+
+
+def test_checkpoints_of_a_job_resumed_in_claim_mode_read_the_previous_jobs_files(tmp_path):
+    """A job restored from a retained checkpoint in CLAIM mode names SSTs in the old job's shared/ (a sibling)."""
+    base = CHECKPOINTS / "rocksdb-claim" / "base"
+    chk, exp = _retained("rocksdb-claim")[-1]
+    jobs = {sh.path.rsplit("/", 3)[-3] for op in read_metadata(chk).operators for st in op.subtasks
+            if isinstance(st.managed_keyed, IncrementalKeyedHandle) for _, sh in st.managed_keyed.shared}
+    assert chk.parent.name in jobs and len(jobs) == 2  # its own files and the previous job's
+    _check(Savepoint.open(chk), exp)
+    # without the previous job's directory the checkpoint is incomplete: a typed error naming the file
+    copy = tmp_path / "base"
+    shutil.copytree(base / chk.parent.name, copy / chk.parent.name)
+    with pytest.raises(CorruptSavepointError, match="missing"):
+        Savepoint.open(copy / chk.parent.name / chk.name).keyed_table("counter")
