@@ -9,11 +9,15 @@ STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev]'
+	# setuptools' notes about editable installs are for packagers, not for someone running make
+	PYTHONWARNINGS=ignore $(PY) -m pip install -q -e '.[dev]'
 	rm -f $(VENV)/.installed-* && touch $(STAMP)
 
+# --replace writes over an earlier demo's output only (marked, nothing else added); anything else
+# at demo-output is refused, never deleted.
 demo: $(STAMP)
-	$(VENV)/bin/statekit demo --out demo-output
+	$(VENV)/bin/statekit demo --out demo-output --replace
+	@echo "The statekit command is $(VENV)/bin/statekit (or: . $(VENV)/bin/activate; statekit --help)"
 
 # The whole suite, `slow` failure-injection runs included (about 5 minutes here).
 test: $(STAMP)

@@ -1,212 +1,89 @@
-"""The `statekit` command: inspect, check and read savepoints from the shell."""
+"""The `statekit` command: inspect, query, check and repair savepoints from the shell."""
 
 from __future__ import annotations
 
-from pathlib import Path
+import importlib
 from typing import Optional
 
 import typer
-from rich.console import Console
+from typer.core import TyperGroup
+from typer.exceptions import TyperException
 
-from statekit.errors import StatekitError
+from statekit_cli.common import EXIT_PROBLEMS, STATE, debug_enabled, err, error_line, exit_code_for
+
+# One line per command module. A module either defines `register(app)` or decorates
+# `statekit_cli.app.app` itself; both are imported here, after `app` exists.
+COMMAND_MODULES = (
+    "statekit_cli.read",     # inspect, show, get, check, diff, export
+    "statekit_cli.query",    # query (DuckDB, or Spark with --engine spark)
+    "statekit_cli.repair",   # set, delete-key, rm-state, rekey, rename-uid, remove-operator, ..., bootstrap
+    "statekit_cli.demo",     # demo
+)
+
+
+class StatekitGroup(TyperGroup):
+    """Runs a command; a failure becomes one error line and an exit code (the traceback with --debug)."""
+
+    def list_commands(self, ctx) -> list[str]:
+        return list(self.commands)  # in registration order, grouped by module
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except (typer.Exit, typer.Abort, TyperException):
+            raise
+        except Exception as exc:  # noqa: BLE001 - every failure ends in one line unless --debug
+            if debug_enabled():
+                raise
+            from statekit.errors import StatekitError
+
+            if isinstance(exc, StatekitError):
+                err().print(error_line(exc), markup=False)
+                raise typer.Exit(exit_code_for(exc)) from None
+            err().print(f"{error_line(exc)} (unexpected; run with --debug for the traceback)", markup=False)
+            raise typer.Exit(EXIT_PROBLEMS) from None
+
 
 app = typer.Typer(
     name="statekit",
-    help="The state of stream-processing jobs as data: inspect, check and read savepoints.",
+    cls=StatekitGroup,
+    help=(
+        "The state of stream-processing jobs as data: inspect, query, check and repair savepoints.\n\n"
+        "Operators are named by --uid (or their uid hash with --hash); keys by --key, parsed as the "
+        "operator's key type. Repairs read SOURCE and write a new TARGET, and only with --apply.\n\n"
+        "Exit codes: 0 ok; 1 problems found, not found, or a repair refused; 2 bad usage."
+    ),
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
 )
-console = Console()
-err_console = Console(stderr=True)
 
 
-def _fail(exc: StatekitError) -> None:
-    err_console.print(f"[bold red]error:[/] {type(exc).__name__}: {exc}", highlight=False)
-    raise typer.Exit(code=2)
+def _version(value: bool) -> None:
+    if value:
+        import statekit
+
+        typer.echo(f"statekit {statekit.__version__}")
+        raise typer.Exit()
 
 
-@app.command()
-def inspect(path: Path = typer.Argument(..., help="Savepoint or checkpoint directory.")) -> None:
-    """List the operators of a savepoint with their states, parallelism and sizes."""
-    from statekit.savepoint import Savepoint
-    from statekit_cli.render import operators_table, states_table, summary_line
-
-    try:
-        sp = Savepoint.open(path)
-    except StatekitError as exc:
-        _fail(exc)
-    console.print(summary_line(sp))
-    console.print(operators_table(sp))
-    console.print(states_table(sp))
-
-
-@app.command()
-def check(
-    path: Path = typer.Argument(..., help="Savepoint or checkpoint directory."),
-    quick: bool = typer.Option(False, "--quick", help="Only sizes and checksums, not the rows inside."),
+@app.callback()
+def _main(
+    debug: bool = typer.Option(False, "--debug", help="Show tracebacks and Spark/Ivy logs."),
+    version: Optional[bool] = typer.Option(None, "--version", callback=_version, is_eager=True,
+                                           help="Print the version and exit."),
 ) -> None:
-    """Verify files, checksums, schemas, key groups and key uniqueness. Never modifies anything."""
-    from statekit.savepoint import check as run_check
-    from statekit_cli.render import problems_table
-
-    report = run_check(path, deep=not quick)
-    if report.ok:
-        console.print(f"[green]OK[/] {path}: {report.files_checked} files, {report.rows_checked} rows checked")
-        return
-    console.print(problems_table(report))
-    raise typer.Exit(code=1)
+    STATE["debug"] = debug
 
 
-@app.command()
-def show(
-    path: Path = typer.Argument(..., help="Savepoint or checkpoint directory."),
-    uid: str = typer.Option(..., "--uid", help="Operator uid (or the uid hash with --hash)."),
-    by_hash: bool = typer.Option(False, "--hash", help="Treat --uid as a 32-hex uid hash."),
-    table: str = typer.Option("keyed", "--table", help="keyed, timers, or an operator state name."),
-    key: Optional[str] = typer.Option(None, "--key", help="Show only this key (parsed as the key type)."),
-    limit: int = typer.Option(20, "--limit", min=0, help="At most this many rows."),
-    values: bool = typer.Option(False, "--values", help="Show state values (hidden by default)."),
-) -> None:
-    """Show rows of one table of an operator; state values are masked unless --values is given."""
-    from statekit.identifiers import OperatorIdentifier
-    from statekit.savepoint import Savepoint
-    from statekit_cli.render import parse_key, rows_table
-
-    try:
-        sp = Savepoint.open(path)
-        op = OperatorIdentifier.for_uid_hash(uid) if by_hash else OperatorIdentifier.for_uid(uid)
-        meta = sp.operator(op)
-        if key is not None:
-            row = sp.get(op, parse_key(key, meta.key_type))
-            rows = [] if row is None else [{"key": parse_key(key, meta.key_type), **row}]
-            columns = ["key"] + [s.name for s in meta.keyed_states]
-        else:
-            arrow = _table(sp, op, meta, table).slice(0, limit)
-            rows, columns = arrow.to_pylist(), arrow.column_names
-    except StatekitError as exc:
-        _fail(exc)
-    masked = set() if values else _value_columns(columns)
-    console.print(rows_table(rows, columns, masked, title=f"{meta.display_name} / {table}"))
-    if masked:
-        console.print("[dim]values hidden; pass --values to show them[/]")
+for _name in COMMAND_MODULES:
+    _module = importlib.import_module(_name)
+    if hasattr(_module, "register"):
+        _module.register(app)
 
 
-@app.command()
-def query(
-    path: Path = typer.Argument(..., help="Savepoint or checkpoint directory."),
-    sql: str = typer.Argument(..., help='Spark SQL, e.g. "SELECT count(*) FROM accounts.keyed WHERE balance < 0".'),
-    prefix: Optional[str] = typer.Option(None, "--prefix", help="Prefix of the database names (<prefix>_<uid>)."),
-    limit: int = typer.Option(50, "--limit", min=0, help="At most this many rows."),
-) -> None:
-    """Run Spark SQL over a savepoint: a database per operator (uid), tables keyed, timers and one per
-    operator state. Starts a local Spark session (a few seconds); prints what the query selects."""
-    from pyspark.errors import AnalysisException
-
-    from statekit.spark import SavepointReader, spark_session
-    from statekit_cli.render import rows_table
-
-    databases: dict[str, list[str]] = {}
-    try:
-        spark = spark_session()
-        databases = SavepointReader.read(spark, path).register(prefix)
-        df = spark.sql(sql)
-        rows = [r.asDict(recursive=True) for r in df.limit(limit).collect()]
-    except StatekitError as exc:
-        _fail(exc)
-    except AnalysisException as exc:
-        tables = "; ".join(f"{db}: {', '.join(names)}" for db, names in databases.items())
-        err_console.print(f"[bold red]error:[/] the query does not run: {exc.getMessage()}\n"
-                          f"The savepoint's tables are: {tables}", highlight=False)  # fmt: skip
-        raise typer.Exit(code=2) from None
-    console.print(rows_table(rows, df.columns, set(), title=sql))
-
-
-def _table(sp, op, meta, table: str):
-    if table == "keyed":
-        return sp.keyed_table(op)
-    if table == "timers":
-        return sp.timers(op)
-    info = meta.operator_state(table)
-    if info.redistribution == "broadcast":
-        return sp.broadcast_state(op, table)
-    if info.redistribution == "union":
-        return sp.union_state(op, table)
-    return sp.list_state(op, table)
-
-
-def _value_columns(columns: list[str]) -> set[str]:
-    structural = {"key_group", "key", "namespace", "subtask", "idx", "timestamp", "domain"}
-    return {c for c in columns if c not in structural}
-
-
-def _run_transform(plan_fn, apply: bool) -> None:
-    try:
-        plan = plan_fn(dry_run=not apply)
-    except StatekitError as exc:
-        _fail(exc)
-    console.print(str(plan), highlight=False)
-    if not apply:
-        console.print("[yellow]dry run[/]: nothing written; pass --apply to write the new savepoint")
-
-
-_APPLY = typer.Option(False, "--apply", help="Write the new savepoint (default: dry run that only reports).")
-
-
-@app.command("rename-uid")
-def rename_uid(
-    source: Path = typer.Argument(..., help="Savepoint to read (never modified)."),
-    target: Path = typer.Argument(..., help="New savepoint to write (must not exist)."),
-    old: str = typer.Option(..., "--from", help="Current uid of the operator."),
-    new: str = typer.Option(..., "--to", help="New uid."),
-    apply: bool = _APPLY,
-) -> None:
-    """Give an operator a new uid; its state is carried over unchanged into a new savepoint."""
-    from statekit.savepoint.transforms import rename_operator
-
-    _run_transform(lambda dry_run: rename_operator(source, target, old, new, dry_run=dry_run), apply)
-
-
-@app.command("remove-operator")
-def remove_operator_cmd(
-    source: Path = typer.Argument(..., help="Savepoint to read (never modified)."),
-    target: Path = typer.Argument(..., help="New savepoint to write (must not exist)."),
-    uid: str = typer.Option(..., "--uid", help="Uid of the operator to drop."),
-    apply: bool = _APPLY,
-) -> None:
-    """Drop an operator and all its state into a new savepoint."""
-    from statekit.savepoint.transforms import remove_operator
-
-    _run_transform(lambda dry_run: remove_operator(source, target, uid, dry_run=dry_run), apply)
-
-
-@app.command("set-max-parallelism")
-def set_max_parallelism(
-    source: Path = typer.Argument(..., help="Savepoint to read (never modified)."),
-    target: Path = typer.Argument(..., help="New savepoint to write (must not exist)."),
-    uid: str = typer.Option(..., "--uid", help="Uid of the keyed operator."),
-    max_parallelism: int = typer.Option(..., "--max", help="New max parallelism (1..32768)."),
-    apply: bool = _APPLY,
-) -> None:
-    """Re-hash an operator's keyed state and timers into a new max parallelism."""
-    from statekit.savepoint.transforms import change_max_parallelism
-
-    _run_transform(
-        lambda dry_run: change_max_parallelism(source, target, uid, max_parallelism, dry_run=dry_run), apply
-    )
-
-
-@app.command()
-def demo(
-    out: Path = typer.Option(Path("demo-output"), "--out", help="Directory for the demo's savepoints."),
-    spark: bool = typer.Option(True, "--spark/--no-spark", help="Also query the savepoint with Spark SQL."),
-) -> None:
-    """Run the end-to-end demo on the embedded defaults (local files, local Spark)."""
-    from statekit.demo import run_demo
-
-    try:
-        run_demo(out, use_spark=spark, console=console)
-    except StatekitError as exc:
-        _fail(exc)
+__import__("statekit_cli.convert").convert.register(app)  # statekit convert (cli/convert.py)
 
 
 def main() -> None:

@@ -1,23 +1,123 @@
-"""Rich renderings of savepoint metadata, rows and check reports for the CLI."""
+"""How the CLI prints: rows as a table, JSON or CSV; identifiers never split; plain text into pipes."""
 
 from __future__ import annotations
 
-from typing import Any
+import base64
+import csv
+import datetime as dt
+import decimal
+import io
+import json
+from typing import Any, Iterable, Sequence
 
-from rich.table import Table
+from statekit.errors import InvalidKeyError, StateTypeError
 
-from statekit.errors import StateTypeError
-from statekit.savepoint import CheckReport, Savepoint
-
-
-def summary_line(sp: Savepoint) -> str:
-    return (
-        f"[bold]{sp.path}[/]  {sp.kind} #{sp.checkpoint_id}  job={sp.job_name or '-'}  "
-        f"format v{sp.manifest.format_version}  {len(sp.operators)} operator(s)"
-    )
+MASK = "•••"
 
 
-def human_bytes(n: int) -> str:
+# -- values ---------------------------------------------------------------------------------------
+def jsonable(value: Any) -> Any:
+    """A Python value of state as JSON data: maps (lists of pairs) with string keys become objects."""
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        if value and all(isinstance(p, tuple) and len(p) == 2 for p in value):  # an Arrow map
+            if all(isinstance(k, str) for k, _ in value):
+                return {k: jsonable(v) for k, v in value}
+            return [[jsonable(k), jsonable(v)] for k, v in value]
+        return [jsonable(v) for v in value]
+    if isinstance(value, bytes):
+        return base64.b64encode(value).decode("ascii")
+    if isinstance(value, (dt.date, dt.datetime, dt.time)):
+        return value.isoformat()
+    if isinstance(value, decimal.Decimal):
+        return str(value)
+    if isinstance(value, float) and value != value:
+        return None
+    return value
+
+
+def cell(value: Any) -> str:
+    """A value in a table cell: scalars as they are, nested values as compact JSON."""
+    if value is None:
+        return "null"
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (dict, list, tuple, bytes)):
+        return json.dumps(jsonable(value), ensure_ascii=False, separators=(",", ":"))
+    return str(jsonable(value))
+
+
+def dumps(data: Any) -> str:
+    return json.dumps(jsonable(data), ensure_ascii=False, indent=2)
+
+
+# -- tables ---------------------------------------------------------------------------------------
+def emit_table(console, rows: Sequence[Sequence[str]], columns: Sequence[str], *, title: str | None = None,
+               identity: Iterable[str] = ()) -> None:
+    """Print `rows` (already strings) so that no cell is ever cut or split.
+
+    In a terminal: a rich table when it fits the width, else one block of ``column: value`` lines
+    per row. Into a pipe or file: plain aligned text, as wide as it needs (no wrapping, no colour).
+    """
+    widths = [max([len(c)] + [len(r[i]) for r in rows]) for i, c in enumerate(columns)]
+    if not console.is_terminal:
+        if title:
+            console.print(title, markup=False)
+        console.print("  ".join(c.ljust(w) for c, w in zip(columns, widths)).rstrip(), markup=False)
+        for r in rows:
+            console.print("  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip(), markup=False)
+        return
+    needed = sum(widths) + 3 * len(columns) + 1
+    multiline = any("\n" in v for r in rows for v in r)
+    if needed <= console.width and not multiline:
+        from rich.table import Table
+
+        t = Table(title=title, title_justify="left")
+        keep = set(identity)
+        for c, w in zip(columns, widths):
+            t.add_column(c, no_wrap=True, min_width=w if c in keep else None, overflow="ignore")
+        for r in rows:
+            t.add_row(*r)
+        console.print(t)
+        return
+    if title:
+        console.print(f"[bold]{_escape(title)}[/]")
+    label = max(len(c) for c in columns) if columns else 0
+    for i, r in enumerate(rows):
+        if i:
+            console.print("")
+        for c, v in zip(columns, r):
+            console.print(f"{c.rjust(label)}: {v}", markup=False)
+
+
+def emit_rows(console, rows: list[dict[str, Any]], columns: list[str], fmt: str, *, title: str | None = None,
+              masked: Iterable[str] = ()) -> None:
+    """Rows (dicts) in `fmt`: ``table``, ``json`` (a list of objects) or ``csv`` (nested values as JSON)."""
+    hidden = set(masked)
+    if fmt == "json":
+        data = [{c: (MASK if c in hidden and r.get(c) is not None else r.get(c)) for c in columns} for r in rows]
+        console.print(dumps(data), markup=False)
+        return
+    text = [[MASK if c in hidden and r.get(c) is not None else cell(r.get(c)) for c in columns] for r in rows]
+    if fmt == "csv":
+        buf = io.StringIO()
+        w = csv.writer(buf, lineterminator="\n")
+        w.writerow(columns)
+        w.writerows([["" if r.get(c) is None else v for c, v in zip(columns, t)] for r, t in zip(rows, text)])
+        console.print(buf.getvalue().rstrip("\n"), markup=False)
+        return
+    emit_table(console, text, columns, title=title, identity=("key", "uid", "uid_hash", "file", "path"))
+
+
+def _escape(text: str) -> str:
+    from rich.markup import escape
+
+    return escape(text)
+
+
+# -- savepoint summaries --------------------------------------------------------------------------
+def human_bytes(n: float) -> str:
     for unit in ("B", "KiB", "MiB", "GiB"):
         if n < 1024 or unit == "GiB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
@@ -25,58 +125,125 @@ def human_bytes(n: int) -> str:
     return f"{n} B"
 
 
-def operators_table(sp: Savepoint) -> Table:
-    t = Table(title="operators")
-    for col in ("uid", "uid hash", "parallelism", "key type", "files", "size"):
-        t.add_column(col, overflow="fold", no_wrap=col == "uid hash")
-    for op in sp.operators:
-        t.add_row(op.uid or "-", op.uid_hash, f"{op.parallelism} / {op.max_parallelism}",
-                  op.key_type or "-", str(len(op.files)), human_bytes(op.total_bytes))
-    return t
+def summary(sp) -> dict[str, Any]:
+    """The facts `inspect` prints, as data (its --json is the manifest itself)."""
+    return {"path": str(sp.path), "kind": sp.kind, "checkpoint_id": sp.checkpoint_id, "job_name": sp.job_name,
+            "format_version": sp.manifest.format_version, "operators": len(sp.operators)}
 
 
-def states_table(sp: Savepoint) -> Table:
-    t = Table(title="states")
-    for col in ("operator", "state", "kind", "type"):
-        t.add_column(col, overflow="fold")
+def summary_line(sp) -> str:
+    s = summary(sp)
+    return (f"{s['path']}  {s['kind']} #{s['checkpoint_id']}  job={s['job_name'] or '-'}  "
+            f"format v{s['format_version']}  {s['operators']} operator(s)")
+
+
+def operator_rows(sp) -> tuple[list[list[str]], list[str]]:
+    columns = ["uid", "uid hash", "parallelism", "key type", "files", "size"]
+    rows = [[op.uid or "-", op.uid_hash, f"{op.parallelism} / {op.max_parallelism}", op.key_type or "-",
+             str(len(op.files)), human_bytes(op.total_bytes)] for op in sp.operators]
+    return rows, columns
+
+
+def state_rows(sp) -> tuple[list[list[str]], list[str]]:
+    rows = []
     for op in sp.operators:
         for s in op.keyed_states:
-            t.add_row(op.display_name, s.name, f"keyed {s.kind}", s.type + (" (pickled)" if s.pickled else ""))
+            rows.append([op.display_name, s.name, f"keyed {s.kind}", s.type + (" (pickled)" if s.pickled else "")])
         for s in op.operator_states:
             shape = f"map<{s.key_type},{s.type}>" if s.redistribution == "broadcast" else f"list<{s.type}>"
-            t.add_row(op.display_name, s.name, f"operator {s.redistribution}", shape)
-    return t
+            rows.append([op.display_name, s.name, f"operator {s.redistribution}", shape])
+    return rows, ["operator", "state", "kind", "type"]
 
 
-def rows_table(rows: list[dict[str, Any]], columns: list[str], masked: set[str], *, title: str) -> Table:
-    t = Table(title=title)
-    for c in columns:
-        t.add_column(c)
-    for r in rows:
-        t.add_row(*("•••" if c in masked and r.get(c) is not None else repr(r.get(c)) for c in columns))
-    return t
+def problem_rows(report) -> tuple[list[list[str]], list[str]]:
+    return [[p.kind, p.path, p.message] for p in report.problems], ["kind", "file", "problem"]
 
 
-def problems_table(report: CheckReport) -> Table:
-    t = Table(title=f"{report.path}: {len(report.problems)} problem(s)")
-    for c in ("kind", "file", "problem"):
-        t.add_column(c)
-    for p in report.problems:
-        t.add_row(p.kind, p.path, p.message)
-    return t
-
-
+# -- parsing command-line values ------------------------------------------------------------------
 def parse_key(text: str, key_type: str | None) -> Any:
-    """Parse a key given on the command line as the operator's key type."""
-    if key_type in ("bigint", "int", "smallint", "tinyint"):
+    """Parse a key given on the command line as the operator's key type.
+
+    >>> parse_key("42", "bigint"), parse_key("a b", "string"), parse_key('{"a": 1, "b": "x"}', "struct<a:int,b:string>")
+    (42, 'a b', (1, 'x'))
+    """
+    if key_type is None:
+        raise InvalidKeyError("this operator has no keyed state, so it has no keys; drop --key.")
+    t = key_type.strip().lower()
+    if t in ("bigint", "int", "smallint", "tinyint", "integer", "long", "short", "byte"):
         try:
-            return int(text)
+            return int(text, 10)
         except ValueError:
-            raise StateTypeError(f"key {text!r} is not an integer, but the key type is {key_type}.") from None
-    if key_type in ("double", "float"):
-        return float(text)
-    if key_type == "boolean":
-        return text.lower() in ("true", "1", "yes")
-    if key_type == "string":
+            raise InvalidKeyError(f"key {text!r} is not an integer, but the operator's key type is {key_type}.") from None
+    if t in ("double", "float", "real"):
+        try:
+            return float(text)
+        except ValueError:
+            raise InvalidKeyError(f"key {text!r} is not a number, but the operator's key type is {key_type}.") from None
+    if t == "boolean":
+        if text.lower() not in ("true", "false"):
+            raise InvalidKeyError(f"key {text!r} is not true or false, but the operator's key type is boolean.")
+        return text.lower() == "true"
+    if t == "string":
         return text
-    raise StateTypeError(f"--key supports primitive key types; this operator's key type is {key_type}.")
+    if t.startswith("struct<"):
+        import pyarrow as pa
+
+        from statekit.types import parse_ddl
+
+        arrow = parse_ddl(key_type)
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise InvalidKeyError(f"key {text!r} is not JSON ({exc.msg}); give a struct key as a JSON object, e.g. "
+                                  f"{json.dumps({f.name: None for f in arrow})}.") from None
+        if isinstance(data, list):
+            data = dict(zip([f.name for f in arrow], data))
+        if not isinstance(data, dict) or set(data) != {f.name for f in arrow}:
+            raise InvalidKeyError(f"key {text!r} does not name the fields of the key type {key_type}.")
+        try:
+            value = pa.array([data], arrow)[0].as_py()
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError) as exc:
+            raise InvalidKeyError(f"key {text!r} does not fit the key type {key_type} ({exc}).") from None
+        return tuple(value.values())
+    raise InvalidKeyError(f"--key does not parse keys of type {key_type}; use statekit.sql or the library.")
+
+
+def parse_json_value(text: str, ddl: str, what: str) -> Any:
+    """A state value given as JSON, checked against its declared type; maps may be objects or pairs."""
+    import pyarrow as pa
+
+    from statekit.types import parse_ddl
+
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise StateTypeError(f"{what}: {text!r} is not JSON ({exc.msg}); quote strings, e.g. '\"text\"'.") from None
+    arrow = parse_ddl(ddl)
+    data = _maps_as_pairs(data, arrow)
+    try:
+        return pa.array([data], arrow)[0].as_py()
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError, ValueError) as exc:
+        raise StateTypeError(f"{what}: {text} does not fit the declared type {ddl} ({exc}).") from None
+
+
+def _maps_as_pairs(data: Any, arrow) -> Any:
+    import pyarrow as pa
+
+    if data is None:
+        return None
+    if pa.types.is_map(arrow):
+        items = data.items() if isinstance(data, dict) else data
+        out = []
+        for k, v in items:
+            if isinstance(k, str) and (pa.types.is_integer(arrow.key_type) or pa.types.is_floating(arrow.key_type)):
+                try:
+                    k = json.loads(k)
+                except json.JSONDecodeError:
+                    pass
+            out.append((k, _maps_as_pairs(v, arrow.item_type)))
+        return out
+    if pa.types.is_list(arrow) or pa.types.is_large_list(arrow):
+        return [_maps_as_pairs(v, arrow.value_type) for v in data] if isinstance(data, list) else data
+    if pa.types.is_struct(arrow) and isinstance(data, dict):
+        return {f.name: _maps_as_pairs(data.get(f.name), f.type) for f in arrow}
+    return data

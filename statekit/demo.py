@@ -41,6 +41,46 @@ def write_demo_savepoint(path: Path, *, users: int = 10_000) -> Path:
     return path
 
 
+DEMO_MARKER = ".statekit-demo"
+DEMO_ENTRIES = frozenset({DEMO_MARKER, "savepoint-1", "savepoint-2", "savepoint-3", "savepoint-4"})
+
+
+def prepare_output(out: Path, *, replace: bool = False) -> Path:
+    """Make `out` the demo's output directory without ever deleting what statekit did not create.
+
+    A missing or empty `out` is used (and marked with a `DEMO_MARKER` file). An earlier demo's
+    output - marked, and holding nothing but the demo's own entries - is removed first only with
+    ``replace=True``. Anything else (a file, a directory with other content, ``.``) is refused with
+    `OutputExistsError` and left byte-identical.
+    """
+    from statekit.errors import OutputExistsError
+
+    if out.exists() or out.is_symlink():
+        if not out.is_dir() or out.is_symlink():
+            raise OutputExistsError(f"{out} exists and is not a directory; give --out a new or empty directory.")
+        entries = {p.name for p in out.iterdir()}
+        if entries:
+            # Ours: marked, only the demo's names, and each savepoint holding exactly its manifest's files.
+            ours = (out / DEMO_MARKER).is_file() and entries <= DEMO_ENTRIES and all(
+                check(out / name, deep=False).ok for name in entries - {DEMO_MARKER})
+            if not ours:
+                raise OutputExistsError(
+                    f"{out} is not empty and not an earlier demo's output; statekit never deletes what it did not "
+                    "create. Give --out a new or empty directory."
+                )
+            if not replace:
+                raise OutputExistsError(
+                    f"{out} holds an earlier demo's output; pass --replace to write over it, or give --out a new "
+                    "directory."
+                )
+            for name in sorted(entries - {DEMO_MARKER}):
+                shutil.rmtree(out / name)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / DEMO_MARKER).write_text("written by `statekit demo`; `statekit demo --replace` may remove this directory's"
+                                   " savepoint-1..4\n")
+    return out
+
+
 def transactions(start: int, count: int, users: int) -> list[tuple[str, float]]:
     """Deterministic (user, amount) transactions; amounts may be negative (withdrawals)."""
     return [(f"user-{(i * 7919) % users:04d}", float((i * 37) % 200 - 90)) for i in range(start, start + count)]
@@ -75,15 +115,17 @@ def run_accounts_job(path_in: Path | None, path_out: Path, records: list, *, par
                                       allow_non_restored_state=path_in is not None)
 
 
-def run_demo(out: Path, *, use_spark: bool = True, console: Console | None = None, users: int = 5_000) -> None:
-    """Run a job, savepoint it, check and query the state, repair it offline, and restore it live."""
+def run_demo(out: Path, *, use_spark: bool = True, console: Console | None = None, users: int = 5_000,
+             replace: bool = False) -> None:
+    """Run a job, savepoint it, check and query the state, repair it offline, and restore it live.
+
+    `out` must be missing or empty; with ``replace=True`` it may also be an earlier demo's output
+    (see `prepare_output`). Nothing else is ever deleted.
+    """
     from statekit.savepoint.transforms import rename_operator
 
     console = console or Console()
-    out = Path(out)
-    if out.exists():
-        shutil.rmtree(out)
-    out.mkdir(parents=True)
+    out = prepare_output(Path(out), replace=replace)
 
     first = transactions(0, 50_000, users)
     sp1 = out / "savepoint-1"

@@ -30,6 +30,10 @@ class NullKeyError(InvalidKeyError):
     """A key is null (None); Flink forbids null keys."""
 
 
+class KeyTypeMismatchError(InvalidKeyError):
+    """Two savepoints key an operator by different types, so their rows cannot be matched (diff)."""
+
+
 class DuplicateKeyError(InvalidKeyError):
     """The same key (and namespace) appears twice in a keyed table."""
 
@@ -76,7 +80,11 @@ class UnsafePathError(SavepointError):
     """A manifest path escapes the savepoint directory."""
 
 
-class SavepointExistsError(SavepointError, FileExistsError):
+class OutputExistsError(StatekitError, FileExistsError):
+    """An output path already exists (and holds something); statekit never overwrites what it did not create."""
+
+
+class SavepointExistsError(SavepointError, OutputExistsError):
     """The target of a write already exists; savepoints are never overwritten."""
 
 
@@ -109,6 +117,10 @@ class UntrustedPicklePayloadError(UntrustedPickleError, SavepointError):
 
 class JobError(StatekitError, RuntimeError):
     """A job failed and could not be recovered (restart attempts exhausted, bad topology)."""
+
+
+class CheckpointStorageInUseError(JobError):
+    """Another running job holds the checkpoint storage directory (each job needs its own)."""
 
 
 class RestoreError(StatekitError):

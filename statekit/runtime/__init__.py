@@ -6,7 +6,7 @@ from statekit.runtime.broadcast import (
     BroadcastStream,
     KeyedBroadcastProcessFunction,
 )
-from statekit.runtime.checkpointing import latest_checkpoint
+from statekit.runtime.storage import latest_checkpoint
 from statekit.runtime.clock import ManualClock, SystemClock
 from statekit.runtime.config import (
     CheckpointConfig,

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from statekit.runtime.storage import StorageLock, checkpoint_dirs, clean_storage, discard_checkpoint
 from statekit.runtime.timers import timers_table
 from statekit.types import parse_ddl, to_ddl
 
@@ -131,6 +132,23 @@ class CheckpointCoordinator:
         self.last_completion = -(2**62)
         self.records_since = 0
         self._pool = ThreadPoolExecutor(max_workers=max(1, config.max_concurrent) + 1, thread_name_prefix="statekit-ckpt")
+        self._lock: StorageLock | None = None
+
+    def open(self) -> None:
+        """Take the storage for this job: lock it (`CheckpointStorageInUseError` if a live job holds it),
+        remove what a dead predecessor left half-written, and number checkpoints past every existing one."""
+        self._lock = StorageLock.acquire(self.storage, self.job_name)
+        try:
+            clean_storage(self.storage)
+            self.next_id = max(self.next_id, max(checkpoint_dirs(self.storage), default=0) + 1)
+        except BaseException:
+            self.release()
+            raise
+
+    def release(self) -> None:
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
 
     # -- triggering -----------------------------------------------------------------------------------
     def due(self, now: int) -> bool:
@@ -155,7 +173,9 @@ class CheckpointCoordinator:
 
     def allocate_id(self) -> int:
         cid = self.next_id
-        self.next_id += 1
+        while (self.storage / f"chk-{cid}").exists():  # never reuse a checkpoint's id (and so its directory)
+            cid += 1
+        self.next_id = cid + 1
         return cid
 
     def submit(self, checkpoint_id: int, kind: str, operators: list[OperatorSnapshot], path: Path | None = None) -> PendingCheckpoint:
@@ -195,8 +215,11 @@ class CheckpointCoordinator:
                     self.failed.append((cid, exc))
                     if not p.aborted:
                         aborted.append(cid)
-                if p.kind == "checkpoint":
-                    shutil.rmtree(p.path, ignore_errors=True)
+                if p.kind == "checkpoint" and exc is None:
+                    # Timed out but written: this attempt created the directory, so it removes it. A
+                    # failed write created nothing there (the builder removes its own staging, and a
+                    # `chk-N` that already existed belongs to someone else).
+                    discard_checkpoint(p.path)
                 continue
             self.completed.append((cid, p.kind, p.path))
             self.last_completion = now
@@ -208,7 +231,7 @@ class CheckpointCoordinator:
     def _retain(self) -> None:
         checkpoints = [c for c in self.completed if c[1] == "checkpoint"]
         for cid, _kind, path in checkpoints[: -self.config.retained]:
-            shutil.rmtree(path, ignore_errors=True)
+            discard_checkpoint(path)
             self.completed.remove((cid, _kind, path))
 
     def latest_completed(self) -> tuple[int, Path] | None:
@@ -218,25 +241,8 @@ class CheckpointCoordinator:
         return cid, path
 
     def shutdown(self) -> None:
-        self.poll(wait=True)
-        self._pool.shutdown(wait=True)
-
-
-def latest_checkpoint(storage: str | Path) -> Path | None:
-    """The newest complete checkpoint (``chk-<id>`` with a manifest) under `storage`, or None.
-
-    What to pass as ``restore_from`` after a process was killed.
-    """
-    root = Path(storage)
-    if not root.is_dir():
-        return None
-    best: tuple[int, Path] | None = None
-    for p in root.iterdir():
-        if p.name.startswith("chk-") and (p / "_metadata.json").is_file():
-            try:
-                cid = int(p.name[4:])
-            except ValueError:
-                continue
-            if best is None or cid > best[0]:
-                best = (cid, p)
-    return None if best is None else best[1]
+        try:
+            self.poll(wait=True)
+            self._pool.shutdown(wait=True)
+        finally:
+            self.release()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import gc
 import logging
 import queue
@@ -62,6 +63,23 @@ class JobExecutionResult:
         return f"JobExecutionResult({self.job_name!r}, restarts={self.restarts}, checkpoints={len(self.completed_checkpoints)})"
 
 
+# Working directories of jobs that never ran to the end in this process (created but not run, or
+# still running in a daemon thread when the interpreter exits): removed at exit, so none leaks.
+_OWNED_WORKDIRS: set[Path] = set()
+
+
+def _track_workdir(path: Path) -> None:
+    if not _OWNED_WORKDIRS:
+        atexit.register(_remove_workdirs)
+    _OWNED_WORKDIRS.add(path)
+
+
+def _remove_workdirs() -> None:
+    for path in list(_OWNED_WORKDIRS):
+        shutil.rmtree(path, ignore_errors=True)
+    _OWNED_WORKDIRS.clear()
+
+
 class JobRunner:
     """Runs a job to completion, restarting it from its latest completed checkpoint after failures."""
 
@@ -96,6 +114,8 @@ class JobRunner:
             Savepoint.open(self.restore_from, trust_pickled=trust_pickled)  # fail fast: NotASavepointError etc.
         self._own_workdir = env.working_dir is None
         self.workdir = Path(tempfile.mkdtemp(prefix="statekit-job-")) if env.working_dir is None else Path(env.working_dir)
+        if self._own_workdir:
+            _track_workdir(self.workdir)
         cfg = env.get_checkpoint_config()
         storage = cfg.storage if cfg.storage is not None else self.workdir / "checkpoints"
         self.coordinator = CheckpointCoordinator(cfg, self.clock, storage, job_name)
@@ -111,6 +131,13 @@ class JobRunner:
         self.restarts = 0
         self.execution: Execution | None = None
         self.savepoint_futures: dict[int, Future] = {}
+        # Last: the job holds its checkpoint storage from here until `run` ends.
+        try:
+            self.coordinator.open()
+        except BaseException:
+            if self._own_workdir:
+                shutil.rmtree(self.workdir, ignore_errors=True)
+            raise
 
     def run(self) -> JobExecutionResult:
         started = time.monotonic()
@@ -167,6 +194,7 @@ class JobRunner:
                 # Without a configured storage directory, checkpoints live with the job (like Flink's
                 # in-memory checkpoint storage) and go with it; configure one to keep them.
                 shutil.rmtree(self.workdir, ignore_errors=True)
+                _OWNED_WORKDIRS.discard(self.workdir)
             else:
                 for p in [*self.workdir.glob("attempt-*"), self.workdir / "native"]:
                     shutil.rmtree(p, ignore_errors=True)

@@ -91,20 +91,65 @@ class WindowContext:
         return self._op.current_watermark
 
     def window_state(self) -> "_WindowStateStore":
-        """Keyed state scoped to this key and window (cleared by you in ``clear``)."""
-        return _WindowStateStore(self._op)
+        """Keyed state scoped to this key and this window (Flink's ``windowState()``).
+
+        As in Flink, it lives as long as you keep it: clear it in ``clear(context)``, which the
+        operator calls when the window is cleaned up (end of window plus allowed lateness).
+        """
+        return _WindowStateStore(self._op, self._window)
+
+    def global_state(self) -> "_WindowStateStore":
+        """Keyed state scoped to this key across all its windows (Flink's ``globalState()``), in the
+        void namespace like any keyed state: it outlives every window and is never cleared by the operator."""
+        return _WindowStateStore(self._op, None)
 
 
 class _WindowStateStore:
-    __slots__ = ("_op",)
+    """Registers keyed state of the window operator used at one namespace (a window, or None for global)."""
 
-    def __init__(self, op: "WindowOperator") -> None:
+    __slots__ = ("_op", "_ns")
+
+    def __init__(self, op: "WindowOperator", namespace: Any) -> None:
         self._op = op
+        self._ns = namespace
 
     def _get(self, descriptor: Any) -> Any:
-        return self._op.backend.get_state(descriptor)
+        return _ScopedState(self._op, self._op.backend.get_state(descriptor), self._ns)
 
     get_state = get_list_state = get_map_state = get_reducing_state = get_aggregating_state = _get
+
+
+class _ScopedState:
+    """A state handle pinned to one namespace: each call switches the backend to it and back to the
+    firing window, so window and global state can be used side by side in one ``process`` call."""
+
+    __slots__ = ("_op", "_handle", "_ns")
+
+    def __init__(self, op: "WindowOperator", handle: Any, namespace: Any) -> None:
+        self._op = op
+        self._handle = handle
+        self._ns = namespace
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._handle, name)
+        if not callable(attr):
+            return attr
+
+        def scoped(*args: Any, **kwargs: Any) -> Any:
+            backend = self._op.backend
+            backend.set_current_namespace(self._ns)
+            try:
+                return attr(*args, **kwargs)  # handles return lists, never lazy views of the namespace
+            finally:
+                backend.set_current_namespace(self._op.window_ctx._window)
+
+        return scoped
+
+    def __iter__(self) -> Any:
+        return iter(self.__getattr__("get")() if hasattr(self._handle, "add") else self.__getattr__("keys")())
+
+    def __contains__(self, key: object) -> bool:
+        return self.__getattr__("contains")(key)
 
 
 class _TriggerContext:

@@ -52,6 +52,7 @@ from statekit.spark.bootstrap import (
     OperatorTransformation,
     StateBootstrapFunction,
 )
+from statekit.spark.diff import diff, diff_operators
 from statekit.spark.datasource import StatekitDataSource, StatekitMetadataDataSource, register_data_sources
 from statekit.spark.filters import RANGE_ENUMERATION_LIMIT
 from statekit.spark.reader import SavepointReader
@@ -75,6 +76,8 @@ __all__ = [
     "StatekitMetadataDataSource",
     "WindowReaderContext",
     "WindowReaderFunction",
+    "diff",
+    "diff_operators",
     "prepare_session",
     "register_data_sources",
     "spark_session",

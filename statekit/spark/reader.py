@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import pickle
-import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -413,7 +412,9 @@ def _jvm_prunable(t: pa.DataType) -> bool:
 
 
 def _identifier(text: str) -> str:
-    return re.sub(r"[^a-z0-9_]", "_", text.lower())
+    from statekit.query import table_name  # the naming rule lives once, shared with statekit.sql
+
+    return table_name(text)
 
 
 def _dumps(obj: Any) -> bytes:

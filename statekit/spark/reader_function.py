@@ -79,22 +79,7 @@ class ReaderContext:
                 f"state {descriptor.name!r} was registered outside open(); a KeyedStateReaderFunction must "
                 "register every state in open(ctx), before keys are read."
             )
-        info = self._meta.keyed_state(descriptor.name)  # UnknownStateError lists the operator's states
-        if info.kind != descriptor.kind:
-            raise StateTypeError(
-                f"state {descriptor.name!r} of operator {self._meta.display_name!r} is {info.kind} state, but "
-                f"{type(descriptor).__name__} declares {descriptor.kind} state; use the matching descriptor."
-            )
-        if not info.pickled and not same_type(parse_ddl(info.type), descriptor.column_type):
-            raise StateTypeError(
-                f"state {descriptor.name!r} is stored as {info.type}, but the descriptor declares "
-                f"{to_ddl(descriptor.column_type)}; declare the stored type."
-            )
-        if info.pickled and not self._trust:
-            raise UntrustedPicklePayloadError(
-                f"state {descriptor.name!r} of operator {self._meta.display_name!r} holds pickled values; "
-                "unpickling runs arbitrary code. Pass trust_pickled=True only if you trust the savepoint."
-            )
+        info = checked_state(self._meta, descriptor, trust_pickled=self._trust)
         self.registered[info.name] = (info, descriptor)
         return handle_cls(self, info.name)
 
@@ -125,6 +110,30 @@ class ReaderContext:
 
     def _value(self, name: str) -> Any:
         return self._values.get(name)
+
+
+def checked_state(meta: OperatorMetadata, descriptor: KeyedStateDescriptor, *, trust_pickled: bool) -> StateInfo:
+    """The manifest's entry for `descriptor`'s state, after checking its kind, stored type and pickling."""
+    info = meta.keyed_state(descriptor.name)  # UnknownStateError lists the operator's states
+    if info.kind != descriptor.kind:
+        raise StateTypeError(
+            f"state {descriptor.name!r} of operator {meta.display_name!r} is {info.kind} state, but "
+            f"{type(descriptor).__name__} declares {descriptor.kind} state; use the matching descriptor."
+        )
+    if not info.pickled and not same_type(parse_ddl(info.type), descriptor.column_type):
+        raise StateTypeError(
+            f"state {descriptor.name!r} is stored as {info.type}, but the descriptor declares "
+            f"{to_ddl(descriptor.column_type)}; declare the stored type."
+        )
+    if info.pickled and not trust_pickled:
+        raise UntrustedPicklePayloadError(
+            f"state {descriptor.name!r} of operator {meta.display_name!r} holds pickled values; "
+            "unpickling runs arbitrary code. Pass trust_pickled=True only if you trust the savepoint."
+        )
+    return info
+
+
+HANDLES: dict[str, Callable[..., Any]] = {}  # state kind -> read-only handle class (filled below)
 
 
 def _read_only(what: str) -> StateAccessError:
@@ -221,6 +230,9 @@ class _Map(_Handle, MapState):
 
     def remove(self, key: Any) -> None:
         raise _read_only(f"remove() on {self._name!r}")
+
+
+HANDLES.update(value=_Value, list=_List, map=_Map, reducing=_Reducing, aggregating=_Aggregating)
 
 
 def python_key(key: Any) -> Any:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import sys
 import tempfile
+from pathlib import Path
 from typing import Any
 
 from pyspark.sql import SparkSession
@@ -35,11 +38,40 @@ def _default_conf() -> dict[str, str]:
         "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
         "spark.driver.memory": "4g",
         # register() writes tables into the warehouse; keep them out of the working directory.
-        "spark.sql.warehouse.dir": tempfile.mkdtemp(prefix="statekit-warehouse-"),
+        "spark.sql.warehouse.dir": str(_session_warehouse()),
         # Keyed files are Arrow already; large batches keep the per-batch overhead off the profile.
         "spark.sql.execution.arrow.maxRecordsPerBatch": "131072",
         **SESSION_CONF,
     }
+
+
+WAREHOUSE_PREFIX = "statekit-warehouse-"
+
+
+def _session_warehouse() -> Path:
+    """A warehouse directory for this process's session, removed when the process exits.
+
+    Its name carries the process id, so directories left by processes that were killed (no exit
+    handler ran) are swept by the next session that starts.
+    """
+    tmp = Path(tempfile.gettempdir())
+    for stale in tmp.glob(f"{WAREHOUSE_PREFIX}*-*"):
+        pid = stale.name[len(WAREHOUSE_PREFIX):].split("-", 1)[0]
+        if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+            shutil.rmtree(stale, ignore_errors=True)
+    path = Path(tempfile.mkdtemp(prefix=f"{WAREHOUSE_PREFIX}{os.getpid()}-"))
+    atexit.register(shutil.rmtree, path, True)
+    return path
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def spark_session(**conf: Any) -> SparkSession:

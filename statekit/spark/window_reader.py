@@ -19,7 +19,7 @@ from statekit.errors import InvalidArgumentError, StateTypeError
 from statekit.runtime.window_assigners import TimeWindow, window_of
 from statekit.runtime.windows import CONTENTS, SESSIONS
 from statekit.savepoint import OperatorMetadata, Savepoint
-from statekit.spark.reader_function import decode_value, no_gc, python_key, timers_in_range
+from statekit.spark.reader_function import HANDLES, checked_state, decode_value, no_gc, python_key, timers_in_range
 from statekit.spark.scan import ScanTask, TableSpec, read_task_table, task_range
 from statekit.state.descriptors import KeyedStateDescriptor, StateInfo
 from statekit.state.functions import AggregateFunction
@@ -52,12 +52,45 @@ class WindowReaderFunction:
 class WindowReaderContext:
     """What `read_window` sees: the window, its timers and its trigger state."""
 
-    def __init__(self, meta: OperatorMetadata) -> None:
+    def __init__(self, meta: OperatorMetadata, *, trust_pickled: bool = False) -> None:
         self._meta = meta
+        self._trust = trust_pickled
         self.window: TimeWindow | None = None
+        self._key: Any = None
         self._columns: dict[str, list] = {}  # the task's state columns; this window is row _index
         self._index = -1
         self._timers: tuple[list[int], list[int]] = ([], [])
+        self._windows: pa.Table | None = None  # the task's window rows (row _index is this window)
+        self._globals: pa.Table | None = None  # the task's rows in the void namespace (global state)
+        self._global_columns: dict[str, list] = {}
+        self._global_rows: dict[Any, int] | None = None
+
+    def window_state(self) -> "_ReaderStateStore":
+        """Keyed state of the current key in the current window, read-only (Flink's ``Context.windowState()``):
+        ``ctx.window_state().get_state(ValueStateDescriptor("fires", "bigint")).value()``."""
+        return _ReaderStateStore(self, in_window=True)
+
+    def global_state(self) -> "_ReaderStateStore":
+        """Keyed state of the current key outside any window, read-only (Flink's ``Context.globalState()``)."""
+        return _ReaderStateStore(self, in_window=False)
+
+    def _column(self, name: str) -> list:
+        column = self._columns.get(name)
+        if column is None:
+            column = self._columns[name] = self._windows.column(name).to_pylist()  # type: ignore[union-attr]
+        return column
+
+    def _global_value(self, name: str) -> Any:
+        if self._global_rows is None:
+            keys = self._globals.column("key").to_pylist()  # type: ignore[union-attr]
+            self._global_rows = {python_key(k): i for i, k in enumerate(keys)}
+        i = self._global_rows.get(self._key)
+        if i is None:
+            return None
+        column = self._global_columns.get(name)
+        if column is None:
+            column = self._global_columns[name] = self._globals.column(name).to_pylist()  # type: ignore[union-attr]
+        return column[i]
 
     def registered_event_time_timers(self) -> list[int]:
         """Event-time timers of the current key in the current window (its cleanup timer, trigger timers)."""
@@ -81,6 +114,27 @@ class WindowReaderContext:
             )
         column = self._columns.get(info.name)
         return None if column is None else decode_value(info, column[self._index])
+
+
+class _ReaderStateStore:
+    """Read-only keyed state of the current key, in the current window or in the void namespace."""
+
+    def __init__(self, ctx: WindowReaderContext, *, in_window: bool) -> None:
+        self._ctx = ctx
+        self._in_window = in_window
+        self.registered: dict[str, tuple[StateInfo, KeyedStateDescriptor]] = {}
+
+    def _get(self, descriptor: KeyedStateDescriptor) -> Any:
+        info = checked_state(self._ctx._meta, descriptor, trust_pickled=self._ctx._trust)
+        self.registered[info.name] = (info, descriptor)
+        return HANDLES[info.kind](self, info.name)
+
+    get_state = get_list_state = get_map_state = get_reducing_state = get_aggregating_state = _get
+
+    def _value(self, name: str) -> Any:
+        ctx = self._ctx
+        raw = ctx._column(name)[ctx._index] if self._in_window else ctx._global_value(name)
+        return decode_value(self.registered[name][0], raw)
 
 
 def check_window_operator(
@@ -156,10 +210,14 @@ def iter_window_output(
     triggers = trigger_states(meta)
     kspec = TableSpec(spec.path, spec.uid_hash, "keyed", with_key_group=True)
     table = read_task_table(sp, meta, kspec, task)
+    ctx = WindowReaderContext(meta, trust_pickled=spec.trust_pickled)
     if table.num_rows:
+        ctx._globals = table.filter(pc.is_null(table.column("namespace")))
         table = table.filter(pc.and_(pc.is_valid(table.column("namespace")), pc.is_valid(table.column(CONTENTS))))
+    else:
+        ctx._globals = table
+    ctx._windows = table
     timers = _window_timers(sp, meta, spec, *task_range(task)) if table.num_rows else {}
-    ctx = WindowReaderContext(meta)
     ctx._columns = columns = {s.name: table.column(s.name).to_pylist() for s in [contents, *triggers]}
     values = columns[CONTENTS]
     empty: tuple[list[int], list[int]] = ([], [])
@@ -171,6 +229,7 @@ def iter_window_output(
     try:
         for i, (key, start, end) in enumerate(zip(keys, starts, ends)):
             ctx.window = window_of((start, end))
+            ctx._key = key
             ctx._index = i
             ctx._timers = timers.get((key, start, end), empty)
             value = decode_value(contents, values[i])

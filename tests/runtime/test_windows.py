@@ -381,3 +381,48 @@ def test_window_state_counts_late_firings_and_is_cleared(backend):
     out = ws.process(Firings(), element_type=PAIR).execute_and_collect()
     assert list(out) == [(0, 1, [1]), (0, 2, [1, 3]), (10, 1, [12]), (20, 1, [20])]
     assert CLEARED == [0, 10, 20]
+
+
+class Totals(ProcessWindowFunction):
+    """Per-key state next to per-window state: a running total over all windows and the firings of each window."""
+
+    def process(self, key, context, elements):
+        from statekit.state.descriptors import ValueStateDescriptor
+
+        total = context.global_state().get_state(ValueStateDescriptor("total", "bigint", default=0))
+        fires = context.window_state().get_state(ValueStateDescriptor("fires", "bigint", default=0))
+        total.update(total.value() + len(list(elements)))
+        fires.update(fires.value() + 1)
+        yield key, context.window().start, total.value(), fires.value()
+
+    def clear(self, context):
+        from statekit.state.descriptors import ValueStateDescriptor
+
+        context.window_state().get_state(ValueStateDescriptor("fires", "bigint", default=0)).clear()
+
+
+def test_global_and_window_state_of_process_window_functions_across_a_savepoint(backend, tmp_path):
+    """Flink: ``Context.globalState()`` is keyed state of the current key outside any window (it
+    outlives every window); ``Context.windowState()`` is scoped to key and window, lives until you
+    clear it, and ``clear(context)`` is called when the window is cleaned up (end + allowed lateness)."""
+    def run(part, src, parallelism, **kw):
+        env = StreamExecutionEnvironment(parallelism=parallelism, state_backend=backend)
+        ks = env.from_source(part, STAMP, "events").uid(src).key_by(lambda e: e[0], key_type="string")
+        ws = ks.window(TumblingEventTimeWindows.of(10)).allowed_lateness(5)
+        return list(ws.process(Totals(), element_type=PAIR).uid("w").execute_and_collect(**kw))
+
+    # a: window [0,10) fires at 12 with [1] and re-fires with [1, 3] for the late 3; [10,20) stays pending.
+    first = run([("a", 1), ("b", 2), ("a", 12), ("a", 3)], "s1", 2, final_savepoint=tmp_path / "sp1")
+    assert sorted(first) == [("a", 0, 1, 1), ("a", 0, 3, 2), ("b", 0, 1, 1)]
+    rows = Savepoint.open(tmp_path / "sp1").keyed_table("w").to_pylist()
+    assert {r["key"]: r["total"] for r in rows if r["namespace"] is None} == {"a": 3, "b": 1}
+    # [0,10) is not cleaned up yet (watermark 11 < 9 + lateness 5): its window state is in the savepoint
+    assert {(r["key"], r["namespace"]["start"]): r["fires"] for r in rows if r["fires"] is not None} == {("a", 0): 2, ("b", 0): 1}
+
+    # Restored at another parallelism: totals continue, the pending window fires, cleanup clears window state.
+    rest = run([("a", 21), ("b", 22), ("b", 23), ("a", 40)], "s2", 3, final_savepoint=tmp_path / "sp2",
+               restore_from=tmp_path / "sp1", allow_non_restored_state=True)  # fmt: skip
+    assert sorted(rest) == [("a", 10, 4, 1), ("a", 20, 5, 1), ("b", 20, 3, 1)]
+    rows = Savepoint.open(tmp_path / "sp2").keyed_table("w").to_pylist()
+    assert {r["key"]: r["total"] for r in rows if r["namespace"] is None} == {"a": 5, "b": 3}
+    assert all(r["fires"] is None for r in rows)  # every fired window was cleaned up and clear() dropped its state

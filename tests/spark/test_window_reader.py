@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from statekit.errors import InvalidArgumentError
+from statekit.errors import InvalidArgumentError, StateTypeError
 from statekit.runtime import (
     CountTrigger,
     EventTimeSessionWindows,
@@ -14,7 +14,7 @@ from statekit.runtime import (
     WatermarkStrategy,
 )
 from statekit.spark import SavepointReader, WindowReaderFunction
-from statekit.state import ReducingStateDescriptor
+from statekit.state import ReducingStateDescriptor, ValueStateDescriptor
 from statekit.testing import ClickCounter
 
 pytestmark = pytest.mark.spark
@@ -119,3 +119,42 @@ def test_a_non_window_operator_is_refused(spark, acceptance_savepoint):
 class _Noop(ProcessWindowFunction):
     def process(self, key, context, elements):
         yield key
+
+
+class FiresAndTotal(ProcessWindowFunction):
+    """Counts firings per window (window state) and elements per user over all windows (global state)."""
+
+    def process(self, key, context, elements):
+        total = context.global_state().get_state(ValueStateDescriptor("total", "bigint", default=0))
+        fires = context.window_state().get_state(ValueStateDescriptor("fires", "bigint", default=0))
+        total.update(total.value() + 2)  # a CountTrigger.of(2) fires after each second element
+        fires.update(fires.value() + 1)
+        return []
+
+
+class StateReader(WindowReaderFunction):
+    def read_window(self, key, ctx, elements):
+        fires = ctx.window_state().get_state(ValueStateDescriptor("fires", "bigint"))
+        total = ctx.global_state().get_state(ValueStateDescriptor("total", "bigint"))
+        yield {"user": key, "start": ctx.window.start, "fires": fires.value(), "total": total.value(),
+               "n": len(list(elements))}  # fmt: skip
+
+
+def test_reader_context_offers_window_and_global_state(spark, tmp_path):
+    """Flink: a WindowReaderFunction's context has ``windowState()`` (the current window's keyed state)
+    and ``globalState()`` (the key's state outside windows), as the ProcessWindowFunction that wrote them."""
+    path = tmp_path / "sp"
+    env = StreamExecutionEnvironment(parallelism=2)
+    ws = _clicks(env).window(TumblingEventTimeWindows.of(MINUTE)).trigger(CountTrigger.of(2))
+    out = ws.process(FiresAndTotal(), element_type="struct<f0:string,f1:bigint>").uid("w")
+    assert list(out.execute_and_collect(final_savepoint=path)) == []
+    rows = SavepointReader.read(spark, path).read_window_state("w", StateReader()).collect()
+    got = {(r.user, r.start): (r.fires, r.total, r.n) for r in rows}
+    assert got == {("alice", 0): (1, 2, 3), ("bob", 0): (1, 2, 2), ("alice", MINUTE): (None, 2, 1)}
+    with pytest.raises(StateTypeError):  # the descriptor's type is checked against the manifest
+        SavepointReader.read(spark, path).read_window_state("w", BadReader()).collect()
+
+
+class BadReader(WindowReaderFunction):
+    def read_window(self, key, ctx, elements):
+        yield {"v": ctx.global_state().get_state(ValueStateDescriptor("total", "string")).value()}

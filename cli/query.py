@@ -1,0 +1,147 @@
+"""`statekit query`: SQL over a savepoint on embedded DuckDB (default) or on Spark (--engine spark)."""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from statekit_cli.common import FORMAT, JSON, PATH, check_format, debug_enabled, err, fail, out, progress
+
+HELP = """Run SQL over a savepoint: each operator is a database named after its uid, holding the tables
+keyed (key, a window's namespace if any, one column per keyed state), timers (key, namespace if any,
+timestamp, domain)
+and one table per operator state (split list: subtask, idx, value; union: idx, value; broadcast:
+key, value). Names are lower-cased, with every character other than a-z, 0-9 and _ replaced by _:
+uid tx-source -> tx_source.keyed. --prefix P makes it P_tx_source. The same names work on both
+engines: DuckDB in-process by default (no JVM), Spark with --engine spark."""
+
+
+def query(
+    path: Path = PATH,
+    sql: str = typer.Argument(..., help='SQL, e.g. "SELECT count(*) FROM accounts.keyed WHERE balance < 0".',
+                              show_default=False),
+    engine: str = typer.Option("duckdb", "--engine", help="duckdb (embedded, default) or spark."),
+    prefix: Optional[str] = typer.Option(None, "--prefix", help="Prefix of the database names (<prefix>_<uid>)."),
+    limit: int = typer.Option(1000, "--limit", min=0, help="Print at most this many rows."),
+    fmt: str = FORMAT,
+    json: bool = JSON,
+) -> None:
+    fmt = "json" if json else check_format(fmt)
+    engine = engine.lower()
+    if engine == "duckdb":
+        columns, rows, total = _duckdb(path, sql, prefix, limit)
+    elif engine == "spark":
+        columns, rows, total = _spark(path, sql, prefix, limit)
+    else:
+        fail(f"--engine must be duckdb or spark, not {engine!r}.")
+    from statekit_cli.render import emit_rows
+
+    emit_rows(out(), rows, columns, fmt, title=None)
+    if total is not None and total > len(rows):
+        err().print(f"{len(rows)} of {total} rows (--limit {limit})", markup=False, style="dim")
+
+
+query.__doc__ = HELP
+
+
+def _duckdb(path: Path, sql: str, prefix: str | None, limit: int):
+    from statekit.query import sql_relation
+
+    rel = sql_relation(path, sql, prefix=prefix)
+    if rel is None:
+        return [], [], None
+    import duckdb
+
+    try:
+        head = rel.limit(limit + 1).fetchall()
+    except duckdb.Error as exc:
+        from statekit.query import QueryError
+
+        raise QueryError(f"the query does not run: {' '.join(str(exc).split())}") from None
+    columns = list(rel.columns)
+    rows = [dict(zip(columns, r)) for r in head[:limit]]
+    return columns, rows, (len(head) if len(head) > limit else None)
+
+
+def _spark(path: Path, sql: str, prefix: str | None, limit: int):
+    with progress("starting Spark") as bar:
+        task = bar.add_task("starting Spark (JVM, Delta jars)")
+        with _quiet_jvm():
+            from statekit.spark import SavepointReader, spark_session
+
+            spark = spark_session()
+        bar.update(task, description="registering the savepoint's tables")
+        from pyspark.errors import AnalysisException, ParseException
+
+        databases = SavepointReader.read(spark, str(path)).register(prefix)
+        bar.update(task, description="running the query")
+        watcher = _SparkProgress(spark, bar, task)
+        try:
+            df = spark.sql(sql)
+            head = [r.asDict(recursive=True) for r in df.limit(limit + 1).collect()]
+        except (AnalysisException, ParseException) as exc:
+            tables = "; ".join(f"{db}: {', '.join(names)}" for db, names in databases.items())
+            fail(f"the query does not run: {' '.join(exc.getMessage().split())} The savepoint's tables are: {tables}")
+        finally:
+            watcher.stop()
+    return df.columns, head[:limit], (len(head) if len(head) > limit else None)
+
+
+class _SparkProgress:
+    """Polls Spark's status tracker and shows finished/total tasks of the running stages."""
+
+    def __init__(self, spark, bar, task) -> None:
+        self._tracker = spark.sparkContext.statusTracker()
+        self._bar, self._task = bar, task
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._done.wait(0.2):
+            try:
+                stages = [self._tracker.getStageInfo(s) for s in self._tracker.getActiveStageIds()]
+            except Exception:  # noqa: BLE001 - the session is shutting down
+                return
+            stages = [s for s in stages if s is not None]
+            if stages:
+                total = sum(s.numTasks for s in stages)
+                done = sum(s.numCompletedTasks for s in stages)
+                self._bar.update(self._task, description=f"running the query: {done}/{total} tasks")
+
+    def stop(self) -> None:
+        self._done.set()
+        self._thread.join(1)
+
+
+@contextmanager
+def _quiet_jvm():
+    """Without --debug, the JVM Spark starts inherits a stderr that goes nowhere (Ivy, log4j start-up)."""
+    if debug_enabled():
+        yield
+        return
+    try:
+        fd = sys.stderr.fileno()
+    except (AttributeError, OSError, ValueError):  # e.g. the test runner's captured stream
+        yield
+        return
+    sys.stderr.flush()
+    saved = os.dup(fd)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, fd)
+    try:
+        yield
+    finally:
+        os.dup2(saved, fd)
+        os.close(saved)
+        os.close(devnull)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("query", help=HELP, short_help="SQL over a savepoint's tables (DuckDB; Spark with --engine spark).")(query)

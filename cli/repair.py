@@ -1,0 +1,286 @@
+"""Repairs: each reads SOURCE and writes a new savepoint TARGET, only with --apply (default: a dry run)."""
+
+from __future__ import annotations
+
+import json as jsonlib
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from statekit_cli.common import (
+    APPLY,
+    HASH,
+    KEY,
+    SOURCE,
+    TARGET,
+    UID,
+    err,
+    fail,
+    open_savepoint,
+    operator_id,
+    out,
+    progress,
+)
+
+
+def run_repair(source: Path, target: Path, edits: list, apply: bool) -> None:
+    """Plan `edits`, print the plan, and write the new savepoint with --apply (one pass, one savepoint)."""
+    from statekit.savepoint.patch import repair
+
+    with progress("writing the new savepoint" if apply else "planning"):
+        plan = repair(source, target, edits, dry_run=not apply)
+    console = out()
+    for line in getattr(plan, "noops", []):
+        console.print(f"no change: {line}", markup=False)
+    if not plan.changes:
+        console.print(f"nothing to change: {target} not written", markup=False)
+        return
+    console.print(str(plan), markup=False)
+    if not apply:
+        err().print("dry run: nothing written; pass --apply to write the new savepoint", markup=False)
+
+
+def _key(sp_path: Path, uid: str, by_hash: bool, text: str):
+    from statekit_cli.render import parse_key
+
+    sp = open_savepoint(sp_path)
+    op = operator_id(uid, by_hash)
+    return op, parse_key(text, sp.operator(op).key_type)
+
+
+def set_value(
+    source: Path = SOURCE, target: Path = TARGET, uid: str = UID, by_hash: bool = HASH, key: str = KEY,
+    state: str = typer.Option(..., "--state", help="Name of the keyed state to set."),
+    value: str = typer.Option(..., "--value", help='The new value as JSON: 42, "text", [1,2], {"k": 1.5}, null.'),
+    apply: bool = APPLY,
+) -> None:
+    """Set one key's keyed state to a JSON value (a missing key gets a row; null clears the state)."""
+    from statekit.savepoint.patch import SetValue
+    from statekit_cli.render import parse_json_value
+
+    op, k = _key(source, uid, by_hash, key)
+    meta = open_savepoint(source).operator(op)
+    info = meta.keyed_state(state)
+    v = parse_json_value(value, info.type, f"--value for state {state!r} of {meta.display_name}")
+    run_repair(source, target, [SetValue(op, k, state, v)], apply)
+
+
+def delete_key(
+    source: Path = SOURCE, target: Path = TARGET, uid: str = UID, by_hash: bool = HASH,
+    keys: List[str] = typer.Option(..., "--key", help="Key to delete (repeat for several)."),
+    apply: bool = APPLY,
+) -> None:
+    """Delete keys: all their keyed state and timers."""
+    from statekit.savepoint.patch import DeleteKeys
+    from statekit_cli.render import parse_key
+
+    op = operator_id(uid, by_hash)
+    key_type = open_savepoint(source).operator(op).key_type
+    run_repair(source, target, [DeleteKeys(op, tuple(parse_key(k, key_type) for k in keys))], apply)
+
+
+def rm_state(
+    source: Path = SOURCE, target: Path = TARGET, uid: str = UID, by_hash: bool = HASH,
+    states: List[str] = typer.Option(..., "--state", help="State to remove (repeat for several)."),
+    apply: bool = APPLY,
+) -> None:
+    """Remove keyed or operator states of an operator (a restored job starts them empty)."""
+    from statekit.savepoint.patch import RemoveState
+
+    op = operator_id(uid, by_hash)
+    run_repair(source, target, [RemoveState(op, s) for s in states], apply)
+
+
+def rename_uid(
+    source: Path = SOURCE, target: Path = TARGET,
+    old: str = typer.Option(..., "--from", help="Current uid of the operator."),
+    new: str = typer.Option(..., "--to", help="New uid."),
+    apply: bool = APPLY,
+) -> None:
+    """Give an operator a new uid; its state is carried over unchanged (files hard-linked)."""
+    from statekit.savepoint.patch import RenameOperator
+
+    run_repair(source, target, [RenameOperator(old, new)], apply)
+
+
+def remove_operator(source: Path = SOURCE, target: Path = TARGET, uid: str = UID, by_hash: bool = HASH,
+                    apply: bool = APPLY) -> None:
+    """Drop an operator and all its state."""
+    from statekit.savepoint.patch import RemoveOperator
+
+    run_repair(source, target, [RemoveOperator(operator_id(uid, by_hash))], apply)
+
+
+def set_max_parallelism(
+    source: Path = SOURCE, target: Path = TARGET, uid: str = UID, by_hash: bool = HASH,
+    max_parallelism: int = typer.Option(..., "--max", help="New max parallelism (1..32768)."),
+    apply: bool = APPLY,
+) -> None:
+    """Re-hash an operator's keyed state and timers into a new max parallelism."""
+    from statekit.savepoint.patch import SetMaxParallelism
+
+    run_repair(source, target, [SetMaxParallelism(operator_id(uid, by_hash), max_parallelism)], apply)
+
+
+LOCAL_REKEY_LIMIT = 2 << 30  # keyed bytes on disk above which `auto` re-keys with Spark
+
+
+def rekey(
+    source: Path = SOURCE, target: Path = TARGET, uid: str = UID, by_hash: bool = HASH,
+    expr: str = typer.Option(..., "--expr", help="SQL over the column key giving the new key, e.g. upper(key)."),
+    engine: str = typer.Option("auto", "--engine", help="auto (local unless the state is over 2 GiB), local, spark."),
+    apply: bool = APPLY,
+) -> None:
+    """Replace every key by a SQL expression of it; state and timers move to the new keys' key groups.
+
+    Two keys with state becoming one key is refused (naming both); merge their state first.
+    """
+    op = operator_id(uid, by_hash)
+    sp = open_savepoint(source)
+    meta = sp.operator(op)
+    if engine not in ("auto", "local", "spark"):
+        fail(f"--engine must be auto, local or spark, not {engine!r}.")
+    if engine == "spark" or (engine == "auto" and sum(f.bytes for f in meta.files) > LOCAL_REKEY_LIMIT):
+        _rekey_spark(source, target, meta, expr, apply)
+        return
+    import pyarrow as pa
+
+    from statekit.savepoint.patch import Rekey
+    from statekit.query import key_mapping
+
+    with progress("evaluating the new keys"):
+        keys = [sp.keyed_table(op).column("key")]
+        timers = sp.timers(op)
+        if timers.num_rows:
+            keys.append(timers.column("key"))
+        mapping = key_mapping(pa.chunked_array([c for k in keys for c in k.chunks], keys[0].type), expr)
+    run_repair(source, target, [Rekey(op, mapping)], apply)
+
+
+def _rekey_spark(source: Path, target: Path, meta, expr: str, apply: bool) -> None:
+    from statekit.errors import SavepointExistsError
+
+    if target.exists():
+        raise SavepointExistsError(f"{target} already exists; savepoints are never overwritten, so this repair would "
+                                   "fail. Choose a new target path.")
+    console = out()
+    console.print(f"re-key operator {meta.display_name} with Spark: new key = {expr}", markup=False)
+    if not apply:
+        err().print("dry run: nothing written; pass --apply to write the new savepoint", markup=False)
+        return
+    from statekit_cli.query import _quiet_jvm
+
+    with progress("re-keying with Spark"):
+        with _quiet_jvm():
+            from statekit.spark import SavepointWriter, spark_session
+
+            spark = spark_session()
+        SavepointWriter.from_existing_savepoint(spark, str(source)).rekey(meta.identifier, expr).write(str(target))
+    console.print(f"wrote {target} from {source}", markup=False)
+
+
+def repair_plan(
+    source: Path = SOURCE, target: Path = TARGET,
+    plan: Path = typer.Option(..., "--plan", help="JSON file: a list of edits (see the command's help)."),
+    apply: bool = APPLY,
+) -> None:
+    """Several repairs in one pass, writing one savepoint (--plan: a JSON list of edits).
+
+    The plan is a JSON list of edits:
+
+    {"edit": "set", "uid": U, "key": K, "state": S, "value": V} | {"edit": "delete-key", "uid": U, "keys": [K, ...]}
+    | {"edit": "rm-state", "uid": U, "state": S} | {"edit": "rename-uid", "from": U, "to": U2}
+    | {"edit": "remove-operator", "uid": U} | {"edit": "set-max-parallelism", "uid": U, "max": N}
+    | {"edit": "rekey", "uid": U, "expr": SQL}   ("hash": true names the operator by uid hash)
+    """
+    from statekit.errors import InvalidArgumentError
+    from statekit.savepoint import patch as P
+    from statekit_cli.render import parse_json_value, parse_key
+
+    try:
+        items = jsonlib.loads(plan.read_text())
+    except (OSError, ValueError) as exc:
+        raise InvalidArgumentError(f"--plan {plan}: not a readable JSON file ({exc}).") from None
+    if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
+        raise InvalidArgumentError(f"--plan {plan}: expected a JSON list of objects, one per edit.")
+    sp = open_savepoint(source)
+    edits = []
+    for i, item in enumerate(items):
+        kind = item.get("edit")
+        try:
+            if kind == "rename-uid":
+                edits.append(P.RenameOperator(item["from"], item["to"]))
+                continue
+            op = operator_id(item["uid"], bool(item.get("hash")))
+            meta = sp.operator(op)
+
+            def key(k):
+                return parse_key(k if isinstance(k, str) else jsonlib.dumps(k), meta.key_type)
+
+            if kind == "set":
+                info = meta.keyed_state(item["state"])
+                value = parse_json_value(jsonlib.dumps(item["value"]), info.type, f"edit {i + 1}: state {info.name!r}")
+                edits.append(P.SetValue(op, key(item["key"]), item["state"], value))
+            elif kind == "delete-key":
+                edits.append(P.DeleteKeys(op, tuple(key(k) for k in item["keys"])))
+            elif kind == "rm-state":
+                edits.append(P.RemoveState(op, item["state"]))
+            elif kind == "remove-operator":
+                edits.append(P.RemoveOperator(op))
+            elif kind == "set-max-parallelism":
+                edits.append(P.SetMaxParallelism(op, int(item["max"])))
+            elif kind == "rekey":
+                import pyarrow as pa
+
+                from statekit.query import key_mapping
+
+                keys = sp.keyed_table(op).column("key")
+                edits.append(P.Rekey(op, key_mapping(pa.chunked_array(keys.chunks, keys.type), item["expr"])))
+            else:
+                raise InvalidArgumentError(f"--plan {plan}: edit {i + 1} has unknown \"edit\": {kind!r}.")
+        except KeyError as exc:
+            raise InvalidArgumentError(f"--plan {plan}: edit {i + 1} ({kind}) lacks the field {exc}.") from None
+    run_repair(source, target, edits, apply)
+
+
+def bootstrap(
+    data: Path = typer.Argument(..., help="Parquet, CSV or JSON-lines file (or a directory of them), or a Delta "
+                                "table.", show_default=False),
+    target: Path = TARGET,
+    uid: str = typer.Option(..., "--uid", help="Uid of the operator to create."),
+    key: str = typer.Option(..., "--key", help="Column holding the key."),
+    key_type: Optional[str] = typer.Option(None, "--key-type", help="Key type (DDL, e.g. bigint); default: the column's."),
+    states: List[str] = typer.Option(..., "--state", help="NAME=COLUMN[:TYPE]: a value state from a column "
+                                     "(repeat for several)."),
+    max_parallelism: int = typer.Option(..., "--max-parallelism", help="Max parallelism of the operator (1..32768)."),
+    parallelism: int = typer.Option(1, "--parallelism", help="Parallelism recorded for the operator."),
+    apply: bool = APPLY,
+) -> None:
+    """Create a savepoint with one keyed operator whose value states come from a table's columns."""
+    from statekit.bootstrap import bootstrap_columns, parse_state_spec, read_table
+
+    specs = [parse_state_spec(s) for s in states]
+    with progress("reading the input"):
+        table = read_table(data)
+    with progress("planning" if not apply else "writing the savepoint"):
+        plan = bootstrap_columns(table, target, uid=uid, key=key, key_type=key_type, states=specs,
+                                 max_parallelism=max_parallelism, parallelism=parallelism, dry_run=not apply,
+                                 source=str(data))
+    out().print(plan, markup=False)
+    if not apply:
+        err().print("dry run: nothing written; pass --apply to write the new savepoint", markup=False)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("set")(set_value)
+    app.command("delete-key")(delete_key)
+    app.command("rm-state")(rm_state)
+    app.command("rekey")(rekey)
+    app.command("rename-uid")(rename_uid)
+    app.command("remove-operator")(remove_operator)
+    app.command("set-max-parallelism")(set_max_parallelism)
+    app.command("repair")(repair_plan)
+    app.command("bootstrap")(bootstrap)
+
+

@@ -1,0 +1,15 @@
+"""Apache Flink savepoints and checkpoints (binary `_metadata`, canonical keyed/operator state streams), read in bulk.
+
+Modules, bottom up: `binary` (Java DataInput), `metadata` (`_metadata` V3-V6, every handle type),
+`serializers` (serializer snapshots -> `FlinkType` with DDL and raw bytes), `proxy` (backend
+proxies: state meta infos), `files` (handles -> bytes, kept inside the savepoint), `values`
+(value encodings, numpy bulk and per-record), `keyed` (key groups -> keyed and timers tables),
+`reader` (`FlinkStateReader`: one savepoint's operators). The `Savepoint` API over it lives in
+`statekit.savepoint.flink`; the format is `../shared/flink/FORMAT.md`.
+"""
+
+from statekit.format.flink.metadata import CheckpointMetadata, is_flink_metadata, read_metadata
+from statekit.format.flink.reader import FlinkStateReader
+from statekit.format.flink.serializers import FlinkType
+
+__all__ = ["CheckpointMetadata", "FlinkStateReader", "FlinkType", "is_flink_metadata", "read_metadata"]

@@ -1,0 +1,127 @@
+"""Stream handles to bytes: relative, absolute and inline handles resolved inside the savepoint (or the checkpoint's job directory).
+
+Boundary: the only module of `statekit.format.flink` that opens state files. A savepoint's
+handles resolve inside its own directory; a retained checkpoint (`chk-N/_metadata`) may also
+reach its job directory's `shared/` and `taskowned/` folders, including absolute paths written on
+another machine (relocated by their last two path components). Nothing outside is ever read.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import numpy as np
+
+from statekit.errors import CorruptSavepointError, UnsafePathError
+from statekit.format.flink.metadata import StreamHandle
+
+_CHECKPOINT_DIR = re.compile(r"chk-\d+")
+_JOB_SUBDIRS = ("shared", "taskowned")
+
+
+class StateFiles:
+    """Resolves and reads the stream handles of one `_metadata` at `root`."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root.resolve()
+        # a retained checkpoint's handles may point at ../shared and ../taskowned of the job directory
+        self.scope = self.root.parent if _CHECKPOINT_DIR.fullmatch(self.root.name) else self.root
+
+    def _inside(self, p: Path, shown: str) -> Path:
+        full = p.resolve()
+        if full != self.scope and self.scope not in full.parents:
+            raise UnsafePathError(
+                f"{self.root}/_metadata names state file {shown!r}, which lies outside the savepoint "
+                f"({self.scope}); refusing to read it. Move the savepoint together with its files."
+            )
+        return full
+
+    def path(self, h: StreamHandle) -> Path:
+        """The local file of a relative or absolute handle."""
+        if h.kind == "relative":
+            if not h.path or "\x00" in h.path or os.path.isabs(h.path):
+                raise UnsafePathError(f"{self.root}/_metadata names relative state file {h.path!r}; it is malformed.")
+            return self._inside(self.root / h.path, h.path)
+        if h.kind != "file":
+            raise ValueError("inline handles have no file")
+        raw = re.sub(r"^file:(//)?", "", h.path)
+        parts = [x for x in raw.replace("\\", "/").split("/") if x]
+        if not parts:
+            raise UnsafePathError(f"{self.root}/_metadata names state file {h.path!r}; it is malformed.")
+        name = parts[-1]
+        parent = parts[-2] if len(parts) > 1 else ""
+        candidates = []
+        if parent in _JOB_SUBDIRS or _CHECKPOINT_DIR.fullmatch(parent):
+            candidates.append(self.scope / parent / name)
+        candidates += [self.root / name, Path("/" + "/".join(parts))]
+        for c in candidates:
+            try:
+                full = self._inside(c, h.path)
+            except UnsafePathError:
+                continue
+            if full.is_file():
+                return full
+        return self._inside(candidates[0], h.path)  # missing: reported by the reader with the handle's name
+
+    def describe(self, h: StreamHandle) -> str:
+        return f"inline state {h.path!r} of {self.root}/_metadata" if h.kind == "bytes" else f"state file {h.path}"
+
+    def _open_checked(self, h: StreamHandle) -> tuple[Path, int]:
+        p = self.path(h)
+        try:
+            size = p.stat().st_size
+        except FileNotFoundError:
+            raise CorruptSavepointError(
+                f"{self.root}: state file {h.path!r} named by _metadata is missing. The savepoint is incomplete; "
+                "copy it again with all its files."
+            ) from None
+        if size < h.size:
+            raise CorruptSavepointError(
+                f"{self.root}: state file {h.path!r} holds {size} bytes but _metadata says {h.size}; it is "
+                "truncated. Copy the savepoint again or take a new one."
+            )
+        return p, size
+
+    def size(self, h: StreamHandle) -> int:
+        if h.kind == "bytes":
+            return len(h.data or b"")
+        return self._open_checked(h)[1]
+
+    def read(self, h: StreamHandle) -> bytes:
+        if h.kind == "bytes":
+            return h.data or b""
+        p, _ = self._open_checked(h)
+        return p.read_bytes()
+
+    def read_many(self, handles: list[StreamHandle]) -> tuple[np.ndarray, list[int]]:
+        """The streams of `handles` in one buffer, and each stream's base offset in it."""
+        sizes = [self.size(h) for h in handles]
+        buf = np.empty(sum(sizes), np.uint8)
+        bases, pos = [], 0
+        for h, n in zip(handles, sizes):
+            bases.append(pos)
+            if h.kind == "bytes":
+                buf[pos : pos + n] = np.frombuffer(h.data or b"", np.uint8)
+            else:
+                with open(self.path(h), "rb") as f:
+                    got = f.readinto(memoryview(buf[pos : pos + n]))
+                if got != n:
+                    raise CorruptSavepointError(f"{self.root}: state file {h.path!r} changed while being read.")
+            pos += n
+        return buf, bases
+
+    def read_range(self, h: StreamHandle, start: int, end: int) -> bytes:
+        """Bytes [start, end) of a stream (end clipped to the stream's size)."""
+        if h.kind == "bytes":
+            return (h.data or b"")[start:end]
+        p, size = self._open_checked(h)
+        if start > size:
+            raise CorruptSavepointError(
+                f"{self.root}: _metadata points at offset {start} of state file {h.path!r}, past its end "
+                f"({size} bytes). The savepoint is damaged; take a new one."
+            )
+        with open(p, "rb") as f:
+            f.seek(start)
+            return f.read(max(0, min(end, size) - start))

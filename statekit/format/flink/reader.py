@@ -1,0 +1,335 @@
+"""`FlinkStateReader`: one Flink savepoint or checkpoint, its operators' keyed, timer and operator state as Arrow/Python data.
+
+Boundary: ties `metadata`, `files`, `proxy` and `keyed` together per operator: which handles
+hold its keyed state, which bytes of which stream a key-group range needs (so one key reads one
+key group), Snappy-framed key groups, and operator list/union/broadcast state. It knows nothing
+of statekit's manifest or Savepoint API (`statekit.savepoint.flink` presents it that way).
+"""
+
+from __future__ import annotations
+
+import functools
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from statekit.errors import CorruptSavepointError, StatekitError, UnsupportedFormatError
+from statekit.format.flink import keyed as K
+from statekit.format.flink.binary import DataInput
+from statekit.format.flink.checkpoints import is_heap_stream, read_heap
+from statekit.format.flink.locate import DecodeStats, Located, corrupt, locate
+from statekit.format.flink.files import StateFiles
+from statekit.format.flink.metadata import (
+    CheckpointMetadata,
+    IncrementalKeyedHandle,
+    KeyedHandle,
+    OperatorState,
+    StreamHandle,
+    read_metadata,
+)
+from statekit.format.flink.native import concat_entries, read_native, read_native_proxy
+from statekit.format.flink.proxy import KeyedProxy, OperatorProxy, StateMeta, read_operator_proxy
+from statekit.format.flink.values import reader
+
+
+def unframe_snappy(data: bytes | memoryview, where: str) -> tuple[bytes, dict[int, int]]:
+    """Decode a Snappy framing-format stream; also map each chunk's offset to its offset in the output."""
+    import cramjam  # Snappy is only needed for savepoints taken with snapshot compression
+
+    inp = DataInput(data, where)
+    out = bytearray()
+    at: dict[int, int] = {}
+    while inp.remaining():
+        start = inp.pos
+        t = inp.u8("a Snappy chunk type")
+        n = int.from_bytes(inp.bytes(3, "a Snappy chunk length"), "little")
+        body = inp.bytes(n, "a Snappy chunk")
+        at[start] = len(out)
+        if t == 0x00:
+            try:
+                out += bytes(cramjam.snappy.decompress_raw(body[4:]))
+            except Exception as exc:  # cramjam raises its own DecompressionError
+                inp.pos = start
+                raise inp.fail(f"a Snappy chunk does not decompress ({exc})") from None
+        elif t == 0x01:
+            out += body[4:]
+        elif t == 0xFF:
+            if body != b"sNaPpY":
+                inp.pos = start
+                raise inp.fail("a Snappy stream identifier is malformed")
+        elif t < 0x80:
+            inp.pos = start
+            raise inp.fail(f"unknown Snappy chunk type {t:#x}")
+    at[inp.pos] = len(out)
+    return bytes(out), at
+
+
+def _typed(method):
+    """Damaged bytes that slip past the explicit checks still end in a `CorruptSavepointError`, never a bare one."""
+
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        try:
+            return method(self, *args, **kwargs)
+        except StatekitError:
+            raise
+        except (IndexError, KeyError, ValueError, TypeError, OverflowError, struct.error, pa.ArrowException) as exc:
+            raise CorruptSavepointError(
+                f"{self.root}: state could not be decoded ({type(exc).__name__}: {exc}); the savepoint is damaged "
+                "or was not written by Flink. Take a new savepoint or restore this one from a copy."
+            ) from exc
+
+    return wrapper
+
+
+@dataclass(frozen=True)
+class OperatorStateValue:
+    """Operator state as stored: per subtask a list (split/union), or the broadcast map (one copy)."""
+
+    meta: StateMeta
+    mode: str  # split | union | broadcast
+    per_subtask: list[list[Any]]
+    entries: list[tuple[Any, Any]] | None = None
+
+
+class FlinkStateReader:
+    """Reads state of a Flink savepoint (or retained checkpoint) directory."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.metadata: CheckpointMetadata = read_metadata(path)
+        self.root = self.metadata.path
+        self.files = StateFiles(self.root)
+        self._proxies: dict[int, KeyedProxy] = {}
+        self._layouts: dict[int, str] = {}
+        self._op_streams: dict[tuple[str, int], tuple[OperatorProxy, bytes, dict[int, int] | None]] = {}
+
+    # -- keyed -----------------------------------------------------------------------------------
+    def keyed_handles(self, op: OperatorState) -> list[KeyedHandle]:
+        """The operator's managed keyed handles by key-group range: canonical, heap-checkpoint or native RocksDB."""
+        out = [st.managed_keyed for st in op.subtasks if st.managed_keyed is not None]
+        return sorted(out, key=lambda h: h.start)
+
+    def handle_layout(self, h: KeyedHandle) -> str:
+        """``canonical`` (savepoints, RocksDB full checkpoints), ``heap`` (HashMap checkpoints) or ``native`` (RocksDB files)."""
+        if isinstance(h, IncrementalKeyedHandle):
+            return "native"
+        if id(h) not in self._layouts:
+            self._layouts[id(h)] = "heap" if is_heap_stream(self.files, h) else "canonical"
+        return self._layouts[id(h)]
+
+    def proxy(self, h: KeyedHandle) -> KeyedProxy:
+        key = id(h)
+        if key not in self._proxies:
+            if isinstance(h, IncrementalKeyedHandle):
+                self._proxies[key] = read_native_proxy(self.files, h)
+            else:
+                self._proxies[key] = K.read_proxy(self.files, h)
+        return self._proxies[key]
+
+    @_typed
+    def layout(self, op: OperatorState) -> K.KeyedLayout | None:
+        handles = self.keyed_handles(op)
+        if not handles:
+            return None
+        return K.layout([self.proxy(h) for h in handles], op.max_parallelism, f"{self.root} operator {op.operator_id}")
+
+    @_typed
+    def read_keyed(self, op: OperatorState, *, key_groups: tuple[int, int] | None = None,
+                   stats: DecodeStats | None = None) -> K.KeyedResult:
+        """The keyed and timers tables of `op`, optionally only key groups [start, end] (reading only their bytes)."""
+        lay = self.layout(op)
+        if lay is None:
+            raise ValueError("operator has no keyed state")
+        stats = stats if stats is not None else DecodeStats()
+        handles = self.keyed_handles(op)
+        if any(self.handle_layout(h) != "canonical" for h in handles):
+            return self._read_keyed_entries(op, lay, handles, key_groups, stats)
+        segments: list[tuple[StreamHandle, int, int]] = []  # (stream, lo, hi) to read
+        chains: list[tuple[int, int, int, int]] = []  # (segment, kg, start, limit) relative to the stream
+        compressed: list[bool] = []
+        sid_maps = []
+        for hi_, h in enumerate(handles):
+            proxy = self.proxy(h)
+            size = self.files.size(h.delegate)
+            nz = sorted({o for o in h.offsets if o})
+            if nz and nz[-1] >= size:
+                raise CorruptSavepointError(
+                    f"{self.root}: _metadata points at offset {nz[-1]} of {self.files.describe(h.delegate)}, past "
+                    f"its end ({size} bytes). The savepoint is damaged; take a new one."
+                )
+            nxt = {o: (nz[i + 1] if i + 1 < len(nz) else size) for i, o in enumerate(nz)}
+            picked = [(h.start + i, o) for i, o in enumerate(h.offsets)
+                      if o and (key_groups is None or key_groups[0] <= h.start + i <= key_groups[1])]
+            if not picked:
+                continue
+            lo = min(o for _, o in picked)
+            hi = max(nxt[o] for _, o in picked)
+            seg = len(segments)
+            segments.append((h.delegate, lo, hi))
+            compressed.append(proxy.compressed)
+            sid_maps.append(dict(enumerate(proxy.states)))
+            chains.extend((seg, kg, o - lo, nxt[o] - lo) for kg, o in picked)
+        where = f"{self.root} operator {op.uid or op.operator_id}"
+        buf, bases = self._read_segments(segments)
+        chains.sort(key=lambda c: c[1])
+        starts = np.array([bases[c[0]] + c[2] for c in chains], np.int64)
+        limits = np.array([bases[c[0]] + c[3] for c in chains], np.int64)
+        seg_of_chain = np.array([c[0] for c in chains], np.int64)
+        if any(compressed):
+            buf, starts, limits = self._unframe_key_groups(buf, starts, limits, seg_of_chain, compressed, where)
+        located = locate(buf, starts, limits, where, stats)
+        chain_kg = np.array([c[1] for c in chains], np.int64)
+        P = lay.prefix_bytes
+        for r in located.runs:  # every entry must carry the key group it is stored under
+            got = r.field(buf, 4, "u1") & 0x7F if P == 1 else r.field(buf, 4, ">u2") & 0x7FFF
+            if not (got == chain_kg[r.chain]).all():
+                raise corrupt(where, "an entry's key-group prefix differs from the key group it is stored in")
+        ch = located.chained
+        if len(ch):
+            first = buf[ch.kp].astype(np.int64) & 0x7F
+            got = (first << 8 | buf[ch.kp + 1]) if P == 2 else first
+            if not np.array_equal(got, chain_kg[ch.chain]):
+                raise corrupt(where, "an entry's key-group prefix differs from the key group it is stored in")
+        return K.decode(lay, buf, located, seg_of_chain, chain_kg, sid_maps, where, stats)
+
+    def _read_keyed_entries(self, op: OperatorState, lay: K.KeyedLayout, handles: list[KeyedHandle],
+                            key_groups: tuple[int, int] | None, stats: K.DecodeStats) -> K.KeyedResult:
+        """Native RocksDB and heap-checkpoint handles: their entries re-laid canonically, then decoded as usual."""
+        where = f"{self.root} operator {op.uid or op.operator_id}"
+        kinds = {self.handle_layout(h) for h in handles}
+        if len(kinds) > 1:
+            raise UnsupportedFormatError(f"{where}: subtasks mix keyed state layouts {sorted(kinds)}; take a canonical savepoint.")
+        parts = []
+        for h in handles:
+            if key_groups is not None and (h.end < key_groups[0] or h.start > key_groups[1]):
+                continue
+            if isinstance(h, IncrementalKeyedHandle):
+                parts.append(read_native(self.files, h, self.proxy(h), lay.prefix_bytes, key_groups))
+            else:
+                parts.append(read_heap(self.files, h, self.proxy(h), lay.prefix_bytes, key_groups))
+        kept = [h for h in handles if key_groups is None or not (h.end < key_groups[0] or h.start > key_groups[1])]
+        buf, entries = concat_entries(parts)
+        return K.decode(lay, buf, Located([], entries), np.arange(len(parts), dtype=np.int64), None,
+                        [dict(enumerate(self.proxy(h).states)) for h in kept], where, stats)
+
+    def _read_segments(self, segments: list[tuple[StreamHandle, int, int]]) -> tuple[np.ndarray, list[int]]:
+        total = sum(hi - lo for _, lo, hi in segments)
+        buf = np.empty(total, np.uint8)
+        bases, pos = [], 0
+        for h, lo, hi in segments:
+            bases.append(pos)
+            if h.kind == "bytes":
+                buf[pos : pos + hi - lo] = np.frombuffer((h.data or b"")[lo:hi], np.uint8)
+            else:
+                with open(self.files.path(h), "rb") as f:
+                    f.seek(lo)
+                    if f.readinto(memoryview(buf[pos : pos + hi - lo])) != hi - lo:
+                        raise CorruptSavepointError(f"{self.root}: state file {h.path!r} is shorter than expected.")
+            pos += hi - lo
+        return buf, bases
+
+    def _unframe_key_groups(self, buf, starts, limits, seg_of_chain, compressed, where):
+        pieces, new_starts, new_limits, pos = [], [], [], 0
+        for s, l, seg in zip(starts.tolist(), limits.tolist(), seg_of_chain.tolist()):
+            data = buf[s:l].tobytes()
+            if compressed[seg]:
+                data, _ = unframe_snappy(data, f"{where} (Snappy key group at {s})")
+            pieces.append(np.frombuffer(data, np.uint8))
+            new_starts.append(pos)
+            pos += len(data)
+            new_limits.append(pos)
+        out = np.concatenate(pieces) if pieces else np.zeros(0, np.uint8)
+        return out, np.array(new_starts, np.int64), np.array(new_limits, np.int64)
+
+    # -- operator state ----------------------------------------------------------------------------
+    def operator_proxy(self, op: OperatorState, subtask: int) -> tuple[OperatorProxy, bytes, dict[int, int] | None]:
+        """The operator-state proxy of one subtask, its stream (decompressed) and the offset map if compressed."""
+        key = (op.operator_id, subtask)
+        if key not in self._op_streams:
+            st = op.subtasks[subtask]
+            h = st.managed_operator
+            assert h is not None
+            where = f"{self.root}: {self.files.describe(h.delegate)}"
+            data = self.files.read(h.delegate)
+            proxy = read_operator_proxy(DataInput(data, where))
+            mapping = None
+            if proxy.compressed:
+                body, at = unframe_snappy(memoryview(data)[proxy.end :], where)
+                data = data[: proxy.end] + body
+                mapping = {proxy.end + k: proxy.end + v for k, v in at.items()}
+            self._op_streams[key] = (proxy, data, mapping)
+        return self._op_streams[key]
+
+    @_typed
+    def operator_states(self, op: OperatorState) -> dict[str, StateMeta]:
+        out: dict[str, StateMeta] = {}
+        for i, st in enumerate(op.subtasks):
+            if st.managed_operator is not None:
+                for m in self.operator_proxy(op, i)[0].states:
+                    seen = out.setdefault(m.name, m)
+                    if seen.raw != m.raw:
+                        raise CorruptSavepointError(
+                            f"{self.root}: subtasks of operator {op.uid or op.operator_id} disagree on the meta "
+                            f"info of operator state {m.name!r}; the savepoint is damaged."
+                        )
+        return out
+
+    @_typed
+    def read_operator_state(self, op: OperatorState, name: str) -> OperatorStateValue:
+        where = f"{self.root} operator {op.uid or op.operator_id} state {name!r}"
+        per_subtask: list[list[Any]] = [[] for _ in range(max(op.parallelism, len(op.subtasks)))]
+        meta: StateMeta | None = None
+        mode = "split"
+        entries = None
+        for i, st in enumerate(op.subtasks):
+            h = st.managed_operator
+            if h is None:
+                continue
+            found = [s for s in h.states if s.name == name]
+            proxy, data, mapping = self.operator_proxy(op, i)
+            if not found and any(m.name == name for m in proxy.states):
+                raise CorruptSavepointError(f"{where}: the stream declares the state but _metadata has no offsets for it")
+            if not found:
+                continue
+            meta = next((m for m in proxy.states if m.name == name), None)
+            if meta is None:
+                raise CorruptSavepointError(f"{where}: _metadata lists the state but its stream does not declare it")
+            entry = found[0]
+            mode = entry.mode
+            all_offsets = sorted({self._map(o, mapping, where) for s in h.states for o in s.offsets} | {len(data)})
+            offsets = [self._map(o, mapping, where) for o in entry.offsets]
+            if any(not 0 < o < len(data) for o in offsets):
+                raise CorruptSavepointError(
+                    f"{where}: _metadata points at an element offset past the end of its stream ({len(data)} "
+                    "bytes). The savepoint is damaged; take a new one."
+                )
+            mv = memoryview(data)
+            if mode == "broadcast":
+                if entries is None and offsets:
+                    inp = DataInput(mv, where, pos=offsets[0])
+                    kr, vr = reader(meta.serializers["KEY_SERIALIZER"]), reader(meta.value_type)
+                    entries = [(kr(inp), vr(inp)) for _ in range(inp.count("the broadcast state size"))]
+                continue
+            t = meta.value_type
+            for o in offsets:
+                end = all_offsets[all_offsets.index(o) + 1] if o in all_offsets else len(data)
+                if not t.decodable:
+                    per_subtask[st.index].append(bytes(mv[o:end]))
+                    continue
+                inp = DataInput(mv, where, pos=o, end=len(data))
+                per_subtask[st.index].append(reader(t)(inp))
+        if meta is None:
+            raise CorruptSavepointError(f"{where}: no subtask's stream holds this state")
+        return OperatorStateValue(meta, mode, per_subtask, entries)
+
+    @staticmethod
+    def _map(o: int, mapping: dict[int, int] | None, where: str) -> int:
+        if mapping is None:
+            return o
+        if o not in mapping:
+            raise CorruptSavepointError(f"{where}: offset {o} is not a chunk boundary of the compressed stream")
+        return mapping[o]

@@ -1,0 +1,226 @@
+"""Flink `TypeSerializerSnapshot`s parsed into `FlinkType`, a small type model with DDL types and the raw snapshot bytes.
+
+Boundary: this module reads snapshot bytes (section 3.4 of `../shared/flink/FORMAT.md`) and maps
+them to statekit DDL; it never decodes state values (`statekit.format.flink.values` does) and
+never runs Java deserialization. Serializers statekit cannot decode (Kryo, Avro, unknown
+classes) become kind ``binary`` with their class named, so one opaque state never hides the
+others. ``FlinkType.raw`` keeps the exact versioned-snapshot bytes so a writer can emit them
+unchanged.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from statekit.errors import UnsupportedFormatError
+from statekit.format.flink.binary import DataInput
+
+TOP_LEVEL_PROXY_VERSION = 2  # TypeSerializerSnapshotSerializationUtil: i32 2 before a top-level snapshot
+COMPOSITE_MAGIC = 911108  # CompositeTypeSerializerSnapshot
+NESTED_MAGIC = 1333245  # NestedSerializersSnapshotDelegate
+OPTIONAL_MAP_HEADER = 0x4F2C69A3D70  # LinkedOptionalMapSerializer
+
+_BASE = "org.apache.flink.api.common.typeutils.base."
+#: snapshot class -> (kind, fixed byte width or None)
+SIMPLE: dict[str, tuple[str, int | None]] = {
+    _BASE + "LongSerializer$LongSerializerSnapshot": ("long", 8),
+    _BASE + "IntSerializer$IntSerializerSnapshot": ("int", 4),
+    _BASE + "ShortSerializer$ShortSerializerSnapshot": ("short", 2),
+    _BASE + "ByteSerializer$ByteSerializerSnapshot": ("byte", 1),
+    _BASE + "DoubleSerializer$DoubleSerializerSnapshot": ("double", 8),
+    _BASE + "FloatSerializer$FloatSerializerSnapshot": ("float", 4),
+    _BASE + "BooleanSerializer$BooleanSerializerSnapshot": ("boolean", 1),
+    _BASE + "CharSerializer$CharSerializerSnapshot": ("char", 2),
+    _BASE + "StringSerializer$StringSerializerSnapshot": ("string", None),
+    _BASE + "array.BytePrimitiveArraySerializer$BytePrimitiveArraySerializerSnapshot": ("bytes", None),
+    "org.apache.flink.runtime.state.VoidNamespaceSerializer$VoidNamespaceSerializerSnapshot": ("void", 1),
+    "org.apache.flink.streaming.api.windowing.windows.TimeWindow$Serializer$TimeWindowSerializerSnapshot":
+        ("window", 16),
+}
+_COMPOSITES = {
+    _BASE + "ListSerializerSnapshot": "list",
+    _BASE + "MapSerializerSnapshot": "map",
+    "org.apache.flink.api.java.typeutils.runtime.TupleSerializerSnapshot": "tuple",
+    "org.apache.flink.api.java.typeutils.runtime.RowSerializer$RowSerializerSnapshot": "row",
+    "org.apache.flink.streaming.api.operators.TimerSerializerSnapshot": "timer",
+}
+POJO_SNAPSHOT = "org.apache.flink.api.java.typeutils.runtime.PojoSerializerSnapshot"
+KRYO_SNAPSHOT = "org.apache.flink.api.java.typeutils.runtime.kryo.KryoSerializerSnapshot"
+AVRO_SNAPSHOT = "org.apache.flink.formats.avro.typeutils.AvroSerializerSnapshot"
+ENUM_SNAPSHOT = _BASE + "EnumSerializer$EnumSerializerSnapshot"
+
+_WIDTH = {k: w for k, w in SIMPLE.values() if w is not None}
+_WIDTH["enum"] = 4
+_DDL = {"long": "bigint", "int": "int", "short": "smallint", "byte": "tinyint", "double": "double",
+        "float": "float", "boolean": "boolean", "char": "string", "string": "string", "bytes": "binary",
+        "enum": "string", "binary": "binary"}
+
+
+@dataclass(frozen=True)
+class FlinkType:
+    """One serializer: its kind, nested types, field names (Tuple/Row/POJO) and raw snapshot bytes.
+
+    kinds: long int short byte double float boolean char string bytes enum list map tuple row pojo
+    void window timer binary. ``type_class`` is the Tuple/POJO/Kryo/Avro/enum class when stored;
+    ``row_kind`` is whether a Row carries its RowKind bits.
+    """
+
+    kind: str
+    snapshot_class: str
+    version: int
+    raw: bytes
+    children: tuple["FlinkType", ...] = ()
+    field_names: tuple[str, ...] = ()
+    type_class: str | None = None
+    row_kind: bool = False
+    enum_values: tuple[str, ...] = ()
+
+    @property
+    def fixed_size(self) -> int | None:
+        if self.kind == "tuple":
+            sizes = [c.fixed_size for c in self.children]
+            return None if None in sizes else sum(sizes)  # type: ignore[arg-type]
+        return _WIDTH.get(self.kind)
+
+    @property
+    def decodable(self) -> bool:
+        """Whether statekit can find the end of a value of this type (no opaque part inside)."""
+        return self.kind != "binary" and all(c.decodable for c in self.children)
+
+    @property
+    def serializer(self) -> str:
+        """The serializer's name for people: the snapshot class, with the type class when there is one."""
+        name = self.snapshot_class.rsplit(".", 1)[-1]
+        return f"{name}({self.type_class})" if self.type_class else name
+
+    def ddl(self) -> str:
+        """The statekit DDL type of values of this serializer (``binary`` for what cannot be decoded)."""
+        k = self.kind
+        if k in _DDL:
+            return _DDL[k]
+        if not self.decodable:
+            return "binary"
+        if k == "list":
+            return f"array<{self.children[0].ddl()}>"
+        if k == "map":
+            return f"map<{self.children[0].ddl()},{self.children[1].ddl()}>"
+        if k in ("tuple", "row", "pojo"):
+            return "struct<" + ",".join(f"{n}:{c.ddl()}" for n, c in zip(self.field_names, self.children)) + ">"
+        if k == "window":
+            return "struct<start:bigint,end:bigint>"
+        raise UnsupportedFormatError(f"serializer {self.serializer} has no statekit column type")
+
+
+def read_top_level(inp: DataInput, what: str) -> FlinkType:
+    """A top-level snapshot: ``i32 2`` then a versioned snapshot."""
+    v = inp.i32(f"the snapshot proxy version of {what}")
+    if v != TOP_LEVEL_PROXY_VERSION:
+        inp.pos -= 4
+        raise inp.fail(f"{what} has snapshot proxy version {v}; Flink writes {TOP_LEVEL_PROXY_VERSION}")
+    return read_versioned(inp, what)
+
+
+def read_versioned(inp: DataInput, what: str) -> FlinkType:
+    """`TypeSerializerSnapshot.writeVersionedSnapshot`: utf class, i32 version, payload."""
+    start = inp.pos
+    cls = inp.utf(f"the snapshot class of {what}")
+    version = inp.i32(f"the snapshot version of {cls}")
+    if cls in SIMPLE:
+        return FlinkType(SIMPLE[cls][0], cls, version, bytes(inp.data[start : inp.pos]))
+    if cls in _COMPOSITES:
+        return _composite(inp, start, cls, version, _COMPOSITES[cls])
+    if cls == POJO_SNAPSHOT:
+        return _pojo(inp, start, cls, version)
+    if cls == KRYO_SNAPSHOT:
+        type_class = inp.utf("the Kryo type class")
+        for part in ("registrations", "default serializers", "default serializer classes"):
+            _optional_map(inp, f"Kryo {part}")
+        return FlinkType("binary", cls, version, bytes(inp.data[start : inp.pos]), type_class=type_class)
+    if cls == AVRO_SNAPSHOT:
+        inp.utf("the Avro schema")
+        type_class = inp.utf("the Avro runtime type")
+        return FlinkType("binary", cls, version, bytes(inp.data[start : inp.pos]), type_class=type_class)
+    if cls == ENUM_SNAPSHOT:
+        type_class = inp.utf("the enum class")
+        values = tuple(inp.utf("an enum constant") for _ in range(inp.count("the number of enum constants")))
+        return FlinkType("enum", cls, version, bytes(inp.data[start : inp.pos]), type_class=type_class,
+                         enum_values=values)
+    if inp.remaining() >= 4 and int.from_bytes(inp.data[inp.pos : inp.pos + 4], "big") == COMPOSITE_MAGIC:
+        return _composite(inp, start, cls, version, "binary")
+    # An unknown serializer: assume a SimpleTypeSerializerSnapshot (empty payload), the common case for
+    # user serializers; the caller reports the class if the bytes after it do not parse.
+    return FlinkType("binary", cls, version, bytes(inp.data[start : inp.pos]), type_class=None)
+
+
+def _composite(inp: DataInput, start: int, cls: str, version: int, kind: str) -> FlinkType:
+    if inp.i32(f"the composite magic of {cls}") != COMPOSITE_MAGIC:
+        inp.pos -= 4
+        raise inp.fail(f"snapshot {cls} lacks the composite-snapshot magic number")
+    outer = inp.i32(f"the outer version of {cls}")
+    type_class = None
+    row_kind = False
+    if kind == "tuple" and outer >= 2:
+        type_class = inp.utf("the tuple class")
+    elif kind == "row" and outer >= 4:
+        row_kind = inp.bool("the row-kind flag")
+    elif kind == "binary" or (kind == "tuple" and outer < 2):
+        # an unknown outer payload: find the nested-snapshots magic that follows it
+        marker = NESTED_MAGIC.to_bytes(4, "big") + (1).to_bytes(4, "big")
+        at = bytes(inp.data[inp.pos : inp.end]).find(marker)
+        if at < 0:
+            raise inp.fail(f"snapshot {cls} has no nested serializers")
+        inp.pos += at
+    if inp.i32(f"the nested magic of {cls}") != NESTED_MAGIC:
+        inp.pos -= 4
+        raise inp.fail(f"snapshot {cls} lacks the nested-serializers magic number")
+    inp.i32(f"the nested version of {cls}")
+    children = tuple(read_versioned(inp, f"a nested serializer of {cls}")
+                     for _ in range(inp.count(f"the nested count of {cls}", limit=1 << 16)))
+    names: tuple[str, ...] = ()
+    if kind in ("tuple", "row"):
+        names = tuple(f"f{i}" for i in range(len(children)))
+    want = {"list": 1, "map": 2, "timer": 2}.get(kind)
+    if want is not None and len(children) != want:
+        raise inp.fail(f"snapshot {cls} has {len(children)} nested serializers, expected {want}")
+    return FlinkType(kind, cls, version, bytes(inp.data[start : inp.pos]), children, names, type_class, row_kind)
+
+
+def _pojo(inp: DataInput, start: int, cls: str, version: int) -> FlinkType:
+    type_class = inp.utf("the POJO class")
+    fields: list[tuple[str, FlinkType | None]] = []
+    _optional_map(inp, "POJO fields", fields)
+    _optional_map(inp, "POJO registered subclasses")
+    _optional_map(inp, "POJO non-registered subclasses")
+    names = tuple(n for n, _ in fields)
+    if any(t is None for _, t in fields):
+        missing = [n for n, t in fields if t is None]
+        raw = bytes(inp.data[start : inp.pos])
+        return FlinkType("binary", cls, version, raw, type_class=f"{type_class} (fields {missing} absent)")
+    return FlinkType("pojo", cls, version, bytes(inp.data[start : inp.pos]), tuple(t for _, t in fields), names,
+                     type_class)
+
+
+def _optional_map(inp: DataInput, what: str, fields: list | None = None) -> None:
+    """`LinkedOptionalMapSerializer`: header, n x (utf name, [i32 len key frame], [i32 len value frame])."""
+    if inp.i64(f"the {what} header") != OPTIONAL_MAP_HEADER:
+        inp.pos -= 8
+        raise inp.fail(f"the {what} map lacks its header")
+    for _ in range(inp.count(f"the number of {what}")):
+        name = inp.utf(f"a name in {what}")
+        field_name = name
+        if inp.bool(f"a key flag in {what}"):
+            n = inp.count(f"a key frame length in {what}")
+            frame = DataInput(inp.data, inp.where, pos=inp.pos, end=inp.pos + n)
+            if fields is not None:
+                frame.utf("a declaring class")
+                field_name = frame.utf("a field name")
+            inp.skip(n, f"a key frame in {what}")
+        value: FlinkType | None = None
+        if inp.bool(f"a value flag in {what}"):
+            n = inp.count(f"a value frame length in {what}")
+            if fields is not None:
+                frame = DataInput(inp.data, inp.where, pos=inp.pos, end=inp.pos + n)
+                value = read_versioned(frame, f"POJO field {field_name!r}")
+            inp.skip(n, f"a value frame in {what}")
+        if fields is not None:
+            fields.append((field_name, value))

@@ -1,0 +1,318 @@
+"""Repairs as edits over Arrow data - set a key's state, delete keys, drop a state, rename, rescale,
+re-key, remove an operator - applied together in one pass that writes one new savepoint.
+
+The keyed-table edits (`patch_keyed`) are pure functions over Arrow tables, so the CLI, the local
+engine and Spark share them. `repair` plans every edit against the source first (a dry run
+reports the plan and writes nothing; a plan with nothing to change writes nothing either), then
+carries unchanged operators over by hard link and rewrites only the operators it edits.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence, Union
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from statekit.errors import InvalidArgumentError, SavepointExistsError, UnknownStateError
+from statekit.identifiers import OperatorIdentifier
+from statekit.keygroups import check_max_parallelism
+from statekit.savepoint.manifest import OperatorMetadata
+from statekit.savepoint.reader import Savepoint
+from statekit.savepoint.transforms import TransformPlan, link_operator, refuse_target_inside
+from statekit.savepoint.writer import SavepointBuilder
+
+OpLike = Union[OperatorIdentifier, str]
+
+__all__ = ["DeleteKeys", "Edit", "RemoveOperator", "RemoveState", "RenameOperator", "Rekey", "SetMaxParallelism",
+           "SetValue", "patch_keyed", "repair"]
+
+
+@dataclass(frozen=True)
+class SetValue:
+    """Set keyed state `state` of `key` to `value` (a Python value of the state's type; None clears it)."""
+    op: OpLike
+    key: Any
+    state: str
+    value: Any
+
+
+@dataclass(frozen=True)
+class DeleteKeys:
+    """Delete every state and timer of `keys`."""
+    op: OpLike
+    keys: tuple
+
+
+@dataclass(frozen=True)
+class RemoveState:
+    """Drop a keyed or operator state of an operator (a restored job starts it empty)."""
+    op: OpLike
+    state: str
+
+
+@dataclass(frozen=True)
+class RenameOperator:
+    op: OpLike
+    new: OpLike
+
+
+@dataclass(frozen=True)
+class RemoveOperator:
+    op: OpLike
+
+
+@dataclass(frozen=True)
+class SetMaxParallelism:
+    op: OpLike
+    max_parallelism: int
+
+
+@dataclass(frozen=True)
+class Rekey:
+    """Replace every key through `mapping` (a table ``key``, ``new_key``; see `statekit.savepoint.rekey`)."""
+    op: OpLike
+    mapping: pa.Table
+
+
+Edit = Union[SetValue, DeleteKeys, RemoveState, RenameOperator, RemoveOperator, SetMaxParallelism, Rekey]
+
+
+# -- the Arrow part ---------------------------------------------------------------------------------
+def _hashable(value: Any) -> Any:
+    if isinstance(value, dict):
+        return tuple(_hashable(v) for v in value.values())
+    if isinstance(value, list):
+        return tuple(_hashable(v) for v in value)
+    return value
+
+
+def key_mask(keys: pa.ChunkedArray | pa.Array, wanted: Sequence[Any]) -> pa.Array:
+    """A boolean mask of the rows whose key is one of `wanted` (struct keys given as tuples)."""
+    if not pa.types.is_struct(keys.type):
+        return pc.is_in(keys, value_set=pa.array(list(wanted), keys.type))
+    want = {_hashable(k) if not isinstance(k, tuple) else k for k in wanted}
+    return pa.array([_hashable(k) in want for k in keys.to_pylist()], pa.bool_())
+
+
+def patch_keyed(table: pa.Table, *, drop_states: Sequence[str] = (), delete_keys: Sequence[Any] = (),
+                set_values: Sequence[tuple[Any, str, Any]] = ()) -> pa.Table:
+    """`table` (a keyed table without namespaces) with states dropped, keys deleted and values set.
+
+    ``set_values`` holds (key, state, value); a key without a row gets one (its other states unset).
+
+    >>> t = pa.table({"key": [1, 2], "count": [10, 20], "seen": [["a"], []]})
+    >>> patch_keyed(t, drop_states=["seen"], delete_keys=[1], set_values=[(3, "count", 30)]).to_pylist()
+    [{'key': 2, 'count': 20}, {'key': 3, 'count': 30}]
+    """
+    if drop_states:
+        table = table.drop_columns(list(drop_states))
+    if delete_keys:
+        table = table.filter(pc.invert(key_mask(table.column("key"), delete_keys)))
+    if set_values:
+        struct_key = pa.types.is_struct(table.schema.field("key").type)
+        by_key: dict[Any, dict[str, Any]] = {}
+        for key, state, value in set_values:
+            by_key.setdefault(key, {})[state] = value
+        mask = key_mask(table.column("key"), list(by_key))
+        old = {(_hashable(r["key"])): r for r in table.filter(mask).to_pylist()}
+        new_rows = []
+        for key, values in by_key.items():
+            row = old.get(_hashable(key) if not isinstance(key, tuple) else key)
+            if row is None:
+                field_names = [f.name for f in table.schema.field("key").type] if struct_key else None
+                row = {c: None for c in table.column_names}
+                row["key"] = dict(zip(field_names, key)) if struct_key else key
+            new_rows.append({**row, **values})
+        table = pa.concat_tables([table.filter(pc.invert(mask)), pa.Table.from_pylist(new_rows, schema=table.schema)])
+    return table
+
+
+# -- planning and writing ---------------------------------------------------------------------------
+@dataclass
+class _OperatorEdits:
+    meta: OperatorMetadata
+    removed: bool = False
+    new_ident: OperatorIdentifier | None = None
+    max_parallelism: int | None = None
+    drop_states: tuple[str, ...] = ()
+    delete_keys: tuple = ()
+    set_values: tuple = ()
+    mapping: pa.Table | None = None
+
+    @property
+    def rewrites(self) -> bool:
+        return bool(self.max_parallelism or self.drop_states or self.delete_keys or self.set_values
+                    or self.mapping is not None)
+
+
+def repair(source: str | os.PathLike, target: str | os.PathLike, edits: Sequence[Edit], *,
+           dry_run: bool = False) -> TransformPlan:
+    """Apply `edits` to the savepoint `source` and write the result to `target` in one pass.
+
+    Every edit is checked against the source before anything is written (unknown operators or
+    states, values that do not fit their types, keys of the wrong type). Edits that change nothing
+    (a rename to the same uid, the same max parallelism, deleting keys that have no state, setting
+    a value it already has) are reported as such; if nothing changes, nothing is written. `target`
+    must not exist - a dry run says so too, since writing would fail.
+    """
+    refuse_target_inside(source, target)
+    sp = Savepoint.open(source)
+    plan = TransformPlan(Path(source), Path(target))
+    if Path(target).exists():
+        raise SavepointExistsError(f"{target} already exists; savepoints are never overwritten, so this repair would "
+                                   "fail. Choose a new target path.")
+    per_op: dict[str, _OperatorEdits] = {}
+    noops: list[str] = []
+    for edit in edits:
+        meta = sp.operator(edit.op)
+        e = per_op.setdefault(meta.uid_hash, _OperatorEdits(meta))
+        _plan_edit(sp, e, edit, plan.changes, noops)
+    plan.noops = noops  # type: ignore[attr-defined]
+    if not plan.changes:
+        return plan
+    if dry_run:
+        return plan
+    with SavepointBuilder(target, checkpoint_id=sp.checkpoint_id, job_name=sp.job_name) as builder:
+        for m in sp.operators:
+            e = per_op.get(m.uid_hash)
+            if e is None:
+                link_operator(builder, sp, m, m.identifier)
+            elif not e.removed:
+                ident = e.new_ident or m.identifier
+                name = (e.new_ident.uid or m.name) if e.new_ident else m.name
+                if e.rewrites:
+                    _rewrite(builder, sp, e, ident, name)
+                else:
+                    link_operator(builder, sp, m, ident, name=name)
+    plan.written = True
+    return plan
+
+
+def _plan_edit(sp: Savepoint, e: _OperatorEdits, edit: Edit, changes: list[str], noops: list[str]) -> None:
+    m, name = e.meta, e.meta.display_name
+    if e.removed:
+        raise InvalidArgumentError(f"operator {name} is removed by an earlier edit; drop the edits after it.")
+    if isinstance(edit, RemoveOperator):
+        e.removed = True
+        changes.append(f"remove operator {name} ({m.uid_hash}) with all its state, {len(m.files)} file(s)")
+    elif isinstance(edit, RenameOperator):
+        new = OperatorIdentifier.coerce(edit.new)
+        if new.uid_hash == m.uid_hash:
+            noops.append(f"operator {name} already has uid {new}")
+            return
+        if any(o.uid_hash == new.uid_hash for o in sp.operators):
+            raise InvalidArgumentError(f"operator {new} already exists in {sp.path}; remove it first or choose "
+                                       "another uid.")
+        e.new_ident = new
+        changes.append(f"rename operator {name} ({m.uid_hash}) to {new} ({new.uid_hash})")
+    elif isinstance(edit, SetMaxParallelism):
+        check_max_parallelism(edit.max_parallelism)
+        _require_keyed(m, "max parallelism only matters for keyed state")
+        if edit.max_parallelism == m.max_parallelism:
+            noops.append(f"operator {name} already has max parallelism {m.max_parallelism}")
+            return
+        e.max_parallelism = edit.max_parallelism
+        changes.append(f"operator {name}: max parallelism {m.max_parallelism} -> {edit.max_parallelism}; keyed "
+                       "table and timers re-hashed into the new key groups")
+    elif isinstance(edit, RemoveState):
+        names = [s.name for s in (*m.keyed_states, *m.operator_states)]
+        if edit.state not in names:
+            raise UnknownStateError(f"operator {name} has no state {edit.state!r}; its states are: "
+                                    f"{', '.join(names) or 'none'}.")
+        e.drop_states += (edit.state,)
+        changes.append(f"operator {name}: remove state {edit.state!r}")
+    elif isinstance(edit, DeleteKeys):
+        _require_keyed(m, "it has no keys")
+        present = [k for k in edit.keys if sp.get(m.identifier, k) is not None]
+        for k in edit.keys:
+            if k not in present:
+                noops.append(f"operator {name}: key {k!r} has no state")
+        if present:
+            e.delete_keys += tuple(present)
+            changes.append(f"operator {name}: delete key(s) {', '.join(repr(k) for k in present)} (state and timers)")
+    elif isinstance(edit, SetValue):
+        _require_keyed(m, "it has no keyed state")
+        if m.namespace_type is not None:
+            raise InvalidArgumentError(f"operator {name} keeps window state (namespaces); setting one key's value "
+                                       "is not supported there. Use Spark's window bootstrap.")
+        info = m.keyed_state(edit.state)
+        value = _fit(edit.value, info.type, f"state {edit.state!r} of {name}")
+        current = sp.get(m.identifier, edit.key)
+        if current is not None and _hashable(current.get(edit.state)) == _hashable(value):
+            noops.append(f"operator {name}: key {edit.key!r} already has {edit.state} = {value!r}")
+            return
+        e.set_values += ((edit.key, edit.state, value),)
+        before = "no state" if current is None else f"{current.get(edit.state)!r}"
+        changes.append(f"operator {name}: key {edit.key!r} {edit.state}: {before} -> {value!r}")
+    elif isinstance(edit, Rekey):
+        _require_keyed(m, "it has no keys")
+        from statekit.savepoint.rekey import check_mapping
+
+        check_mapping(edit.mapping, f"rekeying operator {name!r}")
+        e.mapping = edit.mapping
+        changed = pc.sum(pc.invert(pc.equal(edit.mapping.column("key"), edit.mapping.column("new_key")))
+                         .cast(pa.int64())).as_py() if edit.mapping.schema.field("key").type == \
+            edit.mapping.schema.field("new_key").type else edit.mapping.num_rows
+        changes.append(f"operator {name}: re-key {edit.mapping.num_rows} key(s), {changed or 0} of them to a new key")
+    else:
+        raise InvalidArgumentError(f"unknown edit {edit!r}")
+
+
+def _require_keyed(m: OperatorMetadata, why: str) -> None:
+    if m.key_type is None:
+        raise InvalidArgumentError(f"operator {m.display_name} has no keyed state; {why}.")
+
+
+def _fit(value: Any, ddl: str, what: str) -> Any:
+    from statekit.errors import StateTypeError
+    from statekit.types import parse_ddl
+
+    try:
+        return pa.array([value], parse_ddl(ddl))[0].as_py()
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError, ValueError) as exc:
+        raise StateTypeError(f"{what}: {value!r} does not fit the declared type {ddl} ({exc}).") from None
+
+
+def _rewrite(builder: SavepointBuilder, sp: Savepoint, e: _OperatorEdits, ident: OperatorIdentifier,
+             name: str) -> None:
+    from statekit.savepoint.rekey import _check_collisions, _distinct_rows, remap_keys
+    from statekit.types import to_ddl
+
+    m = e.meta
+    op = m.identifier
+    mp = e.max_parallelism or m.max_parallelism
+    keyed_states = tuple(s for s in m.keyed_states if s.name not in e.drop_states)
+    operator_states = [s for s in m.operator_states if s.name not in e.drop_states]
+    key_type = m.key_type
+    keyed = sp.keyed_table(op)
+    keyed = patch_keyed(keyed, drop_states=[s for s in e.drop_states if s in keyed.column_names],
+                        delete_keys=e.delete_keys, set_values=e.set_values)
+    timers = sp.timers(op)
+    if timers.num_rows:
+        timers = timers.drop_columns(["key_group"])
+        if e.delete_keys:
+            timers = timers.filter(pc.invert(key_mask(timers.column("key"), e.delete_keys)))
+    if e.mapping is not None:
+        what = f"rekeying operator {m.display_name!r}"
+        before = keyed
+        keyed = remap_keys(keyed, e.mapping, what)
+        if m.namespace_type is None:
+            _check_collisions(before, keyed, what)
+        if timers.num_rows:
+            timers = _distinct_rows(remap_keys(timers, e.mapping, what))
+        key_type = to_ddl(e.mapping.schema.field("new_key").type)
+    writer = builder.add_operator(ident, name=name, parallelism=min(m.parallelism, mp), max_parallelism=mp,
+                                  key_type=key_type, keyed_states=keyed_states, namespace_type=m.namespace_type)
+    if keyed.num_rows and keyed_states:
+        writer.write_keyed(keyed)
+    if timers.num_rows:
+        writer.write_timers(timers)
+    for info in operator_states:
+        if info.redistribution == "broadcast":
+            writer.write_broadcast_state(info, sp.broadcast_state(op, info.name))
+        else:
+            writer.write_list_state(info, sp.operator_state_lists(op, info.name)[1])

@@ -1,0 +1,153 @@
+"""Native RocksDB state (the corpus's native savepoint, incremental checkpoints) and HashMap checkpoints read exactly, inputs untouched."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from statekit.errors import CorruptSavepointError, UnsupportedFormatError
+from statekit.format.flink.metadata import IncrementalKeyedHandle, KeyGroupsHandle, read_metadata
+from statekit.savepoint import Savepoint
+
+from .conftest import expected, savepoint
+from .test_corpus import _check_keyed, _check_operator
+
+CHECKPOINTS = Path(__file__).resolve().parents[2] / "fixtures" / "flink" / "checkpoints"
+COUNTER = "0da08f51eaa85fc298e176a139b3649a"
+
+
+def _retained(case: str) -> list[tuple[Path, dict]]:
+    out = []
+    for e in sorted((CHECKPOINTS / case / "expected").glob("chk-*.json")):
+        out.append((CHECKPOINTS / case / "job" / e.stem, json.loads(e.read_text())))
+    return out
+
+
+def _check(sp, exp: dict) -> None:
+    for uid, op in exp["operators"].items():
+        meta = sp.operator(uid)
+        assert meta.uid_hash == op["operator_id"]
+        if op["kind"] == "keyed":
+            _check_keyed(sp, uid, op)
+        elif op["kind"] == "operator":
+            _check_operator(sp, uid, op)
+
+
+def _digest(root: Path) -> dict[str, str]:
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(root.rglob("*"))
+            if p.is_file()}
+
+
+def test_native_rocksdb_savepoint_reads_exactly():
+    before = _digest(savepoint("string-rocksdb-native"))
+    sp = Savepoint.open(savepoint("string-rocksdb-native"))
+    _check(sp, expected("string-rocksdb-native"))
+    erin = next(e for e in expected("string-rocksdb-native")["operators"]["counter"]["keys"] if e["key"] == "erin")
+    assert sp.get("counter", "erin")["count"] == erin["count"] and sp.get("counter", "nobody") is None
+    assert _digest(savepoint("string-rocksdb-native")) == before
+
+
+@pytest.mark.parametrize("case", ["rocksdb-incremental", "hashmap-full"])
+def test_every_retained_checkpoint_reads_exactly(case):
+    job = CHECKPOINTS / case / "job"
+    before = _digest(job)
+    cases = _retained(case)
+    assert len(cases) >= 3
+    for chk, exp in cases:
+        sp = Savepoint.open(chk)
+        assert sp.kind == "checkpoint"
+        _check(sp, exp)
+        for e in exp["operators"]["counter"]["keys"]:  # one key: one key group's entries
+            got = sp.get("counter", e["key"])
+            assert got["count"] == e["count"] and got["recent"] == e["recent"] and dict(got["per_kind"]) == e["per_kind"]
+    assert _digest(job) == before  # RocksDB opened copies only
+
+
+def test_incremental_fixture_really_shares_files_across_increments():
+    """chk-4 is built from SSTs that three different checkpoints uploaded to shared/ (>= 2 increments)."""
+    job = CHECKPOINTS / "rocksdb-incremental" / "job"
+    uploaded_by: dict[str, int] = {}
+    for chk in sorted(job.glob("chk-*"), key=lambda p: int(p.name[4:])):
+        for op in read_metadata(chk).operators:
+            for st in op.subtasks:
+                h = st.managed_keyed
+                if isinstance(h, IncrementalKeyedHandle):
+                    for local, sh in h.shared:
+                        if local.endswith(".sst"):
+                            assert sh.kind == "file" and "/shared/" in sh.path  # absolute, relocated by shared/<name>
+                            uploaded_by.setdefault(sh.path.rsplit("/", 1)[1], int(chk.name[4:]))
+    last = read_metadata(job / "chk-4").operator(COUNTER)
+    sources = {uploaded_by[sh.path.rsplit("/", 1)[1]] for st in last.subtasks
+               for local, sh in st.managed_keyed.shared if local.endswith(".sst")}
+    assert len(sources) >= 3, sources
+
+
+def test_heap_checkpoint_is_told_apart_from_canonical():
+    from statekit.format.flink.reader import FlinkStateReader
+
+    r = FlinkStateReader(CHECKPOINTS / "hashmap-full" / "job" / "chk-3")
+    op = r.metadata.operator(COUNTER)
+    hs = r.keyed_handles(op)
+    assert all(isinstance(h, KeyGroupsHandle) and h.type == 12 for h in hs)
+    assert {r.handle_layout(h) for h in hs} == {"heap"}
+    canon = FlinkStateReader(savepoint("string-rocksdb-canonical"))
+    op = canon.metadata.operator(COUNTER)
+    assert {canon.handle_layout(h) for h in canon.keyed_handles(op)} == {"canonical"}
+
+
+@pytest.fixture
+def job_copy(tmp_path, monkeypatch):
+    """A writable copy of the incremental job directory; RocksDB's scratch copies go below tmp_path too."""
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    dst = tmp_path / "job"
+    shutil.copytree(CHECKPOINTS / "rocksdb-incremental" / "job", dst)
+    return dst, scratch
+
+
+def _shared_ssts(chk: Path) -> list[Path]:
+    h = read_metadata(chk).operator(COUNTER).subtasks[0].managed_keyed
+    return [chk.parent / "shared" / sh.path.rsplit("/", 1)[1] for local, sh in h.shared if local.endswith(".sst")]
+
+
+def test_damaged_sst_is_a_typed_error_and_nothing_changes(job_copy):
+    job, scratch = job_copy
+    for p in _shared_ssts(job / "chk-4"):
+        b = bytearray(p.read_bytes())
+        b[20] ^= 0xFF  # inside the first data block: its checksum no longer matches
+        p.write_bytes(bytes(b))
+    before = _digest(job)
+    with pytest.raises(CorruptSavepointError, match="damaged"):
+        Savepoint.open(job / "chk-4").keyed_table("counter")
+    assert _digest(job) == before
+    assert not list(scratch.iterdir())  # the scratch copy is removed on failure too
+
+
+def test_missing_or_short_shared_file_is_a_typed_error(job_copy):
+    job, _ = job_copy
+    victim = _shared_ssts(job / "chk-4")[0]
+    data = victim.read_bytes()
+    victim.write_bytes(data[:-10])
+    with pytest.raises(CorruptSavepointError, match="truncated|bytes"):
+        Savepoint.open(job / "chk-4").keyed_table("counter")
+    victim.unlink()
+    with pytest.raises(CorruptSavepointError, match="missing"):
+        Savepoint.open(job / "chk-4").keyed_table("counter")
+
+
+def test_unknown_merge_operator_is_refused_before_rocksdb_opens(job_copy):
+    job, _ = job_copy
+    h = read_metadata(job / "chk-4").operator(COUNTER).subtasks[0].managed_keyed
+    options = [sh for local, sh in (*h.shared, *h.private) if local.startswith("OPTIONS-")]
+    for sh in options:
+        p = job / "shared" / sh.path.rsplit("/", 1)[1] if sh.kind == "file" else job / "chk-4" / sh.path
+        text = p.read_text()
+        p.write_text(text.replace("StringAppendTESTOperator", "StringAppendXXXXOperator"))  # same size
+    with pytest.raises(UnsupportedFormatError, match="merge operator.*CANONICAL savepoint"):
+        Savepoint.open(job / "chk-4").keyed_table("counter")

@@ -1,0 +1,101 @@
+"""A real PyFlink 2.3.0 job's savepoint (tests/fixtures/flink/pyflink): key unwrapped, Python states decoded by declared type."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from statekit.errors import CorruptSavepointError, InvalidArgumentError, UntrustedPickleError
+from statekit.format.flink.pyflink import parse_type
+from statekit.savepoint import Savepoint
+
+FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "flink" / "pyflink"
+SAVEPOINT = FIXTURE / "savepoint"
+# the job's state descriptors (make_pyflink.py), as PyFlink's Types name them
+TYPES = {"count": "LONG", "avg": "DOUBLE", "even": "BOOLEAN", "last_kind": "STRING", "small": "INT",
+         "raw": "PRIMITIVE_ARRAY(BYTE)", "pair": "TUPLE(STRING, LONG)", "last_row": "ROW(kind STRING, value LONG)",
+         "obj": "PICKLED", "recent": "LIST(STRING)", "per_kind": "MAP(STRING, LONG)", "sum": "LONG"}
+
+
+def _expected() -> list[dict]:
+    return json.loads((FIXTURE / "expected.json").read_text("utf-8"))["operators"]["counter"]["keys"]
+
+
+def _norm(name, value):
+    if name == "per_kind":
+        return dict(value)
+    if name == "raw":
+        return value.hex()
+    if name == "pair":
+        return [value["f0"], value["f1"]]
+    return value
+
+
+def test_keys_unwrapped_and_every_state_decoded_exactly():
+    sp = Savepoint.open(SAVEPOINT, pyflink_types={"counter": TYPES})
+    meta = sp.operator("counter")
+    assert meta.key_type == "string"
+    kinds = {s.name: (s.kind, s.type, s.pickled) for s in meta.keyed_states}
+    assert kinds["recent"] == ("list", "array<string>", False) and kinds["per_kind"][0] == "map"
+    assert kinds["obj"] == ("value", "binary", True) and kinds["last_row"][1] == "struct<kind:string,value:bigint>"
+    rows = {r["key"]: r for r in sp.keyed_table("counter").to_pylist()}
+    exp = _expected()
+    assert sorted(rows) == sorted(e["key"] for e in exp)
+    timers = sp.timers("counter").to_pylist()
+    for e in exp:
+        r = rows[e["key"]]
+        for name in TYPES:
+            if name == "obj":
+                assert isinstance(r[name], bytes) and r[name][:1] == b"\x80"  # a pickle, not unpickled in tables
+                continue
+            assert _norm(name, r[name]) == e[name], (e["key"], name)
+        assert [t["timestamp"] for t in timers if t["key"] == e["key"]] == e["event_timers"]
+
+
+def test_get_finds_each_key_in_its_key_group_and_unpickles_only_when_trusted():
+    sp = Savepoint.open(SAVEPOINT, pyflink_types={"counter": TYPES}, trust_pickled=True)
+    for e in _expected():
+        got = sp.get("counter", e["key"])  # reads only the key group of Row(Row(key))
+        assert got is not None and got["count"] == e["count"] and got["obj"] == e["obj"]
+    assert sp.get("counter", "nobody") is None
+    untrusted = Savepoint.open(SAVEPOINT, pyflink_types={"counter": TYPES})
+    with pytest.raises(UntrustedPickleError):
+        untrusted.get("counter", "alice")
+
+
+def test_undeclared_states_keep_their_bytes():
+    sp = Savepoint.open(SAVEPOINT, pyflink_types={"counter": {"count": "LONG"}})
+    row = next(r for r in sp.keyed_table("counter").to_pylist() if r["key"] == "alice")
+    assert row["count"] == 8
+    assert row["sum"] == [bytes.fromhex("%016x" % next(e["sum"] for e in _expected() if e["key"] == "alice"))]
+    plain = Savepoint.open(SAVEPOINT)
+    assert plain.operator("counter").key_type == "string"
+    assert {s.name for s in plain.operator("counter").keyed_states} == set(TYPES)
+
+
+def test_wrong_declarations_are_typed_errors():
+    with pytest.raises(InvalidArgumentError, match="does not have"):
+        Savepoint.open(SAVEPOINT, pyflink_types={"counter": {"nope": "LONG"}})
+    with pytest.raises(InvalidArgumentError, match="MAP"):
+        Savepoint.open(SAVEPOINT, pyflink_types={"counter": {"count": "MAP(STRING, LONG)"}})
+    with pytest.raises(InvalidArgumentError):
+        Savepoint.open(SAVEPOINT, pyflink_types={"unknown-op": {"count": "LONG"}})
+    sp = Savepoint.open(SAVEPOINT, pyflink_types={"counter": {"recent": "LONG"}})
+    with pytest.raises(CorruptSavepointError):
+        sp.keyed_table("counter")
+
+
+@pytest.mark.parametrize("spec,ddl", [
+    ("LONG", "bigint"), ("string", "string"), ("PRIMITIVE_ARRAY(BYTE)", "binary"),
+    ("ROW(a INT, b LIST_NOT_A_TYPE)", None), ("TUPLE(STRING, DOUBLE)", "struct<f0:string,f1:double>"),
+    ("ROW(kind STRING, value LONG)", "struct<kind:string,value:bigint>"), ("LIST(ROW(x INT))", "array<struct<x:int>>"),
+    ("MAP(STRING, LONG)", "map<string,bigint>"), ("LIST(LIST(INT))", None), ("LONG)", None),
+])
+def test_parse_type(spec, ddl):
+    if ddl is None:
+        with pytest.raises(InvalidArgumentError):
+            parse_type(spec)
+    else:
+        assert parse_type(spec).ddl == ddl
