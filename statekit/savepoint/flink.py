@@ -36,7 +36,7 @@ def _operator_metadata(reader: FlinkStateReader, op: OperatorState,
         key_type = lay.key_type.ddl()
         ns_type = lay.namespace_type.ddl() if lay.namespace_type is not None else None
         keyed = tuple(StateInfo(s.name, s.keyed_kind or "value", state_ddl(s)) for s in lay.states)
-        if pyflink.is_pyflink(lay):  # key unwrapped, Python states by their own names and declared types
+        if pyflink.is_pyflink(lay, declared=pyflink_types is not None):  # key unwrapped, Python states decoded
             key_type = pyflink.key_ddl(lay)
             keyed = tuple(StateInfo(n, k, t, pickled=p) for n, k, t, p in pyflink.states(lay, pyflink_types or {}))
     op_states = []
@@ -149,7 +149,7 @@ class FlinkSavepoint(Savepoint):
         fop = self.flink_operator(op)
         lay = self.flink.layout(fop)
         rng = None
-        if lay is not None and pyflink.is_pyflink(lay):
+        if lay is not None and pyflink.is_pyflink(lay, declared=meta.uid_hash in self._pyflink):
             kg = pyflink.key_group(key, lay, meta.max_parallelism)
             rng = (kg, kg)
         elif lay is not None and lay.key_type.kind not in ("pojo", "row", "binary"):  # their hashCode is user code
@@ -171,7 +171,7 @@ class FlinkSavepoint(Savepoint):
         fop = self.flink_operator(op)
         result = self.flink.read_keyed(fop, key_groups=key_groups, stats=self.stats)
         lay = self.flink.layout(fop)
-        if lay is not None and pyflink.is_pyflink(lay):
+        if lay is not None and pyflink.is_pyflink(lay, declared=meta.uid_hash in self._pyflink):
             result = pyflink.decode(result, lay, self._pyflink.get(meta.uid_hash, {}), f"{self.path} {meta.display_name}")
         return result
 

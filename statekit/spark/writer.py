@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+import shutil
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Literal
 
 import pyarrow as pa
 from pyspark.sql import Column, SparkSession
@@ -15,6 +17,7 @@ from statekit.errors import InvalidArgumentError, UnknownOperatorError
 from statekit.identifiers import OperatorIdentifier
 from statekit.keygroups import check_max_parallelism
 from statekit.savepoint import OperatorMetadata, Savepoint, SavepointBuilder
+from statekit.savepoint.flink_out import TypeHints
 from statekit.savepoint.rekey import rekey_operator
 from statekit.savepoint.transforms import link_operator, refuse_target_inside, rehash_operator
 from statekit.spark.bootstrap import BootstrapTransformation
@@ -177,12 +180,41 @@ class SavepointWriter:
         return keys.select("key", expr.alias("new_key")).toArrow()
 
     # -- writing -----------------------------------------------------------------------------------
-    def write(self, path: str | os.PathLike[str]) -> Path:
+    def _write_flink(self, path: Path, types: TypeHints | None) -> Path:
+        from statekit.format.flink.writer import check_target
+        from statekit.savepoint.flink_out import carried_serializers
+        from statekit.spark.flink_writer import write_flink_spark
+
+        check_target(path)
+        if self.source is not None:
+            refuse_target_inside(self.source.path, path)
+        carried = {e.ident.uid_hash: carried_serializers(self.source, e.existing)
+                   for e in self._entries.values() if e.existing is not None and self.source is not None}
+        # the statekit savepoint is staged beside the target (Parquet on the executors), then converted
+        staged = path.parent / f".{path.name}.statekit-{uuid.uuid4().hex[:12]}"
+        try:
+            self.write(staged)
+            return write_flink_spark(self.spark, staged, path, types=types, carried=carried)
+        finally:
+            shutil.rmtree(staged, ignore_errors=True)
+
+    def write(self, path: str | os.PathLike[str], *, format: Literal["statekit", "flink"] = "statekit",
+              types: TypeHints | None = None) -> Path:
         """Run the bootstrap jobs and publish the savepoint at `path`, atomically.
+
+        ``format="flink"`` writes a canonical Flink 2.x savepoint that a Flink job with the same uids,
+        key types and state descriptors restores: state files are written by Spark tasks (one per
+        operator subtask's key-group range), the driver writes only `_metadata`. Serializers read
+        from a Flink source are reused unchanged; new state maps DDL types to Flink's serializers
+        (struct -> Row unless `types` gives ``{uid: {state: FlinkTuple() | FlinkPojo(cls, fields)}}``).
 
         Raises `SavepointExistsError` (before any Spark job runs) if `path` exists. On any failure
         nothing is left at `path` nor beside it.
         """
+        if format == "flink":
+            return self._write_flink(Path(path), types)
+        if format != "statekit":
+            raise InvalidArgumentError(f"format must be 'statekit' or 'flink', not {format!r}.")
         if not self._entries:
             raise InvalidArgumentError("the savepoint would have no operators; add one with with_operator().")
         src = self.source

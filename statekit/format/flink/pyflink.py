@@ -16,6 +16,10 @@ the key unwrapped, the ``python-state-`` prefix dropped and values decoded. What
   ``i32 length`` + bytes (UTF-8 for strings), PICKLED ``i32 length`` + a pickle, TUPLE the fields in
   order, ROW a null mask (2 row-kind bits first, MSB first) then the non-null fields.
 
+Thread mode (``python.execution-mode: thread``) differs: states keep their plain names, basic
+types are stored by Java serializers, and ROW/TUPLE/PICKLED values as pickles in a ``byte[]`` (a ROW
+pickle needs PyFlink to unpickle). Its operators are told apart by the types the user declares.
+
 The types are not in the savepoint (they live in the Python job), so a state without a declared
 type keeps its raw bytes. Pickled values stay bytes in tables; `get` unpickles them only when the
 savepoint was opened with ``trust_pickled=True``.
@@ -178,10 +182,11 @@ def _values(t: PyType, chunks: list[bytes], where: str) -> list[Any]:
     return out
 
 
-def is_pyflink(lay: KeyedLayout) -> bool:
-    """Whether an operator's keyed state is a PyFlink process-mode operator's (Row(1) key, ``python-state-`` states)."""
+def is_pyflink(lay: KeyedLayout, declared: bool = False) -> bool:
+    """Whether an operator's keyed state is a PyFlink operator's: a one-field Row key and ``python-state-`` states
+    (process mode), or a one-field Row key and types the user `declared` for it (thread mode names states plainly)."""
     return (lay.key_type.kind == "row" and len(lay.key_type.children) == 1
-            and any(s.name.startswith(PREFIX) for s in lay.states))
+            and (declared or any(s.name.startswith(PREFIX) for s in lay.states)))
 
 
 def key_ddl(lay: KeyedLayout) -> str:
@@ -195,19 +200,25 @@ def key_group(key: Any, lay: KeyedLayout, max_parallelism: int) -> int:
 
 
 def states(lay: KeyedLayout, types: dict[str, str]) -> list[tuple[str, str, str, bool]]:
-    """(name, kind, ddl, pickled) per Python state; undeclared ones keep their stored (binary) form."""
-    unknown = set(types) - {s.name[len(PREFIX):] for s in lay.states if s.name.startswith(PREFIX)}
+    """(name, kind, ddl, pickled) per state; undeclared ones keep their stored form.
+
+    Process mode stores coder bytes (decoded here by the declared type). Thread mode stores basic
+    types with Java serializers (already decoded; declaring them changes nothing) and everything else
+    (ROW, TUPLE, PICKLED...) as a pickle in a ``byte[]``: those are marked pickled.
+    """
+    plain = {(s.name[len(PREFIX):] if s.name.startswith(PREFIX) else s.name) for s in lay.states}
+    unknown = set(types) - plain
     if unknown:
         raise InvalidArgumentError(
-            f"pyflink_types names states {sorted(unknown)} that the operator does not have; it has "
-            f"{sorted(s.name[len(PREFIX):] for s in lay.states if s.name.startswith(PREFIX))}"
+            f"pyflink_types names states {sorted(unknown)} that the operator does not have; it has {sorted(plain)}"
         )
     from statekit.format.flink.keyed import state_ddl
 
     out = []
     for s in lay.states:
-        name = s.name[len(PREFIX):] if s.name.startswith(PREFIX) else s.name
-        spec = types.get(name) if s.name.startswith(PREFIX) else None
+        coded = s.name.startswith(PREFIX)
+        name = s.name[len(PREFIX):] if coded else s.name
+        spec = types.get(name)
         if spec is None:
             out.append((name, s.keyed_kind or "value", state_ddl(s), False))
             continue
@@ -217,6 +228,10 @@ def states(lay: KeyedLayout, types: dict[str, str]) -> list[tuple[str, str, str,
                 f"PyFlink state {name!r} is a {'MapState' if s.keyed_kind == 'map' else 'value/list state'} but is "
                 f"declared {spec!r}; declare MAP(K, V) exactly for map states"
             )
+        if not coded:  # thread mode
+            pickled = s.value_type.kind == "bytes" and t.kind in ("row", "tuple", "pickled")
+            out.append((name, s.keyed_kind or "value", state_ddl(s), pickled))
+            continue
         kind = "map" if t.kind == "map" else "list" if t.kind == "list" else "value"
         out.append((name, kind, t.ddl, t.pickled))
     return out
