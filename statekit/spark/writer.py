@@ -36,6 +36,7 @@ class _Entry:
     max_parallelism: int | None = None
     new_key: Any = None  # a Column, SQL expression or Python function of the old key (rekey)
     new_key_type: str | None = None
+    merge: Any = None  # rekey: SQL aggregate(s) or a Python function for keys that collide
 
 
 class SavepointWriter:
@@ -132,7 +133,8 @@ class SavepointWriter:
         return self
 
     def rekey(
-        self, op: OpLike, new_key: Column | str | Callable[[Any], Any], *, key_type: str | None = None
+        self, op: OpLike, new_key: Column | str | Callable[[Any], Any], *, key_type: str | None = None,
+        merge: str | dict[str, str] | Callable[[Any, list[dict]], dict] | None = None,
     ) -> "SavepointWriter":
         """Replace every key of operator `op` (keyed state and timers) by `new_key` of the old key.
 
@@ -141,7 +143,20 @@ class SavepointWriter:
         It is evaluated once per distinct key with Spark; the new keys are hashed into their key
         groups (the operator's max parallelism, or the one `with_max_parallelism` gives). `key_type`
         (DDL) defaults to the expression's type. Two keys with state must not become one key
-        (`DuplicateKeyError` names them; merge their state first), nor may a key become null.
+        (`DuplicateKeyError` names them), unless `merge` says how to merge their state; nor may a key
+        become null.
+
+        `merge` (for keys that collide; operators outside windows):
+
+        * a SQL aggregate function name applied to every state, e.g. ``"sum"``, ``"max"``;
+        * ``{state: SQL aggregate expression}`` for every state, e.g.
+          ``{"count": "sum(count)", "seen": "flatten(collect_list(seen))"}`` (cast to the state's type);
+        * a Python function ``merge(new_key, states) -> dict``, `states` holding one ``{state: value}``
+          dict per colliding old key.
+
+        Spark evaluates SQL merges per new key that several keys become. A merge giving null (or
+        null for a state the colliding keys had) raises `InvalidMergeError`, one of the wrong type
+        likewise; nothing is written.
         """
         entry = self._find(op)
         if entry.existing is None or entry.existing.key_type is None:
@@ -152,8 +167,32 @@ class SavepointWriter:
             raise InvalidArgumentError("rekey with a Python function needs key_type= (a DDL type such as 'string').")
         if not isinstance(new_key, (Column, str)) and not callable(new_key):
             raise InvalidArgumentError(f"new_key must be a Column, a SQL expression or a function, not {new_key!r}.")
-        entry.new_key, entry.new_key_type = new_key, key_type
+        if merge is not None:
+            states = [st.name for st in entry.existing.keyed_states]
+            if isinstance(merge, dict):
+                missing = [n for n in states if n not in merge]
+                unknown = [n for n in merge if n not in states]
+                if missing or unknown:
+                    raise InvalidArgumentError(
+                        f"merge= needs one SQL aggregate per state of {entry.ident} ({states}); "
+                        f"missing {missing}, unknown {unknown}."
+                    )
+            elif not isinstance(merge, str) and not callable(merge):
+                raise InvalidArgumentError(
+                    f"merge must be a SQL aggregate name, a dict of SQL aggregates per state or a function, not {merge!r}."
+                )
+        entry.new_key, entry.new_key_type, entry.merge = new_key, key_type, merge
         return self
+
+    def _new_key_expr(self, entry: _Entry) -> Column:
+        new_key = entry.new_key
+        if isinstance(new_key, str):
+            expr = F.expr(new_key)
+        elif isinstance(new_key, Column):
+            expr = new_key
+        else:
+            expr = F.udf(new_key, entry.new_key_type)(F.col("key"))
+        return expr if entry.new_key_type is None else expr.cast(entry.new_key_type)
 
     def _key_mapping(self, entry: _Entry) -> pa.Table:
         """``key`` -> ``new_key`` for every distinct key of the entry's keyed state and timers, by Spark."""
@@ -168,16 +207,25 @@ class SavepointWriter:
             keys = keys.union(reader.read_timers(op).select("key")).distinct()
         elif meta.namespace_type is not None:
             keys = keys.distinct()  # else a keyed table holds each key once already
-        new_key = entry.new_key
-        if isinstance(new_key, str):
-            expr = F.expr(new_key)
-        elif isinstance(new_key, Column):
-            expr = new_key
-        else:
-            expr = F.udf(new_key, entry.new_key_type)(F.col("key"))
-        if entry.new_key_type is not None:
-            expr = expr.cast(entry.new_key_type)
-        return keys.select("key", expr.alias("new_key")).toArrow()
+        return keys.select("key", self._new_key_expr(entry).alias("new_key")).toArrow()
+
+    def _merged_rows(self, entry: _Entry) -> Any:
+        """What the rekey's ``merge`` gives: the function itself, or Spark's SQL aggregates per new key
+        that several old keys become (``key`` and the states)."""
+        from statekit.spark.reader import SavepointReader
+
+        merge = entry.merge
+        if merge is None or callable(merge):
+            return merge
+        assert self.source is not None and entry.existing is not None
+        states = entry.existing.keyed_states
+        aggs = {st.name: merge[st.name] if isinstance(merge, dict) else f"{merge}(`{st.name}`)" for st in states}
+        keyed = SavepointReader(self.spark, self.source).read_keyed_state(entry.existing.identifier)
+        rows = keyed.select(self._new_key_expr(entry).alias("key"), *[F.col(f"`{st.name}`") for st in states])
+        merged = rows.groupBy("key").agg(
+            F.count(F.lit(1)).alias("__rows"), *[F.expr(aggs[st.name]).cast(st.type).alias(st.name) for st in states]
+        )
+        return merged.where("__rows > 1").drop("__rows").toArrow()
 
     # -- writing -----------------------------------------------------------------------------------
     def _write_flink(self, path: Path, types: TypeHints | None) -> Path:
@@ -229,7 +277,8 @@ class SavepointWriter:
                     name = entry.ident.uid or meta.name if entry.ident.uid_hash != meta.uid_hash else None
                     if entry.new_key is not None:
                         rekey_operator(builder, src, meta, entry.ident, self._key_mapping(entry),
-                                       key_type=entry.new_key_type, max_parallelism=entry.max_parallelism, name=name)
+                                       key_type=entry.new_key_type, max_parallelism=entry.max_parallelism, name=name,
+                                       merge=self._merged_rows(entry))
                     elif entry.max_parallelism in (None, meta.max_parallelism):
                         link_operator(builder, src, meta, entry.ident, name=name)
                     else:
