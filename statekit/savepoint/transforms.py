@@ -106,7 +106,10 @@ def _ancestors(rel: str) -> list[str]:
 def refuse_target_inside(source: str | os.PathLike, target: str | os.PathLike) -> None:
     """Refuse a write whose target is the source itself or inside it (symlinks resolved): it would
     write into the savepoint it reads."""
-    src, tgt = Path(source).resolve(), Path(target).resolve()
+    try:
+        src, tgt = Path(source).resolve(), Path(target).resolve()
+    except (RuntimeError, OSError) as exc:  # a symlink loop (RuntimeError before Python 3.13)
+        raise InvalidTargetError(f"cannot resolve {source} or {target} ({exc}); choose another target.") from None
     if tgt == src or src in tgt.parents:
         raise InvalidTargetError(
             f"target {target} is {'the source itself' if tgt == src else 'inside the source'} {source} "
