@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Literal
 
@@ -60,6 +60,7 @@ class SavepointWriter:
         self.source = source
         self.max_parallelism = check_max_parallelism(max_parallelism)
         self._entries: dict[str, _Entry] = {}
+        self._renames: dict[str, OperatorIdentifier] = {}  # old uid hash -> new identifier, applied by write()
         if source is not None:
             for meta in source.operators:
                 self._entries[meta.uid_hash] = _Entry(meta.identifier, existing=meta)
@@ -83,6 +84,8 @@ class SavepointWriter:
     def _find(self, op: OpLike) -> _Entry:
         ident = OperatorIdentifier.coerce(op)
         entry = self._entries.get(ident.uid_hash)
+        if entry is None:  # an operator may also be named by the identifier a pending rename gives it
+            entry = next((self._entries[h] for h, new in self._renames.items() if new == ident), None)
         if entry is None:
             known = ", ".join(str(e.ident) for e in self._entries.values()) or "none"
             raise UnknownOperatorError(f"operator {ident} is not in this savepoint writer (operators: {known}).")
@@ -108,18 +111,59 @@ class SavepointWriter:
 
     def remove_operator(self, op: OpLike) -> "SavepointWriter":
         """Drop operator `op` and all its state."""
-        del self._entries[self._find(op).ident.uid_hash]
+        h = self._find(op).ident.uid_hash
+        del self._entries[h]
+        self._renames.pop(h, None)
         return self
 
     def change_operator_identifier(self, old: OpLike, new: OpLike) -> "SavepointWriter":
-        """Give operator `old` the identifier `new`; its state is carried over unchanged."""
-        entry = self._find(old)
-        ident = OperatorIdentifier.coerce(new)
-        self._check_free(ident)
-        del self._entries[entry.ident.uid_hash]
-        entry.ident = ident
-        self._entries[ident.uid_hash] = entry
+        """Give operator `old` the identifier `new` when the savepoint is written; its state is carried over unchanged.
+
+        As in Flink, the renames of one writer are collected and applied together by `write`, each
+        to the operator that has the old identifier here (in the source savepoint, or added with
+        `with_operator`). So two operators can swap identifiers (``A -> B`` and ``B -> A``), and
+        renames do not chain: ``A -> B`` plus ``B -> C`` gives A's state the identifier B and B's
+        state C (each operator is looked up once, not A -> B -> C). Other methods name an operator by
+        its identifier here, or by its new one when no other operator has it.
+
+        Raises
+        ------
+        UnknownOperatorError
+            No operator has identifier `old` (at once; or at `write`, if it was removed since).
+        InvalidArgumentError
+            `old` is already renamed. `write` raises it too when two operators would end up with
+            one identifier.
+        """
+        entry = self._entries.get(OperatorIdentifier.coerce(old).uid_hash)
+        if entry is None:
+            known = ", ".join(str(e.ident) for e in self._entries.values()) or "none"
+            raise UnknownOperatorError(
+                f"cannot rename operator {OperatorIdentifier.coerce(old)}: it is not in this savepoint writer "
+                f"(operators: {known}). Renames name operators by their identifier before any rename."
+            )
+        if entry.ident.uid_hash in self._renames:
+            raise InvalidArgumentError(
+                f"operator {entry.ident} is already renamed to {self._renames[entry.ident.uid_hash]}; rename each operator once."
+            )
+        self._renames[entry.ident.uid_hash] = OperatorIdentifier.coerce(new)
         return self
+
+    def _resolved(self) -> list[_Entry]:
+        """The operators to write, with the collected renames applied together (see `change_operator_identifier`)."""
+        out: dict[str, _Entry] = {}
+        before: dict[str, OperatorIdentifier] = {}  # resolved uid hash -> the identifier it had here
+        for h, entry in self._entries.items():
+            new = self._renames.get(h)
+            resolved = entry if new is None else replace(entry, ident=new)
+            target = resolved.ident.uid_hash
+            if target in out:
+                raise InvalidArgumentError(
+                    f"after the renames, operators {before[target]} and {entry.ident} would both have identifier "
+                    f"{resolved.ident}; rename the other one too (renames apply together, so A -> B and B -> A swap "
+                    "them) or remove it."
+                )
+            out[target], before[target] = resolved, entry.ident
+        return list(out.values())
 
     def with_max_parallelism(self, op: OpLike, max_parallelism: int) -> "SavepointWriter":
         """Write operator `op` with `max_parallelism` key groups (existing keyed state is re-hashed)."""
@@ -237,7 +281,7 @@ class SavepointWriter:
         if self.source is not None:
             refuse_target_inside(self.source.path, path)
         carried = {e.ident.uid_hash: carried_serializers(self.source, e.existing)
-                   for e in self._entries.values() if e.existing is not None and self.source is not None}
+                   for e in self._resolved() if e.existing is not None and self.source is not None}
         # the statekit savepoint is staged beside the target (Parquet on the executors), then converted
         staged = path.parent / f".{path.name}.statekit-{uuid.uuid4().hex[:12]}"
         try:
@@ -265,12 +309,13 @@ class SavepointWriter:
             raise InvalidArgumentError(f"format must be 'statekit' or 'flink', not {format!r}.")
         if not self._entries:
             raise InvalidArgumentError("the savepoint would have no operators; add one with with_operator().")
+        entries = self._resolved()  # refuses clashing renames before any Spark job runs
         src = self.source
         if src is not None:
             refuse_target_inside(src.path, path)  # a write into its own source would change the source
         with SavepointBuilder(path, checkpoint_id=src.checkpoint_id if src else 0,
                               job_name=src.job_name if src else None) as builder:
-            for entry in self._entries.values():
+            for entry in entries:
                 meta = entry.existing
                 if meta is not None:
                     assert src is not None
