@@ -25,6 +25,7 @@ def convert_to_statekit(
     *,
     uids: Iterable[str] = (),
     include_stateless: bool = False,
+    pyflink_types: dict[str, dict[str, str]] | None = None,
 ) -> Path:
     """Write the state of the Flink savepoint (or retained checkpoint) `source` as a statekit savepoint at `out`.
 
@@ -39,6 +40,9 @@ def convert_to_statekit(
         through its hash (Flink stores only the hash before 2.x).
     include_stateless
         Also list operators that hold no state (they are dropped by default).
+    pyflink_types
+        For PyFlink jobs: the Python type of each state per operator (see `FlinkSavepoint.open`); the
+        key is unwrapped, values decoded, and key groups assigned anew for the unwrapped key.
 
     Returns the path of the written savepoint.
     """
@@ -47,7 +51,7 @@ def convert_to_statekit(
         raise NotASavepointError(
             f"{src} is not a Flink savepoint (no binary _metadata); `convert` reads Flink savepoints and checkpoints."
         )
-    sp = FlinkSavepoint.open(src)
+    sp = FlinkSavepoint.open(src, pyflink_types=pyflink_types)
     named = {OperatorIdentifier.for_uid(u).uid_hash: u for u in uids}
     have = {m.uid_hash for m in sp.operators}
     unknown = [u for h, u in named.items() if h not in have]
@@ -68,10 +72,12 @@ def convert_to_statekit(
                                keyed_states=meta.keyed_states, namespace_type=meta.namespace_type,
                                flink=flink_serializers(sp, meta))
             if meta.key_type is not None:
-                w.write_keyed(sp.keyed_table(meta.identifier, with_key_group=_keeps_key_groups(meta.key_type)))
+                # a PyFlink key group belongs to the Row-wrapped key: the unwrapped key gets statekit's own
+                keep = _keeps_key_groups(meta.key_type) and not sp.is_pyflink(meta.identifier)
+                w.write_keyed(sp.keyed_table(meta.identifier, with_key_group=keep))
                 timers = sp.timers(meta.identifier)
                 if timers.num_rows:
-                    w.write_timers(timers if _keeps_key_groups(meta.key_type) else timers.drop_columns(["key_group"]))
+                    w.write_timers(timers if keep else timers.drop_columns(["key_group"]))
             for info in meta.operator_states:
                 if info.redistribution == "broadcast":
                     w.write_broadcast_state(info, sp.broadcast_state(meta.identifier, info.name))
