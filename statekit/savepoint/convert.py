@@ -15,6 +15,7 @@ from typing import Iterable
 from statekit.errors import InvalidArgumentError, NotASavepointError
 from statekit.identifiers import OperatorIdentifier
 from statekit.savepoint.flink import FlinkSavepoint, is_flink_savepoint
+from statekit.savepoint.manifest import FlinkSerializers, OperatorMetadata
 from statekit.savepoint.writer import SavepointBuilder
 
 
@@ -68,7 +69,8 @@ def convert_to_statekit(
             ident = OperatorIdentifier.for_uid(uid) if uid else OperatorIdentifier.for_uid_hash(meta.uid_hash)
             w = b.add_operator(ident, name=meta.name, parallelism=meta.parallelism,
                                max_parallelism=meta.max_parallelism, key_type=meta.key_type,
-                               keyed_states=meta.keyed_states, namespace_type=meta.namespace_type)
+                               keyed_states=meta.keyed_states, namespace_type=meta.namespace_type,
+                               flink=flink_serializers(sp, meta))
             if meta.key_type is not None:
                 # a PyFlink key group belongs to the Row-wrapped key: the unwrapped key gets statekit's own
                 keep = _keeps_key_groups(meta.key_type) and not sp.is_pyflink(meta.identifier)
@@ -83,6 +85,17 @@ def convert_to_statekit(
                     _, per_subtask = sp.operator_state_lists(meta.identifier, info.name)
                     w.write_list_state(info, per_subtask)
     return Path(out)
+
+
+def flink_serializers(sp: FlinkSavepoint, meta: OperatorMetadata) -> FlinkSerializers:
+    """The operator's Flink serializer snapshots, byte for byte, for the manifest (`write_flink` reuses them)."""
+    fop = sp.flink_operator(meta.identifier)
+    lay = sp.flink.layout(fop)
+    ops = tuple((n, m.raw) for n, m in sp.flink.operator_states(fop).items())
+    if lay is None:
+        return FlinkSerializers(operator_states=ops)
+    return FlinkSerializers(lay.key_type.raw, tuple((s.name, s.raw) for s in lay.states),
+                            tuple(t.raw for t in lay.timers), ops)
 
 
 def _keeps_key_groups(key_type: str) -> bool:
