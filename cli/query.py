@@ -70,8 +70,7 @@ def _duckdb(path: Path, sql: str, prefix: str | None, limit: int):
 
 
 def _spark(path: Path, sql: str, prefix: str | None, limit: int):
-    with progress("starting Spark") as bar:
-        task = bar.add_task("starting Spark (JVM, Delta jars)")
+    with progress("starting Spark (JVM, Delta jars)") as (bar, task):
         with _quiet_jvm():
             from statekit.spark import SavepointReader, spark_session
 

@@ -22,6 +22,7 @@ from statekit_cli.common import (
     open_savepoint,
     operator_id,
     out,
+    progress,
 )
 
 STRUCTURAL = {"key_group", "key", "namespace", "subtask", "idx", "timestamp", "domain"}
@@ -161,7 +162,8 @@ def check(
     from statekit.savepoint import check as run_check
     from statekit_cli.render import dumps, emit_table, problem_rows
 
-    report = run_check(path, deep=not quick)
+    with progress("checking files, checksums and rows"):
+        report = run_check(path, deep=not quick)
     console = out()
     if json:
         console.print(dumps({"path": str(report.path), "ok": report.ok, "files_checked": report.files_checked,
@@ -190,7 +192,8 @@ def diff(
     from statekit.savepoint.diff import diff as run_diff
     from statekit_cli.render import cell, dumps, emit_table
 
-    d = run_diff(a, b, op=None if uid is None else operator_id(uid, by_hash), examples=show_keys)
+    with progress("comparing"):
+        d = run_diff(a, b, op=None if uid is None else operator_id(uid, by_hash), examples=show_keys)
     console = out()
     if json:
         console.print(dumps(d.to_json()), markup=False)
@@ -226,7 +229,8 @@ def export(
     from statekit.export import export as run_export
 
     fmt = check_format(fmt, ("parquet", "csv", "delta"))
-    written = run_export(path, target, format=fmt, op=None if uid is None else operator_id(uid, by_hash))
+    with progress(f"exporting as {fmt}"):
+        written = run_export(path, target, format=fmt, op=None if uid is None else operator_id(uid, by_hash))
     console = out()
     for name, rows in written.items():
         console.print(f"{target / name}  {rows} rows", markup=False)

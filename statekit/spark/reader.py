@@ -220,6 +220,20 @@ class SavepointReader:
             return self._load_parquet(meta, "timers", with_key_group=with_key_group)
         return self._load(meta, "timers", with_key_group=with_key_group)
 
+    def export(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        format: Literal["delta", "parquet"] = "delta",
+        op: OpLike | None = None,
+        prefix: str | None = None,
+    ) -> dict[str, int]:
+        """Write every table (or operator `op`'s) as Delta or Parquet under ``<path>/<database>/<table>``,
+        atomically; see `statekit.spark.history.export`. Returns ``{"db/table": rows}``."""
+        from statekit.spark.history import export
+
+        return export(self, path, format=format, op=op, prefix=prefix)
+
     # -- reader functions --------------------------------------------------------------------------
     def _read_with_function(
         self, meta: OperatorMetadata, fn: KeyedStateReaderFunction, output_schema: StructType | str | None
