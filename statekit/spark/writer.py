@@ -366,21 +366,43 @@ class SavepointWriter:
         return merged.where("__rows > 1").drop("__rows").toArrow()
 
     # -- writing -----------------------------------------------------------------------------------
+    def _write_from_flink(self, path: Path) -> Path:
+        """A Flink source is first converted to statekit's format beside the target (its serializers carried
+        in the manifest), so that every operator - changed or not - is written from statekit tables."""
+        from statekit.format.flink.writer import check_target
+        from statekit.savepoint.convert import convert_to_statekit
+
+        check_target(path)
+        source = self.source
+        assert source is not None
+        refuse_target_inside(source.path, path)
+        staged = path.parent / f".{path.name}.from-flink-{uuid.uuid4().hex[:12]}"
+        entries = dict(self._entries)
+        try:
+            converted = Savepoint.open(convert_to_statekit(source.path, staged, include_stateless=True))
+            self.source = converted
+            for key, e in entries.items():
+                if e.existing is not None:
+                    self._entries[key] = replace(e, existing=converted.operator(
+                        OperatorIdentifier.for_uid_hash(e.existing.uid_hash)))
+            return self.write(path)
+        finally:
+            self.source, self._entries = source, entries
+            shutil.rmtree(staged, ignore_errors=True)
+
     def _write_flink(self, path: Path, types: TypeHints | None) -> Path:
         from statekit.format.flink.writer import check_target
-        from statekit.savepoint.flink_out import carried_serializers
         from statekit.spark.flink_writer import write_flink_spark
 
         check_target(path)
         if self.source is not None:
             refuse_target_inside(self.source.path, path)
-        carried = {e.ident.uid_hash: carried_serializers(self.source, e.existing)
-                   for e in self._resolved() if e.existing is not None and self.source is not None}
-        # the statekit savepoint is staged beside the target (Parquet on the executors), then converted
+        # The statekit savepoint is staged beside the target (Parquet on the executors), then converted; state
+        # that came from a Flink savepoint carries its serializers in the staged manifest (field `flink`).
         staged = path.parent / f".{path.name}.statekit-{uuid.uuid4().hex[:12]}"
         try:
             self.write(staged)
-            return write_flink_spark(self.spark, staged, path, types=types, carried=carried)
+            return write_flink_spark(self.spark, staged, path, types=types)
         finally:
             shutil.rmtree(staged, ignore_errors=True)
 
@@ -401,6 +423,10 @@ class SavepointWriter:
             return self._write_flink(Path(path), types)
         if format != "statekit":
             raise InvalidArgumentError(f"format must be 'statekit' or 'flink', not {format!r}.")
+        from statekit.savepoint.flink import FlinkSavepoint
+
+        if isinstance(self.source, FlinkSavepoint):
+            return self._write_from_flink(Path(path))
         if not self._entries:
             raise InvalidArgumentError("the savepoint would have no operators; add one with with_operator().")
         entries = self._resolved()  # refuses clashing renames before any Spark job runs

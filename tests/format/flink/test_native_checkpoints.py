@@ -226,3 +226,13 @@ def test_a_native_database_holding_other_key_groups_yields_only_its_handles_rang
     assert got == [k for k in kgs if kgs[1] <= k < kgs[-1]]
     one = read_native(files, h, proxy, 1, key_groups=(kgs[1], kgs[1]))
     assert {int(one.buf[p]) for p in one.kp} == {kgs[1]}
+
+
+def test_check_reports_native_state_and_checkpoints_ok():
+    from statekit.savepoint import check
+
+    for path in [savepoint("string-rocksdb-native")] + [chk for case in ("rocksdb-incremental", "hashmap-full",
+                                                                        "rocksdb-claim", "hashmap-snappy")
+                                                        for chk, _ in _retained(case)]:
+        report = check(path)
+        assert report.ok, str(report)
