@@ -93,10 +93,13 @@ def flink_serializers(sp: FlinkSavepoint, meta: OperatorMetadata) -> FlinkSerial
     """The operator's Flink serializer snapshots, byte for byte, for the manifest (`write_flink` reuses them)."""
     fop = sp.flink_operator(meta.identifier)
     lay = sp.flink.layout(fop)
-    ops = tuple((n, m.raw) for n, m in sp.flink.operator_states(fop).items())
+    known = {s.name for s in meta.operator_states}
+    ops = tuple((n, m.raw) for n, m in sp.flink.operator_states(fop).items() if n in known)
     if lay is None:
         return FlinkSerializers(operator_states=ops)
-    return FlinkSerializers(lay.key_type.raw, tuple((s.name, s.raw) for s in lay.states),
+    # only states statekit lists under Flink's own name (PyFlink's python-state-* are renamed; not carried)
+    names = {s.name for s in meta.keyed_states}
+    return FlinkSerializers(lay.key_type.raw, tuple((s.name, s.raw) for s in lay.states if s.name in names),
                             tuple(t.raw for t in lay.timers), ops)
 
 
