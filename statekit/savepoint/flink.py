@@ -165,6 +165,12 @@ class FlinkSavepoint(Savepoint):
                 out[s.name] = self._unpickle(s.kind, out[s.name], f"state {s.name!r} of {meta.display_name}")
         return out
 
+    def is_pyflink(self, op: OpLike) -> bool:
+        """Whether `op` is a PyFlink operator whose Row key is shown unwrapped (see `statekit.format.flink.pyflink`)."""
+        meta = self.operator(op)
+        lay = self.flink.layout(self.flink_operator(op)) if meta.key_type is not None else None
+        return lay is not None and pyflink.is_pyflink(lay, declared=meta.uid_hash in self._pyflink)
+
     def _read_keyed(self, op: OpLike, key_groups: tuple[int, int] | None = None) -> KeyedResult:
         """Keyed and timer tables as stored, then (PyFlink operators) the key unwrapped and values decoded."""
         meta = self.operator(op)

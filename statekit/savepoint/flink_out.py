@@ -59,7 +59,7 @@ def carried_serializers(sp: Savepoint, meta: OperatorMetadata) -> Carried | None
     from statekit.savepoint.flink import FlinkSavepoint
 
     if not isinstance(sp, FlinkSavepoint):
-        return None
+        return _from_manifest(meta) if meta.flink is not None else None
     fop = sp.flink.metadata.operator(meta.uid_hash)
     if fop is None:
         return None
@@ -68,6 +68,33 @@ def carried_serializers(sp: Savepoint, meta: OperatorMetadata) -> Carried | None
     if lay is None:
         return Carried(None, {}, (), None, ops)
     return Carried(lay.key_type, {s.name: s for s in lay.states}, lay.timers, lay.namespace_type, ops)
+
+
+def _from_manifest(meta: OperatorMetadata) -> Carried:
+    """Serializers a statekit savepoint carries from the Flink savepoint it was converted from (manifest `flink`)."""
+    from statekit.format.flink.binary import DataInput
+    from statekit.format.flink.proxy import read_meta_info
+    from statekit.format.flink.serializers import read_versioned
+
+    fl = meta.flink
+    assert fl is not None
+    where = f"operator {meta.display_name!r} (carried Flink serializers)"
+    key = read_versioned(DataInput(fl.key, where), "the key serializer") if fl.key is not None else None
+    if key is not None and key.kind in ("pojo", "row", "binary") and meta.key_type is not None:
+        raise StateTypeError(
+            f"operator {meta.display_name!r} has {key.serializer} keys, whose key groups come from the key class's "
+            "hashCode(); after a conversion to statekit's format statekit cannot place them as Flink does. Write the "
+            "Flink savepoint straight from the Flink one (write_flink on it, with uids=/max_parallelism=/rekey=)."
+        )
+    states = {n: read_meta_info(DataInput(b, where)) for n, b in fl.states}
+    timers = tuple(read_meta_info(DataInput(b, where)) for b in fl.timers)
+    ops = {n: read_meta_info(DataInput(b, where)) for n, b in fl.operator_states}
+    ns = None
+    for s in states.values():
+        t = s.serializers.get("NAMESPACE_SERIALIZER")
+        if t is not None and t.kind == "window":
+            ns = t
+    return Carried(key, states, timers, ns, ops)
 
 
 def _hint(hints: TypeHints | None, meta: OperatorMetadata, name: str) -> Hint | None:

@@ -168,10 +168,11 @@ def rekey_operator(builder: SavepointBuilder, source: Savepoint, meta: OperatorM
     elif meta.namespace_type is None:
         _check_collisions(keyed, rekeyed, what)
     mp = max_parallelism or meta.max_parallelism
+    new_type = key_type or to_ddl(mapping.schema.field("new_key").type)
     writer = builder.add_operator(
         ident, name=name or meta.name, parallelism=min(meta.parallelism, mp), max_parallelism=mp,
-        key_type=key_type or to_ddl(mapping.schema.field("new_key").type), keyed_states=meta.keyed_states,
-        namespace_type=meta.namespace_type,
+        key_type=new_type, keyed_states=meta.keyed_states, namespace_type=meta.namespace_type,
+        flink=meta.flink if meta.flink is None or new_type == meta.key_type else meta.flink.without_key(),
     )  # fmt: skip
     if rekeyed.num_rows:
         writer.write_keyed(rekeyed)

@@ -53,6 +53,7 @@ def link_operator(builder: SavepointBuilder, source: Savepoint, meta: OperatorMe
     writer = builder.add_operator(
         ident, name=name or meta.name, parallelism=meta.parallelism, max_parallelism=meta.max_parallelism,
         key_type=meta.key_type, keyed_states=meta.keyed_states, namespace_type=meta.namespace_type,
+        flink=meta.flink,
     )
     entries = []
     with storage_errors(builder.path):
@@ -127,7 +128,7 @@ def rehash_operator(builder: SavepointBuilder, source: Savepoint, meta: Operator
     writer = builder.add_operator(
         ident, name=name or meta.name, parallelism=min(meta.parallelism, max_parallelism),
         max_parallelism=max_parallelism, key_type=meta.key_type, keyed_states=meta.keyed_states,
-        namespace_type=meta.namespace_type,
+        namespace_type=meta.namespace_type, flink=meta.flink,
     )
     op = meta.identifier
     keyed = source.keyed_table(op)

@@ -203,16 +203,18 @@ def read_native(files: StateFiles, h: IncrementalKeyedHandle, proxy: KeyedProxy,
 
 
 def pack_entries(keys: list[bytes], vals: list[bytes], sids: list[int]) -> NativeEntries:
-    """Entries given as byte strings laid out in one buffer (key, value, key, value, ...)."""
+    """Entries given as byte strings laid out in one buffer: every key, then every value."""
     n = len(keys)
     klen = np.fromiter(map(len, keys), np.int64, n)
     vlen = np.fromiter(map(len, vals), np.int64, n)
     kp = np.zeros(n, np.int64)
+    vp = np.zeros(n, np.int64)
     if n:
-        step = klen + vlen
-        np.cumsum(step[:-1], out=kp[1:])
-    vp = kp + klen
-    buf = np.frombuffer(b"".join(x for kv in zip(keys, vals) for x in kv), np.uint8)
+        np.cumsum(klen[:-1], out=kp[1:])
+        np.cumsum(vlen[:-1], out=vp[1:])
+    kblob = b"".join(keys)
+    vp += len(kblob)
+    buf = np.frombuffer(kblob + b"".join(vals), np.uint8)
     return NativeEntries(buf, np.asarray(sids, np.int64), kp, klen, vp, vlen)
 
 
