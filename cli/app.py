@@ -18,6 +18,7 @@ COMMAND_MODULES = (
     "statekit_cli.query",    # query (DuckDB, or Spark with --engine spark)
     "statekit_cli.repair",   # set, delete-key, rm-state, rekey, rename-uid, remove-operator, ..., bootstrap
     "statekit_cli.demo",     # demo
+    "statekit_cli.convert",  # convert (Flink savepoints into statekit's format)
 )
 
 
@@ -81,9 +82,6 @@ for _name in COMMAND_MODULES:
     _module = importlib.import_module(_name)
     if hasattr(_module, "register"):
         _module.register(app)
-
-
-__import__("statekit_cli.convert").convert.register(app)  # statekit convert (cli/convert.py)
 
 
 def main() -> None:

@@ -19,12 +19,13 @@ from statekit.format.flink import pyflink
 from statekit.format.flink.keyed import DecodeStats, KeyedResult, state_ddl
 from statekit.format.flink.metadata import OperatorState
 from statekit.format.flink.reader import FlinkStateReader
+from statekit.format.manifest import Manifest, OperatorMetadata
 from statekit.identifiers import OperatorIdentifier
 from statekit.keygroups import KeyGroupRange, assign_to_key_group
-from statekit.savepoint.manifest import Manifest, OperatorMetadata
 from statekit.savepoint.reader import OpLike, Savepoint, _same_key, _same_ns
 from statekit.state.descriptors import OperatorStateInfo, StateInfo
 from statekit.types import parse_ddl
+
 
 def _operator_metadata(reader: FlinkStateReader, op: OperatorState,
                        pyflink_types: dict[str, str] | None = None) -> OperatorMetadata:
@@ -36,7 +37,7 @@ def _operator_metadata(reader: FlinkStateReader, op: OperatorState,
         key_type = lay.key_type.ddl()
         ns_type = lay.namespace_type.ddl() if lay.namespace_type is not None else None
         keyed = tuple(StateInfo(s.name, s.keyed_kind or "value", state_ddl(s)) for s in lay.states)
-        if pyflink.is_pyflink(lay):  # key unwrapped, Python states by their own names and declared types
+        if pyflink.is_pyflink(lay, declared=pyflink_types is not None):  # key unwrapped, Python states decoded
             key_type = pyflink.key_ddl(lay)
             keyed = tuple(StateInfo(n, k, t, pickled=p) for n, k, t, p in pyflink.states(lay, pyflink_types or {}))
     op_states = []
@@ -149,7 +150,7 @@ class FlinkSavepoint(Savepoint):
         fop = self.flink_operator(op)
         lay = self.flink.layout(fop)
         rng = None
-        if lay is not None and pyflink.is_pyflink(lay):
+        if lay is not None and pyflink.is_pyflink(lay, declared=meta.uid_hash in self._pyflink):
             kg = pyflink.key_group(key, lay, meta.max_parallelism)
             rng = (kg, kg)
         elif lay is not None and lay.key_type.kind not in ("pojo", "row", "binary"):  # their hashCode is user code
@@ -165,13 +166,19 @@ class FlinkSavepoint(Savepoint):
                 out[s.name] = self._unpickle(s.kind, out[s.name], f"state {s.name!r} of {meta.display_name}")
         return out
 
+    def is_pyflink(self, op: OpLike) -> bool:
+        """Whether `op` is a PyFlink operator whose Row key is shown unwrapped (see `statekit.format.flink.pyflink`)."""
+        meta = self.operator(op)
+        lay = self.flink.layout(self.flink_operator(op)) if meta.key_type is not None else None
+        return lay is not None and pyflink.is_pyflink(lay, declared=meta.uid_hash in self._pyflink)
+
     def _read_keyed(self, op: OpLike, key_groups: tuple[int, int] | None = None) -> KeyedResult:
         """Keyed and timer tables as stored, then (PyFlink operators) the key unwrapped and values decoded."""
         meta = self.operator(op)
         fop = self.flink_operator(op)
         result = self.flink.read_keyed(fop, key_groups=key_groups, stats=self.stats)
         lay = self.flink.layout(fop)
-        if lay is not None and pyflink.is_pyflink(lay):
+        if lay is not None and pyflink.is_pyflink(lay, declared=meta.uid_hash in self._pyflink):
             result = pyflink.decode(result, lay, self._pyflink.get(meta.uid_hash, {}), f"{self.path} {meta.display_name}")
         return result
 
@@ -179,7 +186,7 @@ class FlinkSavepoint(Savepoint):
         meta = self.operator(op)
         if meta.key_type is None:
             return pa.table({})
-        from statekit.savepoint import keyed as K
+        from statekit.format import keyed as K
 
         return self._keyed(op).timers.cast(K.timers_schema(meta.key_type, namespace_type=meta.namespace_type))  # type: ignore[union-attr]
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import pickle
-import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -14,18 +13,18 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from statekit.errors import InvalidArgumentError, UntrustedPicklePayloadError
+from statekit.format.files import check_present
+from statekit.format.keyed import CONTENTS
 from statekit.identifiers import OperatorIdentifier
-from statekit.state.functions import AggregateFunction
-from statekit.types import parse_ddl
 from statekit.savepoint import OperatorMetadata, Savepoint
-from statekit.savepoint.files import check_present
-from statekit.runtime.windows import CONTENTS
-from statekit.spark.reader_function import KeyedStateReaderFunction, iter_output, open_function, run_rows
-from statekit.spark.window_reader import WindowReaderFunction, check_window_operator, iter_window_output, window_columns
 from statekit.spark.filters import RANGE_ENUMERATION_LIMIT
 from statekit.spark.pruning import pruning_unavailable, relation_options
-from statekit.spark.scan import TableSpec, plan_tasks, split_tasks, spark_ddl, table_schema, verified_keyed_paths
+from statekit.spark.reader_function import KeyedStateReaderFunction, iter_output, open_function, run_rows
+from statekit.spark.scan import TableSpec, plan_tasks, spark_ddl, split_tasks, table_schema, verified_keyed_paths
 from statekit.spark.session import prepare_session
+from statekit.spark.window_reader import WindowReaderFunction, check_window_operator, iter_window_output, window_columns
+from statekit.state.functions import AggregateFunction
+from statekit.types import parse_ddl
 
 __all__ = ["SavepointReader"]
 
@@ -221,6 +220,20 @@ class SavepointReader:
             return self._load_parquet(meta, "timers", with_key_group=with_key_group)
         return self._load(meta, "timers", with_key_group=with_key_group)
 
+    def export(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        format: Literal["delta", "parquet"] = "delta",
+        op: OpLike | None = None,
+        prefix: str | None = None,
+    ) -> dict[str, int]:
+        """Write every table (or operator `op`'s) as Delta or Parquet under ``<path>/<database>/<table>``,
+        atomically; see `statekit.spark.history.export`. Returns ``{"db/table": rows}``."""
+        from statekit.spark.history import export
+
+        return export(self, path, format=format, op=op, prefix=prefix)
+
     # -- reader functions --------------------------------------------------------------------------
     def _read_with_function(
         self, meta: OperatorMetadata, fn: KeyedStateReaderFunction, output_schema: StructType | str | None
@@ -413,7 +426,9 @@ def _jvm_prunable(t: pa.DataType) -> bool:
 
 
 def _identifier(text: str) -> str:
-    return re.sub(r"[^a-z0-9_]", "_", text.lower())
+    from statekit.query import table_name  # the naming rule lives once, shared with statekit.sql
+
+    return table_name(text)
 
 
 def _dumps(obj: Any) -> bytes:

@@ -16,6 +16,10 @@ the key unwrapped, the ``python-state-`` prefix dropped and values decoded. What
   ``i32 length`` + bytes (UTF-8 for strings), PICKLED ``i32 length`` + a pickle, TUPLE the fields in
   order, ROW a null mask (2 row-kind bits first, MSB first) then the non-null fields.
 
+Thread mode (``python.execution-mode: thread``) differs: states keep their plain names, basic
+types are stored by Java serializers, and ROW/TUPLE/PICKLED values as pickles in a ``byte[]`` (a ROW
+pickle needs PyFlink to unpickle). Its operators are told apart by the types the user declares.
+
 The types are not in the savepoint (they live in the Python job), so a state without a declared
 type keeps its raw bytes. Pickled values stay bytes in tables; `get` unpickles them only when the
 savepoint was opened with ``trust_pickled=True``.
@@ -62,14 +66,16 @@ class PyType:
 
     @property
     def pickled(self) -> bool:
-        return self.kind == "pickled" or (self.kind == "list" and self.children[0].kind == "pickled")
+        return self.kind == "pickled" or (self.kind in ("list", "reducing", "aggregating")
+                                          and self.children[0].kind == "pickled")
 
 
 def parse_type(spec: str) -> PyType:
     """Parse a PyFlink type as written with ``Types``: ``"LONG"``, ``"ROW(kind STRING, value LONG)"``, ``"LIST(STRING)"``...
 
-    ``LIST(T)`` declares a ListState of T, ``MAP(K, V)`` a MapState; anything else a value,
-    reducing or aggregating state of that type. SQL names (``bigint``, ``string``...) are accepted too.
+    ``LIST(T)`` declares a ListState of T, ``MAP(K, V)`` a MapState, ``REDUCING(T)`` and
+    ``AGGREGATING(ACC)`` those kinds (PyFlink stores them like value states); anything else a
+    ValueState of that type. SQL names (``bigint``, ``string``...) are accepted too.
     """
     tokens = re.findall(r"[A-Za-z_][A-Za-z_0-9]*|[(),]", spec)
     if "".join(tokens).replace(",", "") != re.sub(r"[\s,]", "", spec):
@@ -98,10 +104,11 @@ def parse_type(spec: str) -> PyType:
         if name in _ATOMS:
             kind, ddl = _ATOMS[name]
             return PyType(kind, ddl)
-        if name not in ("ROW", "ROW_NAMED", "TUPLE", "LIST", "MAP"):
+        if name not in ("ROW", "ROW_NAMED", "TUPLE", "LIST", "MAP", "REDUCING", "AGGREGATING"):
             raise InvalidArgumentError(
                 f"PyFlink type {spec!r}: {name} is not supported; use LONG, INT, SHORT, BYTE, FLOAT, DOUBLE, BOOLEAN, "
-                "STRING, BYTES, PICKLED, ROW(name TYPE, ...), TUPLE(TYPE, ...), LIST(TYPE) or MAP(TYPE, TYPE)"
+                "STRING, BYTES, PICKLED, ROW(name TYPE, ...), TUPLE(TYPE, ...), LIST(TYPE), MAP(TYPE, TYPE), "
+                "REDUCING(TYPE) or AGGREGATING(ACCUMULATOR TYPE)"
             )
         take("(")
         items: list[tuple[str | None, PyType]] = []
@@ -116,8 +123,13 @@ def parse_type(spec: str) -> PyType:
             take(")")
             break
         kids = tuple(t for _, t in items)
+        if name in ("REDUCING", "AGGREGATING"):  # the state's kind; its values are coded as the inner type
+            if len(kids) != 1 or kids[0].kind in ("list", "map", "reducing", "aggregating"):
+                raise InvalidArgumentError(f"PyFlink type {spec!r}: {name} takes one plain type")
+            return PyType(name.lower(), kids[0].ddl, kids)
         if name == "LIST" or name == "MAP":
-            if len(kids) != (1 if name == "LIST" else 2) or any(k.kind in ("list", "map") for k in kids):
+            if len(kids) != (1 if name == "LIST" else 2) or any(
+                    k.kind in ("list", "map", "reducing", "aggregating") for k in kids):
                 raise InvalidArgumentError(f"PyFlink type {spec!r}: {name} takes {1 if name == 'LIST' else 2} plain types")
             if name == "LIST":
                 return PyType("list", f"array<{kids[0].ddl}>", kids)
@@ -178,10 +190,11 @@ def _values(t: PyType, chunks: list[bytes], where: str) -> list[Any]:
     return out
 
 
-def is_pyflink(lay: KeyedLayout) -> bool:
-    """Whether an operator's keyed state is a PyFlink process-mode operator's (Row(1) key, ``python-state-`` states)."""
+def is_pyflink(lay: KeyedLayout, declared: bool = False) -> bool:
+    """Whether an operator's keyed state is a PyFlink operator's: a one-field Row key and ``python-state-`` states
+    (process mode), or a one-field Row key and types the user `declared` for it (thread mode names states plainly)."""
     return (lay.key_type.kind == "row" and len(lay.key_type.children) == 1
-            and any(s.name.startswith(PREFIX) for s in lay.states))
+            and (declared or any(s.name.startswith(PREFIX) for s in lay.states)))
 
 
 def key_ddl(lay: KeyedLayout) -> str:
@@ -195,19 +208,25 @@ def key_group(key: Any, lay: KeyedLayout, max_parallelism: int) -> int:
 
 
 def states(lay: KeyedLayout, types: dict[str, str]) -> list[tuple[str, str, str, bool]]:
-    """(name, kind, ddl, pickled) per Python state; undeclared ones keep their stored (binary) form."""
-    unknown = set(types) - {s.name[len(PREFIX):] for s in lay.states if s.name.startswith(PREFIX)}
+    """(name, kind, ddl, pickled) per state; undeclared ones keep their stored form.
+
+    Process mode stores coder bytes (decoded here by the declared type). Thread mode stores basic
+    types with Java serializers (already decoded; declaring them changes nothing) and everything else
+    (ROW, TUPLE, PICKLED...) as a pickle in a ``byte[]``: those are marked pickled.
+    """
+    plain = {(s.name[len(PREFIX):] if s.name.startswith(PREFIX) else s.name) for s in lay.states}
+    unknown = set(types) - plain
     if unknown:
         raise InvalidArgumentError(
-            f"pyflink_types names states {sorted(unknown)} that the operator does not have; it has "
-            f"{sorted(s.name[len(PREFIX):] for s in lay.states if s.name.startswith(PREFIX))}"
+            f"pyflink_types names states {sorted(unknown)} that the operator does not have; it has {sorted(plain)}"
         )
     from statekit.format.flink.keyed import state_ddl
 
     out = []
     for s in lay.states:
-        name = s.name[len(PREFIX):] if s.name.startswith(PREFIX) else s.name
-        spec = types.get(name) if s.name.startswith(PREFIX) else None
+        coded = s.name.startswith(PREFIX)
+        name = s.name[len(PREFIX):] if coded else s.name
+        spec = types.get(name)
         if spec is None:
             out.append((name, s.keyed_kind or "value", state_ddl(s), False))
             continue
@@ -217,7 +236,13 @@ def states(lay: KeyedLayout, types: dict[str, str]) -> list[tuple[str, str, str,
                 f"PyFlink state {name!r} is a {'MapState' if s.keyed_kind == 'map' else 'value/list state'} but is "
                 f"declared {spec!r}; declare MAP(K, V) exactly for map states"
             )
-        kind = "map" if t.kind == "map" else "list" if t.kind == "list" else "value"
+        if not coded:  # thread mode: Java keeps reducing/aggregating state as value state
+            inner = t.children[0] if t.kind in ("reducing", "aggregating") else t
+            pickled = s.value_type.kind == "bytes" and inner.kind in ("row", "tuple", "pickled")
+            kind = t.kind if t.kind in ("reducing", "aggregating") and s.keyed_kind == "value" else s.keyed_kind
+            out.append((name, kind or "value", state_ddl(s), pickled))
+            continue
+        kind = t.kind if t.kind in ("map", "list", "reducing", "aggregating") else "value"
         out.append((name, kind, t.ddl, t.pickled))
     return out
 
@@ -263,7 +288,7 @@ def _decode_column(col: pa.Array, t: PyType, where: str) -> pa.Array:
                 m.append((key, None if val is None else val[0]))
             out.append(m)
         return pa.array(out, parse_ddl(t.ddl))
-    elem = t.children[0] if t.kind == "list" else t
+    elem = t.children[0] if t.kind in ("list", "reducing", "aggregating") else t
     for chunks in rows:
         if chunks is None:
             out.append(None)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import struct
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,7 +32,7 @@ from statekit.format.flink.metadata import (
     StreamHandle,
     read_metadata,
 )
-from statekit.format.flink.native import concat_entries, read_native, read_native_proxy
+from statekit.format.flink.native import NativeDatabases, concat_entries, read_native, read_native_proxy
 from statekit.format.flink.proxy import KeyedProxy, OperatorProxy, StateMeta, read_operator_proxy
 from statekit.format.flink.values import reader
 
@@ -105,6 +106,8 @@ class FlinkStateReader:
         self.files = StateFiles(self.root)
         self._proxies: dict[int, KeyedProxy] = {}
         self._layouts: dict[int, str] = {}
+        self._native = NativeDatabases()  # scratch copies of native RocksDB state, removed with the reader
+        weakref.finalize(self, self._native.close)
         self._op_streams: dict[tuple[str, int], tuple[OperatorProxy, bytes, dict[int, int] | None]] = {}
 
     # -- keyed -----------------------------------------------------------------------------------
@@ -208,7 +211,7 @@ class FlinkStateReader:
             if key_groups is not None and (h.end < key_groups[0] or h.start > key_groups[1]):
                 continue
             if isinstance(h, IncrementalKeyedHandle):
-                parts.append(read_native(self.files, h, self.proxy(h), lay.prefix_bytes, key_groups))
+                parts.append(read_native(self.files, h, self.proxy(h), lay.prefix_bytes, key_groups, self._native))
             else:
                 parts.append(read_heap(self.files, h, self.proxy(h), lay.prefix_bytes, key_groups))
         kept = [h for h in handles if key_groups is None or not (h.end < key_groups[0] or h.start > key_groups[1])]

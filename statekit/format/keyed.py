@@ -1,0 +1,371 @@
+"""The keyed-table layout as Arrow data: columns, namespaces, timers, window contents, key groups and file splits."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from statekit.errors import DuplicateKeyError, InvalidArgumentError, NullKeyError, StateTypeError
+from statekit.keygroups import assign_key_groups
+from statekit.state.descriptors import StateInfo
+from statekit.types import parse_ddl, to_ddl
+
+#: Type of the ``namespace`` column of window operators (a window ``[start, end)``), in DDL and as Arrow.
+NAMESPACE_TYPE = "struct<start:bigint,end:bigint>"
+NAMESPACE_ARROW = parse_ddl(NAMESPACE_TYPE)
+#: Values of the timers table's ``domain`` column.
+EVENT, PROCESSING = "event", "processing"
+#: Keyed states of window operators: the buffered elements (or the pre-aggregate) of a window; with an
+#: evictor, each buffered element's timestamp, in step with CONTENTS; the active session windows of a
+#: key (start -> end, in the void namespace).
+CONTENTS = "window-contents"
+TIMESTAMPS = "window-timestamps"
+SESSIONS = "session-windows"
+#: List state holds no nulls: Long.MIN_VALUE stands for "no timestamp" in TIMESTAMPS, as in Flink.
+NO_TIMESTAMP = -(2**63)
+#: Below this many rows the key-group hash runs on one thread; above, on two halves in parallel.
+PARALLEL_HASH_ROWS = 1_000_000
+
+
+def keyed_schema(
+    key_type: str, infos: Sequence[StateInfo], *, namespace_type: str | None = None, with_key_group: bool = True
+) -> pa.Schema:
+    """The keyed table's schema: ``key_group``, ``key``, [``namespace``], one column per state."""
+    fields = [pa.field("key_group", pa.int32(), nullable=False)] if with_key_group else []
+    fields.append(pa.field("key", parse_ddl(key_type), nullable=False))
+    if namespace_type is not None:
+        fields.append(pa.field("namespace", parse_ddl(namespace_type)))
+    fields.extend(pa.field(s.name, parse_ddl(s.type)) for s in infos)
+    return pa.schema(fields)
+
+
+def timers_schema(key_type: str, *, namespace_type: str | None = None) -> pa.Schema:
+    fields = [pa.field("key_group", pa.int32(), nullable=False), pa.field("key", parse_ddl(key_type), nullable=False)]
+    if namespace_type is not None:
+        fields.append(pa.field("namespace", parse_ddl(namespace_type)))
+    fields += [pa.field("timestamp", pa.int64(), nullable=False), pa.field("domain", pa.string(), nullable=False)]
+    return pa.schema(fields)
+
+
+def timers_table(rows: list[tuple], key_type: pa.DataType, namespace_type: pa.DataType | None) -> pa.Table:
+    """Timer rows in the savepoint layout (``key_group, key, [namespace], timestamp, domain``)."""
+    rows = sorted(rows, key=lambda r: (r[0], r[3], r[4]))
+    cols: dict[str, pa.Array] = {
+        "key_group": pa.array([r[0] for r in rows], pa.int32()),
+        "key": pa.array([r[1] for r in rows], key_type),
+    }
+    if namespace_type is not None:
+        cols["namespace"] = pa.array(
+            [None if r[2] is None else {"start": r[2][0], "end": r[2][1]} for r in rows], namespace_type
+        )
+    cols["timestamp"] = pa.array([r[3] for r in rows], pa.int64())
+    cols["domain"] = pa.array([r[4] for r in rows], pa.string())
+    return pa.table(cols)
+
+
+def timer_rows_from_table(table: pa.Table) -> list[tuple]:
+    """Inverse of `timers_table`."""
+    d = table.to_pydict()
+    n = table.num_rows
+    ns = d.get("namespace") or [None] * n
+    ns = [None if v is None else (v["start"], v["end"]) for v in ns]
+    keys = [_as_key(k) for k in d["key"]]
+    return [(d["key_group"][i], keys[i], ns[i], d["timestamp"][i], d["domain"][i]) for i in range(n)]
+
+
+def _as_key(value: Any) -> Any:
+    """Struct keys come back from Arrow as dicts; the runtime keys them as tuples in field order."""
+    if isinstance(value, dict):
+        return tuple(_as_key(v) for v in value.values())
+    return value
+
+
+def same_type(a: pa.DataType, b: pa.DataType) -> bool:
+    """Type equality that ignores list/map child field names (Parquet renames them)."""
+    try:
+        return to_ddl(a) == to_ddl(b)
+    except StateTypeError:
+        return a == b
+
+
+def castable(src: pa.DataType, dst: pa.DataType) -> bool:
+    """Whether values of `src` may be stored in a column declared `dst` without changing their meaning.
+
+    Only conversions within one family are allowed (integers to wider or checked-narrower integers
+    or to floats, floats to floats, text to text, bytes to bytes, nested types member by member);
+    ``"123"`` is not silently stored as a number, nor ``True`` as ``1``. Looks at types only, never
+    at the data.
+    """
+    T = pa.types
+    if T.is_dictionary(src):
+        return castable(src.value_type, dst)
+    if T.is_null(src) or src == dst:
+        return True
+    if T.is_integer(dst):
+        return T.is_integer(src)
+    if T.is_floating(dst):
+        return T.is_integer(src) or T.is_floating(src)
+    if T.is_decimal(dst):
+        return T.is_integer(src) or T.is_decimal(src)
+    if T.is_boolean(dst):
+        return T.is_boolean(src)
+    if T.is_string(dst) or T.is_large_string(dst):
+        return T.is_string(src) or T.is_large_string(src) or T.is_string_view(src)
+    if T.is_binary(dst) or T.is_large_binary(dst):
+        return T.is_binary(src) or T.is_large_binary(src) or T.is_binary_view(src) or T.is_fixed_size_binary(src)
+    if T.is_date(dst):
+        return T.is_date(src)
+    if T.is_timestamp(dst):
+        return T.is_timestamp(src)
+    if T.is_map(dst):
+        return T.is_map(src) and castable(src.key_type, dst.key_type) and castable(src.item_type, dst.item_type)
+    if T.is_list(dst) or T.is_large_list(dst):
+        return (
+            T.is_list(src) or T.is_large_list(src) or T.is_fixed_size_list(src) or T.is_list_view(src)
+        ) and castable(src.value_type, dst.value_type)
+    if T.is_struct(dst):
+        if not T.is_struct(src) or sorted(f.name for f in src) != sorted(f.name for f in dst):
+            return False
+        return all(castable(src.field(f.name).type, f.type) for f in dst)
+    return False
+
+
+def conform(table: pa.Table, schema: pa.Schema, *, what: str) -> pa.Table:
+    """Select, order and cast `table`'s columns to `schema`; missing state columns become all-null.
+
+    Raises `StateTypeError` for a column whose type is of another family than declared (see
+    `castable`) or whose values do not fit, `NullKeyError` for null keys, and
+    `InvalidArgumentError` for unknown columns, missing required columns or nulls in a required
+    column, naming them and the declared schema.
+    """
+    names = set(table.column_names)
+    extra = sorted(names - set(schema.names))
+    if extra:
+        raise InvalidArgumentError(
+            f"{what}: column(s) {extra} are not declared; declared columns are {schema.names}. "
+            "Declare the state on the operator or drop the column."
+        )
+    columns = []
+    for f in schema:
+        if f.name not in names:
+            if not f.nullable:
+                raise InvalidArgumentError(f"{what}: required column {f.name!r} is missing.")
+            columns.append(pa.nulls(table.num_rows, f.type))
+            continue
+        col = table.column(f.name)
+        if not f.nullable and col.null_count:  # null_count is metadata: no pass over the data
+            if f.name == "key":
+                raise NullKeyError(
+                    f"{what}: the key column holds {col.null_count} null key(s); Flink forbids null keys. "
+                    "Drop or fill them."
+                )
+            raise InvalidArgumentError(
+                f"{what}: column {f.name!r} holds {col.null_count} null(s) but is required; fill or drop those rows."
+            )
+        if col.type != f.type:
+            if not same_type(col.type, f.type) and not castable(col.type, f.type):
+                raise StateTypeError(
+                    f"{what}: column {f.name!r} has type {col.type} but is declared {to_ddl(f.type)}; statekit "
+                    "does not convert between type families. Convert the data or change the declaration."
+                )
+            try:  # widening, checked narrowing, or the same logical type with other child names
+                col = col.cast(f.type, safe=True)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
+                raise StateTypeError(
+                    f"{what}: column {f.name!r} has type {col.type} but is declared {to_ddl(f.type)} and cannot be "
+                    f"converted ({exc}). Convert the data or change the declaration."
+                ) from None
+        columns.append(col)
+    return pa.Table.from_arrays(columns, schema=schema)
+
+
+def compute_key_groups(keys: pa.ChunkedArray | pa.Array, max_parallelism: int, key_type: str) -> np.ndarray:
+    """Key groups for a key column, hashing two halves in parallel when the column is large."""
+    if isinstance(keys, pa.ChunkedArray):
+        keys = keys.combine_chunks() if keys.num_chunks != 1 else keys.chunk(0)
+    if keys.null_count:
+        raise NullKeyError(
+            f"the key column holds {keys.null_count} null key(s); Flink forbids null keys. Drop or fill them."
+        )
+    n = len(keys)
+    if n < PARALLEL_HASH_ROWS:
+        return np.asarray(assign_key_groups(keys, max_parallelism, key_type), dtype=np.int32)
+    half = n // 2
+    with ThreadPoolExecutor(2) as pool:
+        parts = list(
+            pool.map(
+                lambda a: np.asarray(assign_key_groups(a, max_parallelism, key_type), dtype=np.int32),
+                [keys.slice(0, half), keys.slice(half)],
+            )
+        )
+    return np.concatenate(parts)
+
+
+def drop_unset_rows(table: pa.Table, kg: np.ndarray, state_names: Sequence[str]) -> tuple[pa.Table, np.ndarray]:
+    """Drop rows where every state is null (the format keeps only rows with some state set)."""
+    if not state_names or all(table.column(n).null_count == 0 for n in state_names):
+        return table, kg
+    mask = None
+    for n in state_names:
+        valid = pc.is_valid(table.column(n))
+        mask = valid if mask is None else pc.or_(mask, valid)
+    keep = np.asarray(mask.to_numpy(zero_copy_only=False), dtype=bool)
+    return table.filter(mask), kg[keep]
+
+
+def first_duplicate(table: pa.Table, cols: list[str]) -> int | None:
+    """Row index of the first row whose `cols` repeat an earlier row's, or None when all are distinct."""
+    import pandas as pd  # pandas' hash table is the fastest duplicate check available here
+
+    flat = table.select(cols).flatten()
+    if flat.num_columns == 1 and _surely_unique(flat.column(0)):
+        return None
+    if flat.num_columns == 1 and pa.types.is_primitive(flat.schema.types[0]):
+        dup = pd.Series(flat.column(0).to_numpy()).duplicated().to_numpy()
+    else:
+        dup = flat.to_pandas().duplicated().to_numpy()
+    return int(np.argmax(dup)) if dup.any() else None
+
+
+def check_unique_keys(table: pa.Table, *, has_namespace: bool, what: str) -> None:
+    """Raise `DuplicateKeyError` naming a duplicated key (and namespace) if any."""
+    cols = ["key", "namespace"] if has_namespace else ["key"]
+    index = first_duplicate(table, cols)
+    if index is None:
+        return
+    row = table.select(cols).slice(index, 1).to_pylist()[0]
+    raise DuplicateKeyError(
+        f"{what}: key {row['key']!r}{' in namespace ' + repr(row['namespace']) if has_namespace else ''} "
+        f"appears more than once; it must hold one row per key{' and namespace' if has_namespace else ''}. "
+        "Deduplicate (e.g. keep the latest row) before writing."
+    )
+
+
+def _surely_unique(col: pa.ChunkedArray) -> bool:
+    """Fast uniqueness test for a single key column; False means "maybe not" (the caller looks closer)."""
+    t = col.type
+    if pa.types.is_integer(t):  # sorting integers beats hashing them several times over
+        keys = np.sort(col.to_numpy())
+        return not bool(np.any(keys[1:] == keys[:-1]))
+    if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t) or pa.types.is_boolean(t):
+        return len(pc.unique(col)) == len(col)
+    return False  # floats (NaN, -0.0) and nested keys take the exact path
+
+
+@dataclass(frozen=True)
+class KeyGroupSplit:
+    """Rows ``[row_start, row_end)`` of the key-group-sorted table, covering key groups ``[kg_start, kg_end]``."""
+
+    kg_start: int
+    kg_end: int
+    row_start: int
+    row_end: int
+
+    @property
+    def rows(self) -> int:
+        return self.row_end - self.row_start
+
+
+def is_grouped(kg: np.ndarray) -> bool:
+    """True when rows already come in ascending key-group order."""
+    return len(kg) < 2 or bool(np.all(kg[1:] >= kg[:-1]))
+
+
+def key_group_order(kg: np.ndarray) -> np.ndarray | None:
+    """Row order that groups rows by ascending key group (stable radix sort), or None if already grouped."""
+    if is_grouped(kg):
+        return None
+    return np.argsort(kg.astype(np.uint16), kind="stable")
+
+
+def take_rows(table: pa.Table, rows: np.ndarray) -> pa.Table:
+    """``table.take(rows)``, with list-of-number columns (typical list state) gathered by numpy.
+
+    Arrow's list take appends element by element; gathering offsets and values with numpy costs
+    about a third less, and taking rows is the writer's largest cost after Parquet encoding.
+    """
+    indices = pa.array(rows)
+    columns = []
+    for col in table.columns:
+        arr = col.chunk(0) if col.num_chunks == 1 else None
+        if arr is not None and _numpy_list_take_applies(arr):
+            columns.append(_take_list(arr, rows))
+        else:
+            columns.append(col.take(indices))
+    return pa.Table.from_arrays(columns, schema=table.schema)
+
+
+def _numpy_list_take_applies(arr: pa.Array) -> bool:
+    t = arr.type
+    return (
+        pa.types.is_list(t)
+        and (pa.types.is_integer(t.value_type) or pa.types.is_floating(t.value_type))
+        and arr.values.null_count == 0
+    )
+
+
+def _take_list(arr: pa.ListArray, rows: np.ndarray) -> pa.ListArray:
+    offsets = arr.offsets.to_numpy()  # absolute positions in arr.values, slicing included
+    starts = offsets[:-1][rows]
+    lengths = offsets[1:][rows] - starts
+    new_offsets = np.zeros(len(rows) + 1, np.int64)
+    np.cumsum(lengths, out=new_offsets[1:])
+    if new_offsets[-1] > np.iinfo(np.int32).max:  # cannot happen for a slice of a valid list array
+        return arr.take(pa.array(rows))
+    gather = np.repeat(starts.astype(np.int64) - new_offsets[:-1], lengths)
+    gather += np.arange(new_offsets[-1], dtype=np.int64)
+    values = pa.array(arr.values.to_numpy()[gather], type=arr.type.value_type)
+    mask = pa.array(arr.is_null().to_numpy(zero_copy_only=False)[rows]) if arr.null_count else None
+    return pa.ListArray.from_arrays(pa.array(new_offsets.astype(np.int32)), values, type=arr.type, mask=mask)
+
+
+def with_key_group_column(table: pa.Table, kg: np.ndarray) -> pa.Table:
+    """`table` with ``key_group`` as its first column."""
+    if "key_group" in table.column_names:
+        table = table.drop_columns(["key_group"])
+    return table.add_column(0, pa.field("key_group", pa.int32(), nullable=False), pa.array(kg, pa.int32()))
+
+
+def sort_by_key_group(table: pa.Table, kg: np.ndarray) -> tuple[pa.Table, np.ndarray]:
+    """Rows grouped by ascending key group, with ``key_group`` prepended."""
+    order = key_group_order(kg)
+    if order is not None:
+        table, kg = table.take(pa.array(order)), kg[order]
+    return with_key_group_column(table, kg), kg
+
+
+def split_by_key_group(kg: np.ndarray, rows_per_file: int) -> list[KeyGroupSplit]:
+    """Cut rows at key-group boundaries into files of at most `rows_per_file` rows.
+
+    Row ranges refer to the rows grouped by ascending key group; `kg` itself need not be sorted
+    (only per-key-group counts are used). A key group is never split, so a file holding a single
+    key group may be larger.
+
+    >>> [(s.kg_start, s.kg_end, s.row_start, s.row_end) for s in split_by_key_group(np.array([2, 0, 0, 5, 1, 2, 2]), 3)]
+    [(0, 1, 0, 3), (2, 2, 3, 6), (5, 5, 6, 7)]
+    """
+    n = len(kg)
+    if n == 0:
+        return []
+    counts = np.bincount(kg)
+    groups = np.flatnonzero(counts)  # key groups present, ascending
+    # Start row of each present key group in grouped order.
+    starts = np.concatenate(([0], np.cumsum(counts[groups])[:-1]))
+    splits: list[KeyGroupSplit] = []
+    i = 0
+    while i < len(starts):
+        row_start = int(starts[i])
+        # The last key-group start at or before row_start + rows_per_file ends this file.
+        j = int(np.searchsorted(starts, row_start + rows_per_file, side="right")) - 1
+        if n - row_start <= rows_per_file:
+            j = len(starts)
+        j = max(j, i + 1)  # a file holds at least one whole key group
+        row_end = int(starts[j]) if j < len(starts) else n
+        splits.append(KeyGroupSplit(int(groups[i]), int(groups[j - 1]), row_start, row_end))
+        i = j
+    return splits
