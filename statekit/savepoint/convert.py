@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Iterable
 
 from statekit.errors import InvalidArgumentError, NotASavepointError
+from statekit.format.manifest import FlinkSerializers, OperatorMetadata
 from statekit.identifiers import OperatorIdentifier
 from statekit.savepoint.flink import FlinkSavepoint, is_flink_savepoint
-from statekit.savepoint.manifest import FlinkSerializers, OperatorMetadata
 from statekit.savepoint.writer import SavepointBuilder
 
 
