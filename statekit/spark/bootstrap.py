@@ -27,9 +27,9 @@ from pyspark.sql import DataFrame, Row
 from pyspark.sql.types import BinaryType, IntegerType, StringType, StructField, StructType
 
 from statekit.backends.heap import HeapKeyedStateBackend
-from statekit.backends.keyed_table import python_converter
 from statekit.backends.operator import DefaultOperatorStateStore
 from statekit.errors import InvalidArgumentError, StateAccessError, StateTypeError
+from statekit.format.values import python_converter
 from statekit.identifiers import OperatorIdentifier
 from statekit.keygroups import KeyGroupRange, check_max_parallelism
 from statekit.savepoint import SavepointBuilder
