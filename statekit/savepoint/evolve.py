@@ -9,9 +9,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from statekit.errors import InvalidArgumentError, StateTypeError, UnknownStateError
+from statekit.format.keyed import castable, same_type
+from statekit.format.manifest import OperatorMetadata
 from statekit.identifiers import OperatorIdentifier
-from statekit.savepoint.keyed import castable, same_type
-from statekit.savepoint.manifest import OperatorMetadata
 from statekit.savepoint.reader import Savepoint
 from statekit.savepoint.writer import SavepointBuilder
 from statekit.state.descriptors import StateInfo

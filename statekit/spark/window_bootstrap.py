@@ -28,11 +28,8 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import TimestampNTZType, TimestampType
 
 from statekit.errors import InvalidArgumentError
+from statekit.format.keyed import CONTENTS, NAMESPACE_ARROW, NAMESPACE_TYPE, NO_TIMESTAMP, TIMESTAMPS
 from statekit.identifiers import OperatorIdentifier
-from statekit.runtime.checkpointing import WINDOW_NAMESPACE
-from statekit.runtime.window_assigners import WindowAssigner
-from statekit.runtime.window_evictors import Evictor
-from statekit.runtime.windows import CONTENTS, NO_TIMESTAMP, TIMESTAMPS, cleanup_time
 from statekit.savepoint import SavepointBuilder
 from statekit.spark import bootstrap as B
 from statekit.spark.reader_function import no_gc
@@ -44,6 +41,7 @@ from statekit.state.descriptors import (
 )
 from statekit.state.functions import AggregateFunction, as_reduce_function
 from statekit.types import parse_ddl, to_arrow_array, to_ddl
+from statekit.windowing import WindowAssigner, cleanup_time
 
 __all__ = ["WindowedBootstrap"]
 
@@ -76,12 +74,13 @@ class WindowedBootstrap:
         self.assigner = assigner
         self.timestamp = timestamp
         self.allowed_lateness = allowed_lateness
-        self._evictor: Evictor | None = None
+        self._evictor: Any = None
 
-    def evictor(self, evictor: Evictor) -> "WindowedBootstrap":
-        """The job's evictor: the windows then buffer every element with its timestamp, as Flink's
-        evicting window operator does (``aggregate`` then needs ``element_type=``)."""
-        if not isinstance(evictor, Evictor):
+    def evictor(self, evictor: Any) -> "WindowedBootstrap":
+        """The job's evictor (`CountEvictor`, `TimeEvictor`, a custom one): the windows then buffer every
+        element with its timestamp, as Flink's evicting window operator does (``aggregate`` then needs
+        ``element_type=``). The evictor itself runs in the restored job, when a window fires."""
+        if not (callable(getattr(evictor, "evict_before", None)) and callable(getattr(evictor, "evict_after", None))):
             raise InvalidArgumentError(f"evictor(...) needs an Evictor such as CountEvictor.of(10), got {evictor!r}.")
         self._evictor = evictor
         return self
@@ -193,7 +192,7 @@ def _write_windows(w: WindowedBootstrap, desc: KeyedStateDescriptor, value: Any,
             k, starts, ends, ts = zip(*timers)  # the builder orders timers by key group
             yield from B._blobs("timers", subtask, pa.table({
                 "key": to_arrow_array(list(k), arrow_key, what="timer key"),
-                "namespace": pa.array([{"start": s, "end": e} for s, e in zip(starts, ends)], parse_ddl(WINDOW_NAMESPACE)),
+                "namespace": pa.array([{"start": s, "end": e} for s, e in zip(starts, ends)], NAMESPACE_ARROW),
                 "timestamp": pa.array(ts, pa.int64()),
                 "domain": pa.array(["event"] * len(ts), pa.string()),
             }))  # fmt: skip
@@ -201,7 +200,7 @@ def _write_windows(w: WindowedBootstrap, desc: KeyedStateDescriptor, value: Any,
     out = keyed.repartition(parallelism, key_col).mapInArrow(bootstrap, B._BLOBS)
     writer = builder.add_operator(ident, name="WindowBootstrap", parallelism=parallelism,
                                   max_parallelism=max_parallelism, key_type=key_type, keyed_states=infos,
-                                  namespace_type=WINDOW_NAMESPACE)  # fmt: skip
+                                  namespace_type=NAMESPACE_TYPE)  # fmt: skip
     for kind, _, table in B._collect(out):
         if kind == "keyed":
             writer.write_keyed(table)
