@@ -7,7 +7,7 @@ Measured per savepoint (Long keys, String keys "key-" + k):
 
 * full read to Arrow, in-process and as a whole fresh process (incl. ``import statekit``)
 * one-key ``get``, in-process and as a whole process
-* conversion to statekit's format (``convert_to_statekit``)
+* conversion to statekit's format (``statekit.savepoint.convert.convert_to_statekit``)
 * a full Spark aggregate (``--spark``)
 * the Java SPA full read (``Bench read``) of the same savepoint, timed in this invocation
   (``--skip-java`` for quick runs; the ratios are then not printed)
@@ -108,14 +108,14 @@ def bench_one(kind: str, n: int, *, java: bool, spark: bool) -> None:
         sp = Savepoint.open(sp_path)
         return sp, sp.keyed_table("bench")
 
-    t_full, (sp, table) = best(full)
+    t_full, (sp, table) = best(full, 2)
     assert table.num_rows == n, table.num_rows
     sums = {c: table.column(c).to_numpy().sum() for c in ("a", "b")}
     assert sums["a"] == n * (n - 1) // 2 and sums["b"] == n * n, sums
     print(f"full read (in-process): {t_full:.2f} s  {n / t_full / 1e6:.1f} M keys/s  [{sp.stats.describe()}]")
     code_full = (f"from statekit.savepoint import Savepoint; t = Savepoint.open({str(sp_path)!r}).keyed_table('bench'); "
                  f"assert t.num_rows == {n}")
-    t_full_proc = min(whole_process(code_full) for _ in range(3))
+    t_full_proc = min(whole_process(code_full) for _ in range(2))
     print(f"full read (whole process incl. import): {t_full_proc:.2f} s")
 
     def one():
@@ -127,7 +127,7 @@ def bench_one(kind: str, n: int, *, java: bool, spark: bool) -> None:
     t_one_proc = min(whole_process(code_one) for _ in range(3))
     print(f"one key get: {t_one * 1000:.1f} ms in-process, {t_one_proc:.2f} s whole process")
 
-    from statekit.format.flink.convert import convert_to_statekit
+    from statekit.savepoint.convert import convert_to_statekit
 
     with tempfile.TemporaryDirectory(dir=CACHE) as tmp:
         t0 = time.perf_counter()
