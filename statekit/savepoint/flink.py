@@ -59,6 +59,7 @@ def _operator_metadata(reader: FlinkStateReader, op: OperatorState,
         namespace_type=ns_type,
         keyed_states=keyed,
         operator_states=tuple(op_states),
+        keyed_format="flink",
     )
 
 

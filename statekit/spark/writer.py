@@ -391,6 +391,37 @@ class SavepointWriter:
             self.source, self._entries = source, entries
             shutil.rmtree(staged, ignore_errors=True)
 
+    def _direct_flink(self, path: Path, types: TypeHints | None) -> Path | None:
+        """Columnar bootstraps of fixed-width keys and values go straight to Flink's format (no statekit staging);
+        None when the writer holds anything else."""
+        from statekit.format.flink.writer import FlinkStaging, metadata_bytes
+        from statekit.savepoint.flink_out import keyed_layout
+        from statekit.spark.flink_columnar import regular, write_columnar
+
+        if self.source is not None or self._renames:
+            return None
+        plans = []
+        for e in self._entries.values():
+            t = e.transformation
+            if t is None or t.columnar is None:
+                return None
+            keyed_t, pairs = t.columnar
+            if not isinstance(keyed_t.key, str):
+                return None
+            maxp = e.max_parallelism or self.max_parallelism
+            par = min(keyed_t.source.parallelism or keyed_t.source.df.rdd.getNumPartitions() or 1, maxp)
+            meta = OperatorMetadata(e.ident.uid, e.ident.uid_hash, e.ident.uid or e.ident.uid_hash, par, maxp,
+                                    key_type=keyed_t.key_type, keyed_states=t.keyed_states)
+            layout = keyed_layout(meta, None, types, max_parallelism=maxp, has_timers=False)
+            if not regular(layout):
+                return None
+            plans.append((keyed_t, pairs, layout, e.ident, par))
+        with FlinkStaging(path) as staging:
+            outs = [write_columnar(kt.source.df, kt.key, kt.key_type, [(c, d.name) for c, d in pairs], layout,
+                                   ident.uid, ident.uid_hash, par, staging.dir)
+                    for kt, pairs, layout, ident, par in plans]
+            return staging.commit(metadata_bytes(0, outs))
+
     def _write_flink(self, path: Path, types: TypeHints | None) -> Path:
         from statekit.format.flink.writer import check_target
         from statekit.spark.flink_writer import write_flink_spark
@@ -398,6 +429,9 @@ class SavepointWriter:
         check_target(path)
         if self.source is not None:
             refuse_target_inside(self.source.path, path)
+        direct = self._direct_flink(path, types)
+        if direct is not None:
+            return direct
         # The statekit savepoint is staged beside the target (Parquet on the executors), then converted; state
         # that came from a Flink savepoint carries its serializers in the staged manifest (field `flink`).
         staged = path.parent / f".{path.name}.statekit-{uuid.uuid4().hex[:12]}"
