@@ -410,8 +410,8 @@ class SavepointWriter:
                 return None
             maxp = e.max_parallelism or self.max_parallelism
             par = min(keyed_t.source.parallelism or keyed_t.source.df.rdd.getNumPartitions() or 1, maxp)
-            meta = OperatorMetadata(e.ident.uid, e.ident.uid_hash, e.ident.uid or e.ident.uid_hash, par, maxp,
-                                    key_type=keyed_t.key_type, keyed_states=t.keyed_states)
+            meta = OperatorMetadata(identifier=e.ident, name=e.ident.uid or e.ident.uid_hash, parallelism=par,
+                                    max_parallelism=maxp, key_type=keyed_t.key_type, keyed_states=t.keyed_states)
             layout = keyed_layout(meta, None, types, max_parallelism=maxp, has_timers=False)
             if not regular(layout):
                 return None
