@@ -18,6 +18,7 @@ COMMAND_MODULES = (
     "statekit_cli.query",    # query (DuckDB, or Spark with --engine spark)
     "statekit_cli.repair",   # set, delete-key, rm-state, rekey, rename-uid, remove-operator, ..., bootstrap
     "statekit_cli.demo",     # demo
+    "statekit_cli.convert",  # convert (Flink savepoints into statekit's format)
 )
 
 

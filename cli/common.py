@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Optional
 
@@ -96,12 +97,17 @@ def debug_enabled() -> bool:
     return bool(STATE.get("debug")) or os.environ.get("STATEKIT_DEBUG") == "1"
 
 
+@contextmanager
 def progress(description: str, total: Optional[float] = None):
-    """A rich progress display on stderr (transient; silent when stderr is not a terminal)."""
+    """A transient rich progress display on stderr for work that can take seconds; yields (progress, task).
+
+    Silent when stderr is not a terminal (pipes, files, the test runner).
+    """
     from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
     columns = [SpinnerColumn(), TextColumn("{task.description}")]
     if total is not None:
         columns += [BarColumn(), TextColumn("{task.completed:,.0f}/{task.total:,.0f}")]
     columns.append(TimeElapsedColumn())
-    return Progress(*columns, console=err(), transient=True, disable=not sys.stderr.isatty())
+    with Progress(*columns, console=err(), transient=True, disable=not sys.stderr.isatty()) as bar:
+        yield bar, bar.add_task(description, total=total)

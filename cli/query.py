@@ -51,7 +51,7 @@ query.__doc__ = HELP
 
 
 def _duckdb(path: Path, sql: str, prefix: str | None, limit: int):
-    from statekit.sql import sql_relation
+    from statekit.query import sql_relation
 
     rel = sql_relation(path, sql, prefix=prefix)
     if rel is None:
@@ -61,7 +61,7 @@ def _duckdb(path: Path, sql: str, prefix: str | None, limit: int):
     try:
         head = rel.limit(limit + 1).fetchall()
     except duckdb.Error as exc:
-        from statekit.sql import QueryError
+        from statekit.query import QueryError
 
         raise QueryError(f"the query does not run: {' '.join(str(exc).split())}") from None
     columns = list(rel.columns)
@@ -70,8 +70,7 @@ def _duckdb(path: Path, sql: str, prefix: str | None, limit: int):
 
 
 def _spark(path: Path, sql: str, prefix: str | None, limit: int):
-    with progress("starting Spark") as bar:
-        task = bar.add_task("starting Spark (JVM, Delta jars)")
+    with progress("starting Spark (JVM, Delta jars)") as (bar, task):
         with _quiet_jvm():
             from statekit.spark import SavepointReader, spark_session
 

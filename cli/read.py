@@ -22,6 +22,7 @@ from statekit_cli.common import (
     open_savepoint,
     operator_id,
     out,
+    progress,
 )
 
 STRUCTURAL = {"key_group", "key", "namespace", "subtask", "idx", "timestamp", "domain"}
@@ -88,7 +89,7 @@ def _head(sp, op, meta, table: str, limit: int):
     """The first `limit` rows of a table, reading only the files it needs, and the table's row count."""
     import pyarrow as pa
 
-    from statekit.sql import statekit_files
+    from statekit.query import statekit_files
 
     if table in ("keyed", "timers") and meta.key_type is not None and not meta.is_native and statekit_files(sp):
         files = meta.files_of(table)
@@ -161,7 +162,8 @@ def check(
     from statekit.savepoint import check as run_check
     from statekit_cli.render import dumps, emit_table, problem_rows
 
-    report = run_check(path, deep=not quick)
+    with progress("checking files, checksums and rows"):
+        report = run_check(path, deep=not quick)
     console = out()
     if json:
         console.print(dumps({"path": str(report.path), "ok": report.ok, "files_checked": report.files_checked,
@@ -190,7 +192,8 @@ def diff(
     from statekit.savepoint.diff import diff as run_diff
     from statekit_cli.render import cell, dumps, emit_table
 
-    d = run_diff(a, b, op=None if uid is None else operator_id(uid, by_hash), examples=show_keys)
+    with progress("comparing"):
+        d = run_diff(a, b, op=None if uid is None else operator_id(uid, by_hash), examples=show_keys)
     console = out()
     if json:
         console.print(dumps(d.to_json()), markup=False)
@@ -226,7 +229,8 @@ def export(
     from statekit.export import export as run_export
 
     fmt = check_format(fmt, ("parquet", "csv", "delta"))
-    written = run_export(path, target, format=fmt, op=None if uid is None else operator_id(uid, by_hash))
+    with progress(f"exporting as {fmt}"):
+        written = run_export(path, target, format=fmt, op=None if uid is None else operator_id(uid, by_hash))
     console = out()
     for name, rows in written.items():
         console.print(f"{target / name}  {rows} rows", markup=False)

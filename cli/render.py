@@ -127,14 +127,18 @@ def human_bytes(n: float) -> str:
 
 def summary(sp) -> dict[str, Any]:
     """The facts `inspect` prints, as data (its --json is the manifest itself)."""
+    from statekit.query import statekit_files
+
+    fmt = f"statekit v{sp.manifest.format_version}" if statekit_files(sp) else \
+        type(sp).__name__.replace("Savepoint", "").lower() or "other"
     return {"path": str(sp.path), "kind": sp.kind, "checkpoint_id": sp.checkpoint_id, "job_name": sp.job_name,
-            "format_version": sp.manifest.format_version, "operators": len(sp.operators)}
+            "format": fmt, "operators": len(sp.operators)}
 
 
 def summary_line(sp) -> str:
     s = summary(sp)
     return (f"{s['path']}  {s['kind']} #{s['checkpoint_id']}  job={s['job_name'] or '-'}  "
-            f"format v{s['format_version']}  {s['operators']} operator(s)")
+            f"format {s['format']}  {s['operators']} operator(s)")
 
 
 def operator_rows(sp) -> tuple[list[list[str]], list[str]]:

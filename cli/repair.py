@@ -147,7 +147,7 @@ def rekey(
     import pyarrow as pa
 
     from statekit.savepoint.patch import Rekey
-    from statekit.sql import key_mapping
+    from statekit.query import key_mapping
 
     with progress("evaluating the new keys"):
         keys = [sp.keyed_table(op).column("key")]
@@ -233,7 +233,7 @@ def repair_plan(
             elif kind == "rekey":
                 import pyarrow as pa
 
-                from statekit.sql import key_mapping
+                from statekit.query import key_mapping
 
                 keys = sp.keyed_table(op).column("key")
                 edits.append(P.Rekey(op, key_mapping(pa.chunked_array(keys.chunks, keys.type), item["expr"])))

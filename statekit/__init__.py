@@ -1,19 +1,23 @@
 """statekit: the state of stream-processing jobs as data."""
 
+from typing import TYPE_CHECKING
+
 from statekit.errors import StatekitError
-from statekit.state import (
-    AggregateFunction,
-    AggregatingStateDescriptor,
-    BroadcastStateDescriptor,
-    ListStateDescriptor,
-    MapStateDescriptor,
-    ReduceFunction,
-    ReducingStateDescriptor,
-    StateTtlConfig,
-    Time,
-    ValueStateDescriptor,
-)
-from statekit.types import PICKLED, Types
+
+if TYPE_CHECKING:  # imported on first use: `import statekit` stays cheap (no pyarrow, no numpy)
+    from statekit.state import (
+        AggregateFunction,
+        AggregatingStateDescriptor,
+        BroadcastStateDescriptor,
+        ListStateDescriptor,
+        MapStateDescriptor,
+        ReduceFunction,
+        ReducingStateDescriptor,
+        StateTtlConfig,
+        Time,
+        ValueStateDescriptor,
+    )
+    from statekit.types import PICKLED, Types
 
 __version__ = "0.1.0"
 
@@ -32,10 +36,28 @@ __all__ = [
     "Time",
     "Types",
     "ValueStateDescriptor",
+    "sql",
 ]
 
 
 _RUNTIME = frozenset({"StreamExecutionEnvironment", "WatermarkStrategy", "KeyedProcessFunction", "ManualClock", "RestartStrategies"})
+
+
+_STATE = frozenset({"AggregateFunction", "AggregatingStateDescriptor", "BroadcastStateDescriptor", "ListStateDescriptor",
+                    "MapStateDescriptor", "ReduceFunction", "ReducingStateDescriptor", "StateTtlConfig", "Time",
+                    "ValueStateDescriptor"})
+
+
+def sql(path, query: str, *, prefix: str | None = None):
+    """Run SQL over the savepoint at `path` on embedded DuckDB; the rows as a ``pyarrow.Table``.
+
+    Tables are ``<uid>.keyed``, ``<uid>.timers`` and ``<uid>.<state>`` as with Spark's ``register()``
+    (uid ``tx-source`` -> ``tx_source.keyed``). `statekit.query.sql_relation` gives the DuckDB
+    relation for chaining; `statekit.query` documents the naming rule and key-group pruning.
+    """
+    from statekit.query import sql as run
+
+    return run(path, query, prefix=prefix)
 
 
 def __getattr__(name: str):
@@ -44,6 +66,14 @@ def __getattr__(name: str):
         from statekit.identifiers import OperatorIdentifier
 
         return OperatorIdentifier
+    if name in _STATE:
+        import statekit.state
+
+        return getattr(statekit.state, name)
+    if name in ("PICKLED", "Types"):
+        import statekit.types
+
+        return getattr(statekit.types, name)
     if name in _RUNTIME:  # the embedded runtime loads only when asked for
         import statekit.runtime
 

@@ -30,11 +30,19 @@ class NullKeyError(InvalidKeyError):
     """A key is null (None); Flink forbids null keys."""
 
 
+class KeyTypeMismatchError(InvalidKeyError):
+    """Two savepoints key an operator by different types, so their rows cannot be matched (diff)."""
+
+
 class DuplicateKeyError(InvalidKeyError):
     """The same key (and namespace) appears twice in a keyed table."""
 
 
 # --- state access --------------------------------------------------------------------------------
+
+
+class InvalidMergeError(StatekitError, ValueError):
+    """A merge of colliding keys (rekey ``merge=``) returned null, dropped a state or gave a value of the wrong type."""
 
 
 class StateAccessError(StatekitError, RuntimeError):

@@ -17,7 +17,7 @@ def export(path: str | os.PathLike, out: str | os.PathLike, *, format: Literal["
            op=None, prefix: str | None = None) -> dict[str, int]:
     """Write every table of the savepoint at `path` (or of operator `op`) under `out`.
 
-    The layout is ``<out>/<database>/<table>[.parquet|.csv]`` with the names `statekit.sql` and
+    The layout is ``<out>/<database>/<table>[.parquet|.csv]`` with the names `statekit.query` and
     Spark's `register()` use; Delta tables (one directory each) are written with Spark. `out` must
     not exist; it appears only when every table is written. Returns ``{"db/table": rows}``.
     """
@@ -25,7 +25,7 @@ def export(path: str | os.PathLike, out: str | os.PathLike, *, format: Literal["
     import pyarrow.parquet as pq
 
     from statekit.savepoint import Savepoint
-    from statekit.sql import tables
+    from statekit.query import tables
 
     if format not in ("parquet", "csv", "delta"):
         raise InvalidArgumentError(f"format must be 'parquet', 'csv' or 'delta', not {format!r}.")

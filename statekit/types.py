@@ -81,6 +81,10 @@ _PYTHON_TYPES: dict[type, pa.DataType] = {
 _TOKEN = re.compile(r"\s*(`[^`]+`|[A-Za-z_][A-Za-z0-9_]*|\d+|[<>(),:])")
 
 
+#: The deepest nesting of array/map/struct a type may have (a damaged manifest must not exhaust the stack).
+MAX_TYPE_DEPTH = 64
+
+
 class _DdlParser:
     """Recursive-descent parser for Spark SQL DDL type strings."""
 
@@ -122,18 +126,21 @@ class _DdlParser:
             self.fail(f"unexpected {self.peek()!r} after the type")
         return t
 
-    def type_(self) -> pa.DataType:
+    def type_(self, depth: int = 0) -> pa.DataType:
+        if depth > MAX_TYPE_DEPTH:  # a bound, not Python's recursion limit, decides (and names the fault)
+            self.fail(f"types nest deeper than {MAX_TYPE_DEPTH} levels")
+        depth += 1
         name = self.take().lower()
         if name == "array":
             self.take("<")
-            elem = self.type_()
+            elem = self.type_(depth)
             self.take(">")
             return pa.list_(elem)
         if name == "map":
             self.take("<")
-            key = self.type_()
+            key = self.type_(depth)
             self.take(",")
-            value = self.type_()
+            value = self.type_(depth)
             self.take(">")
             return pa.map_(key, value)
         if name == "struct":
@@ -146,7 +153,7 @@ class _DdlParser:
                         self.take(":")
                     if any(f.name == fname for f in fields):
                         self.fail(f"field {fname!r} appears twice in the struct")
-                    fields.append(pa.field(fname, self.type_()))
+                    fields.append(pa.field(fname, self.type_(depth)))
                     if self.peek() == ",":
                         self.take(",")
                         continue

@@ -6,7 +6,7 @@ import copy
 from typing import Any, Callable
 
 from statekit.backends.base import create_keyed_backend
-from statekit.errors import JobError
+from statekit.errors import JobError, RestoreError, StateTypeError
 from statekit.runtime.context import FunctionInitializationContext, FunctionSnapshotContext, ProcessContext, RuntimeContext
 from statekit.runtime.functions import CheckpointedFunction, CheckpointListener, ListCheckpointed
 from statekit.runtime.timers import EVENT, PROCESSING, InternalTimerService
@@ -102,6 +102,10 @@ class StreamOperator:
             self.initialize_internal_state(restored)
             if hasattr(fn, "open"):
                 fn.open(rc)
+        except StateTypeError as exc:
+            if not restored:
+                raise
+            raise _restore_type_error(self.transformation, exc) from None
         finally:
             rc._registration_open = False
         self.opened = True
@@ -359,3 +363,18 @@ class KeyedOperatorMixin:
 
 
 __all__ = ["KeyedOperatorMixin", "StreamOperator", "SubtaskSnapshot", "method_or_callable"]
+
+
+def _restore_type_error(transformation: Any, exc: StateTypeError) -> RestoreError:
+    """A state declared with another kind or type than the savepoint holds: restarting cannot fix it, a
+    migration of the savepoint can (the message names the operator by uid and the commands)."""
+    uid = transformation.uid
+    who = f"operator uid {uid!r}" if uid else f"operator {transformation.name!r} (no uid)"
+    op = uid or "<uid>"
+    return RestoreError(
+        f"{who} cannot restore its state: {exc} Restarting will not help; migrate the savepoint offline "
+        f"first: `statekit rm-state SAVEPOINT NEW --uid {op} --state <name> --apply` drops the state (the job "
+        "starts it empty), or read it (statekit.sql / SavepointReader), convert it, and write it in the new type "
+        f"(`statekit set`, `statekit bootstrap`, SavepointWriter.with_operator), then restore from NEW."
+    )
+

@@ -12,6 +12,7 @@ A savepoint is a directory::
 """
 
 from statekit.savepoint.check import CheckReport, Problem, check
+from statekit.savepoint.diff import OperatorDiff, SavepointDiff, diff
 from statekit.savepoint.manifest import (
     FORMAT,
     FORMAT_VERSION,
@@ -35,11 +36,14 @@ __all__ = [
     "CheckReport",
     "FileEntry",
     "Manifest",
+    "OperatorDiff",
     "OperatorMetadata",
     "OperatorWriter",
     "Problem",
     "Savepoint",
     "SavepointBuilder",
+    "SavepointDiff",
     "check",
+    "diff",
     "redistribute_list_state",
 ]

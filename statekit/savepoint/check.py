@@ -75,16 +75,19 @@ def check(path: str | os.PathLike[str], *, deep: bool = True) -> CheckReport:
         return _check_flink(root, report, deep)
     try:
         manifest = load_manifest(root)
-    except SavepointError as exc:
+    except StatekitError as exc:
         report.add("manifest", MANIFEST_NAME, str(exc))
         return report
     listed: set[str] = set()
     for op in manifest.operators:
+        before = len(report.problems)
         for entry in op.files:
             listed.add(os.path.normpath(entry.path))
             _check_file(report, root, op, entry, deep)
         if deep and op.key_type is not None and not op.is_native:
             _check_unique(report, root, op)
+        if deep and op.is_native and len(report.problems) == before:
+            _check_native(report, root, manifest, op)
     for dirpath, _, names in os.walk(root):
         for n in names:
             rel = os.path.normpath(os.path.relpath(os.path.join(dirpath, n), root))
@@ -136,6 +139,11 @@ def _check_file(report: CheckReport, root: Path, op: OperatorMetadata, entry: Fi
                        f"0..{op.parallelism - 1} (the operator's parallelism is {op.parallelism})")
         if table.column("value").null_count:
             report.add("invalid_row", entry.path, "list state holds null elements, which Flink forbids")
+    if entry.table == "timers" and table.num_rows:
+        domains = set(table.column("domain").unique().to_pylist()) - {"event", "processing"}
+        if domains:
+            report.add("invalid_row", entry.path, f"timer domain(s) {sorted(map(str, domains))} are neither "
+                       "'event' nor 'processing'")
     if entry.table in ("keyed", "timers") and table.num_rows:
         kg = np.asarray(table.column("key_group").to_numpy(), dtype=np.int32)
         try:
@@ -186,6 +194,18 @@ def _check_unique(report: CheckReport, root: Path, op: OperatorMetadata) -> None
         report.add("duplicate_key", f"op-{op.uid_hash}/keyed", str(exc))
     except (pa.ArrowException, StatekitError):
         pass  # mismatched file schemas and null keys are reported per file
+
+
+def _check_native(report: CheckReport, root: Path, manifest, op: OperatorMetadata) -> None:
+    """A native RocksDB operator is checked by reading it as the keyed table every reader presents."""
+    from statekit.savepoint.reader import Savepoint
+
+    try:
+        table = Savepoint(root, manifest).keyed_table(op.identifier)
+    except StatekitError as exc:
+        report.add("unreadable", f"op-{op.uid_hash}/rocksdb", f"the native RocksDB state cannot be read ({exc})")
+        return
+    report.rows_checked += table.num_rows
 
 
 def _check_flink(root: Path, report: CheckReport, deep: bool) -> CheckReport:

@@ -1,4 +1,8 @@
-"""`diff(a, b)`: what differs between two savepoints - operators, states, settings and keys."""
+"""`diff(a, b)`: what differs between two savepoints - operators, states, settings and keyed rows.
+
+The keyed rows are compared with an Arrow hash join (`keyed_changes`); `statekit.spark.diff` gives
+the same rows with a Spark join, and the ``statekit diff`` command prints this module's result.
+"""
 
 from __future__ import annotations
 
@@ -6,14 +10,31 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from statekit.errors import KeyTypeMismatchError
 from statekit.identifiers import OperatorIdentifier
+from statekit.savepoint.keyed import same_type
 from statekit.savepoint.manifest import OperatorMetadata
 from statekit.savepoint.reader import Savepoint
+from statekit.types import parse_ddl
+
+__all__ = ["CHANGES", "OperatorDiff", "SavepointDiff", "check_same_keys", "diff", "keyed_changes"]
+
+#: Values of the ``change`` column of a keyed diff.
+CHANGES = ("added", "removed", "changed")
+SETTINGS = ("parallelism", "max_parallelism", "key_type", "namespace_type")
 
 
 @dataclass
 class OperatorDiff:
-    """Differences of one operator present in both savepoints."""
+    """Differences of one operator present in both savepoints.
+
+    ``keyed`` is the keyed diff (`keyed_changes`: ``key``, [``namespace``], ``change``, ``old``,
+    ``new``), or None when no rows were compared (no keyed state, ``rows=False``, or the keyed
+    files are byte-identical); ``keys_*`` count its rows and ``examples`` list a few keys of each.
+    """
 
     uid: str | None
     uid_hash: str
@@ -25,11 +46,16 @@ class OperatorDiff:
     keys_removed: int = 0
     keys_changed: int = 0
     examples: dict[str, list[Any]] = field(default_factory=lambda: {"added": [], "removed": [], "changed": []})
+    keyed: pa.Table | None = field(default=None, repr=False)
+
+    @property
+    def name(self) -> str:
+        return self.uid or self.uid_hash
 
     @property
     def empty(self) -> bool:
         return not (self.settings or self.states_added or self.states_removed or self.states_changed
-                    or self.keys_added or self.keys_removed or self.keys_changed)
+                    or self.keys_added or self.keys_removed or self.keys_changed)  # fmt: skip
 
     def to_json(self) -> dict[str, Any]:
         return {"uid": self.uid, "uid_hash": self.uid_hash,
@@ -38,7 +64,7 @@ class OperatorDiff:
                 "states_changed": self.states_changed, "keys_added": self.keys_added,
                 "keys_removed": self.keys_removed, "keys_changed": self.keys_changed,
                 "examples": {kind: [list(k) if isinstance(k, tuple) else k for k in keys]
-                             for kind, keys in self.examples.items()}}
+                             for kind, keys in self.examples.items()}}  # fmt: skip
 
 
 @dataclass
@@ -55,23 +81,169 @@ class SavepointDiff:
     def same(self) -> bool:
         return not self.operators_added and not self.operators_removed and all(o.empty for o in self.operators)
 
+    def operator(self, name: str) -> OperatorDiff:
+        """The differences of the operator with uid (or uid hash) `name`."""
+        for o in self.operators:
+            if name in (o.uid, o.uid_hash):
+                return o
+        raise KeyError(f"{name!r} is not an operator of both savepoints; compared: {[o.name for o in self.operators]}")
+
     def to_json(self) -> dict[str, Any]:
         return {"a": self.a, "b": self.b, "same": self.same, "operators_added": self.operators_added,
                 "operators_removed": self.operators_removed,
-                "operators": [o.to_json() for o in self.operators if not o.empty]}
+                "operators": [o.to_json() for o in self.operators if not o.empty]}  # fmt: skip
 
 
-def diff(a: str | os.PathLike, b: str | os.PathLike, *, op: OperatorIdentifier | str | None = None,
-         examples: int = 5) -> SavepointDiff:
-    """Compare savepoint `b` with `a` (both opened with `Savepoint.open`; neither is modified).
+def check_same_keys(a: OperatorMetadata, b: OperatorMetadata) -> None:
+    """Refuse to compare rows of operators keyed by different types (or one windowed, one not)."""
+    if (a.key_type is None) != (b.key_type is None) or (
+        a.key_type is not None and not same_type(parse_ddl(a.key_type), parse_ddl(b.key_type))  # type: ignore[arg-type]
+    ):
+        raise KeyTypeMismatchError(
+            f"operator {b.display_name!r} is keyed by {a.key_type} in the first savepoint and by {b.key_type} in the "
+            "second; keys of different types cannot be matched. Re-key one side first (SavepointWriter.rekey), "
+            "or compare the operators' tables yourself."
+        )
+    if a.namespace_type != b.namespace_type:
+        raise KeyTypeMismatchError(
+            f"operator {b.display_name!r} has window namespaces on one side only ({a.namespace_type} vs "
+            f"{b.namespace_type}); rows of a window operator and a plain keyed operator cannot be matched."
+        )
 
-    Operators are matched by uid hash. For operators in both, it lists changed settings
-    (parallelism, max parallelism, key type), states added/removed/changed, and keys whose state
-    was added, removed or changed (up to `examples` keys of each). Keyed files with the same
-    checksum in both are not read. `op` limits the comparison to one operator.
+
+def _match_columns(t: pa.Table, prefix: str) -> tuple[pa.Table, list[str]]:
+    """The columns rows are matched on (the key's fields, the namespace's bounds and whether it is void),
+    flattened to primitives because hash joins take no nested keys, plus the row number."""
+    cols: dict[str, pa.Array] = {}
+
+    def add(name: str, arr: Any) -> None:
+        if pa.types.is_struct(arr.type):
+            for i, f in enumerate(arr.type):
+                add(f"{name}.{f.name}", pc.struct_field(arr, [i]))
+        else:
+            cols[name] = arr
+
+    add("k", t.column("key"))
+    if "namespace" in t.column_names:
+        ns = t.column("namespace")
+        cols["ns_void"] = pc.is_null(ns)
+        for i, f in enumerate(ns.type):
+            cols[f"ns.{f.name}"] = pc.fill_null(pc.struct_field(ns, [i]), 0)  # void namespace matches void
+    names = list(cols)
+    cols[prefix] = pa.array(range(t.num_rows), pa.int64())
+    return pa.table(cols), names
+
+
+def _equal(x: pa.ChunkedArray, y: pa.ChunkedArray) -> pa.Array:
+    """Null-safe row-wise equality; nested values (lists, maps, structs) compared as Python values, maps as dicts."""
+    if not same_type(x.type, y.type):
+        try:
+            x = x.cast(y.type)  # a type change (int -> bigint): compare the values
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            return pa.array([False] * len(x))
+    if pa.types.is_nested(y.type):
+        is_map = pa.types.is_map(y.type)
+        norm = (lambda v: None if v is None else dict(v)) if is_map else (lambda v: v)
+        return pa.array([norm(u) == norm(v) for u, v in zip(x.to_pylist(), y.to_pylist())], pa.bool_())
+    both_null = pc.and_(pc.is_null(x), pc.is_null(y))
+    return pc.fill_null(pc.or_kleene(both_null, pc.equal(x, y)), False)
+
+
+def _struct(table: pa.Table, names: list[str], idx: pa.Array) -> pa.Array:
+    """Rows `idx` of `table`'s columns `names` as one struct column (null where `idx` is null)."""
+    n = len(idx)
+    if not names:
+        return pa.nulls(n, pa.struct([]))
+    cols = [pc.take(table.column(c), idx).combine_chunks() for c in names]
+    return pa.StructArray.from_arrays(cols, names=names, mask=pc.is_null(idx))
+
+
+def keyed_changes(a: pa.Table, b: pa.Table, states_a: list[str], states_b: list[str]) -> pa.Table:
+    """The keyed diff of two keyed tables (``key``, [``namespace``], one column per state).
+
+    Rows are matched by key (and namespace). Returns ``key``, [``namespace``], ``change`` (``added``:
+    only in `b`; ``removed``: only in `a`; ``changed``: a state of both differs), ``old`` (the row's
+    states in `a`, a struct) and ``new`` (in `b`). Unchanged rows are left out. Only the states of
+    both sides decide ``changed``; a state of one side only shows in ``old`` or ``new``.
     """
-    sa, sb = Savepoint.open(a), Savepoint.open(b)
-    out = SavepointDiff(str(a), str(b))
+    ma, names = _match_columns(a, "__ra")
+    mb, _ = _match_columns(b, "__rb")
+    joined = ma.join(mb, keys=names, join_type="full outer", use_threads=True)
+    ra, rb = joined.column("__ra"), joined.column("__rb")
+    removed = pc.is_null(rb)
+    added = pc.is_null(ra)
+    both = joined.filter(pc.and_(pc.is_valid(ra), pc.is_valid(rb)))
+    bra, brb = both.column("__ra").combine_chunks(), both.column("__rb").combine_chunks()
+    differs = pa.array([False] * both.num_rows, pa.bool_())
+    for s in (s for s in states_b if s in states_a):
+        same = _equal(pc.take(a.column(s), bra), pc.take(b.column(s), brb))
+        differs = pc.or_(differs, pc.invert(same))
+    changed = both.filter(differs)
+    parts = []
+    null = pa.nulls  # rows missing on one side take null indices
+    for kind, rows, from_b in (
+        ("removed", joined.filter(removed), False),
+        ("added", joined.filter(added), True),
+        ("changed", changed, True),
+    ):
+        ia = rows.column("__ra").combine_chunks() if kind != "added" else null(rows.num_rows, pa.int64())
+        ib = rows.column("__rb").combine_chunks() if kind != "removed" else null(rows.num_rows, pa.int64())
+        src, idx = (b, ib) if from_b else (a, ia)
+        cols = {"key": pc.take(src.column("key"), idx)}
+        if "namespace" in src.column_names:
+            cols["namespace"] = pc.take(src.column("namespace"), idx)
+        cols["change"] = pa.array([kind] * rows.num_rows, pa.string())
+        cols["old"] = _struct(a, states_a, ia)
+        cols["new"] = _struct(b, states_b, ib)
+        parts.append(pa.table(cols))
+    return pa.concat_tables(parts)
+
+
+def diff(
+    a: Savepoint | str | os.PathLike[str],
+    b: Savepoint | str | os.PathLike[str],
+    *,
+    op: OperatorIdentifier | str | None = None,
+    examples: int = 5,
+    rows: bool = True,
+) -> SavepointDiff:
+    """Compare savepoint `b` (after) with `a` (before); neither is modified.
+
+    Parameters
+    ----------
+    a, b
+        Savepoints (statekit or Flink), as paths or opened `Savepoint`\\ s.
+    op
+        Compare only this operator (a uid, or an `OperatorIdentifier`); it must be in `a` or `b`.
+    examples
+        How many keys of each change to list in ``OperatorDiff.examples``.
+    rows
+        Compare keyed rows too (``OperatorDiff.keyed``); ``rows=False`` reads only the manifests.
+
+    Returns
+    -------
+    SavepointDiff
+        Operators are matched by uid hash. For operators in both: changed settings (parallelism,
+        max parallelism, key type), states added/removed/changed (kind or type), and the keyed
+        diff - rows added, removed or changed with their old and new states (`keyed_changes`).
+        Keyed files with the same checksums in both are not read.
+
+    Raises
+    ------
+    KeyTypeMismatchError
+        An operator is keyed by different types in `a` and `b`, so rows cannot be matched.
+    UnknownOperatorError
+        `op` is in neither savepoint.
+
+    Examples
+    --------
+    >>> d = diff("sp-1", "sp-2", op="counter")               # doctest: +SKIP
+    >>> d.operator("counter").keyed.to_pylist()              # doctest: +SKIP
+    [{'key': 2, 'change': 'changed', 'old': {'count': 20}, 'new': {'count': 21}}]
+    """
+    sa = a if isinstance(a, Savepoint) else Savepoint.open(a)
+    sb = b if isinstance(b, Savepoint) else Savepoint.open(b)
+    out = SavepointDiff(str(sa.path), str(sb.path))
     ops_a = {m.uid_hash: m for m in sa.operators}
     ops_b = {m.uid_hash: m for m in sb.operators}
     if op is not None:
@@ -80,17 +252,21 @@ def diff(a: str | os.PathLike, b: str | os.PathLike, *, op: OperatorIdentifier |
             sa.operator(op)  # raises UnknownOperatorError naming what exists
         ops_a = {h: m for h, m in ops_a.items() if h == wanted}
         ops_b = {h: m for h, m in ops_b.items() if h == wanted}
+    if rows:
+        for h in ops_a.keys() & ops_b.keys():  # refuse before reading any rows
+            check_same_keys(ops_a[h], ops_b[h])
     out.operators_removed = [ops_a[h].display_name for h in ops_a if h not in ops_b]
     out.operators_added = [ops_b[h].display_name for h in ops_b if h not in ops_a]
     for h, ma in ops_a.items():
         if h in ops_b:
-            out.operators.append(_operator_diff(sa, sb, ma, ops_b[h], examples))
+            out.operators.append(_operator_diff(sa, sb, ma, ops_b[h], examples, rows))
     return out
 
 
-def _operator_diff(sa: Savepoint, sb: Savepoint, ma: OperatorMetadata, mb: OperatorMetadata, n: int) -> OperatorDiff:
+def _operator_diff(sa: Savepoint, sb: Savepoint, ma: OperatorMetadata, mb: OperatorMetadata, n: int,
+                   rows: bool) -> OperatorDiff:  # fmt: skip
     d = OperatorDiff(mb.uid or ma.uid, ma.uid_hash)
-    for name in ("parallelism", "max_parallelism", "key_type", "namespace_type"):
+    for name in SETTINGS:
         va, vb = getattr(ma, name), getattr(mb, name)
         if va != vb:
             d.settings[name] = (va, vb)
@@ -99,54 +275,28 @@ def _operator_diff(sa: Savepoint, sb: Savepoint, ma: OperatorMetadata, mb: Opera
     d.states_removed = [s for s in states_a if s not in states_b]
     d.states_added = [s for s in states_b if s not in states_a]
     d.states_changed = [s for s in states_a if s in states_b and states_a[s] != states_b[s]]
-    if ma.key_type is None or mb.key_type is None or ma.key_type != mb.key_type:
+    if not rows or ma.key_type is None:
         return d
     if [f.checksum for f in ma.files_of("keyed")] == [f.checksum for f in mb.files_of("keyed")] and \
             ma.keyed_states == mb.keyed_states and not ma.is_native and not mb.is_native:
         return d  # same files: same keys and values
-    common = [s.name for s in ma.keyed_states if s.name in states_b and s.name not in d.states_changed]
-    rows_a = _rows(sa.keyed_table(ma.identifier), common)
-    rows_b = _rows(sb.keyed_table(mb.identifier), common)
-    for key in rows_b.keys() - rows_a.keys():
-        d.keys_added += 1
-        if len(d.examples["added"]) < n:
-            d.examples["added"].append(key)
-    for key in rows_a.keys() - rows_b.keys():
-        d.keys_removed += 1
-        if len(d.examples["removed"]) < n:
-            d.examples["removed"].append(key)
-    for key in rows_a.keys() & rows_b.keys():
-        if rows_a[key] != rows_b[key]:
-            d.keys_changed += 1
-            if len(d.examples["changed"]) < n:
-                d.examples["changed"].append(key)
-    for kind in d.examples:
-        d.examples[kind] = sorted(d.examples[kind], key=repr)
+    d.keyed = keyed = keyed_changes(
+        sa.keyed_table(ma.identifier), sb.keyed_table(mb.identifier),
+        [s.name for s in ma.keyed_states], [s.name for s in mb.keyed_states],
+    )  # fmt: skip
+    change = keyed.column("change")
+    for kind in CHANGES:
+        picked = keyed.filter(pc.equal(change, kind))
+        setattr(d, f"keys_{kind}", picked.num_rows)
+        head = picked.slice(0, max(n, 0))
+        keys = [_display_key(k) for k in head.column("key").to_pylist()]
+        if "namespace" in head.column_names:
+            keys = [(k, _display_key(ns)) for k, ns in zip(keys, head.column("namespace").to_pylist())]
+        d.examples[kind] = sorted(keys, key=repr)
     return d
-
-
-def _hashable(value: Any) -> Any:
-    if isinstance(value, dict):
-        return tuple((k, _hashable(v)) for k, v in value.items())
-    if isinstance(value, list):
-        return tuple(_hashable(v) for v in value)
-    return value
-
-
-def _rows(table, states: list[str]) -> dict[Any, tuple]:
-    keys = table.column("key").to_pylist()
-    if "namespace" in table.column_names:
-        keys = list(zip(keys, table.column("namespace").to_pylist()))
-    cols = [table.column(s).to_pylist() for s in states]
-    out: dict[Any, tuple] = {}
-    for i, k in enumerate(keys):
-        out[_display_key(k)] = tuple(_hashable(c[i]) for c in cols)
-    return out
 
 
 def _display_key(key: Any) -> Any:
     if isinstance(key, dict):
         return tuple(key.values())
-    if isinstance(key, tuple):
-        return tuple(_display_key(k) for k in key)
     return key

@@ -153,7 +153,10 @@ def _missing(root: Path, entry: FileEntry) -> str:
 
 
 def _not_a_file(root: Path, entry: FileEntry) -> str:
-    return f"{root}: {entry.path} should be a file but is a directory or under a file."
+    return (
+        f"{root}: {entry.path} should be a regular file but is a directory, FIFO, device or socket, or lies "
+        "under a file; only regular files are data files. Restore the file or use another savepoint."
+    )
 
 
 def _size_mismatch(root: Path, entry: FileEntry, size: int) -> str:
@@ -168,12 +171,20 @@ def verify_file(root: Path, entry: FileEntry) -> tuple[bytes | None, FileProblem
     else ``(None, problem, message)``."""
     full = safe_relative_path(root, entry.path)
     try:
-        with open(full, "rb") as fh:
-            data = fh.read()
-    except FileNotFoundError:
+        st = os.stat(full)
+        if not stat.S_ISREG(st.st_mode):  # a FIFO would block the read forever, a device never end
+            return None, "missing_file", _not_a_file(root, entry)
+        if st.st_size != entry.bytes:
+            return None, "size_mismatch", _size_mismatch(root, entry, st.st_size)
+        fd = os.open(full, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)  # swapped for a FIFO since: no hang
+        with os.fdopen(fd, "rb") as fh:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return None, "missing_file", _not_a_file(root, entry)
+            data = fh.read(entry.bytes + 1)  # never more than the manifest's size (and one byte to see it grew)
+    except (FileNotFoundError, NotADirectoryError):
         return None, "missing_file", _missing(root, entry)
-    except (IsADirectoryError, NotADirectoryError):
-        return None, "missing_file", _not_a_file(root, entry)
+    except OSError as exc:  # permissions, I/O errors: the file cannot serve as data
+        return None, "missing_file", f"{root}: file {entry.path} cannot be read ({exc.strerror or exc})."
     if len(data) != entry.bytes:
         return None, "size_mismatch", _size_mismatch(root, entry, len(data))
     actual = checksum(data)
@@ -199,7 +210,9 @@ def check_present(root: Path, entry: FileEntry) -> Path:
         st = os.stat(full)
     except (FileNotFoundError, NotADirectoryError):
         raise CorruptSavepointError(_missing(root, entry)) from None
-    if not os.path.isfile(full):
+    except OSError as exc:
+        raise CorruptSavepointError(f"{root}: file {entry.path} cannot be read ({exc.strerror or exc}).") from None
+    if not stat.S_ISREG(st.st_mode):
         raise CorruptSavepointError(_not_a_file(root, entry))
     if st.st_size != entry.bytes:
         raise CorruptSavepointError(_size_mismatch(root, entry, st.st_size))

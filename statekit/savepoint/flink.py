@@ -15,6 +15,7 @@ from typing import Any
 import pyarrow as pa
 
 from statekit.errors import InvalidArgumentError, StatekitError
+from statekit.format.flink import pyflink
 from statekit.format.flink.keyed import DecodeStats, KeyedResult, state_ddl
 from statekit.format.flink.metadata import OperatorState
 from statekit.format.flink.reader import FlinkStateReader
@@ -25,7 +26,8 @@ from statekit.savepoint.reader import OpLike, Savepoint, _same_key, _same_ns
 from statekit.state.descriptors import OperatorStateInfo, StateInfo
 from statekit.types import parse_ddl
 
-def _operator_metadata(reader: FlinkStateReader, op: OperatorState) -> OperatorMetadata:
+def _operator_metadata(reader: FlinkStateReader, op: OperatorState,
+                       pyflink_types: dict[str, str] | None = None) -> OperatorMetadata:
     uid = op.uid if op.uid and OperatorIdentifier.for_uid(op.uid).uid_hash == op.operator_id else None
     lay = reader.layout(op)
     keyed: tuple[StateInfo, ...] = ()
@@ -34,6 +36,9 @@ def _operator_metadata(reader: FlinkStateReader, op: OperatorState) -> OperatorM
         key_type = lay.key_type.ddl()
         ns_type = lay.namespace_type.ddl() if lay.namespace_type is not None else None
         keyed = tuple(StateInfo(s.name, s.keyed_kind or "value", state_ddl(s)) for s in lay.states)
+        if pyflink.is_pyflink(lay, declared=pyflink_types is not None):  # key unwrapped, Python states decoded
+            key_type = pyflink.key_ddl(lay)
+            keyed = tuple(StateInfo(n, k, t, pickled=p) for n, k, t, p in pyflink.states(lay, pyflink_types or {}))
     op_states = []
     for name, meta in reader.operator_states(op).items():
         mode = (meta.options.get("OPERATOR_STATE_DISTRIBUTION_MODE") or "").upper()
@@ -57,6 +62,10 @@ def _operator_metadata(reader: FlinkStateReader, op: OperatorState) -> OperatorM
     )
 
 
+def _uid_hash(op: str) -> str:
+    return op if len(op) == 32 and all(c in "0123456789abcdef" for c in op) else OperatorIdentifier.for_uid(op).uid_hash
+
+
 class FlinkSavepoint(Savepoint):
     """A Flink savepoint or retained checkpoint, read in place (nothing is converted or written).
 
@@ -69,15 +78,26 @@ class FlinkSavepoint(Savepoint):
         self.flink = reader
         self.stats = DecodeStats()
         self._cache: dict[str, KeyedResult] = {}
+        self._pyflink: dict[str, dict[str, str]] = {}
 
     @classmethod
-    def open(cls, path: str | os.PathLike[str], *, trust_pickled: bool = False) -> "FlinkSavepoint":
+    def open(cls, path: str | os.PathLike[str], *, trust_pickled: bool = False,
+             pyflink_types: dict[str, dict[str, str]] | None = None) -> "FlinkSavepoint":
+        """``pyflink_types``: per operator (uid or uid hash) the PyFlink type of each Python state, e.g.
+        ``{"counter": {"count": "LONG", "recent": "LIST(STRING)", "per_kind": "MAP(STRING, LONG)"}}``
+        (`statekit.format.flink.pyflink.parse_type`); PyFlink keeps them in the job, not the savepoint."""
         reader = FlinkStateReader(path)
         md = reader.metadata
-        ops = tuple(_operator_metadata(reader, op) for op in md.operators)
+        by_hash = {_uid_hash(op): types for op, types in (pyflink_types or {}).items()}
+        unknown = set(by_hash) - {op.operator_id for op in md.operators}
+        if unknown:
+            raise InvalidArgumentError(f"pyflink_types names operators {sorted(unknown)} the savepoint does not have")
+        ops = tuple(_operator_metadata(reader, op, by_hash.get(op.operator_id)) for op in md.operators)
         kind = "checkpoint" if md.path.name.startswith("chk-") else "savepoint"
         manifest = Manifest(checkpoint_id=md.checkpoint_id, kind=kind, created_at="", job_name=None, operators=ops)
-        return cls(Path(path), reader, manifest, trust_pickled=trust_pickled)
+        sp = cls(Path(path), reader, manifest, trust_pickled=trust_pickled)
+        sp._pyflink = by_hash
+        return sp
 
     @property
     def format(self) -> str:
@@ -97,7 +117,7 @@ class FlinkSavepoint(Savepoint):
         if meta.key_type is None:
             return None
         if meta.uid_hash not in self._cache:
-            self._cache[meta.uid_hash] = self.flink.read_keyed(self.flink_operator(op), stats=self.stats)
+            self._cache[meta.uid_hash] = self._read_keyed(op)
         return self._cache[meta.uid_hash]
 
     # -- the Savepoint API -----------------------------------------------------------------------
@@ -110,8 +130,7 @@ class FlinkSavepoint(Savepoint):
         if meta.key_type is None:
             return pa.table({"key": pa.array([], pa.null())}).slice(0, 0)
         if key_groups is not None:
-            table = self.flink.read_keyed(self.flink_operator(op), key_groups=(key_groups.start, key_groups.end),
-                                          stats=self.stats).table
+            table = self._read_keyed(op, (key_groups.start, key_groups.end)).table
         else:
             table = self._keyed(op).table  # type: ignore[union-attr]
         table = table.cast(self.keyed_schema(op))
@@ -130,14 +149,37 @@ class FlinkSavepoint(Savepoint):
         fop = self.flink_operator(op)
         lay = self.flink.layout(fop)
         rng = None
-        if lay is not None and lay.key_type.kind not in ("pojo", "row", "binary"):  # their hashCode is user code
+        if lay is not None and pyflink.is_pyflink(lay, declared=meta.uid_hash in self._pyflink):
+            kg = pyflink.key_group(key, lay, meta.max_parallelism)
+            rng = (kg, kg)
+        elif lay is not None and lay.key_type.kind not in ("pojo", "row", "binary"):  # their hashCode is user code
             kg = assign_to_key_group(key, meta.max_parallelism, meta.key_type)
             rng = (kg, kg)
-        table = self.flink.read_keyed(fop, key_groups=rng, stats=self.stats).table
+        table = self._read_keyed(op, rng).table
         rows = [r for r in table.to_pylist() if _same_key(r["key"], key) and _same_ns(r.get("namespace"), namespace)]
         if not rows:
             return None
-        return {s.name: rows[0][s.name] for s in meta.keyed_states}
+        out = {s.name: rows[0][s.name] for s in meta.keyed_states}
+        for s in meta.keyed_states:
+            if s.pickled and out[s.name] is not None:
+                out[s.name] = self._unpickle(s.kind, out[s.name], f"state {s.name!r} of {meta.display_name}")
+        return out
+
+    def is_pyflink(self, op: OpLike) -> bool:
+        """Whether `op` is a PyFlink operator whose Row key is shown unwrapped (see `statekit.format.flink.pyflink`)."""
+        meta = self.operator(op)
+        lay = self.flink.layout(self.flink_operator(op)) if meta.key_type is not None else None
+        return lay is not None and pyflink.is_pyflink(lay, declared=meta.uid_hash in self._pyflink)
+
+    def _read_keyed(self, op: OpLike, key_groups: tuple[int, int] | None = None) -> KeyedResult:
+        """Keyed and timer tables as stored, then (PyFlink operators) the key unwrapped and values decoded."""
+        meta = self.operator(op)
+        fop = self.flink_operator(op)
+        result = self.flink.read_keyed(fop, key_groups=key_groups, stats=self.stats)
+        lay = self.flink.layout(fop)
+        if lay is not None and pyflink.is_pyflink(lay, declared=meta.uid_hash in self._pyflink):
+            result = pyflink.decode(result, lay, self._pyflink.get(meta.uid_hash, {}), f"{self.path} {meta.display_name}")
+        return result
 
     def timers(self, op: OpLike) -> pa.Table:
         meta = self.operator(op)

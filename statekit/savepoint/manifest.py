@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import os
 import posixpath
 import re
+import stat
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from statekit.errors import (
     CorruptSavepointError,
@@ -21,6 +24,9 @@ from statekit.errors import (
 )
 from statekit.identifiers import OperatorIdentifier
 from statekit.state.descriptors import OperatorStateInfo, StateInfo
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 FORMAT = "statekit-savepoint"
 FORMAT_VERSION = 1
@@ -80,6 +86,38 @@ class FileEntry:
 
 
 @dataclass(frozen=True)
+class FlinkSerializers:
+    """Flink serializer snapshots of an operator read from a Flink savepoint, kept byte for byte (manifest
+    field ``flink``), so that writing the state back to Flink (`statekit.savepoint.flink_out`) restores into
+    the original job. `key` is the key serializer's versioned snapshot; the others are whole
+    `StateMetaInfoSnapshot`s (name, kind, serializers) of keyed states, timer queues and operator states."""
+
+    key: bytes | None = None
+    states: tuple[tuple[str, bytes], ...] = ()
+    timers: tuple[bytes, ...] = ()
+    operator_states: tuple[tuple[str, bytes], ...] = ()
+
+    def without_key(self) -> "FlinkSerializers":
+        """The same without what depends on the key type (after a re-key to another type)."""
+        return FlinkSerializers(None, self.states, (), self.operator_states)
+
+    def to_json(self) -> dict[str, Any]:
+        b64 = lambda b: base64.b64encode(b).decode("ascii")  # noqa: E731
+        return {"key": b64(self.key) if self.key is not None else None,
+                "states": {n: b64(b) for n, b in self.states},
+                "timers": [b64(b) for b in self.timers],
+                "operator_states": {n: b64(b) for n, b in self.operator_states}}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "FlinkSerializers":
+        dec = lambda v: base64.b64decode(v, validate=True)  # noqa: E731
+        return cls(dec(d["key"]) if d.get("key") is not None else None,
+                   tuple((n, dec(v)) for n, v in d.get("states", {}).items()),
+                   tuple(dec(v) for v in d.get("timers", [])),
+                   tuple((n, dec(v)) for n, v in d.get("operator_states", {}).items()))
+
+
+@dataclass(frozen=True)
 class OperatorMetadata:
     """Everything the manifest says about one operator."""
 
@@ -94,6 +132,7 @@ class OperatorMetadata:
     operator_states: tuple[OperatorStateInfo, ...] = ()
     files: tuple[FileEntry, ...] = ()
     keyed_format: Literal["parquet", "rocksdb"] = "parquet"
+    flink: FlinkSerializers | None = None  # serializers carried from a Flink savepoint
 
     @property
     def identifier(self) -> OperatorIdentifier:
@@ -147,6 +186,8 @@ class OperatorMetadata:
             "operator_states": [s.to_json() for s in self.operator_states],
             "files": [f.to_json() for f in self.files],
         }
+        if self.flink is not None:
+            out["flink"] = self.flink.to_json()
         return out
 
     @classmethod
@@ -163,6 +204,7 @@ class OperatorMetadata:
             operator_states=tuple(OperatorStateInfo.from_json(s) for s in d.get("operator_states", [])),
             files=tuple(FileEntry.from_json(f) for f in d.get("files", [])),
             keyed_format=d.get("keyed_format", "parquet"),
+            flink=FlinkSerializers.from_json(d["flink"]) if d.get("flink") is not None else None,
         )
 
 
@@ -225,8 +267,11 @@ def safe_relative_path(root: Path, rel: str) -> Path:
             f"manifest path {rel!r} points outside the savepoint; refusing to read it. "
             "Savepoint manifests may only name files inside their own directory."
         )
-    full = (root / norm).resolve()
-    base = root.resolve()
+    try:
+        full = (root / norm).resolve()
+        base = root.resolve()
+    except (RuntimeError, OSError) as exc:  # a symlink loop (RuntimeError before Python 3.13)
+        raise UnsafePathError(f"manifest path {rel!r} cannot be resolved ({exc}); the savepoint is damaged.") from None
     if full != base and base not in full.parents:
         raise UnsafePathError(f"manifest path {rel!r} resolves outside the savepoint ({full}); refusing to read it.")
     return full
@@ -248,16 +293,33 @@ def load_manifest(path: Path) -> Manifest:
             f"{path} is not a savepoint: it has no {MANIFEST_NAME}. An interrupted write leaves no manifest; "
             "point at a completed savepoint or checkpoint directory."
         )
-    size = mpath.stat().st_size
-    if size == 0:
-        raise _fail(path, "the manifest is empty (truncated)")
-    if size > MAX_MANIFEST_BYTES:
-        raise _fail(path, f"the manifest is {size} bytes, larger than any valid manifest")
     try:
-        raw = json.loads(mpath.read_bytes().decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        fd = os.open(mpath, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)  # a FIFO swapped in must not block
+        with os.fdopen(fd, "rb") as fh:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise _fail(path, "the manifest is not a regular file")
+            data = fh.read(MAX_MANIFEST_BYTES + 1)
+    except OSError as exc:
+        raise _fail(path, f"the manifest cannot be read ({exc.strerror or exc})") from None
+    if not data:
+        raise _fail(path, "the manifest is empty (truncated)")
+    if len(data) > MAX_MANIFEST_BYTES:
+        raise _fail(path, f"the manifest is larger than any valid manifest ({MAX_MANIFEST_BYTES} bytes)")
+    try:
+        raw = json.loads(data.decode("utf-8"), parse_int=_parse_int)
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:  # JSONDecodeError is a ValueError
         raise _fail(path, f"the manifest is not valid JSON ({exc})") from None
     return parse_manifest(raw, path)
+
+
+class _HugeInt(str):
+    """A JSON integer too long for any manifest field; kept as text so the schema names the field."""
+
+
+def _parse_int(text: str) -> int | _HugeInt:
+    # Python refuses to convert integers over 4300 digits (and is slow well before that); no manifest
+    # field needs more than 19 digits, so longer ones are left for the schema to refuse by name.
+    return int(text) if len(text) <= 24 else _HugeInt(text)
 
 
 def parse_manifest(raw: Any, path: Path) -> Manifest:
@@ -283,45 +345,262 @@ def parse_manifest(raw: Any, path: Path) -> Manifest:
             f"{path}: savepoint uses feature(s) {unknown} that this statekit does not support; it supports "
             f"{sorted(SUPPORTED_FEATURES)}. Upgrade statekit to read it."
         )
-    try:
-        if not isinstance(raw["operators"], list) or not all(isinstance(op, dict) for op in raw["operators"]):
-            raise TypeError("'operators' is not a list of objects")
-        for op in raw["operators"]:
-            for key in ("keyed_states", "operator_states", "files"):
-                if not isinstance(op.get(key, []), list) or not all(isinstance(x, dict) for x in op.get(key, [])):
-                    raise TypeError(f"operator {key!r} is not a list of objects")
-        manifest = Manifest(
-            checkpoint_id=int(raw["checkpoint_id"]),
-            kind=raw.get("kind", "savepoint"),
-            created_at=str(raw.get("created_at", "")),
-            job_name=raw.get("job_name"),
-            operators=tuple(OperatorMetadata.from_json(op) for op in raw["operators"]),
-            features=tuple(features),
-            format_version=version,
-        )
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
-        raise _fail(path, f"the manifest misses or mistypes a field ({type(exc).__name__}: {exc})") from None
+    _check_schema(raw, _MANIFEST_SCHEMA, "", path)  # every field's JSON type and bounds, before any use
+    for i, op in enumerate(raw["operators"]):
+        if op.get("flink") is not None:
+            _check_flink_json(op["flink"], f"operators[{i}].flink", path)
+    manifest = Manifest(
+        checkpoint_id=raw["checkpoint_id"],
+        kind=raw.get("kind", "savepoint"),
+        created_at=raw.get("created_at") or "",
+        job_name=raw.get("job_name"),
+        operators=tuple(OperatorMetadata.from_json(op) for op in raw["operators"]),
+        features=tuple(features),
+        format_version=version,
+    )
     _validate(manifest, path)
     return manifest
 
 
+# --- the declared schema of the manifest -------------------------------------------------------------
+#
+# Each field: its JSON type, whether it must be present, whether null is allowed, and its bounds. A
+# manifest is checked against it whole before anything is built from it, so a damaged or hostile
+# manifest fails with the name of the field at fault, never with an exception from deeper code.
+
+MAX_TEXT = 64 * 1024  # uids, names and type strings
+MAX_PATH_BYTES = 4096
+MAX_NAME_BYTES = 255  # one path component, as on every common file system
+MAX_INT64 = 2**63 - 1
+
+
+@dataclass(frozen=True)
+class _Field:
+    kind: Literal["int", "str", "bool", "enum", "path", "ddl", "objects", "strings"]
+    required: bool = False
+    nullable: bool = False
+    lo: int = 0
+    hi: int = MAX_INT64
+    choices: tuple[str, ...] = ()
+    pattern: re.Pattern[str] | None = None
+    nonempty: bool = False
+    items: dict[str, "_Field"] | None = None  # the schema of each object of an "objects" list
+
+    def describe(self) -> str:
+        if self.kind == "int":
+            return f"an integer in {self.lo}..{self.hi}"
+        if self.kind == "enum":
+            return "one of " + ", ".join(repr(c) for c in self.choices)
+        if self.kind == "str":
+            return f"a{' non-empty' if self.nonempty else ''} string" + (
+                f" matching {self.pattern.pattern}" if self.pattern else "")
+        return {"bool": "true or false", "path": "a relative path", "ddl": "a type string such as 'bigint'",
+                "objects": "a list of objects", "strings": "a list of strings"}[self.kind]
+
+
 _UID_HASH = re.compile(r"[0-9a-f]{32}")
-_STATE_KINDS = frozenset({"value", "list", "map", "reducing", "aggregating"})
-_REDISTRIBUTIONS = frozenset({"split", "union", "broadcast"})
-_TABLES = frozenset({"keyed", "timers", "operator", "broadcast", "rocksdb"})
+_STATE_KINDS = ("value", "list", "map", "reducing", "aggregating")
+_REDISTRIBUTIONS = ("split", "union", "broadcast")
+_TABLES = ("keyed", "timers", "operator", "broadcast", "rocksdb")
+_STATE_NAME = _Field("str", required=True, nonempty=True)
+
+_FILE_SCHEMA = {
+    "path": _Field("path", required=True),
+    "table": _Field("enum", required=True, choices=_TABLES),
+    "rows": _Field("int", required=True),
+    "bytes": _Field("int", required=True),
+    "checksum": _Field("str", required=True, pattern=re.compile(r"crc32:[0-9a-f]{8}")),
+    "state": _Field("str", nullable=True, nonempty=True),
+    "key_group_start": _Field("int", nullable=True, hi=32767),
+    "key_group_end": _Field("int", nullable=True, hi=32767),
+    "subtask": _Field("int", nullable=True, hi=32767),
+}
+_KEYED_STATE_SCHEMA = {
+    "name": _STATE_NAME,
+    "kind": _Field("enum", required=True, choices=_STATE_KINDS),
+    "type": _Field("ddl", required=True),
+    "pickled": _Field("bool"),
+    "ttl_ms": _Field("int", nullable=True, lo=1),
+}
+_OPERATOR_STATE_SCHEMA = {
+    "name": _STATE_NAME,
+    "redistribution": _Field("enum", required=True, choices=_REDISTRIBUTIONS),
+    "type": _Field("ddl", required=True),
+    "key_type": _Field("ddl", nullable=True),
+    "pickled": _Field("bool"),
+}
+_OPERATOR_SCHEMA = {
+    "uid": _Field("str", nullable=True, nonempty=True),
+    "uid_hash": _Field("str", required=True, pattern=_UID_HASH),
+    "name": _Field("str", nullable=True),
+    "parallelism": _Field("int", required=True, lo=1, hi=32768),
+    "max_parallelism": _Field("int", required=True, lo=1, hi=32768),
+    "key_type": _Field("ddl", nullable=True),
+    "namespace_type": _Field("ddl", nullable=True),
+    "keyed_format": _Field("enum", choices=("parquet", "rocksdb")),
+    "keyed_states": _Field("objects", items=_KEYED_STATE_SCHEMA),
+    "operator_states": _Field("objects", items=_OPERATOR_STATE_SCHEMA),
+    "files": _Field("objects", items=_FILE_SCHEMA),
+}
+_MANIFEST_SCHEMA = {
+    "checkpoint_id": _Field("int", required=True),
+    "kind": _Field("enum", choices=("savepoint", "checkpoint")),
+    "created_at": _Field("str", nullable=True),
+    "job_name": _Field("str", nullable=True),
+    "features": _Field("strings"),
+    "operators": _Field("objects", required=True, items=_OPERATOR_SCHEMA),
+}
+
+
+def _check_schema(obj: dict[str, Any], schema: dict[str, _Field], where: str, path: Path) -> None:
+    for name, spec in schema.items():
+        field_name = f"{where}.{name}" if where else name
+        if name not in obj:
+            if spec.required:
+                raise _fail(path, f"field {field_name!r} is missing; it must be {spec.describe()}")
+            continue
+        value = obj[name]
+        if value is None and spec.nullable:
+            continue
+        why = _field_problem(value, spec)
+        if why:
+            shown = repr(value) if not isinstance(value, (list, dict)) else type(value).__name__
+            raise _fail(path, f"field {field_name!r} is {shown[:80]}{'...' if len(shown) > 80 else ''}: {why}; "
+                              f"it must be {spec.describe()}{' or null' if spec.nullable else ''}")
+        if spec.kind == "objects":
+            assert spec.items is not None
+            for i, item in enumerate(value):
+                _check_schema(item, spec.items, f"{field_name}[{i}]", path)
+
+
+def _field_problem(value: Any, spec: _Field) -> str | None:
+    """Why `value` does not fit `spec`, or None."""
+    kind = spec.kind
+    if kind == "int":
+        if isinstance(value, _HugeInt):
+            return f"an integer of {len(value)} digits is out of range"
+        if type(value) is not int:
+            return "not an integer" if not isinstance(value, float) else "a number that is not an integer"
+        return None if spec.lo <= value <= spec.hi else "out of range"
+    if kind == "bool":
+        return None if type(value) is bool else "not a boolean"
+    if kind == "objects":
+        return None if isinstance(value, list) and all(isinstance(x, dict) for x in value) else "not a list of objects"
+    if kind == "strings":
+        return None if isinstance(value, list) and all(_text_problem(x) is None for x in value) else \
+            "not a list of strings"
+    text = _text_problem(value, nul_ok=kind == "path")  # empty and NUL paths: `safe_relative_path` refuses them
+    if text:
+        return text
+    if kind == "enum":
+        return None if value in spec.choices else "not supported"
+    if kind == "str":
+        if spec.nonempty and not value:
+            return "empty"
+        return None if spec.pattern is None or spec.pattern.fullmatch(value) else "malformed"
+    if kind == "ddl":
+        return None if value.strip() else "empty"
+    if kind == "path":
+        if len(value.encode("utf-8")) > MAX_PATH_BYTES:
+            return f"longer than {MAX_PATH_BYTES} bytes"
+        if any(len(part.encode("utf-8")) > MAX_NAME_BYTES for part in value.replace("\\", "/").split("/")):
+            return f"a path component is longer than {MAX_NAME_BYTES} bytes, which no file system stores"
+        return None
+    raise AssertionError(kind)
+
+
+def _text_problem(value: Any, *, nul_ok: bool = False) -> str | None:
+    if not isinstance(value, str) or isinstance(value, _HugeInt):
+        return "not a string"
+    if len(value) > MAX_TEXT:
+        return f"longer than {MAX_TEXT} characters"
+    if "\x00" in value and not nul_ok:
+        return "holds a NUL character"
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return "not valid UTF-8 text (a lone surrogate)"
+    return None
 
 
 def _is_int(v: Any) -> bool:
     return type(v) is int
 
 
-def _check_ddl(path: Path, ddl: Any, where: str) -> None:
+def _check_ddl(path: Path, ddl: Any, where: str) -> "pa.DataType":
     from statekit.types import parse_ddl  # a leaf module; imported here to keep manifest loading light
 
     try:
-        parse_ddl(ddl)
+        return parse_ddl(ddl)
     except StateTypeError as exc:
         raise _fail(path, f"{where} has an invalid type {ddl!r} ({exc})") from None
+
+
+def _check_flink_json(d: Any, where: str, path: Path) -> None:
+    """The manifest field ``flink``: base64 strings under ``key``, ``states``, ``timers``, ``operator_states``."""
+    def b64(v: Any, at: str) -> None:
+        try:
+            if not isinstance(v, str):
+                raise TypeError
+            base64.b64decode(v, validate=True)
+        except (TypeError, binascii.Error):
+            raise _fail(path, f"field {at!r} is not base64 text (a Flink serializer snapshot)") from None
+
+    if not isinstance(d, dict):
+        raise _fail(path, f"field {where!r} is not an object")
+    if d.get("key") is not None:
+        b64(d["key"], f"{where}.key")
+    for name in ("states", "operator_states"):
+        if not isinstance(d.get(name, {}), dict):
+            raise _fail(path, f"field {where}.{name!r} is not an object")
+        for k, v in d.get(name, {}).items():
+            b64(v, f"{where}.{name}.{k}")
+    if not isinstance(d.get("timers", []), list):
+        raise _fail(path, f"field {where}.timers is not a list")
+    for i, v in enumerate(d.get("timers", [])):
+        b64(v, f"{where}.timers[{i}]")
+
+
+def _check_flink(path: Path, op: OperatorMetadata, where: str, keyed: set[str], operator: dict[str, str]) -> None:
+    """The carried Flink serializers parse, and name states the operator has."""
+    from statekit.format.flink.binary import DataInput
+    from statekit.format.flink.proxy import read_meta_info
+    from statekit.format.flink.serializers import read_versioned
+
+    fl = op.flink
+    assert fl is not None
+    try:
+        if fl.key is not None:
+            read_versioned(DataInput(fl.key, f"{path}: {where} flink key serializer"), "the key serializer")
+        for group, known in ((fl.states, keyed), (fl.operator_states, set(operator))):
+            for name, raw in group:
+                meta = read_meta_info(DataInput(raw, f"{path}: {where} flink serializers of {name!r}"))
+                if meta.name != name or name not in known:
+                    raise _fail(path, f"{where}: carried Flink serializers of {name!r} match no state of the operator")
+        for raw in fl.timers:
+            if not read_meta_info(DataInput(raw, f"{path}: {where} flink timer serializers")).is_timer:
+                raise _fail(path, f"{where}: carried Flink timer serializers are not a timer queue")
+    except (CorruptSavepointError, UnsupportedFormatError) as exc:
+        raise _fail(path, f"{where} carries Flink serializers that do not parse ({exc})") from None
+
+
+def _check_state_type(path: Path, t: "pa.DataType", kind: str, pickled: bool, what: str) -> None:
+    """The column type a state of `kind` needs (list -> array, map -> map), with pickled values stored as binary."""
+    import pyarrow as pa
+
+    value = t
+    if kind == "list":
+        if not pa.types.is_list(t):
+            raise _fail(path, f"{what} is list state but its type {t} is not an array; list state is stored as "
+                              "array<T>")
+        value = t.value_type
+    elif kind == "map":
+        if not pa.types.is_map(t):
+            raise _fail(path, f"{what} is map state but its type {t} is not a map; map state is stored as map<K,V>")
+        value = t.item_type
+    if pickled and not pa.types.is_binary(value):
+        raise _fail(path, f"{what} is marked pickled but its values are {value}, not binary; pickled values are "
+                          "stored as binary")
 
 
 def _validate(manifest: Manifest, path: Path) -> None:
@@ -364,25 +643,52 @@ def _validate(manifest: Manifest, path: Path) -> None:
             names.add(st.name)
             if st.kind not in _STATE_KINDS:
                 raise _fail(path, f"{where}: keyed state {st.name!r} has unknown kind {st.kind!r}")
-            _check_ddl(path, st.type, f"{where}: keyed state {st.name!r}")
+            t = _check_ddl(path, st.type, f"{where}: keyed state {st.name!r}")
+            _check_state_type(path, t, st.kind, st.pickled, f"{where}: keyed state {st.name!r}")
         op_states: dict[str, str] = {}
         for st in op.operator_states:
             if not isinstance(st.name, str) or not st.name or st.name in op_states:
                 raise _fail(path, f"{where} has an operator state named {st.name!r} (empty, not text or twice)")
             if st.redistribution not in _REDISTRIBUTIONS:
                 raise _fail(path, f"{where}: operator state {st.name!r} has unknown redistribution {st.redistribution!r}")
-            _check_ddl(path, st.type, f"{where}: operator state {st.name!r}")
+            t = _check_ddl(path, st.type, f"{where}: operator state {st.name!r}")
+            _check_state_type(path, t, "value", st.pickled, f"{where}: operator state {st.name!r}")
             if st.redistribution == "broadcast":
                 _check_ddl(path, st.key_type, f"{where}: the keys of broadcast state {st.name!r}")
             op_states[st.name] = st.redistribution
+        if op.flink is not None:
+            _check_flink(path, op, where, names, op_states)
+        native_dirs: dict[int, str] = {}
         for f in op.files:
             safe_relative_path(path, f.path)
-            if posixpath.normpath(f.path) in (".", MANIFEST_NAME):
+            norm = posixpath.normpath(f.path)
+            if norm in (".", MANIFEST_NAME):
                 raise _fail(path, f"file entry {f.path!r} does not name a data file")
-            if f.path in listed:
+            if norm in listed:
                 raise _fail(path, f"file {f.path} is listed twice")
-            listed.add(f.path)
+            listed.add(norm)
             _validate_file(path, op, f, op_states)
+            # The files must be what keyed_format says: a reader looks for keyed state only in the tables
+            # of that format, so a mismatch would make the state vanish without an error.
+            if f.table in ("keyed", "rocksdb") and (f.table == "rocksdb") != op.is_native:
+                raise _fail(path, f"file entry {f.path} of operator {op.display_name!r} is in the {f.table} table, "
+                                  f"but the operator's keyed_format is {op.keyed_format!r}; the two must agree")
+            if f.table == "rocksdb":
+                if f.subtask is None:
+                    raise _fail(path, f"native RocksDB file {f.path} of operator {op.display_name!r} names no subtask")
+                directory = posixpath.dirname(norm)
+                if native_dirs.setdefault(f.subtask, directory) != directory:
+                    raise _fail(path, f"native RocksDB files of subtask {f.subtask} of operator {op.display_name!r} "
+                                      "lie in more than one directory; one subtask's checkpoint is one directory")
+        if len(set(native_dirs.values())) != len(native_dirs):
+            raise _fail(path, f"two subtasks of operator {op.display_name!r} share one native RocksDB directory")
+        if op.is_native and "rocksdb-native" not in manifest.features:
+            raise _fail(path, f"operator {op.display_name!r} has keyed_format 'rocksdb' but the manifest does not "
+                              "declare the 'rocksdb-native' feature")
+        if "pickled" not in manifest.features and (
+                any(st.pickled for st in op.keyed_states) or any(st.pickled for st in op.operator_states)):
+            raise _fail(path, f"operator {op.display_name!r} has pickled state but the manifest does not declare "
+                              "the 'pickled' feature")
 
 
 def _validate_file(path: Path, op: OperatorMetadata, f: FileEntry, op_states: dict[str, str]) -> None:

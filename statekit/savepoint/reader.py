@@ -42,15 +42,22 @@ class Savepoint:
         self.trust_pickled = trust_pickled
 
     @classmethod
-    def open(cls, path: str | os.PathLike[str], *, trust_pickled: bool = False) -> "Savepoint":
-        """Open and validate the savepoint at `path` (reads only the manifest)."""
+    def open(cls, path: str | os.PathLike[str], *, trust_pickled: bool = False,
+             pyflink_types: dict[str, dict[str, str]] | None = None) -> "Savepoint":
+        """Open and validate the savepoint at `path` (reads only the manifest).
+
+        ``pyflink_types`` (Flink savepoints of PyFlink jobs only): the Python type of each state per
+        operator, see `statekit.savepoint.flink.FlinkSavepoint.open`.
+        """
         p = Path(path)
         from statekit.format.flink.metadata import is_flink_metadata
 
         if not (p / "_metadata.json").is_file() and is_flink_metadata(p):  # a real Flink savepoint or checkpoint
             from statekit.savepoint.flink import FlinkSavepoint
 
-            return FlinkSavepoint.open(p, trust_pickled=trust_pickled)
+            return FlinkSavepoint.open(p, trust_pickled=trust_pickled, pyflink_types=pyflink_types)
+        if pyflink_types:
+            raise InvalidArgumentError(f"{p} is a statekit savepoint; pyflink_types applies to Flink savepoints of PyFlink jobs.")
         return cls(p, load_manifest(p), trust_pickled=trust_pickled)
 
     # -- metadata ----------------------------------------------------------------------------------

@@ -53,6 +53,7 @@ def link_operator(builder: SavepointBuilder, source: Savepoint, meta: OperatorMe
     writer = builder.add_operator(
         ident, name=name or meta.name, parallelism=meta.parallelism, max_parallelism=meta.max_parallelism,
         key_type=meta.key_type, keyed_states=meta.keyed_states, namespace_type=meta.namespace_type,
+        flink=meta.flink,
     )
     entries = []
     with storage_errors(builder.path):
@@ -105,7 +106,10 @@ def _ancestors(rel: str) -> list[str]:
 def refuse_target_inside(source: str | os.PathLike, target: str | os.PathLike) -> None:
     """Refuse a write whose target is the source itself or inside it (symlinks resolved): it would
     write into the savepoint it reads."""
-    src, tgt = Path(source).resolve(), Path(target).resolve()
+    try:
+        src, tgt = Path(source).resolve(), Path(target).resolve()
+    except (RuntimeError, OSError) as exc:  # a symlink loop (RuntimeError before Python 3.13)
+        raise InvalidTargetError(f"cannot resolve {source} or {target} ({exc}); choose another target.") from None
     if tgt == src or src in tgt.parents:
         raise InvalidTargetError(
             f"target {target} is {'the source itself' if tgt == src else 'inside the source'} {source} "
@@ -124,7 +128,7 @@ def rehash_operator(builder: SavepointBuilder, source: Savepoint, meta: Operator
     writer = builder.add_operator(
         ident, name=name or meta.name, parallelism=min(meta.parallelism, max_parallelism),
         max_parallelism=max_parallelism, key_type=meta.key_type, keyed_states=meta.keyed_states,
-        namespace_type=meta.namespace_type,
+        namespace_type=meta.namespace_type, flink=meta.flink,
     )
     op = meta.identifier
     keyed = source.keyed_table(op)

@@ -52,7 +52,9 @@ from statekit.spark.bootstrap import (
     OperatorTransformation,
     StateBootstrapFunction,
 )
+from statekit.spark.diff import diff, diff_operators
 from statekit.spark.datasource import StatekitDataSource, StatekitMetadataDataSource, register_data_sources
+from statekit.spark.history import append_state_history
 from statekit.spark.filters import RANGE_ENUMERATION_LIMIT
 from statekit.spark.reader import SavepointReader
 from statekit.spark.reader_function import KeyedStateReaderFunction, ReaderContext
@@ -75,6 +77,9 @@ __all__ = [
     "StatekitMetadataDataSource",
     "WindowReaderContext",
     "WindowReaderFunction",
+    "append_state_history",
+    "diff",
+    "diff_operators",
     "prepare_session",
     "register_data_sources",
     "spark_session",

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import pickle
-import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -222,6 +221,20 @@ class SavepointReader:
             return self._load_parquet(meta, "timers", with_key_group=with_key_group)
         return self._load(meta, "timers", with_key_group=with_key_group)
 
+    def export(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        format: Literal["delta", "parquet"] = "delta",
+        op: OpLike | None = None,
+        prefix: str | None = None,
+    ) -> dict[str, int]:
+        """Write every table (or operator `op`'s) as Delta or Parquet under ``<path>/<database>/<table>``,
+        atomically; see `statekit.spark.history.export`. Returns ``{"db/table": rows}``."""
+        from statekit.spark.history import export
+
+        return export(self, path, format=format, op=op, prefix=prefix)
+
     # -- reader functions --------------------------------------------------------------------------
     def _read_with_function(
         self, meta: OperatorMetadata, fn: KeyedStateReaderFunction, output_schema: StructType | str | None
@@ -414,7 +427,9 @@ def _jvm_prunable(t: pa.DataType) -> bool:
 
 
 def _identifier(text: str) -> str:
-    return re.sub(r"[^a-z0-9_]", "_", text.lower())
+    from statekit.query import table_name  # the naming rule lives once, shared with statekit.sql
+
+    return table_name(text)
 
 
 def _dumps(obj: Any) -> bytes:

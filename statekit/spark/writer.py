@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+import shutil
+import uuid
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Literal
 
 import pyarrow as pa
 from pyspark.sql import Column, SparkSession
@@ -15,6 +17,7 @@ from statekit.errors import InvalidArgumentError, UnknownOperatorError
 from statekit.identifiers import OperatorIdentifier
 from statekit.keygroups import check_max_parallelism
 from statekit.savepoint import OperatorMetadata, Savepoint, SavepointBuilder
+from statekit.savepoint.flink_out import TypeHints
 from statekit.savepoint.rekey import rekey_operator
 from statekit.savepoint.transforms import link_operator, refuse_target_inside, rehash_operator
 from statekit.spark.bootstrap import BootstrapTransformation
@@ -33,6 +36,7 @@ class _Entry:
     max_parallelism: int | None = None
     new_key: Any = None  # a Column, SQL expression or Python function of the old key (rekey)
     new_key_type: str | None = None
+    merge: Any = None  # rekey: SQL aggregate(s) or a Python function for keys that collide
 
 
 class SavepointWriter:
@@ -56,6 +60,7 @@ class SavepointWriter:
         self.source = source
         self.max_parallelism = check_max_parallelism(max_parallelism)
         self._entries: dict[str, _Entry] = {}
+        self._renames: dict[str, OperatorIdentifier] = {}  # old uid hash -> new identifier, applied by write()
         if source is not None:
             for meta in source.operators:
                 self._entries[meta.uid_hash] = _Entry(meta.identifier, existing=meta)
@@ -79,6 +84,8 @@ class SavepointWriter:
     def _find(self, op: OpLike) -> _Entry:
         ident = OperatorIdentifier.coerce(op)
         entry = self._entries.get(ident.uid_hash)
+        if entry is None:  # an operator may also be named by the identifier a pending rename gives it
+            entry = next((self._entries[h] for h, new in self._renames.items() if new == ident), None)
         if entry is None:
             known = ", ".join(str(e.ident) for e in self._entries.values()) or "none"
             raise UnknownOperatorError(f"operator {ident} is not in this savepoint writer (operators: {known}).")
@@ -104,18 +111,59 @@ class SavepointWriter:
 
     def remove_operator(self, op: OpLike) -> "SavepointWriter":
         """Drop operator `op` and all its state."""
-        del self._entries[self._find(op).ident.uid_hash]
+        h = self._find(op).ident.uid_hash
+        del self._entries[h]
+        self._renames.pop(h, None)
         return self
 
     def change_operator_identifier(self, old: OpLike, new: OpLike) -> "SavepointWriter":
-        """Give operator `old` the identifier `new`; its state is carried over unchanged."""
-        entry = self._find(old)
-        ident = OperatorIdentifier.coerce(new)
-        self._check_free(ident)
-        del self._entries[entry.ident.uid_hash]
-        entry.ident = ident
-        self._entries[ident.uid_hash] = entry
+        """Give operator `old` the identifier `new` when the savepoint is written; its state is carried over unchanged.
+
+        As in Flink, the renames of one writer are collected and applied together by `write`, each
+        to the operator that has the old identifier here (in the source savepoint, or added with
+        `with_operator`). So two operators can swap identifiers (``A -> B`` and ``B -> A``), and
+        renames do not chain: ``A -> B`` plus ``B -> C`` gives A's state the identifier B and B's
+        state C (each operator is looked up once, not A -> B -> C). Other methods name an operator by
+        its identifier here, or by its new one when no other operator has it.
+
+        Raises
+        ------
+        UnknownOperatorError
+            No operator has identifier `old` (at once; or at `write`, if it was removed since).
+        InvalidArgumentError
+            `old` is already renamed. `write` raises it too when two operators would end up with
+            one identifier.
+        """
+        entry = self._entries.get(OperatorIdentifier.coerce(old).uid_hash)
+        if entry is None:
+            known = ", ".join(str(e.ident) for e in self._entries.values()) or "none"
+            raise UnknownOperatorError(
+                f"cannot rename operator {OperatorIdentifier.coerce(old)}: it is not in this savepoint writer "
+                f"(operators: {known}). Renames name operators by their identifier before any rename."
+            )
+        if entry.ident.uid_hash in self._renames:
+            raise InvalidArgumentError(
+                f"operator {entry.ident} is already renamed to {self._renames[entry.ident.uid_hash]}; rename each operator once."
+            )
+        self._renames[entry.ident.uid_hash] = OperatorIdentifier.coerce(new)
         return self
+
+    def _resolved(self) -> list[_Entry]:
+        """The operators to write, with the collected renames applied together (see `change_operator_identifier`)."""
+        out: dict[str, _Entry] = {}
+        before: dict[str, OperatorIdentifier] = {}  # resolved uid hash -> the identifier it had here
+        for h, entry in self._entries.items():
+            new = self._renames.get(h)
+            resolved = entry if new is None else replace(entry, ident=new)
+            target = resolved.ident.uid_hash
+            if target in out:
+                raise InvalidArgumentError(
+                    f"after the renames, operators {before[target]} and {entry.ident} would both have identifier "
+                    f"{resolved.ident}; rename the other one too (renames apply together, so A -> B and B -> A swap "
+                    "them) or remove it."
+                )
+            out[target], before[target] = resolved, entry.ident
+        return list(out.values())
 
     def with_max_parallelism(self, op: OpLike, max_parallelism: int) -> "SavepointWriter":
         """Write operator `op` with `max_parallelism` key groups (existing keyed state is re-hashed)."""
@@ -129,7 +177,8 @@ class SavepointWriter:
         return self
 
     def rekey(
-        self, op: OpLike, new_key: Column | str | Callable[[Any], Any], *, key_type: str | None = None
+        self, op: OpLike, new_key: Column | str | Callable[[Any], Any], *, key_type: str | None = None,
+        merge: str | dict[str, str] | Callable[[Any, list[dict]], dict] | None = None,
     ) -> "SavepointWriter":
         """Replace every key of operator `op` (keyed state and timers) by `new_key` of the old key.
 
@@ -138,7 +187,20 @@ class SavepointWriter:
         It is evaluated once per distinct key with Spark; the new keys are hashed into their key
         groups (the operator's max parallelism, or the one `with_max_parallelism` gives). `key_type`
         (DDL) defaults to the expression's type. Two keys with state must not become one key
-        (`DuplicateKeyError` names them; merge their state first), nor may a key become null.
+        (`DuplicateKeyError` names them), unless `merge` says how to merge their state; nor may a key
+        become null.
+
+        `merge` (for keys that collide; operators outside windows):
+
+        * a SQL aggregate function name applied to every state, e.g. ``"sum"``, ``"max"``;
+        * ``{state: SQL aggregate expression}`` for every state, e.g.
+          ``{"count": "sum(count)", "seen": "flatten(collect_list(seen))"}`` (cast to the state's type);
+        * a Python function ``merge(new_key, states) -> dict``, `states` holding one ``{state: value}``
+          dict per colliding old key.
+
+        Spark evaluates SQL merges per new key that several keys become. A merge giving null (or
+        null for a state the colliding keys had) raises `InvalidMergeError`, one of the wrong type
+        likewise; nothing is written.
         """
         entry = self._find(op)
         if entry.existing is None or entry.existing.key_type is None:
@@ -149,8 +211,32 @@ class SavepointWriter:
             raise InvalidArgumentError("rekey with a Python function needs key_type= (a DDL type such as 'string').")
         if not isinstance(new_key, (Column, str)) and not callable(new_key):
             raise InvalidArgumentError(f"new_key must be a Column, a SQL expression or a function, not {new_key!r}.")
-        entry.new_key, entry.new_key_type = new_key, key_type
+        if merge is not None:
+            states = [st.name for st in entry.existing.keyed_states]
+            if isinstance(merge, dict):
+                missing = [n for n in states if n not in merge]
+                unknown = [n for n in merge if n not in states]
+                if missing or unknown:
+                    raise InvalidArgumentError(
+                        f"merge= needs one SQL aggregate per state of {entry.ident} ({states}); "
+                        f"missing {missing}, unknown {unknown}."
+                    )
+            elif not isinstance(merge, str) and not callable(merge):
+                raise InvalidArgumentError(
+                    f"merge must be a SQL aggregate name, a dict of SQL aggregates per state or a function, not {merge!r}."
+                )
+        entry.new_key, entry.new_key_type, entry.merge = new_key, key_type, merge
         return self
+
+    def _new_key_expr(self, entry: _Entry) -> Column:
+        new_key = entry.new_key
+        if isinstance(new_key, str):
+            expr = F.expr(new_key)
+        elif isinstance(new_key, Column):
+            expr = new_key
+        else:
+            expr = F.udf(new_key, entry.new_key_type)(F.col("key"))
+        return expr if entry.new_key_type is None else expr.cast(entry.new_key_type)
 
     def _key_mapping(self, entry: _Entry) -> pa.Table:
         """``key`` -> ``new_key`` for every distinct key of the entry's keyed state and timers, by Spark."""
@@ -165,39 +251,105 @@ class SavepointWriter:
             keys = keys.union(reader.read_timers(op).select("key")).distinct()
         elif meta.namespace_type is not None:
             keys = keys.distinct()  # else a keyed table holds each key once already
-        new_key = entry.new_key
-        if isinstance(new_key, str):
-            expr = F.expr(new_key)
-        elif isinstance(new_key, Column):
-            expr = new_key
-        else:
-            expr = F.udf(new_key, entry.new_key_type)(F.col("key"))
-        if entry.new_key_type is not None:
-            expr = expr.cast(entry.new_key_type)
-        return keys.select("key", expr.alias("new_key")).toArrow()
+        return keys.select("key", self._new_key_expr(entry).alias("new_key")).toArrow()
+
+    def _merged_rows(self, entry: _Entry) -> Any:
+        """What the rekey's ``merge`` gives: the function itself, or Spark's SQL aggregates per new key
+        that several old keys become (``key`` and the states)."""
+        from statekit.spark.reader import SavepointReader
+
+        merge = entry.merge
+        if merge is None or callable(merge):
+            return merge
+        assert self.source is not None and entry.existing is not None
+        states = entry.existing.keyed_states
+        aggs = {st.name: merge[st.name] if isinstance(merge, dict) else f"{merge}(`{st.name}`)" for st in states}
+        keyed = SavepointReader(self.spark, self.source).read_keyed_state(entry.existing.identifier)
+        rows = keyed.select(self._new_key_expr(entry).alias("key"), *[F.col(f"`{st.name}`") for st in states])
+        merged = rows.groupBy("key").agg(
+            F.count(F.lit(1)).alias("__rows"), *[F.expr(aggs[st.name]).cast(st.type).alias(st.name) for st in states]
+        )
+        return merged.where("__rows > 1").drop("__rows").toArrow()
 
     # -- writing -----------------------------------------------------------------------------------
-    def write(self, path: str | os.PathLike[str]) -> Path:
+    def _write_from_flink(self, path: Path) -> Path:
+        """A Flink source is first converted to statekit's format beside the target (its serializers carried
+        in the manifest), so that every operator - changed or not - is written from statekit tables."""
+        from statekit.format.flink.writer import check_target
+        from statekit.savepoint.convert import convert_to_statekit
+
+        check_target(path)
+        source = self.source
+        assert source is not None
+        refuse_target_inside(source.path, path)
+        staged = path.parent / f".{path.name}.from-flink-{uuid.uuid4().hex[:12]}"
+        entries = dict(self._entries)
+        try:
+            converted = Savepoint.open(convert_to_statekit(source.path, staged, include_stateless=True))
+            self.source = converted
+            for key, e in entries.items():
+                if e.existing is not None:
+                    self._entries[key] = replace(e, existing=converted.operator(
+                        OperatorIdentifier.for_uid_hash(e.existing.uid_hash)))
+            return self.write(path)
+        finally:
+            self.source, self._entries = source, entries
+            shutil.rmtree(staged, ignore_errors=True)
+
+    def _write_flink(self, path: Path, types: TypeHints | None) -> Path:
+        from statekit.format.flink.writer import check_target
+        from statekit.spark.flink_writer import write_flink_spark
+
+        check_target(path)
+        if self.source is not None:
+            refuse_target_inside(self.source.path, path)
+        # The statekit savepoint is staged beside the target (Parquet on the executors), then converted; state
+        # that came from a Flink savepoint carries its serializers in the staged manifest (field `flink`).
+        staged = path.parent / f".{path.name}.statekit-{uuid.uuid4().hex[:12]}"
+        try:
+            self.write(staged)
+            return write_flink_spark(self.spark, staged, path, types=types)
+        finally:
+            shutil.rmtree(staged, ignore_errors=True)
+
+    def write(self, path: str | os.PathLike[str], *, format: Literal["statekit", "flink"] = "statekit",
+              types: TypeHints | None = None) -> Path:
         """Run the bootstrap jobs and publish the savepoint at `path`, atomically.
+
+        ``format="flink"`` writes a canonical Flink 2.x savepoint that a Flink job with the same uids,
+        key types and state descriptors restores: state files are written by Spark tasks (one per
+        operator subtask's key-group range), the driver writes only `_metadata`. Serializers read
+        from a Flink source are reused unchanged; new state maps DDL types to Flink's serializers
+        (struct -> Row unless `types` gives ``{uid: {state: FlinkTuple() | FlinkPojo(cls, fields)}}``).
 
         Raises `SavepointExistsError` (before any Spark job runs) if `path` exists. On any failure
         nothing is left at `path` nor beside it.
         """
+        if format == "flink":
+            return self._write_flink(Path(path), types)
+        if format != "statekit":
+            raise InvalidArgumentError(f"format must be 'statekit' or 'flink', not {format!r}.")
+        from statekit.savepoint.flink import FlinkSavepoint
+
+        if isinstance(self.source, FlinkSavepoint):
+            return self._write_from_flink(Path(path))
         if not self._entries:
             raise InvalidArgumentError("the savepoint would have no operators; add one with with_operator().")
+        entries = self._resolved()  # refuses clashing renames before any Spark job runs
         src = self.source
         if src is not None:
             refuse_target_inside(src.path, path)  # a write into its own source would change the source
         with SavepointBuilder(path, checkpoint_id=src.checkpoint_id if src else 0,
                               job_name=src.job_name if src else None) as builder:
-            for entry in self._entries.values():
+            for entry in entries:
                 meta = entry.existing
                 if meta is not None:
                     assert src is not None
                     name = entry.ident.uid or meta.name if entry.ident.uid_hash != meta.uid_hash else None
                     if entry.new_key is not None:
                         rekey_operator(builder, src, meta, entry.ident, self._key_mapping(entry),
-                                       key_type=entry.new_key_type, max_parallelism=entry.max_parallelism, name=name)
+                                       key_type=entry.new_key_type, max_parallelism=entry.max_parallelism, name=name,
+                                       merge=self._merged_rows(entry))
                     elif entry.max_parallelism in (None, meta.max_parallelism):
                         link_operator(builder, src, meta, entry.ident, name=name)
                     else:

@@ -44,8 +44,8 @@ def run_executable(args: list[str], env: dict | None = None, cwd: Path | None = 
 
 
 @pytest.fixture(params=["runner", "executable"])
-def statekit(request):
-    """Call as ``statekit([...])``: the same command through both front doors."""
+def cli(request):
+    """Call as ``cli([...])``: the same command through both front doors."""
     return run_runner if request.param == "runner" else run_executable
 
 

@@ -10,17 +10,17 @@ from statekit.errors import OutputExistsError
 from .conftest import run_executable, tree_digest
 
 
-def test_demo_refuses_a_directory_with_user_files(statekit, tmp_path):
+def test_demo_refuses_a_directory_with_user_files(cli, tmp_path):
     keep = tmp_path / "keepme"
     keep.mkdir()
     (keep / "important.txt").write_text("notes\n")
     before = tree_digest(tmp_path)
-    result = statekit(["demo", "--out", keep, "--no-spark"])
+    result = cli(["demo", "--out", keep, "--no-spark"])
     assert result.exit_code == 2
     assert "OutputExistsError" in result.output and "never deletes" in result.output
     assert "Traceback" not in result.output
     assert tree_digest(tmp_path) == before
-    again = statekit(["demo", "--out", keep, "--no-spark", "--replace"])  # --replace does not help
+    again = cli(["demo", "--out", keep, "--no-spark", "--replace"])  # --replace does not help
     assert again.exit_code == 2 and tree_digest(tmp_path) == before
 
 

@@ -18,6 +18,7 @@ from statekit.errors import CorruptSavepointError, UnsafePathError
 from statekit.format.flink.metadata import StreamHandle
 
 _CHECKPOINT_DIR = re.compile(r"chk-\d+")
+_JOB_ID = re.compile(r"[0-9a-f]{32}")
 _JOB_SUBDIRS = ("shared", "taskowned")
 
 
@@ -28,10 +29,13 @@ class StateFiles:
         self.root = root.resolve()
         # a retained checkpoint's handles may point at ../shared and ../taskowned of the job directory
         self.scope = self.root.parent if _CHECKPOINT_DIR.fullmatch(self.root.name) else self.root
+        # ...and, after a restore in CLAIM mode, at ../../<previous job id>/shared of the same checkpoint base
+        self.base = self.scope.parent if self.scope != self.root and _JOB_ID.fullmatch(self.scope.name) else None
 
-    def _inside(self, p: Path, shown: str) -> Path:
+    def _inside(self, p: Path, shown: str, scope: Path | None = None) -> Path:
         full = p.resolve()
-        if full != self.scope and self.scope not in full.parents:
+        scope = scope or self.scope
+        if full != scope and scope not in full.parents:
             raise UnsafePathError(
                 f"{self.root}/_metadata names state file {shown!r}, which lies outside the savepoint "
                 f"({self.scope}); refusing to read it. Move the savepoint together with its files."
@@ -61,6 +65,12 @@ class StateFiles:
                 full = self._inside(c, h.path)
             except UnsafePathError:
                 continue
+            if full.is_file():
+                return full
+        job = parts[-3] if len(parts) > 2 else ""
+        if self.base is not None and parent == "shared" and _JOB_ID.fullmatch(job) and job != self.scope.name:
+            # a file the job this one was restored from uploaded (CLAIM mode): a sibling job directory
+            full = self._inside(self.base / job / parent / name, h.path, self.base)
             if full.is_file():
                 return full
         return self._inside(candidates[0], h.path)  # missing: reported by the reader with the handle's name

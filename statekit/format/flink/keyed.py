@@ -6,16 +6,16 @@ and timers table. Layout (section 3.5 of `../shared/flink/FORMAT.md`): per key g
 ``i16 stateId`` then ``(i32 klen, key, i32 vlen, value)*``; the last entry of a state run has
 0x80 in its first key byte and is followed by the next state id or 0xFFFF.
 
-Locating entries: each key group is a chain. Runs of equal-sized entries are found with one
-strided probe (the ``strided`` path: Long keys and values); chains with variable-sized entries
-advance all together, one entry per numpy step over every key group at once (the ``chained``
-path). Values are then decoded column-wise (`values.bulk`), with per-record decoding only for
-irregular layouts (the ``per-record`` path). `DecodeStats` says which path each state took.
+Entries are located by `locate`. When every state is a strided run of fixed-width keys and values
+(Long keys, numeric ValueStates) the table is cut straight out of 2-D strided views of the bytes
+(``strided-view``). Otherwise keys and values are decoded column-wise (`values.bulk`, ``bulk``),
+with per-record decoding only for irregular layouts (``per-record``). `DecodeStats` says which
+path each state took.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
@@ -26,24 +26,11 @@ from statekit.format.flink.files import StateFiles
 from statekit.format.flink.metadata import KeyGroupsHandle
 from statekit.format.flink.proxy import KeyedProxy, StateMeta, read_keyed_proxy
 from statekit.format.flink.serializers import FlinkType
-from statekit.format.flink.values import bulk, decode_records, gather_fixed, gather_ranges, reader, to_arrow
+from statekit.format.flink.locate import DecodeStats, Entries, Located, Run, corrupt
+from statekit.format.flink.values import FIXED_DTYPES, bulk, decode_records, gather_fixed, gather_ranges, reader, to_arrow
 from statekit.types import parse_ddl
 
-END_OF_KEY_GROUP = 0xFFFF
-_PROBE = 64  # first strided probe; doubled while the run goes on
-
-
-@dataclass
-class DecodeStats:
-    """How each part was decoded: ``strided`` / ``chained`` entries, and per state ``bulk`` or ``per-record``."""
-
-    strided_entries: int = 0
-    chained_entries: int = 0
-    states: dict[str, str] = field(default_factory=dict)
-
-    def describe(self) -> str:
-        where = f"entries located: {self.strided_entries} strided, {self.chained_entries} chained"
-        return where + "; " + ", ".join(f"{k}: {v}" for k, v in sorted(self.states.items()))
+__all__ = ["DecodeStats", "Entries", "KeyedLayout", "KeyedResult", "decode", "layout", "read_proxy", "state_ddl"]
 
 
 @dataclass(frozen=True)
@@ -89,10 +76,12 @@ def layout(proxies: list[KeyedProxy], max_parallelism: int, where: str) -> Keyed
         if p.key_type.raw != key_type.raw:
             raise CorruptSavepointError(f"{where}: subtasks disagree on the key serializer")
         for s in p.states:
-            if s.is_timer:
-                timers.setdefault(s.name, s)
-            elif s.backend_type in ("KEY_VALUE", "KEY_VALUE_V2"):
-                states.setdefault(s.name, s)
+            into = timers if s.is_timer else states if s.backend_type in ("KEY_VALUE", "KEY_VALUE_V2") else None
+            if into is None:
+                continue
+            seen = into.setdefault(s.name, s)
+            if {k: v.raw for k, v in seen.serializers.items()} != {k: v.raw for k, v in s.serializers.items()}:
+                raise CorruptSavepointError(f"{where}: subtasks disagree on the serializers of state {s.name!r}")
     ns: FlinkType | None = None
     for s in list(states.values()):
         t = s.serializers.get("NAMESPACE_SERIALIZER")
@@ -108,152 +97,6 @@ def layout(proxies: list[KeyedProxy], max_parallelism: int, where: str) -> Keyed
         if t is not None and t.kind == "window":
             ns = t
     return KeyedLayout(key_type, tuple(states.values()), tuple(timers.values()), ns, prefix_bytes(max_parallelism))
-
-
-# -- locating entries -------------------------------------------------------------------------------
-def _u16(buf: np.ndarray, at: np.ndarray) -> np.ndarray:
-    return buf[at].astype(np.int64) << 8 | buf[at + 1]
-
-
-def _be32(buf: np.ndarray, at: np.ndarray) -> np.ndarray:
-    b = gather_fixed(buf, at, 4).astype(np.int64)
-    v = b[:, 0] << 24 | b[:, 1] << 16 | b[:, 2] << 8 | b[:, 3]
-    return np.where(v >= 1 << 31, v - (1 << 32), v)
-
-
-@dataclass
-class Entries:
-    chain: np.ndarray
-    sid: np.ndarray
-    kp: np.ndarray
-    klen: np.ndarray
-    vp: np.ndarray
-    vlen: np.ndarray
-
-
-def _corrupt(where: str, why: str) -> CorruptSavepointError:
-    return CorruptSavepointError(
-        f"{where}: {why}. The key group is damaged (a bad length or offset); the savepoint cannot be read. "
-        "Take a new savepoint or restore this one from a copy."
-    )
-
-
-def locate(buf: np.ndarray, starts: np.ndarray, limits: np.ndarray, where: str, stats: DecodeStats) -> Entries:
-    """Every entry of the key groups starting at `starts` (each ending before `limits`), chain-major order."""
-    parts: list[tuple[np.ndarray, ...]] = []
-    pending: list[tuple[int, int, int]] = []  # (chain, position, state id) left for the chained walk
-    n = len(buf)
-    for c, (p, lim) in enumerate(zip(starts.tolist(), limits.tolist())):
-        if p + 2 > lim or lim > n:
-            raise _corrupt(where, f"key group at offset {p} lies outside its stream")
-        sid = int(buf[p]) << 8 | int(buf[p + 1])
-        p += 2
-        while True:
-            got = _strided(buf, p, lim)
-            if got is None:
-                pending.append((c, p, sid))
-                break
-            count, stride, k, v, ends_run = got
-            pos = p + np.arange(count, dtype=np.int64) * stride
-            parts.append((np.full(count, c), np.full(count, sid), pos + 4, np.full(count, k), pos + 8 + k,
-                          np.full(count, v)))
-            stats.strided_entries += count
-            p += count * stride
-            if ends_run:
-                if p + 2 > lim:
-                    raise _corrupt(where, f"a state run ends at offset {p} without a following state id")
-                sid = int(buf[p]) << 8 | int(buf[p + 1])
-                p += 2
-                if sid == END_OF_KEY_GROUP:
-                    break
-    if pending:
-        parts.extend(_chained(buf, pending, limits, where, stats))
-    if not parts:
-        e = np.zeros(0, np.int64)
-        return Entries(e, e, e, e, e, e)
-    cols = [np.concatenate([p[i] for p in parts]).astype(np.int64) for i in range(6)]
-    order = np.argsort(cols[0].astype(np.int32 if len(starts) >= 1 << 15 else np.int16), kind="stable")
-    if not (order[:-1] < order[1:]).all():
-        cols = [c[order] for c in cols]
-    return Entries(*cols)
-
-
-def _strided(buf: np.ndarray, p: int, lim: int) -> tuple[int, int, int, int, bool] | None:
-    """A run of equal-sized entries from `p`: (count, stride, klen, vlen, run ends), or None if under 2 entries."""
-    if p + 8 > lim:
-        return None
-    k = int.from_bytes(buf[p : p + 4].tobytes(), "big", signed=True)
-    if k <= 0 or p + 8 + k > lim:
-        return None
-    v = int.from_bytes(buf[p + 4 + k : p + 8 + k].tobytes(), "big", signed=True)
-    if v < 0 or p + 8 + k + v > lim:
-        return None
-    stride = 8 + k + v
-    room = (lim - p) // stride
-    done, block = 0, _PROBE
-    header = np.frombuffer(np.array([k], ">i4").tobytes() + b"", np.uint8)
-    vheader = np.frombuffer(np.array([v], ">i4").tobytes(), np.uint8)
-    while done < room:
-        m = min(block, room - done)
-        pos = p + (done + np.arange(m, dtype=np.int64)) * stride
-        ok = (gather_fixed(buf, pos, 4) == header).all(axis=1) & (gather_fixed(buf, pos + 4 + k, 4) == vheader).all(axis=1)
-        flags = (buf[pos + 4] & 0x80) != 0
-        bad = np.flatnonzero(~ok)
-        flagged = np.flatnonzero(flags)
-        first_bad = int(bad[0]) if len(bad) else m
-        first_flag = int(flagged[0]) if len(flagged) else m
-        if first_flag < first_bad:
-            count = done + first_flag + 1
-            return (count, stride, k, v, True) if count >= 2 else None
-        if first_bad < m:
-            count = done + first_bad
-            return (count, stride, k, v, False) if count >= 2 else None
-        done += m
-        block *= 4
-    return None  # runs to the end of the stream without an end flag: let the chained walk report it
-
-
-def _chained(buf: np.ndarray, pending: list[tuple[int, int, int]], limits: np.ndarray, where: str,
-             stats: DecodeStats) -> list[tuple[np.ndarray, ...]]:
-    """Advance every pending chain by one entry per step (variable-sized entries)."""
-    C = np.array([c for c, _, _ in pending], np.int64)
-    P = np.array([p for _, p, _ in pending], np.int64)
-    S = np.array([s for _, _, s in pending], np.int64)
-    L = limits[C].astype(np.int64)
-    out: list[tuple[np.ndarray, ...]] = []
-    ar4 = np.arange(4)
-    while len(P):
-        if (P + 8 > L).any():
-            raise _corrupt(where, "an entry starts too close to the end of its key group")
-        b = buf[P[:, None] + ar4].astype(np.int64)
-        K = b[:, 0] << 24 | b[:, 1] << 16 | b[:, 2] << 8 | b[:, 3]
-        kp = P + 4
-        vq = kp + K
-        if (K <= 0).any() or (K >= 1 << 31).any() or (vq + 4 > L).any():
-            raise _corrupt(where, "an entry's key length runs past its key group")
-        b = buf[vq[:, None] + ar4].astype(np.int64)
-        V = b[:, 0] << 24 | b[:, 1] << 16 | b[:, 2] << 8 | b[:, 3]
-        vp = vq + 4
-        P = vp + V
-        if (V >= 1 << 31).any() or (P > L).any():
-            raise _corrupt(where, "an entry's value length runs past its key group")
-        out.append((C, S, kp, K, vp, V))
-        f = np.flatnonzero(buf[kp] & 0x80)
-        if len(f):
-            at = P[f]
-            if (at + 2 > L[f]).any():
-                raise _corrupt(where, "a state run ends without a following state id")
-            nxt = _u16(buf, at)
-            P[f] = at + 2
-            S = S.copy()
-            S[f] = nxt
-            done = f[nxt == END_OF_KEY_GROUP]
-            if len(done):
-                keep = np.ones(len(P), bool)
-                keep[done] = False
-                C, P, S, L = C[keep], P[keep], S[keep], L[keep]
-    stats.chained_entries += sum(len(o[0]) for o in out)
-    return out
 
 
 # -- decoding ---------------------------------------------------------------------------------------
@@ -341,88 +184,175 @@ class KeyedResult:
     timers: pa.Table  # key_group, key, [namespace], timestamp, domain
 
 
-def decode(lay: KeyedLayout, buf: np.ndarray, entries: Entries, stream_of_chain: np.ndarray,
+@dataclass
+class _Group:
+    meta: StateMeta
+    runs: list[Run]
+    chained: np.ndarray  # indexes into Located.chained
+
+    def entries(self, located: Located) -> Entries:
+        return Entries.concat([Entries.of_runs(self.runs), located.chained.take(self.chained)])
+
+
+def _group(located: Located, stream_of_chain: np.ndarray, sid_maps: list[dict[int, StateMeta]],
+           where: str) -> dict[str, _Group]:
+    """Entries by state (per-stream state ids resolved through each stream's proxy)."""
+    groups: dict[str, _Group] = {}
+    empty = np.zeros(0, np.int64)
+
+    def meta_of(stream: int, sid: int) -> StateMeta:
+        meta = sid_maps[stream].get(sid)
+        if meta is None:
+            raise corrupt(where, f"an entry names state id {sid}, which its stream's proxy does not declare")
+        return meta
+
+    for r in located.runs:
+        m = meta_of(int(stream_of_chain[r.chain]), r.sid)
+        groups.setdefault(m.name, _Group(m, [], empty)).runs.append(r)
+    ch = located.chained
+    if len(ch):
+        codes = stream_of_chain[ch.chain] * 65536 + ch.sid
+        for code in np.flatnonzero(np.bincount(codes)).tolist():
+            m = meta_of(*divmod(code, 65536))
+            g = groups.setdefault(m.name, _Group(m, [], empty))
+            g.chained = np.concatenate([g.chained, np.flatnonzero(codes == code)])
+    return groups
+
+
+def _strided_state(lay: KeyedLayout, buf: np.ndarray, g: _Group, chain_kg: np.ndarray) -> list | None:
+    """Per run (key groups, keys, values) as numpy arrays copied out of strided views, if the state allows it."""
+    P, kt, vt, meta = lay.prefix_bytes, lay.key_type, g.meta.value_type, g.meta
+    ns = meta.serializers.get("NAMESPACE_SERIALIZER")
+    wk, wv = FIXED_DTYPES.get(kt.kind), FIXED_DTYPES.get(vt.kind)
+    if (len(g.chained) or not g.runs or wk is None or wv is None or meta.keyed_kind not in ("value", "reducing", "aggregating")
+            or (ns is not None and ns.kind != "void")):
+        return None
+    wk_, wv_ = np.dtype(wk).itemsize, np.dtype(wv).itemsize
+    if any(r.klen != P + wk_ + 1 or r.vlen != wv_ for r in g.runs):
+        return None
+    nk, nv = np.dtype(wk).newbyteorder("="), np.dtype(wv).newbyteorder("=")
+    # astype straight from the unaligned big-endian strided views is numpy's fastest path here; the
+    # parts stay separate chunks (no concatenation copy). A run lies in one key group (the reader checked
+    # every entry's prefix), so its key-group column is a constant.
+    return [(np.full(r.count, chain_kg[r.chain], np.int32), r.field(buf, 4 + P, wk).astype(nk),
+             r.field(buf, 8 + r.klen, wv).astype(nv)) for r in g.runs]
+
+
+def _strided_table(lay: KeyedLayout, buf: np.ndarray, groups: dict[str, _Group], chain_kg: np.ndarray,
+                   stats: DecodeStats) -> pa.Table | None:
+    """The keyed table straight from strided views: every state fixed-width, every state listing the same keys."""
+    keyed = [g for g in groups.values() if not g.meta.is_timer]
+    if not keyed or lay.namespace_type is not None:
+        return None
+    cut = []
+    for g in keyed:
+        got = _strided_state(lay, buf, g, chain_kg)
+        if got is None:
+            return None
+        cut.append((g, got))
+    base = cut[0][1]
+    for _, parts in cut[1:]:  # the same keys in the same order: then one row per entry, no join
+        if len(parts) != len(base) or not all(np.array_equal(a[1], b[1]) for a, b in zip(parts, base)):
+            return None
+    cols = {"key_group": pa.chunked_array([pa.array(p[0]) for p in base], pa.int32()),
+            "key": pa.chunked_array([pa.array(p[1]) for p in base])}
+    for g, parts in cut:
+        cols[g.meta.name] = pa.chunked_array([pa.array(p[2]) for p in parts])
+        stats.states[g.meta.name] = "strided-view"  # type: ignore[index]
+    stats.states["key"] = "strided-view"  # type: ignore[index]
+    n = sum(len(p[0]) for p in base)
+    for meta in lay.states:
+        if meta.name not in cols:
+            cols[meta.name] = pa.nulls(n, _column_type(meta))
+    return pa.table({k: cols[k] for k in ["key_group", "key"] + [m.name for m in lay.states]})
+
+
+def decode(lay: KeyedLayout, buf: np.ndarray, located: Located, stream_of_chain: np.ndarray, chain_kg: np.ndarray | None,
            sid_maps: list[dict[int, StateMeta]], where: str, stats: DecodeStats) -> KeyedResult:
     """Turn located entries into the keyed and timers tables."""
     P = lay.prefix_bytes
-    kp, klen, vp, vlen = entries.kp, entries.klen, entries.vp, entries.vlen
-    if len(kp):
-        first = buf[kp].astype(np.int64) & 0x7F
-        kg_all = (first << 8 | buf[kp + 1]) if P == 2 else first
-    else:
-        kg_all = np.zeros(0, np.int64)
-    # map per-stream state ids to states
-    by_state: dict[str, np.ndarray] = {}
-    metas: dict[str, StateMeta] = {}
-    if len(kp):
-        streams = stream_of_chain[entries.chain]
-        key = streams * 65536 + entries.sid
-        uniq, inv = np.unique(key, return_inverse=True)
-        for u_i, u in enumerate(uniq.tolist()):
-            s, sid = divmod(u, 65536)
-            meta = sid_maps[s].get(sid)
-            if meta is None:
-                raise _corrupt(where, f"an entry names state id {sid}, which the stream's proxy does not declare")
-            sel = np.flatnonzero(inv == u_i)
-            prev = by_state.get(meta.name)
-            by_state[meta.name] = sel if prev is None else np.sort(np.concatenate([prev, sel]))
-            metas[meta.name] = meta
+    groups = _group(located, stream_of_chain, sid_maps, where)
     key_t, ns_t = lay.key_type, lay.namespace_type
     timer_tables = []
-    row_keys: list[tuple[str, np.ndarray, np.ndarray, np.ndarray, pa.Array, pa.Array | None]] = []
-    for name, sel in by_state.items():
-        meta = metas[name]
-        kstart = kp[sel] + P
-        kend_all = kp[sel] + klen[sel]
-        if meta.is_timer:
-            ts = gather_fixed(buf, kstart, 8).copy().view(">i8").ravel().astype(np.int64) ^ np.int64(-(1 << 63))
-            keys, kend = _decode_open(key_t, buf, kstart + 8, kend_all, where, stats, f"{name} (key)")
-            ntype = meta.value_type.children[1] if meta.value_type.kind == "timer" else None
-            cols = {"key_group": pa.array(kg_all[sel].astype(np.int32)), "key": keys}
-            if ns_t is not None:
-                if ntype is not None and ntype.kind == "window":
-                    cols["namespace"], _ = _decode_open(ntype, buf, kend, kend_all, where, stats, f"{name} (ns)")
-                else:
-                    cols["namespace"] = pa.nulls(len(sel), parse_ddl(ns_t.ddl()))
-            cols["timestamp"] = pa.array(ts)
-            cols["domain"] = pa.array([meta.timer_domain] * len(sel), pa.string())
-            timer_tables.append(pa.table(cols))
-            stats.states.setdefault(name, "bulk")
-            continue
-        keys, kend = _decode_open(key_t, buf, kstart, kend_all, where, stats, "key")
-        nst = meta.serializers.get("NAMESPACE_SERIALIZER")
-        nsw = 16 if nst is not None and nst.kind == "window" else 1
-        ns_arr = None
-        if nsw == 16:
-            ns_arr, _ = _decode_open(nst, buf, kend, kend_all, where, stats, f"{name} (ns)")
-        nsend = kend + nsw
-        if meta.keyed_kind != "map" and not np.array_equal(nsend, kend_all):
-            raise _corrupt(where, f"keys of state {name!r} do not end where their entries do")
-        row_keys.append((name, sel, kstart, nsend, keys, ns_arr))
-    # rows: one per distinct (key, namespace) bytes; fast path when every state lists the same keys in order
-    if row_keys:
-        rowid, nrows, firsts = _rows(buf, row_keys)
-        srcs = [rk[4] for rk in row_keys]
-        allkeys = pa.concat_arrays(srcs) if len(srcs) > 1 else srcs[0]
-        take = pa.array(firsts)
-        allkg = np.concatenate([kg_all[rk[1]] for rk in row_keys]) if len(row_keys) > 1 else kg_all[row_keys[0][1]]
-        cols = {"key_group": pa.array(allkg[firsts].astype(np.int32)), "key": allkeys.take(take)}
-        if ns_t is not None:
-            ns_parts = [rk[5] if rk[5] is not None else pa.nulls(len(rk[1]), parse_ddl(ns_t.ddl())) for rk in row_keys]
-            cols["namespace"] = pa.concat_arrays(ns_parts).take(take)
-        offset = 0
-        pieces = {}
-        for (name, sel, kstart, nsend, _, _) in row_keys:
-            rows = rowid[offset : offset + len(sel)]
-            offset += len(sel)
-            pieces[name] = _state_column(metas[name], buf, sel, entries, nsend, rows, nrows, where, stats)
-        for meta in lay.states:
-            cols[meta.name] = pieces.get(meta.name, pa.nulls(nrows, _column_type(meta)))
-        table = pa.table(cols)
-    else:
-        table = _empty_keyed(lay)
+    for name, g in groups.items():
+        if g.meta.is_timer:
+            timer_tables.append(_timers(lay, buf, g.meta, g.entries(located), where, stats))
+    table = _strided_table(lay, buf, groups, chain_kg, stats) if chain_kg is not None else None
+    if table is None:
+        row_keys = []
+        for name, g in groups.items():
+            meta = g.meta
+            if meta.is_timer:
+                continue
+            e = g.entries(located)
+            kstart = e.kp + P
+            kend_all = e.kp + e.klen
+            keys, kend = _decode_open(key_t, buf, kstart, kend_all, where, stats, "key")
+            nst = meta.serializers.get("NAMESPACE_SERIALIZER")
+            nsw = 16 if nst is not None and nst.kind == "window" else 1
+            ns_arr = None
+            if nsw == 16:
+                ns_arr, _ = _decode_open(nst, buf, kend, kend_all, where, stats, f"{name} (ns)")
+            nsend = kend + nsw
+            if meta.keyed_kind != "map" and not np.array_equal(nsend, kend_all):
+                raise corrupt(where, f"keys of state {name!r} do not end where their entries do")
+            row_keys.append((name, e, kstart, nsend, keys, ns_arr, _key_groups(buf, e.kp, P)))
+        table = _assemble(lay, buf, row_keys, groups, where, stats) if row_keys else _empty_keyed(lay)
     timers = pa.concat_tables(timer_tables) if timer_tables else _empty_timers(lay)
     return KeyedResult(table, timers)
+
+
+def _key_groups(buf: np.ndarray, kp: np.ndarray, P: int) -> np.ndarray:
+    first = buf[kp].astype(np.int64) & 0x7F
+    return (first << 8 | buf[kp + 1]) if P == 2 else first
+
+
+def _timers(lay: KeyedLayout, buf: np.ndarray, meta: StateMeta, e: Entries, where: str, stats: DecodeStats) -> pa.Table:
+    P, name = lay.prefix_bytes, meta.name
+    kstart, kend_all = e.kp + P, e.kp + e.klen
+    raw = gather_fixed(buf, kstart, 8).reshape(-1).view(">i8")
+    ts = raw.astype(np.int64) ^ np.int64(-(1 << 63))  # TimerSerializer flips the sign bit
+    keys, kend = _decode_open(lay.key_type, buf, kstart + 8, kend_all, where, stats, f"{name} (key)")
+    ntype = meta.value_type.children[1] if meta.value_type.kind == "timer" else None
+    cols = {"key_group": pa.array(_key_groups(buf, e.kp, P).astype(np.int32)), "key": keys}
+    if lay.namespace_type is not None:
+        if ntype is not None and ntype.kind == "window":
+            cols["namespace"], _ = _decode_open(ntype, buf, kend, kend_all, where, stats, f"{name} (ns)")
+        else:
+            cols["namespace"] = pa.nulls(len(e), parse_ddl(lay.namespace_type.ddl()))
+    cols["timestamp"] = pa.array(ts)
+    cols["domain"] = pa.array([meta.timer_domain] * len(e), pa.string())
+    stats.states.setdefault(name, "bulk")  # type: ignore[union-attr]
+    return pa.table(cols)
+
+
+def _assemble(lay: KeyedLayout, buf: np.ndarray, row_keys: list, groups: dict[str, _Group], where: str,
+              stats: DecodeStats) -> pa.Table:
+    """One row per distinct (key, namespace); fast when every state lists the same keys in the same order."""
+    rowid, nrows, firsts = _rows(buf, row_keys)
+    srcs = [rk[4] for rk in row_keys]
+    allkeys = pa.concat_arrays(srcs) if len(srcs) > 1 else srcs[0]
+    take = pa.array(firsts)
+    allkg = np.concatenate([rk[6] for rk in row_keys])
+    cols = {"key_group": pa.array(allkg[firsts].astype(np.int32)), "key": allkeys.take(take)}
+    if lay.namespace_type is not None:
+        nt = parse_ddl(lay.namespace_type.ddl())
+        cols["namespace"] = pa.concat_arrays([rk[5] if rk[5] is not None else pa.nulls(len(rk[1]), nt)
+                                              for rk in row_keys]).take(take)
+    offset = 0
+    pieces = {}
+    for (name, e, kstart, nsend, _, _, _) in row_keys:
+        rows = rowid[offset : offset + len(e)]
+        offset += len(e)
+        pieces[name] = _state_column(groups[name].meta, buf, e, nsend, rows, nrows, where, stats)
+    for meta in lay.states:
+        cols[meta.name] = pieces.get(meta.name, pa.nulls(nrows, _column_type(meta)))
+    table = pa.table(cols)
+    kg = cols["key_group"].to_numpy()
+    if len(kg) > 1 and not (kg[1:] >= kg[:-1]).all():  # chained entries come step by step: group by key group
+        table = table.take(pa.array(np.argsort(kg.astype(np.int16 if lay.prefix_bytes == 1 else np.int32),
+                                               kind="stable")))
+    return table
 
 
 def _rows(buf: np.ndarray, row_keys: list) -> tuple[np.ndarray, int, np.ndarray]:
@@ -470,16 +400,16 @@ def state_ddl(meta: StateMeta) -> str:
     return t.ddl()
 
 
-def _state_column(meta: StateMeta, buf: np.ndarray, sel: np.ndarray, e: Entries, nsend: np.ndarray,
+def _state_column(meta: StateMeta, buf: np.ndarray, e: Entries, nsend: np.ndarray,
                   rows: np.ndarray, nrows: int, where: str, stats: DecodeStats) -> pa.Array:
-    vp, vlen = e.vp[sel], e.vlen[sel]
+    vp, vlen = e.vp, e.vlen
     name = meta.name
     if meta.keyed_kind == "map":
         t = meta.value_type
         kt, vt = t.children if t.kind == "map" else (t, t)
-        ukeys = _decode_exact(kt, buf, nsend, e.kp[sel] + e.klen[sel], where, stats, name)
+        ukeys = _decode_exact(kt, buf, nsend, e.kp + e.klen, where, stats, name)
         if (vlen < 1).any():
-            raise _corrupt(where, f"a map entry of state {name!r} has no null flag")
+            raise corrupt(where, f"a map entry of state {name!r} has no null flag")
         isnull = buf[vp] != 0
         vals = _decode_exact(vt, buf, vp + 1, vp + vlen, where, stats, name) if not isnull.any() else \
             _nullable(vt, buf, vp, vlen, isnull, where, stats, name)
@@ -493,7 +423,7 @@ def _state_column(meta: StateMeta, buf: np.ndarray, sel: np.ndarray, e: Entries,
         return m.cast(_column_type(meta))
     in_order = len(rows) == nrows and np.array_equal(rows, np.arange(nrows))
     if not in_order and len(np.unique(rows)) != len(rows):
-        raise _corrupt(where, f"state {name!r} holds one key twice")
+        raise corrupt(where, f"state {name!r} holds one key twice")
     if meta.keyed_kind == "list":
         vals = _decode_list(meta.value_type, buf, vp, vlen, where, stats, name)
     else:

@@ -17,6 +17,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Callable
 
 import numpy as np
 
@@ -91,15 +92,43 @@ def _materialize(files: StateFiles, h: IncrementalKeyedHandle, into: Path) -> No
             raise _refuse(files.root, f"a column family uses RocksDB merge operator {line.strip()!r}")
 
 
-def read_native(files: StateFiles, h: IncrementalKeyedHandle, proxy: KeyedProxy, prefix_bytes: int,
-                key_groups: tuple[int, int] | None = None) -> NativeEntries:
-    """Every entry of the handle's states (keyed and timers) in its key-group range (or only in [lo, hi]).
+class NativeDatabases:
+    """Read-only scratch copies of native handles' RocksDB databases, opened once and removed by `close`.
 
-    Keys start with their key group, so a range is one seek per column family.
+    A reader keeps one so that several reads of the same handle (a full read, then `get`s) copy
+    and open its files once; `close` (also run when the owner is collected) closes and deletes them.
     """
+
+    def __init__(self) -> None:
+        self._open: dict[int, tuple[Any, Path, set[str], Callable[[Exception], str]]] = {}
+
+    def get(self, files: StateFiles, h: IncrementalKeyedHandle) -> tuple[Any, set[str], Callable[[Exception], str]]:
+        if id(h) not in self._open:
+            self._open[id(h)] = _open_copy(files, h)
+        db, _, present, explain = self._open[id(h)]
+        return db, present, explain
+
+    def drop(self, h: IncrementalKeyedHandle) -> None:
+        got = self._open.pop(id(h), None)
+        if got is not None:
+            _close(got[0], got[1])
+
+    def close(self) -> None:
+        for key in list(self._open):
+            db, tmp, _, _ = self._open.pop(key)
+            _close(db, tmp)
+
+
+def _close(db: Any, tmp: Path) -> None:
+    try:
+        db.close()
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _open_copy(files: StateFiles, h: IncrementalKeyedHandle) -> tuple[Any, Path, set[str], Callable[[Exception], str]]:
     import rocksdict  # deferred: only native state needs RocksDB
 
-    names = {s.name: i for i, s in enumerate(proxy.states)}
     tmp = Path(tempfile.mkdtemp(prefix="statekit-flink-rocksdb-"))
     origin = {Path(local).name: files.describe(sh) for local, sh in (*h.shared, *h.private)}
 
@@ -110,9 +139,6 @@ def read_native(files: StateFiles, h: IncrementalKeyedHandle, proxy: KeyedProxy,
             msg = msg.replace(name, f"{name} ({where})")
         return msg
 
-    keys: list[bytes] = []
-    vals: list[bytes] = []
-    sids: list[int] = []
     try:
         _materialize(files, h, tmp)
         try:
@@ -124,51 +150,71 @@ def read_native(files: StateFiles, h: IncrementalKeyedHandle, proxy: KeyedProxy,
                 f"{files.root}: RocksDB cannot open the native state of key groups {h.start}-{h.end}: {explain(e)}. "
                 "Its files are damaged; use another checkpoint or take a new savepoint."
             ) from None
-        try:
-            present = set(cf_opts)
-            for name, sid in names.items():
-                if name not in present:
-                    continue  # registered but never written: Flink creates the column family lazily
-                # after a rescale the database may hold key groups outside the handle's range: skip them
-                lo, hi = h.start, h.end
-                if key_groups is not None:
-                    lo, hi = max(lo, key_groups[0]), min(hi, key_groups[1])
-                it = db.get_column_family(name).iter()
-                it.seek(lo.to_bytes(prefix_bytes, "big"))
-                while it.valid():
-                    k = it.key()
-                    kg = k[0] if prefix_bytes == 1 else (k[0] << 8 | k[1])
-                    if kg > hi:
-                        break
-                    keys.append(k)
-                    vals.append(it.value())
-                    sids.append(sid)
-                    it.next()
-                try:
-                    it.status()
-                except Exception as e:
-                    raise CorruptSavepointError(
-                        f"{files.root}: reading state {name!r} of key groups {h.start}-{h.end} from RocksDB failed: "
-                        f"{explain(e)}. Its files are damaged; use another checkpoint or take a new savepoint."
-                    ) from None
-        finally:
-            db.close()
-    finally:
+    except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return db, tmp, set(cf_opts), explain
+
+
+def read_native(files: StateFiles, h: IncrementalKeyedHandle, proxy: KeyedProxy, prefix_bytes: int,
+                key_groups: tuple[int, int] | None = None, dbs: NativeDatabases | None = None) -> NativeEntries:
+    """Every entry of the handle's states (keyed and timers) in its key-group range (or only in [lo, hi]).
+
+    Keys start with their key group, so a range is one seek per column family. Without `dbs` the
+    scratch copy is made for this call and removed before it returns.
+    """
+    own = dbs is None
+    dbs = dbs if dbs is not None else NativeDatabases()
+    keys: list[bytes] = []
+    vals: list[bytes] = []
+    sids: list[int] = []
+    try:
+        db, present, explain = dbs.get(files, h)
+        for sid, meta in enumerate(proxy.states):
+            if meta.name not in present:
+                continue  # registered but never written: Flink creates the column family lazily
+            # after a rescale the database may hold key groups outside the handle's range: skip them
+            lo, hi = h.start, h.end
+            if key_groups is not None:
+                lo, hi = max(lo, key_groups[0]), min(hi, key_groups[1])
+            it = db.get_column_family(meta.name).iter()
+            it.seek(lo.to_bytes(prefix_bytes, "big"))
+            while it.valid():
+                k = it.key()
+                kg = k[0] if prefix_bytes == 1 else (k[0] << 8 | k[1])
+                if kg > hi:
+                    break
+                keys.append(k)
+                vals.append(it.value())
+                sids.append(sid)
+                it.next()
+            try:
+                it.status()
+            except Exception as e:
+                dbs.drop(h)  # a damaged copy is not kept
+                raise CorruptSavepointError(
+                    f"{files.root}: reading state {meta.name!r} of key groups {h.start}-{h.end} from RocksDB failed: "
+                    f"{explain(e)}. Its files are damaged; use another checkpoint or take a new savepoint."
+                ) from None
+    finally:
+        if own:
+            dbs.close()
     return pack_entries(keys, vals, sids)
 
 
 def pack_entries(keys: list[bytes], vals: list[bytes], sids: list[int]) -> NativeEntries:
-    """Entries given as byte strings laid out in one buffer (key, value, key, value, ...)."""
+    """Entries given as byte strings laid out in one buffer: every key, then every value."""
     n = len(keys)
     klen = np.fromiter(map(len, keys), np.int64, n)
     vlen = np.fromiter(map(len, vals), np.int64, n)
     kp = np.zeros(n, np.int64)
+    vp = np.zeros(n, np.int64)
     if n:
-        step = klen + vlen
-        np.cumsum(step[:-1], out=kp[1:])
-    vp = kp + klen
-    buf = np.frombuffer(b"".join(x for kv in zip(keys, vals) for x in kv), np.uint8)
+        np.cumsum(klen[:-1], out=kp[1:])
+        np.cumsum(vlen[:-1], out=vp[1:])
+    kblob = b"".join(keys)
+    vp += len(kblob)
+    buf = np.frombuffer(kblob + b"".join(vals), np.uint8)
     return NativeEntries(buf, np.asarray(sids, np.int64), kp, klen, vp, vlen)
 
 

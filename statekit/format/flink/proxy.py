@@ -124,4 +124,14 @@ def _meta(inp: DataInput) -> StateMeta:
                     "knows Flink's built-in, POJO, Tuple, Row, Kryo and Avro serializers."
                 ) from None
             raise
-    return StateMeta(name, BACKEND_STATE_TYPES[t], options, serializers, bytes(inp.data[start : inp.pos]))
+    backend = BACKEND_STATE_TYPES[t]
+    need = ("KEY_SERIALIZER", "VALUE_SERIALIZER") if backend == "BROADCAST" else ("VALUE_SERIALIZER",)
+    missing = [k for k in need if k not in serializers]
+    if missing:
+        raise inp.fail(f"state {name!r} lacks its {', '.join(missing)}")
+    return StateMeta(name, backend, options, serializers, bytes(inp.data[start : inp.pos]))
+
+
+def read_meta_info(inp: DataInput) -> StateMeta:
+    """One `StateMetaInfoSnapshot` on its own (as statekit's manifest carries them for writing back to Flink)."""
+    return _meta(inp)

@@ -8,16 +8,21 @@ of statekit's manifest or Savepoint API (`statekit.savepoint.flink` presents it 
 
 from __future__ import annotations
 
+import functools
+import struct
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 
-from statekit.errors import CorruptSavepointError, UnsupportedFormatError
+from statekit.errors import CorruptSavepointError, StatekitError, UnsupportedFormatError
 from statekit.format.flink import keyed as K
 from statekit.format.flink.binary import DataInput
 from statekit.format.flink.checkpoints import is_heap_stream, read_heap
+from statekit.format.flink.locate import DecodeStats, Located, corrupt, locate
 from statekit.format.flink.files import StateFiles
 from statekit.format.flink.metadata import (
     CheckpointMetadata,
@@ -27,7 +32,7 @@ from statekit.format.flink.metadata import (
     StreamHandle,
     read_metadata,
 )
-from statekit.format.flink.native import concat_entries, read_native, read_native_proxy
+from statekit.format.flink.native import NativeDatabases, concat_entries, read_native, read_native_proxy
 from statekit.format.flink.proxy import KeyedProxy, OperatorProxy, StateMeta, read_operator_proxy
 from statekit.format.flink.values import reader
 
@@ -64,6 +69,24 @@ def unframe_snappy(data: bytes | memoryview, where: str) -> tuple[bytes, dict[in
     return bytes(out), at
 
 
+def _typed(method):
+    """Damaged bytes that slip past the explicit checks still end in a `CorruptSavepointError`, never a bare one."""
+
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        try:
+            return method(self, *args, **kwargs)
+        except StatekitError:
+            raise
+        except (IndexError, KeyError, ValueError, TypeError, OverflowError, struct.error, pa.ArrowException) as exc:
+            raise CorruptSavepointError(
+                f"{self.root}: state could not be decoded ({type(exc).__name__}: {exc}); the savepoint is damaged "
+                "or was not written by Flink. Take a new savepoint or restore this one from a copy."
+            ) from exc
+
+    return wrapper
+
+
 @dataclass(frozen=True)
 class OperatorStateValue:
     """Operator state as stored: per subtask a list (split/union), or the broadcast map (one copy)."""
@@ -83,6 +106,8 @@ class FlinkStateReader:
         self.files = StateFiles(self.root)
         self._proxies: dict[int, KeyedProxy] = {}
         self._layouts: dict[int, str] = {}
+        self._native = NativeDatabases()  # scratch copies of native RocksDB state, removed with the reader
+        weakref.finalize(self, self._native.close)
         self._op_streams: dict[tuple[str, int], tuple[OperatorProxy, bytes, dict[int, int] | None]] = {}
 
     # -- keyed -----------------------------------------------------------------------------------
@@ -108,19 +133,21 @@ class FlinkStateReader:
                 self._proxies[key] = K.read_proxy(self.files, h)
         return self._proxies[key]
 
+    @_typed
     def layout(self, op: OperatorState) -> K.KeyedLayout | None:
         handles = self.keyed_handles(op)
         if not handles:
             return None
         return K.layout([self.proxy(h) for h in handles], op.max_parallelism, f"{self.root} operator {op.operator_id}")
 
+    @_typed
     def read_keyed(self, op: OperatorState, *, key_groups: tuple[int, int] | None = None,
-                   stats: K.DecodeStats | None = None) -> K.KeyedResult:
+                   stats: DecodeStats | None = None) -> K.KeyedResult:
         """The keyed and timers tables of `op`, optionally only key groups [start, end] (reading only their bytes)."""
         lay = self.layout(op)
         if lay is None:
             raise ValueError("operator has no keyed state")
-        stats = stats if stats is not None else K.DecodeStats()
+        stats = stats if stats is not None else DecodeStats()
         handles = self.keyed_handles(op)
         if any(self.handle_layout(h) != "canonical" for h in handles):
             return self._read_keyed_entries(op, lay, handles, key_groups, stats)
@@ -157,14 +184,20 @@ class FlinkStateReader:
         seg_of_chain = np.array([c[0] for c in chains], np.int64)
         if any(compressed):
             buf, starts, limits = self._unframe_key_groups(buf, starts, limits, seg_of_chain, compressed, where)
-        entries = K.locate(buf, starts, limits, where, stats)
-        if len(entries.kp):
-            kg_expected = np.array([c[1] for c in chains], np.int64)[entries.chain]
-            first = buf[entries.kp].astype(np.int64) & 0x7F
-            got = (first << 8 | buf[entries.kp + 1]) if lay.prefix_bytes == 2 else first
-            if not np.array_equal(got, kg_expected):
-                raise K._corrupt(where, "an entry's key-group prefix differs from the key group it is stored in")
-        return K.decode(lay, buf, entries, seg_of_chain, sid_maps, where, stats)
+        located = locate(buf, starts, limits, where, stats)
+        chain_kg = np.array([c[1] for c in chains], np.int64)
+        P = lay.prefix_bytes
+        for r in located.runs:  # every entry must carry the key group it is stored under
+            got = r.field(buf, 4, "u1") & 0x7F if P == 1 else r.field(buf, 4, ">u2") & 0x7FFF
+            if not (got == chain_kg[r.chain]).all():
+                raise corrupt(where, "an entry's key-group prefix differs from the key group it is stored in")
+        ch = located.chained
+        if len(ch):
+            first = buf[ch.kp].astype(np.int64) & 0x7F
+            got = (first << 8 | buf[ch.kp + 1]) if P == 2 else first
+            if not np.array_equal(got, chain_kg[ch.chain]):
+                raise corrupt(where, "an entry's key-group prefix differs from the key group it is stored in")
+        return K.decode(lay, buf, located, seg_of_chain, chain_kg, sid_maps, where, stats)
 
     def _read_keyed_entries(self, op: OperatorState, lay: K.KeyedLayout, handles: list[KeyedHandle],
                             key_groups: tuple[int, int] | None, stats: K.DecodeStats) -> K.KeyedResult:
@@ -178,12 +211,12 @@ class FlinkStateReader:
             if key_groups is not None and (h.end < key_groups[0] or h.start > key_groups[1]):
                 continue
             if isinstance(h, IncrementalKeyedHandle):
-                parts.append(read_native(self.files, h, self.proxy(h), lay.prefix_bytes, key_groups))
+                parts.append(read_native(self.files, h, self.proxy(h), lay.prefix_bytes, key_groups, self._native))
             else:
                 parts.append(read_heap(self.files, h, self.proxy(h), lay.prefix_bytes, key_groups))
         kept = [h for h in handles if key_groups is None or not (h.end < key_groups[0] or h.start > key_groups[1])]
         buf, entries = concat_entries(parts)
-        return K.decode(lay, buf, entries, np.arange(len(parts), dtype=np.int64),
+        return K.decode(lay, buf, Located([], entries), np.arange(len(parts), dtype=np.int64), None,
                         [dict(enumerate(self.proxy(h).states)) for h in kept], where, stats)
 
     def _read_segments(self, segments: list[tuple[StreamHandle, int, int]]) -> tuple[np.ndarray, list[int]]:
@@ -234,14 +267,21 @@ class FlinkStateReader:
             self._op_streams[key] = (proxy, data, mapping)
         return self._op_streams[key]
 
+    @_typed
     def operator_states(self, op: OperatorState) -> dict[str, StateMeta]:
         out: dict[str, StateMeta] = {}
         for i, st in enumerate(op.subtasks):
             if st.managed_operator is not None:
                 for m in self.operator_proxy(op, i)[0].states:
-                    out.setdefault(m.name, m)
+                    seen = out.setdefault(m.name, m)
+                    if seen.raw != m.raw:
+                        raise CorruptSavepointError(
+                            f"{self.root}: subtasks of operator {op.uid or op.operator_id} disagree on the meta "
+                            f"info of operator state {m.name!r}; the savepoint is damaged."
+                        )
         return out
 
+    @_typed
     def read_operator_state(self, op: OperatorState, name: str) -> OperatorStateValue:
         where = f"{self.root} operator {op.uid or op.operator_id} state {name!r}"
         per_subtask: list[list[Any]] = [[] for _ in range(max(op.parallelism, len(op.subtasks)))]
@@ -253,9 +293,11 @@ class FlinkStateReader:
             if h is None:
                 continue
             found = [s for s in h.states if s.name == name]
+            proxy, data, mapping = self.operator_proxy(op, i)
+            if not found and any(m.name == name for m in proxy.states):
+                raise CorruptSavepointError(f"{where}: the stream declares the state but _metadata has no offsets for it")
             if not found:
                 continue
-            proxy, data, mapping = self.operator_proxy(op, i)
             meta = next((m for m in proxy.states if m.name == name), None)
             if meta is None:
                 raise CorruptSavepointError(f"{where}: _metadata lists the state but its stream does not declare it")
@@ -284,7 +326,7 @@ class FlinkStateReader:
                 inp = DataInput(mv, where, pos=o, end=len(data))
                 per_subtask[st.index].append(reader(t)(inp))
         if meta is None:
-            raise KeyError(name)
+            raise CorruptSavepointError(f"{where}: no subtask's stream holds this state")
         return OperatorStateValue(meta, mode, per_subtask, entries)
 
     @staticmethod

@@ -23,7 +23,7 @@ Reader = Callable[[DataInput], Any]
 #: entries per chunk when gathering variable-length byte ranges (bounds temporary memory)
 GATHER_CHUNK = 1 << 20
 
-_FIXED = {"long": ">i8", "int": ">i4", "short": ">i2", "byte": "i1", "double": ">f8", "float": ">f4"}
+FIXED_DTYPES = {"long": ">i8", "int": ">i4", "short": ">i2", "byte": "i1", "double": ">f8", "float": ">f4"}
 
 
 # -- per record -------------------------------------------------------------------------------------
@@ -139,23 +139,24 @@ def gather_ranges(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> n
 
 
 def gather_fixed(buf: np.ndarray, starts: np.ndarray, width: int) -> np.ndarray:
-    """An (n, width) array of the bytes at each start."""
-    if width == 1:
-        return buf[starts].reshape(-1, 1)
-    return buf[starts[:, None] + np.arange(width)]
+    """An (n, width) uint8 array of the bytes at each start (one 1-D gather per column: no n*width index)."""
+    out = np.empty((len(starts), width), np.uint8)
+    for j in range(width):
+        out[:, j] = buf[starts + j]
+    return out
 
 
 def _be32(buf: np.ndarray, at: np.ndarray) -> np.ndarray:
-    return gather_fixed(buf, at, 4).copy().view(">i4").ravel().astype(np.int64)
+    return gather_fixed(buf, at, 4).reshape(-1).view(">i4").astype(np.int64)
 
 
 def bulk(t: FlinkType, buf: np.ndarray, starts: np.ndarray) -> tuple[pa.Array, np.ndarray] | None:
     """Decode one value of `t` at each start in bulk: (Arrow array, end offsets), or None if the layout is not regular."""
     k = t.kind
     n = len(starts)
-    if k in _FIXED:
-        w = np.dtype(_FIXED[k]).itemsize
-        raw = gather_fixed(buf, starts, w).copy().view(_FIXED[k]).ravel()
+    if k in FIXED_DTYPES:
+        w = np.dtype(FIXED_DTYPES[k]).itemsize
+        raw = gather_fixed(buf, starts, w).reshape(-1).view(FIXED_DTYPES[k])
         return pa.array(raw.astype(raw.dtype.newbyteorder("="))), starts + w
     if k == "boolean":
         return pa.array(buf[starts] != 0), starts + 1
@@ -186,8 +187,8 @@ def bulk(t: FlinkType, buf: np.ndarray, starts: np.ndarray) -> tuple[pa.Array, n
             return None
         return pa.array(np.array(t.enum_values, dtype=object)[ordinals], pa.string()), starts + 4
     if k == "window":
-        s = gather_fixed(buf, starts, 8).copy().view(">i8").ravel().astype(np.int64)
-        e = gather_fixed(buf, starts + 8, 8).copy().view(">i8").ravel().astype(np.int64)
+        s = gather_fixed(buf, starts, 8).reshape(-1).view(">i8").astype(np.int64)
+        e = gather_fixed(buf, starts + 8, 8).reshape(-1).view(">i8").astype(np.int64)
         return pa.StructArray.from_arrays([pa.array(s), pa.array(e)], ["start", "end"]), starts + 16
     if k in ("tuple", "pojo", "row"):
         pos = starts

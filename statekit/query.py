@@ -1,4 +1,4 @@
-"""SQL over a savepoint on embedded DuckDB: the same databases and tables as Spark's `register()`.
+"""SQL over a savepoint on embedded DuckDB (`statekit.sql`): the databases and tables of Spark's `register()`.
 
 Each operator is a database (schema) named after its uid - lower-cased, every character other
 than a letter, digit or ``_`` replaced by ``_``, prefixed with ``<prefix>_`` when a prefix is

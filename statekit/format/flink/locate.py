@@ -1,0 +1,222 @@
+"""Locating the entries of canonical key groups in bulk: strided runs of equal-sized entries, and chains walked together.
+
+Boundary: bytes in, entry positions out (no value is decoded here; `keyed` does that). Per key
+group (a chain): ``i16 stateId`` then ``(i32 klen, key, i32 vlen, value)*``; the last entry of a
+state run has 0x80 in its first key byte and is followed by the next state id or 0xFFFF.
+
+* ``strided``: a run of entries with one key and value size is one strided probe (doubling
+  blocks) and stays a `Run` (position, count, stride), decoded later as a 2-D strided view with
+  no per-entry index at all - Long keys with Long values.
+* ``chained``: entries of varying size (String keys) advance all chains together, one entry per
+  numpy step over every key group at once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from statekit.errors import CorruptSavepointError
+from statekit.format.flink.values import gather_fixed
+
+END_OF_KEY_GROUP = 0xFFFF
+_PROBE = 64  # first strided probe; grown 4x while the run goes on
+_MIN_RUN = 8  # shorter runs are left to the chained walk (probing them costs more than it saves)
+
+
+@dataclass
+class DecodeStats:
+    """How each part was decoded: ``strided`` / ``chained`` entries, and per state ``bulk`` or ``per-record``."""
+
+    strided_entries: int = 0
+    chained_entries: int = 0
+    states: dict[str, str] | None = None
+
+    def __post_init__(self) -> None:
+        if self.states is None:
+            self.states = {}
+
+    def describe(self) -> str:
+        where = f"entries located: {self.strided_entries} strided, {self.chained_entries} chained"
+        return where + "; " + ", ".join(f"{k}: {v}" for k, v in sorted(self.states.items()))  # type: ignore[union-attr]
+
+
+@dataclass(frozen=True)
+class Run:
+    """`count` entries of one state at ``pos + i * stride``: key at +4 (`klen` bytes), value at +8+klen (`vlen`)."""
+
+    chain: int
+    sid: int
+    pos: int
+    count: int
+    stride: int
+    klen: int
+    vlen: int
+
+    def field(self, buf: np.ndarray, offset: int, dtype: str) -> np.ndarray:
+        """One fixed-width field of every entry (at `offset` from the entry start) as a strided view, no copy."""
+        return field_view(buf, self.pos + offset, self.count, self.stride, dtype)
+
+
+def field_view(buf: np.ndarray, pos: int, count: int, stride: int, dtype: str) -> np.ndarray:
+    """`count` values of `dtype` at ``pos + i * stride`` in `buf`, as a zero-copy (unaligned) strided array."""
+    return np.ndarray((count,), np.dtype(dtype), buffer=buf.data, offset=pos, strides=(stride,))
+
+
+@dataclass
+class Entries:
+    """Per-entry positions: key at `kp` (`klen` bytes), value at `vp` (`vlen` bytes)."""
+
+    chain: np.ndarray
+    sid: np.ndarray
+    kp: np.ndarray
+    klen: np.ndarray
+    vp: np.ndarray
+    vlen: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.kp)
+
+    def take(self, idx: np.ndarray) -> "Entries":
+        return Entries(*(a[idx] for a in (self.chain, self.sid, self.kp, self.klen, self.vp, self.vlen)))
+
+    @staticmethod
+    def concat(parts: list["Entries"]) -> "Entries":
+        if not parts:
+            e = np.zeros(0, np.int64)
+            return Entries(e, e, e, e, e, e)
+        if len(parts) == 1:
+            return parts[0]
+        return Entries(*(np.concatenate([getattr(p, f) for p in parts])
+                         for f in ("chain", "sid", "kp", "klen", "vp", "vlen")))
+
+    @staticmethod
+    def of_runs(runs: list[Run]) -> "Entries":
+        parts = []
+        for r in runs:
+            pos = r.pos + np.arange(r.count, dtype=np.int64) * r.stride
+            parts.append(Entries(np.full(r.count, r.chain, np.int64), np.full(r.count, r.sid, np.int64), pos + 4,
+                                 np.full(r.count, r.klen, np.int64), pos + 8 + r.klen, np.full(r.count, r.vlen, np.int64)))
+        return Entries.concat(parts)
+
+
+@dataclass
+class Located:
+    runs: list[Run]
+    chained: Entries
+
+
+def corrupt(where: str, why: str) -> CorruptSavepointError:
+    return CorruptSavepointError(
+        f"{where}: {why}. The key group is damaged (a bad length or offset); the savepoint cannot be read. "
+        "Take a new savepoint or restore this one from a copy."
+    )
+
+
+def _be32(buf: np.ndarray, at: np.ndarray) -> np.ndarray:
+    b = gather_fixed(buf, at, 4).astype(np.int64)
+    return b[:, 0] << 24 | b[:, 1] << 16 | b[:, 2] << 8 | b[:, 3]
+
+
+def locate(buf: np.ndarray, starts: np.ndarray, limits: np.ndarray, where: str, stats: DecodeStats) -> Located:
+    """Every entry of the key groups starting at `starts` (each ending before `limits`)."""
+    runs: list[Run] = []
+    pending: list[tuple[int, int, int]] = []  # (chain, position, state id) left for the chained walk
+    n = len(buf)
+    for c, (p, lim) in enumerate(zip(starts.tolist(), limits.tolist())):
+        if p + 2 > lim or lim > n:
+            raise corrupt(where, f"key group at offset {p} lies outside its stream")
+        sid = int(buf[p]) << 8 | int(buf[p + 1])
+        p += 2
+        while True:
+            got = _strided(buf, p, lim)
+            if got is None:
+                pending.append((c, p, sid))
+                break
+            count, stride, k, v, ends_run = got
+            runs.append(Run(c, sid, p, count, stride, k, v))
+            stats.strided_entries += count
+            p += count * stride
+            if ends_run:
+                if p + 2 > lim:
+                    raise corrupt(where, f"a state run ends at offset {p} without a following state id")
+                sid = int(buf[p]) << 8 | int(buf[p + 1])
+                p += 2
+                if sid == END_OF_KEY_GROUP:
+                    break
+    chained = _chained(buf, pending, limits, where, stats) if pending else Entries.concat([])
+    return Located(runs, chained)
+
+
+def _strided(buf: np.ndarray, p: int, lim: int) -> tuple[int, int, int, int, bool] | None:
+    """A run of equal-sized entries from `p`: (count, stride, klen, vlen, run ends), or None if it is short."""
+    if p + 8 > lim:
+        return None
+    k = int.from_bytes(buf[p : p + 4].tobytes(), "big", signed=True)
+    if k <= 0 or p + 8 + k > lim:
+        return None
+    v = int.from_bytes(buf[p + 4 + k : p + 8 + k].tobytes(), "big", signed=True)
+    if v < 0 or p + 8 + k + v > lim:
+        return None
+    stride = 8 + k + v
+    room = (lim - p) // stride
+    done, block = 0, _PROBE
+    while done < room:
+        m = min(block, room - done)
+        at = p + done * stride
+        ok = (field_view(buf, at, m, stride, ">i4") == k) & (field_view(buf, at + 4 + k, m, stride, ">i4") == v)
+        bad = np.flatnonzero(~ok)
+        flagged = np.flatnonzero(field_view(buf, at + 4, m, stride, "u1") & 0x80)
+        first_bad = int(bad[0]) if len(bad) else m
+        first_flag = int(flagged[0]) if len(flagged) else m
+        if first_flag < first_bad:
+            count = done + first_flag + 1
+            return (count, stride, k, v, True) if count >= _MIN_RUN else None
+        if first_bad < m:
+            count = done + first_bad
+            return (count, stride, k, v, False) if count >= _MIN_RUN else None
+        done += m
+        block *= 4
+    return None  # runs to the end of the stream without an end flag: the chained walk reports it
+
+
+def _chained(buf: np.ndarray, pending: list[tuple[int, int, int]], limits: np.ndarray, where: str,
+             stats: DecodeStats) -> Entries:
+    """Advance every pending chain by one entry per step (variable-sized entries)."""
+    C = np.array([c for c, _, _ in pending], np.int64)
+    P = np.array([p for _, p, _ in pending], np.int64)
+    S = np.array([s for _, _, s in pending], np.int64)
+    L = limits[C].astype(np.int64)
+    out: list[tuple[np.ndarray, ...]] = []
+    while len(P):
+        if (P + 8 > L).any():
+            raise corrupt(where, "an entry starts too close to the end of its key group")
+        K = _be32(buf, P)
+        kp = P + 4
+        vq = kp + K
+        if (K <= 0).any() or (K >= 1 << 31).any() or (vq + 4 > L).any():
+            raise corrupt(where, "an entry's key length runs past its key group")
+        V = _be32(buf, vq)
+        vp = vq + 4
+        P = vp + V
+        if (V >= 1 << 31).any() or (P > L).any():
+            raise corrupt(where, "an entry's value length runs past its key group")
+        out.append((C, S, kp, K, vp, V))
+        f = np.flatnonzero(buf[kp] & 0x80)
+        if len(f):
+            at = P[f]
+            if (at + 2 > L[f]).any():
+                raise corrupt(where, "a state run ends without a following state id")
+            nxt = buf[at].astype(np.int64) << 8 | buf[at + 1]
+            P[f] = at + 2
+            S = S.copy()
+            S[f] = nxt
+            done = f[nxt == END_OF_KEY_GROUP]
+            if len(done):
+                keep = np.ones(len(P), bool)
+                keep[done] = False
+                C, P, S, L = C[keep], P[keep], S[keep], L[keep]
+    cols = [np.concatenate([o[i] for o in out]) for i in range(6)]
+    stats.chained_entries += len(cols[0])
+    return Entries(*cols)

@@ -1,0 +1,470 @@
+"""Canonical Flink savepoints written from Arrow tables: keyed and operator state streams, `_metadata` V6, atomically.
+
+Boundary: the write side of `statekit.format.flink`. Input per operator is a `KeyedLayoutOut`
+(key serializer, states with their exact meta-info bytes, timer queues) with a keyed table
+(``key_group``, ``key``, one column per state) and a timers table, and/or operator states; output
+is a directory Flink 2.x restores (section 7 of `../shared/flink/FORMAT.md`). Keyed entries are
+built column-wise (`values_out`), one state run per key group, the 0x80 flag on each run's last
+entry. `write_keyed_file` is the unit a Spark task runs (one file per key-group range); the
+driver only writes `_metadata` (`metadata_bytes`). Nothing is compressed; every stream is a file.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import struct
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, BinaryIO, Sequence
+
+import numpy as np
+import pyarrow as pa
+
+from statekit.errors import InvalidArgumentError, InvalidTargetError, SavepointExistsError, StateTypeError
+from statekit.format.flink.metadata import (
+    MAGIC,
+    PARTITIONABLE_OPERATOR_STATE_HANDLE,
+    RELATIVE_STREAM_HANDLE,
+    SAVEPOINT_KEY_GROUPS_HANDLE,
+)
+from statekit.format.flink.proxy import PROXY_VERSION
+from statekit.format.flink.serializers import FlinkType
+from statekit.format.flink.serializers_out import DataOutput, java_utf, top_level
+from statekit.format.flink.values_out import Encoded, concat, encode, join_runs, nullable_values
+from statekit.keygroups import key_group_range
+
+METADATA_VERSION = 6
+END_OF_KEY_GROUP = b"\xff\xff"
+NULL_CHECKPOINT_PROPERTIES = b"\xac\xed\x00\x05\x70"  # Java serialization of null, as the SPA writes it
+_MODE_ORDINAL = {"split": 0, "union": 1, "broadcast": 2}
+_SIGN = np.uint64(1 << 63)
+
+
+# -- layouts ------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class KeyedStateOut:
+    """One keyed state: its kind, VALUE_SERIALIZER (ListSerializer / MapSerializer for list / map state),
+    its exact `StateMetaInfoSnapshot` bytes and the keyed-table column holding it."""
+
+    name: str
+    kind: str
+    value: FlinkType
+    meta: bytes
+    column: str
+
+
+@dataclass(frozen=True)
+class KeyedLayoutOut:
+    """What an operator's keyed streams declare: the key serializer, states and timer queues (domain, meta bytes)."""
+
+    key: FlinkType
+    states: tuple[KeyedStateOut, ...]
+    timers: tuple[tuple[str, bytes], ...]
+    max_parallelism: int
+    namespace: FlinkType | None = None  # None: VoidNamespace
+
+    @property
+    def prefix_bytes(self) -> int:
+        return 1 if self.max_parallelism <= 128 else 2
+
+    def proxy(self) -> bytes:
+        """`KeyedBackendSerializationProxy` v6, uncompressed."""
+        out = DataOutput().i32(PROXY_VERSION).bool(False).raw(top_level(self.key))
+        out.i16(len(self.states) + len(self.timers))
+        for s in self.states:
+            out.raw(s.meta)
+        for _, meta in self.timers:
+            out.raw(meta)
+        return bytes(out.buf)
+
+
+@dataclass(frozen=True)
+class OperatorStateOut:
+    """An operator list/union state (per subtask its elements) or a broadcast state (one map, written by every subtask)."""
+
+    name: str
+    mode: str  # split | union | broadcast
+    value: FlinkType  # element serializer, or the broadcast value serializer
+    meta: bytes
+    per_subtask: Sequence[pa.Array] = ()
+    key: FlinkType | None = None  # broadcast
+    entries: pa.Table | None = None  # broadcast: key, value
+
+
+@dataclass
+class SubtaskOut:
+    """One subtask's handles: keyed (start, offsets, file, size) and operator state (states, file, size)."""
+
+    index: int
+    keyed: tuple[int, list[int], str, int] | None = None
+    operator: tuple[list[tuple[str, str, list[int]]], str, int] | None = None
+
+
+@dataclass
+class OperatorOut:
+    uid: str | None
+    uid_hash: str
+    name: str
+    parallelism: int
+    max_parallelism: int
+    subtasks: list[SubtaskOut] = field(default_factory=list)
+
+
+# -- keyed entries ------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Run:
+    """Entries of one state id, sorted by key group: ``i32 klen | key | i32 vlen | value`` each."""
+
+    sid: int
+    key_groups: np.ndarray
+    entries: Encoded
+
+
+def _be32(values: np.ndarray) -> Encoded:
+    return Encoded.fixed(values.astype(">i4").view(np.uint8).reshape(-1, 4))
+
+
+def _prefix(kg: np.ndarray, nbytes: int) -> Encoded:
+    if nbytes == 1:
+        return Encoded.fixed(kg.astype(np.uint8).reshape(-1, 1))
+    return Encoded.fixed(kg.astype(">u2").view(np.uint8).reshape(-1, 2))
+
+
+def _entries(key: Encoded, value: Encoded) -> Encoded:
+    return concat([_be32(key.lengths), key, _be32(value.lengths), value])
+
+
+def _sorted_by_key_group(table: pa.Table) -> tuple[pa.Table, np.ndarray]:
+    kg = table.column("key_group").to_numpy().astype(np.int64)
+    if len(kg) > 1 and (np.diff(kg) < 0).any():
+        order = np.argsort(kg, kind="stable")
+        return table.take(pa.array(order)), kg[order]
+    return table, kg
+
+
+def _lengths(col: pa.Array) -> np.ndarray:
+    """Entries per list/map value, 0 where null (such rows hold no state)."""
+    lengths = np.diff(col.offsets.to_numpy()).astype(np.int64)
+    if col.null_count:
+        lengths[~col.is_valid().to_numpy(zero_copy_only=False)] = 0
+    return lengths
+
+
+def _namespace(layout: KeyedLayoutOut, table: pa.Table, n: int) -> Encoded:
+    if layout.namespace is None:
+        return Encoded.constant(b"\x00", n)
+    return encode(table.column("namespace"), layout.namespace, what="namespace")
+
+
+def keyed_runs(layout: KeyedLayoutOut, keyed: pa.Table | None, timers: pa.Table | None) -> list[Run]:
+    """Every keyed entry of `keyed` (and `timers`) as runs per state id, each sorted by key group."""
+    runs: list[Run] = []
+    nb = layout.prefix_bytes
+    if keyed is not None and keyed.num_rows:
+        keyed, kg = _sorted_by_key_group(keyed)
+        n = keyed.num_rows
+        if keyed.column("key").null_count:
+            raise StateTypeError("the keyed table holds a null key; Flink forbids null keys.")
+        base = concat([_prefix(kg, nb), encode(keyed.column("key"), layout.key, what="a key"),
+                       _namespace(layout, keyed, n)])
+        for sid, s in enumerate(layout.states):
+            col = keyed.column(s.column)
+            col = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+            what = f"state {s.name!r}"
+            if s.kind == "map":
+                lengths = _lengths(col)
+                rows = np.flatnonzero(lengths > 0)
+                if not len(rows):
+                    continue
+                col = col.take(pa.array(rows))
+                counts = lengths[rows]
+                expand = np.repeat(rows, counts)
+                offs = col.offsets.to_numpy()
+                lo, hi = int(offs[0]), int(offs[-1])
+                ukeys = encode(col.keys.slice(lo, hi - lo), s.value.children[0], what=what)
+                items = col.items.slice(lo, hi - lo)
+                value = nullable_values(items, s.value.children[1], what)
+                runs.append(Run(sid, kg[expand], _entries(concat([base.take(expand), ukeys]), value)))
+                continue
+            if s.kind == "list":
+                lengths = _lengths(col)
+                rows = np.flatnonzero(lengths > 0)
+                if not len(rows):
+                    continue
+                col = col.take(pa.array(rows)) if len(rows) < n else col
+                elem_t = s.value.children[0] if s.value.kind == "list" else s.value
+                col = col.cast(pa.large_list(col.type.value_type))
+                flat = col.flatten()
+                if flat.null_count:
+                    raise StateTypeError(f"{what} holds a null list element; Flink list state forbids nulls.")
+                value = join_runs(encode(flat, elem_t, what=what), lengths[rows], b",", False)
+            else:
+                valid = col.is_valid().to_numpy(zero_copy_only=False)
+                rows = np.flatnonzero(valid)
+                if not len(rows):
+                    continue
+                if len(rows) < n:
+                    col = col.take(pa.array(rows))
+                value = encode(col, s.value, what=what)
+            key = base if len(rows) == n else base.take(rows)
+            runs.append(Run(sid, kg[rows] if len(rows) < n else kg, _entries(key, value)))
+    if timers is not None and timers.num_rows and layout.timers:
+        timers, tkg = _sorted_by_key_group(timers)
+        domains = timers.column("domain").to_numpy(zero_copy_only=False)
+        for j, (domain, _) in enumerate(layout.timers):
+            rows = np.flatnonzero(domains == domain)
+            if not len(rows):
+                continue
+            t = timers.take(pa.array(rows))
+            ts = t.column("timestamp").to_numpy().astype(np.int64).view(np.uint64) ^ _SIGN
+            key = concat([_prefix(tkg[rows], nb), Encoded.fixed(ts.astype(">u8").view(np.uint8).reshape(-1, 8)),
+                          encode(t.column("key"), layout.key, what="a timer key"), _namespace(layout, t, len(rows))])
+            runs.append(Run(len(layout.states) + j, tkg[rows], _entries(key, Encoded.constant(b"", len(rows)))))
+    return runs
+
+
+def write_key_groups(f: BinaryIO, runs: list[Run], start: int, end: int, pos: int) -> list[int]:
+    """Write key groups [start, end] of `runs` at stream position `pos`; their offsets (0 = empty)."""
+    n = end - start + 1
+    offsets = [0] * n
+    bounds = []
+    for r in runs:
+        b = np.searchsorted(r.key_groups, np.arange(start, end + 2))
+        data = r.entries.data if r.entries.data.flags.writeable else r.entries.data.copy()
+        ends = b[1:] - 1
+        ends = ends[b[1:] > b[:-1]]
+        data[r.entries.offsets[ends] + 4] |= 0x80  # the last entry of each state run: its first key byte
+        bounds.append((r.sid.to_bytes(2, "big"), b.tolist(), r.entries.offsets, memoryview(data)))
+    for i in range(n):
+        first = True
+        for sid, b, offs, mv in bounds:
+            a, z = b[i], b[i + 1]
+            if a == z:
+                continue
+            if first:
+                offsets[i] = pos
+                first = False
+            lo, hi = int(offs[a]), int(offs[z])
+            f.write(sid)
+            f.write(mv[lo:hi])
+            pos += 2 + hi - lo
+        if not first:
+            f.write(END_OF_KEY_GROUP)
+            pos += 2
+    return offsets
+
+
+def write_keyed_file(path: Path, layout: KeyedLayoutOut, keyed: pa.Table | None, timers: pa.Table | None,
+                     start: int, end: int) -> tuple[list[int], int]:
+    """One keyed state file for key groups [start, end]: the backend proxy, then the key groups.
+    Returns the key-group offsets and the file size. The rows given must lie in that range."""
+    runs = keyed_runs(layout, keyed, timers)
+    for r in runs:
+        if len(r.key_groups) and (r.key_groups[0] < start or r.key_groups[-1] > end):
+            raise InvalidArgumentError(f"keyed rows outside key groups {start}..{end} were given for one file.")
+    proxy = layout.proxy()
+    with open(path, "xb") as f:
+        f.write(proxy)
+        offsets = write_key_groups(f, runs, start, end, len(proxy))
+        size = f.tell()
+        f.flush()
+        os.fsync(f.fileno())
+    return offsets, size
+
+
+def write_operator_file(path: Path, states: Sequence[OperatorStateOut], subtask: int) -> tuple[list[tuple[str, str, list[int]]], int]:
+    """One subtask's operator state stream: the proxy, list/union elements, broadcast maps; per state its offsets."""
+    lists = [s for s in states if s.mode != "broadcast"]
+    bcast = [s for s in states if s.mode == "broadcast"]
+    out = DataOutput().i32(PROXY_VERSION).bool(False).i16(len(lists))
+    for s in lists:
+        out.raw(s.meta)
+    out.i16(len(bcast))
+    for s in bcast:
+        out.raw(s.meta)
+    handle: list[tuple[str, str, list[int]]] = []
+    for s in lists:
+        items = s.per_subtask[subtask] if subtask < len(s.per_subtask) else pa.array([], pa.null())
+        offsets: list[int] = []
+        if len(items):
+            if items.null_count:
+                raise StateTypeError(f"list state {s.name!r} holds a null element; Flink list state forbids nulls.")
+            enc = encode(items, s.value, what=f"list state {s.name!r}")
+            base = len(out.buf)
+            offsets = (enc.offsets[:-1] + base).tolist()
+            out.raw(enc.data.tobytes())
+        handle.append((s.name, s.mode, offsets))
+    for s in bcast:
+        assert s.entries is not None and s.key is not None
+        at = len(out.buf)
+        what = f"broadcast state {s.name!r}"
+        kv = concat([encode(s.entries.column("key"), s.key, what=what),
+                     encode(s.entries.column("value"), s.value, what=what)]) if s.entries.num_rows else None
+        out.i32(s.entries.num_rows)
+        if kv is not None:
+            out.raw(kv.data.tobytes())
+        handle.append((s.name, s.mode, [at]))
+    with open(path, "xb") as f:
+        f.write(out.buf)
+        f.flush()
+        os.fsync(f.fileno())
+    return handle, len(out.buf)
+
+
+# -- _metadata ----------------------------------------------------------------------------------------
+def _relative(out: DataOutput, name: str, size: int) -> None:
+    out.u8(RELATIVE_STREAM_HANDLE).utf(name).i64(size)
+
+
+def metadata_bytes(checkpoint_id: int, operators: Sequence[OperatorOut]) -> bytes:
+    """`_metadata`: magic, MetadataV6, no master states, the operators, and a null CheckpointProperties."""
+    out = DataOutput().i32(MAGIC).i32(METADATA_VERSION).i64(checkpoint_id).i32(0).i32(len(operators))
+    for op in operators:
+        out.utf(op.name or "").utf(op.uid or "")
+        out.raw(bytes.fromhex(op.uid_hash))
+        out.i32(op.parallelism).i32(op.max_parallelism)
+        out.u8(0)  # no coordinator state
+        out.i32(len(op.subtasks))
+        for st in op.subtasks:
+            out.i32(st.index)
+            if st.operator is not None:
+                states, name, size = st.operator
+                out.i32(1).u8(PARTITIONABLE_OPERATOR_STATE_HANDLE).i32(len(states))
+                for sname, mode, offsets in states:
+                    out.utf(sname).u8(_MODE_ORDINAL[mode]).i32(len(offsets))
+                    out.raw(struct.pack(f">{len(offsets)}q", *offsets))
+                _relative(out, name, size)
+            else:
+                out.i32(0)
+            out.i32(0)  # no raw operator state
+            if st.keyed is not None:
+                start, offsets, name, size = st.keyed
+                out.u8(SAVEPOINT_KEY_GROUPS_HANDLE).i32(start).i32(len(offsets))
+                out.raw(struct.pack(f">{len(offsets)}q", *offsets))
+                _relative(out, name, size)
+            else:
+                out.u8(0)
+            out.u8(0)  # no raw keyed state
+            out.i32(0).i32(0)  # no in-flight data (savepoints are aligned)
+    out.raw(NULL_CHECKPOINT_PROPERTIES)
+    return bytes(out.buf)
+
+
+# -- atomic output ------------------------------------------------------------------------------------
+class FlinkStaging:
+    """A hidden sibling directory that becomes the savepoint in one rename once `_metadata` is written."""
+
+    def __init__(self, target: str | os.PathLike[str]) -> None:
+        self.target = Path(target)
+        check_target(self.target)
+        self.dir = self.target.parent / f".{self.target.name}.inprogress-{uuid.uuid4().hex[:12]}"
+        self.dir.mkdir(parents=False)
+        self._done = False
+
+    def new_file(self) -> tuple[str, Path]:
+        """A fresh relative name (Flink writes random UUIDs) and its path in staging."""
+        name = str(uuid.uuid4())
+        return name, self.dir / name
+
+    def commit(self, metadata: bytes) -> Path:
+        with open(self.dir / "_metadata", "xb") as f:
+            f.write(metadata)
+            f.flush()
+            os.fsync(f.fileno())
+        _fsync_dir(self.dir)
+        if os.path.lexists(self.target):
+            raise SavepointExistsError(f"{self.target} appeared while writing; not overwriting it.")
+        try:
+            os.rename(self.dir, self.target)
+        except OSError:
+            if os.path.lexists(self.target):
+                raise SavepointExistsError(f"{self.target} appeared while writing; not overwriting it.") from None
+            raise
+        _fsync_dir(self.target.parent)
+        self._done = True
+        return self.target
+
+    def abort(self) -> None:
+        self._done = True
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def __enter__(self) -> "FlinkStaging":
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        if not self._done:
+            self.abort()
+
+
+def check_target(path: Path) -> None:
+    """Refuse an existing target (savepoints are never overwritten) or one without a parent directory."""
+    if os.path.lexists(path):
+        raise SavepointExistsError(f"{path} already exists; savepoints are never overwritten. Choose a new path.")
+    if not path.parent.is_dir():
+        raise InvalidTargetError(f"{path.parent} is not a directory; create it first or choose another path.")
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+# -- one operator, locally ----------------------------------------------------------------------------
+@dataclass
+class OperatorData:
+    """Everything about one operator to write: identity, placement, keyed layout and tables, operator states."""
+
+    uid: str | None
+    uid_hash: str
+    name: str
+    parallelism: int
+    max_parallelism: int
+    layout: KeyedLayoutOut | None = None
+    keyed: pa.Table | None = None  # key_group, key, [namespace], state columns
+    timers: pa.Table | None = None  # key_group, key, [namespace], timestamp, domain
+    operator_states: Sequence[OperatorStateOut] = ()
+
+
+def write_operator(staging: FlinkStaging, op: OperatorData) -> OperatorOut:
+    """Write one operator's state files into `staging` (one keyed file per subtask range) and describe them."""
+    out = OperatorOut(op.uid, op.uid_hash, op.name, op.parallelism, op.max_parallelism)
+    has_op_state = bool(op.operator_states)
+    if op.layout is None and not has_op_state:
+        return out  # stateless: listed, no subtask states
+    keyed = op.keyed
+    kg_all = keyed.column("key_group").to_numpy() if keyed is not None and keyed.num_rows else None
+    timers = op.timers
+    tkg_all = timers.column("key_group").to_numpy() if timers is not None and timers.num_rows else None
+    for i in range(op.parallelism):
+        st = SubtaskOut(i)
+        if op.layout is not None:
+            rng = key_group_range(op.max_parallelism, op.parallelism, i)
+            part = None if kg_all is None else keyed.filter(pa.array((kg_all >= rng.start) & (kg_all <= rng.end)))  # type: ignore[union-attr]
+            tpart = None if tkg_all is None else timers.filter(pa.array((tkg_all >= rng.start) & (tkg_all <= rng.end)))  # type: ignore[union-attr]
+            name, path = staging.new_file()
+            offsets, size = write_keyed_file(path, op.layout, part, tpart, rng.start, rng.end)
+            st.keyed = (rng.start, offsets, name, size)
+        if has_op_state:
+            name, path = staging.new_file()
+            states, size = write_operator_file(path, op.operator_states, i)
+            st.operator = (states, name, size)
+        out.subtasks.append(st)
+    return out
+
+
+def write_flink_savepoint(target: str | os.PathLike[str], operators: Sequence[OperatorData], *,
+                          checkpoint_id: int = 0) -> Path:
+    """Write a canonical Flink savepoint at `target` atomically (nothing appears there unless it all succeeded)."""
+    seen: set[str] = set()
+    for op in operators:
+        if op.uid_hash in seen:
+            raise InvalidArgumentError(f"operator {op.uid or op.uid_hash} appears twice; each operator appears once.")
+        seen.add(op.uid_hash)
+    with FlinkStaging(target) as staging:
+        outs = [write_operator(staging, op) for op in operators]
+        return staging.commit(metadata_bytes(checkpoint_id, outs))

@@ -1,0 +1,335 @@
+"""Any savepoint (statekit's or Flink's) written as a canonical Flink savepoint: serializers carried or mapped from DDL.
+
+Boundary: decides *what* each operator becomes in Flink - its key and state serializers (the
+snapshots read from a Flink savepoint, reused byte for byte; otherwise statekit DDL mapped by
+`statekit.format.flink.serializers_out`, with `FlinkTuple`/`FlinkPojo` hints per state), its
+placement (uid hash, parallelism, max parallelism, key groups) - and hands the tables to
+`statekit.format.flink.writer`, which writes the bytes. Used by `write_flink`, `SavepointWriter
+.write(format="flink")` and `statekit convert --to flink`.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import pyarrow as pa
+
+from statekit.errors import InvalidArgumentError, ParallelismError, StateTypeError
+from statekit.format.flink.serializers import FlinkType
+from statekit.format.flink.serializers_out import (
+    FlinkPojo,
+    FlinkTuple,
+    Hint,
+    flink_type,
+    keyed_meta_info,
+    list_of,
+    map_of,
+    operator_meta_info,
+    timer_meta_info,
+)
+from statekit.format.flink.writer import KeyedLayoutOut, KeyedStateOut, OperatorData, OperatorStateOut, write_flink_savepoint
+from statekit.identifiers import OperatorIdentifier
+from statekit.keygroups import assign_key_groups
+from statekit.savepoint.manifest import OperatorMetadata
+from statekit.savepoint.reader import Savepoint
+from statekit.types import parse_ddl
+
+#: per operator (uid or uid hash) and state name, how a struct is written: `FlinkTuple` or `FlinkPojo`
+TypeHints = Mapping[str, Mapping[str, Hint]]
+_KEY = "<key>"  # the hint entry of an operator's key type
+
+
+@dataclass(frozen=True)
+class Carried:
+    """Serializers of one operator as read from a Flink savepoint (exact snapshot and meta-info bytes)."""
+
+    key: FlinkType | None
+    states: dict[str, Any]  # name -> StateMeta (keyed)
+    timers: tuple[Any, ...]  # StateMeta of timer queues
+    namespace: FlinkType | None
+    operator_states: dict[str, Any]  # name -> StateMeta (operator / broadcast)
+
+
+def carried_serializers(sp: Savepoint, meta: OperatorMetadata) -> Carried | None:
+    """The serializers a Flink savepoint holds for `meta`'s operator, or None for statekit savepoints."""
+    from statekit.savepoint.flink import FlinkSavepoint
+
+    if not isinstance(sp, FlinkSavepoint):
+        return _from_manifest(meta) if meta.flink is not None else None
+    fop = sp.flink.metadata.operator(meta.uid_hash)
+    if fop is None:
+        return None
+    lay = sp.flink.layout(fop)
+    ops = sp.flink.operator_states(fop)
+    if lay is None:
+        return Carried(None, {}, (), None, ops)
+    return Carried(lay.key_type, {s.name: s for s in lay.states}, lay.timers, lay.namespace_type, ops)
+
+
+def _from_manifest(meta: OperatorMetadata) -> Carried:
+    """Serializers a statekit savepoint carries from the Flink savepoint it was converted from (manifest `flink`)."""
+    from statekit.format.flink.binary import DataInput
+    from statekit.format.flink.proxy import read_meta_info
+    from statekit.format.flink.serializers import read_versioned
+
+    fl = meta.flink
+    assert fl is not None
+    where = f"operator {meta.display_name!r} (carried Flink serializers)"
+    key = read_versioned(DataInput(fl.key, where), "the key serializer") if fl.key is not None else None
+    if key is not None and key.kind in ("pojo", "row", "binary") and meta.key_type is not None:
+        raise StateTypeError(
+            f"operator {meta.display_name!r} has {key.serializer} keys, whose key groups come from the key class's "
+            "hashCode(); after a conversion to statekit's format statekit cannot place them as Flink does. Write the "
+            "Flink savepoint straight from the Flink one (write_flink on it, with uids=/max_parallelism=/rekey=)."
+        )
+    states = {n: read_meta_info(DataInput(b, where)) for n, b in fl.states}
+    timers = tuple(read_meta_info(DataInput(b, where)) for b in fl.timers)
+    ops = {n: read_meta_info(DataInput(b, where)) for n, b in fl.operator_states}
+    ns = None
+    for s in states.values():
+        t = s.serializers.get("NAMESPACE_SERIALIZER")
+        if t is not None and t.kind == "window":
+            ns = t
+    return Carried(key, states, timers, ns, ops)
+
+
+def _hint(hints: TypeHints | None, meta: OperatorMetadata, name: str) -> Hint | None:
+    if not hints:
+        return None
+    for k in (meta.uid, meta.uid_hash, meta.name):
+        if k is not None and k in hints:
+            return hints[k].get(name)
+    return None
+
+
+def _value_serializer(kind: str, ddl: str, hint: Hint | None, what: str) -> FlinkType:
+    """The VALUE_SERIALIZER of a keyed state from its column type."""
+    t = parse_ddl(ddl)
+    if kind == "list":
+        if not pa.types.is_list(t):
+            raise StateTypeError(f"{what}: a list state's column must be an array, not {ddl}.")
+        return list_of(flink_type(t.value_type, hint, what=what))
+    if kind == "map":
+        if not pa.types.is_map(t):
+            raise StateTypeError(f"{what}: a map state's column must be a map, not {ddl}.")
+        return map_of(flink_type(t.key_type, what=what), flink_type(t.item_type, hint, what=what))
+    return flink_type(t, hint, what=what)
+
+
+def keyed_layout(meta: OperatorMetadata, carried: Carried | None, hints: TypeHints | None, *,
+                 max_parallelism: int, has_timers: bool) -> KeyedLayoutOut:
+    """The keyed serializers of `meta`: carried ones where the state came from Flink, DDL-mapped otherwise."""
+    assert meta.key_type is not None
+    op = meta.display_name
+    if carried is not None and carried.key is not None:
+        key = carried.key
+    else:
+        hint = _hint(hints, meta, _KEY) or FlinkTuple()
+        if isinstance(hint, FlinkPojo):
+            raise StateTypeError(
+                f"operator {op!r}: a POJO key's key group comes from its class's hashCode(), which statekit cannot "
+                "compute; write struct keys as Flink Tuples (the default), whose hash statekit matches."
+            )
+        key = flink_type(meta.key_type, hint if meta.key_type.startswith("struct") else None, what=f"operator {op!r} key")
+    namespace = None
+    if meta.namespace_type is not None:
+        if carried is not None and carried.namespace is not None:
+            namespace = carried.namespace
+        else:
+            raise StateTypeError(
+                f"operator {op!r} keeps window namespaces ({meta.namespace_type}) that were not read from Flink; "
+                "statekit writes window state to Flink only when it came from a Flink savepoint."
+            )
+    states = []
+    for s in meta.keyed_states:
+        what = f"state {s.name!r} of operator {op!r}"
+        got = carried.states.get(s.name) if carried is not None else None
+        if got is not None:
+            states.append(KeyedStateOut(s.name, got.keyed_kind or s.kind, got.value_type, got.raw, s.name))
+            continue
+        if s.pickled:
+            raise StateTypeError(f"{what} holds pickled Python values, which have no Flink serializer; declare a type.")
+        if s.ttl_ms is not None:
+            raise StateTypeError(f"{what} has a TTL; statekit does not write Flink's TTL serializer. Drop the TTL first.")
+        value = _value_serializer(s.kind, s.type, _hint(hints, meta, s.name), what)
+        states.append(KeyedStateOut(s.name, s.kind, value, keyed_meta_info(s.name, s.kind, value, namespace), s.name))
+    if carried is not None and carried.timers:
+        timers = tuple((t.timer_domain, t.raw) for t in carried.timers)
+    elif has_timers:
+        timers = tuple((d, timer_meta_info(d, key, namespace)) for d in ("processing", "event"))
+    else:
+        timers = ()
+    return KeyedLayoutOut(key, tuple(states), timers, max_parallelism, namespace)
+
+
+def operator_state_layouts(meta: OperatorMetadata, carried: Carried | None,
+                           hints: TypeHints | None) -> list[OperatorStateOut]:
+    """The serializers of `meta`'s operator states (carried or DDL-mapped), without their data."""
+    out = []
+    for info in meta.operator_states:
+        what = f"operator state {info.name!r} of operator {meta.display_name!r}"
+        got = carried.operator_states.get(info.name) if carried is not None else None
+        if info.pickled and got is None:
+            raise StateTypeError(f"{what} holds pickled Python values, which have no Flink serializer; declare a type.")
+        if info.redistribution == "broadcast":
+            if got is not None:
+                value, key, raw = got.value_type, got.serializers["KEY_SERIALIZER"], got.raw
+            else:
+                assert info.key_type is not None
+                value = flink_type(info.type, _hint(hints, meta, info.name), what=what)
+                key = flink_type(info.key_type, what=what)
+                raw = operator_meta_info(info.name, "broadcast", value, key)
+            out.append(OperatorStateOut(info.name, "broadcast", value, raw, key=key))
+            continue
+        if got is not None:
+            value, raw = got.value_type, got.raw
+        else:
+            value = flink_type(info.type, _hint(hints, meta, info.name), what=what)
+            raw = operator_meta_info(info.name, info.redistribution, value)
+        out.append(OperatorStateOut(info.name, info.redistribution, value, raw))
+    return out
+
+
+def with_operator_data(sp: Savepoint, meta: OperatorMetadata, layouts: list[OperatorStateOut]) -> list[OperatorStateOut]:
+    """`layouts` with their elements (list/union, per subtask) and entries (broadcast) read from `sp`."""
+    out = []
+    for s in layouts:
+        info = meta.operator_state(s.name)
+        if s.mode == "broadcast":
+            out.append(replace(s, entries=sp.broadcast_state(meta.identifier, s.name)))
+            continue
+        _, lists = sp.operator_state_lists(meta.identifier, s.name)
+        vtype = parse_ddl(info.type)
+        arrays = [items if isinstance(items, pa.Array) else pa.array(items, vtype) for items in lists]
+        out.append(replace(s, per_subtask=arrays))
+    return out
+
+
+def rehash(table: pa.Table, key_type: str, max_parallelism: int, key_layout: KeyedLayoutOut) -> pa.Table:
+    """`table` with its ``key_group`` column recomputed for `max_parallelism` (Flink's hash of the key)."""
+    if key_layout.key.kind in ("pojo", "row", "binary"):
+        raise StateTypeError(
+            f"keys of serializer {key_layout.key.serializer} hash with the key class's own hashCode(), which statekit "
+            "cannot compute; max parallelism and keys of such operators cannot be changed offline."
+        )
+    kg = assign_key_groups(table.column("key"), max_parallelism, key_type)
+    return table.set_column(table.schema.get_field_index("key_group"), "key_group", pa.array(kg.astype(np.int32)))
+
+
+def _rekeyed(sp: Savepoint, meta: OperatorMetadata, new_key: Any, key_type: str | None,
+             keyed: pa.Table, timers: pa.Table) -> tuple[pa.Table, pa.Table, str]:
+    """Keyed table and timers with every key replaced through `new_key` (a function or a key/new_key table)."""
+    from statekit.savepoint.rekey import _check_collisions, _distinct_rows, check_mapping, remap_keys
+    from statekit.types import to_arrow_array, to_ddl
+
+    what = f"rekeying operator {meta.display_name!r}"
+    if isinstance(new_key, pa.Table):
+        mapping = new_key
+    else:
+        olds = pa.concat_arrays([keyed.column("key").combine_chunks(), timers.column("key").combine_chunks()]).unique()
+        news = [new_key(k) for k in olds.to_pylist()]
+        new_arr = to_arrow_array(news, key_type, what="new key") if key_type else pa.array(news)
+        mapping = pa.table({"key": olds, "new_key": new_arr})
+    check_mapping(mapping, what)
+    out = remap_keys(keyed, mapping, what)
+    _check_collisions(keyed, out, what)
+    t = remap_keys(timers, mapping, what) if timers.num_rows else timers.cast(
+        timers.schema.set(timers.schema.get_field_index("key"), pa.field("key", mapping.schema.field("new_key").type)))
+    return out, _distinct_rows(t) if t.num_rows else t, key_type or to_ddl(mapping.schema.field("new_key").type)
+
+
+def operator_data(sp: Savepoint, meta: OperatorMetadata, *, hints: TypeHints | None = None,
+                  uid: str | None = None, uid_hash: str | None = None, name: str | None = None,
+                  max_parallelism: int | None = None, parallelism: int | None = None,
+                  new_key: Any = None, new_key_type: str | None = None) -> OperatorData:
+    """What to write for operator `meta` of `sp`, optionally under another identity / max parallelism / keys."""
+    carried = carried_serializers(sp, meta)
+    maxp = max_parallelism or meta.max_parallelism
+    par = parallelism or meta.parallelism
+    if maxp < par:
+        raise ParallelismError(
+            f"operator {meta.display_name!r} runs at parallelism {par}, above max parallelism {maxp}; Flink refuses "
+            f"such a job. Choose a max parallelism of at least {par}."
+        )
+    uid = uid if uid is not None else meta.uid
+    uid_hash = uid_hash or meta.uid_hash
+    data = OperatorData(uid, uid_hash, name or meta.name or uid or uid_hash, par, maxp)
+    if meta.key_type is not None:
+        keyed = sp.keyed_table(meta.identifier, with_key_group=True)
+        timers = sp.timers(meta.identifier)
+        key_type = meta.key_type
+        if new_key is not None:
+            keyed, timers, new_type = _rekeyed(sp, meta, new_key, new_key_type, keyed, timers)
+            if carried is not None and new_type != key_type:  # the old key serializer no longer applies
+                carried = replace(carried, key=None, timers=())
+            meta = replace(meta, key_type=new_type)
+            key_type = new_type
+        has_timers = timers.num_rows > 0
+        data.layout = keyed_layout(meta, carried, hints, max_parallelism=maxp, has_timers=has_timers)
+        if maxp != meta.max_parallelism or new_key is not None:
+            keyed = rehash(keyed, key_type, maxp, data.layout)
+            if has_timers:
+                timers = rehash(timers, key_type, maxp, data.layout)
+        data.keyed, data.timers = keyed, timers if has_timers else None
+    data.operator_states = with_operator_data(sp, meta, operator_state_layouts(meta, carried, hints))
+    return data
+
+
+def write_flink(source: str | os.PathLike[str] | Savepoint, target: str | os.PathLike[str], *,
+                types: TypeHints | None = None, uids: Mapping[str, str] | None = None,
+                remove: Sequence[str] = (), max_parallelism: int | Mapping[str, int] | None = None,
+                rekey: Mapping[str, Any] | None = None, key_types: Mapping[str, str] | None = None,
+                checkpoint_id: int | None = None) -> Path:
+    """Write savepoint `source` (statekit or Flink) as a canonical Flink savepoint at `target`.
+
+    Serializers read from a Flink savepoint are reused unchanged; other state maps its DDL types
+    to Flink's serializers (struct -> Row, struct keys -> Tuple, unless `types` names a
+    `FlinkTuple`/`FlinkPojo` as ``{operator uid: {state name or "<key>": hint}}``). On the way:
+    `uids` renames operators (``{old uid or uid hash: new uid}``), `remove` drops operators,
+    `max_parallelism` sets it for every operator (an int: stateless ones too, as a job that sets it
+    checks them all) or per operator (a mapping), re-hashing keyed state; `rekey` replaces the keys
+    of an operator through a function of the old key or a ``key``/``new_key`` table (`key_types`
+    gives the new key's DDL type). The source is never modified; `target` must not exist.
+    """
+    from statekit.keygroups import check_max_parallelism
+
+    sp = source if isinstance(source, Savepoint) else Savepoint.open(source)
+    uids, rekey, key_types = dict(uids or {}), dict(rekey or {}), dict(key_types or {})
+    per_op = dict(max_parallelism) if isinstance(max_parallelism, Mapping) else {}
+    for v in ([max_parallelism] if isinstance(max_parallelism, int) else list(per_op.values())):
+        check_max_parallelism(v)
+    named = [*uids, *remove, *rekey, *per_op, *(types or {})]
+    ops = []
+    used: set[str] = set()
+
+    def pick(table: Mapping[str, Any], meta: OperatorMetadata) -> Any:
+        for k in (meta.uid, meta.uid_hash, meta.name):
+            if k is not None and k in table:
+                used.add(k)
+                return table[k]
+        return None
+
+    for meta in sp.operators:
+        if pick({k: True for k in remove}, meta):
+            continue
+        new_uid = pick(uids, meta)
+        ident = OperatorIdentifier.for_uid(new_uid) if new_uid else None
+        maxp = max_parallelism if isinstance(max_parallelism, int) else pick(per_op, meta)
+        pick(types or {}, meta)
+        ops.append(operator_data(
+            sp, meta, hints=types, uid=new_uid, uid_hash=ident.uid_hash if ident else None,
+            name=new_uid, max_parallelism=maxp, new_key=pick(rekey, meta), new_key_type=pick(key_types, meta)))
+    unknown = sorted(set(named) - used)
+    if unknown:
+        listing = ", ".join(m.uid or m.uid_hash for m in sp.operators)
+        raise InvalidArgumentError(f"operator(s) {unknown} are not in {sp.path} (it holds: {listing}).")
+    cid = sp.checkpoint_id if checkpoint_id is None else checkpoint_id
+    return write_flink_savepoint(target, ops, checkpoint_id=cid)
+
+
+__all__ = ["TypeHints", "carried_serializers", "keyed_layout", "operator_data", "operator_state_layouts",
+           "with_operator_data", "write_flink"]

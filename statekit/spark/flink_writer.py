@@ -1,0 +1,127 @@
+"""Spark writes a statekit savepoint's state as a canonical Flink savepoint: state files on the executors, `_metadata` on the driver.
+
+Boundary: plans one Spark task per (operator, subtask) - a keyed file for the subtask's key-group
+range, an operator-state file - each reading only its key groups' Parquet files of the (staged)
+statekit savepoint and writing its Flink file into the Flink staging directory; the driver gets
+back names, sizes and offsets (O(max parallelism) per file) and writes `_metadata` last. Which
+serializers each operator gets is decided by `statekit.savepoint.flink_out` (carried from a Flink
+source, or mapped from DDL); the bytes by `statekit.format.flink.writer`.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+import pyarrow as pa
+from pyspark.sql import SparkSession
+
+from statekit.format.flink.writer import (
+    FlinkStaging,
+    KeyedLayoutOut,
+    OperatorOut,
+    OperatorStateOut,
+    SubtaskOut,
+    metadata_bytes,
+    write_keyed_file,
+    write_operator_file,
+)
+from statekit.identifiers import OperatorIdentifier
+from statekit.keygroups import key_group_range
+from statekit.savepoint.flink_out import (
+    Carried,
+    TypeHints,
+    carried_serializers,
+    keyed_layout,
+    operator_state_layouts,
+    with_operator_data,
+)
+from statekit.savepoint.reader import Savepoint
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """One operator as the tasks need it: identity, placement and serializers (no data)."""
+
+    uid_hash: str
+    parallelism: int
+    max_parallelism: int
+    layout: KeyedLayoutOut | None
+    operator_states: tuple[OperatorStateOut, ...]
+
+
+def _task(source: str, staging: str, plans: list[_Plan], task: tuple[int, int, str]) -> tuple:
+    """Write one Flink state file on an executor; returns (operator, subtask, kind, name, size, offsets or handle)."""
+    import uuid
+
+    i, sub, kind = task
+    plan = plans[i]
+    sp = Savepoint.open(source)
+    ident = OperatorIdentifier.for_uid_hash(plan.uid_hash)
+    name = str(uuid.uuid4())
+    path = Path(staging) / name
+    if kind == "keyed":
+        assert plan.layout is not None
+        rng = key_group_range(plan.max_parallelism, plan.parallelism, sub)
+        keyed = sp.keyed_table(ident, with_key_group=True, key_groups=rng)
+        timers = sp.timers(ident)
+        if timers is not None and timers.num_rows:
+            kg = timers.column("key_group").to_numpy()
+            timers = timers.filter(pa.array((kg >= rng.start) & (kg <= rng.end)))
+        offsets, size = write_keyed_file(path, plan.layout, keyed, timers, rng.start, rng.end)
+        return i, sub, kind, name, size, offsets
+    meta = sp.operator(ident)
+    states = with_operator_data(sp, meta, list(plan.operator_states))
+    handle, size = write_operator_file(path, states, sub)
+    return i, sub, kind, name, size, handle
+
+
+def write_flink_spark(spark: SparkSession, source: str | os.PathLike[str], target: str | os.PathLike[str], *,
+                      types: TypeHints | None = None, carried: Mapping[str, Carried | None] | None = None,
+                      names: Mapping[str, str] | None = None) -> Path:
+    """Write statekit savepoint `source` as a Flink savepoint at `target` with one Spark task per state file.
+
+    `carried` maps an operator's uid hash to the serializers it had in a Flink savepoint (reused
+    byte for byte; by default those its manifest carries); other state gets DDL-mapped serializers (`types` hints structs). Atomic: nothing
+    is at `target` unless every task and the `_metadata` write succeeded.
+    """
+    sp = Savepoint.open(source)
+    carried = carried or {}
+    plans: list[_Plan] = []
+    tasks: list[tuple[int, int, str]] = []
+    outs: list[OperatorOut] = []
+    for i, meta in enumerate(sp.operators):
+        c = carried[meta.uid_hash] if meta.uid_hash in carried else carried_serializers(sp, meta)
+        layout = None
+        if meta.key_type is not None:
+            has_timers = bool(meta.files_of("timers"))
+            layout = keyed_layout(meta, c, types, max_parallelism=meta.max_parallelism, has_timers=has_timers)
+        op_states = tuple(operator_state_layouts(meta, c, types))
+        plans.append(_Plan(meta.uid_hash, meta.parallelism, meta.max_parallelism, layout, op_states))
+        name = (names or {}).get(meta.uid_hash) or meta.name or meta.uid or meta.uid_hash
+        outs.append(OperatorOut(meta.uid, meta.uid_hash, name, meta.parallelism, meta.max_parallelism))
+        if layout is not None or op_states:
+            outs[-1].subtasks = [SubtaskOut(s) for s in range(meta.parallelism)]
+        for s in range(meta.parallelism):
+            if layout is not None:
+                tasks.append((i, s, "keyed"))
+            if op_states:
+                tasks.append((i, s, "operator"))
+    with FlinkStaging(target) as staging:
+        src, stage = str(Path(source).resolve()), str(staging.dir.resolve())
+        results: list[Any] = []
+        if tasks:
+            results = (spark.sparkContext.parallelize(tasks, len(tasks))
+                       .map(lambda t: _task(src, stage, plans, t)).collect())
+        for i, sub, kind, name, size, detail in results:
+            st = outs[i].subtasks[sub]
+            if kind == "keyed":
+                st.keyed = (key_group_range(plans[i].max_parallelism, plans[i].parallelism, sub).start, detail, name, size)
+            else:
+                st.operator = (detail, name, size)
+        return staging.commit(metadata_bytes(sp.checkpoint_id, outs))
+
+
+__all__ = ["write_flink_spark"]
