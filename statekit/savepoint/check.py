@@ -12,9 +12,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from statekit.errors import DuplicateKeyError, SavepointError, StatekitError
-from statekit.savepoint import keyed as K
-from statekit.savepoint.files import read_parquet_verified, verify_file
-from statekit.savepoint.manifest import MANIFEST_NAME, FileEntry, OperatorMetadata, load_manifest
+from statekit.format import keyed as K
+from statekit.format.files import read_parquet_verified, verify_file
+from statekit.format.manifest import MANIFEST_NAME, FileEntry, OperatorMetadata, load_manifest
 
 ProblemKind = Literal[
     "manifest", "missing_file", "extra_file", "size_mismatch", "checksum_mismatch", "unreadable",

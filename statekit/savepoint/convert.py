@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Iterable
 
 from statekit.errors import InvalidArgumentError, NotASavepointError
+from statekit.format.manifest import FlinkSerializers, OperatorMetadata
 from statekit.identifiers import OperatorIdentifier
 from statekit.savepoint.flink import FlinkSavepoint, is_flink_savepoint
-from statekit.savepoint.manifest import FlinkSerializers, OperatorMetadata
 from statekit.savepoint.writer import SavepointBuilder
 
 
@@ -70,7 +70,9 @@ def convert_to_statekit(
             w = b.add_operator(ident, name=meta.name, parallelism=meta.parallelism,
                                max_parallelism=meta.max_parallelism, key_type=meta.key_type,
                                keyed_states=meta.keyed_states, namespace_type=meta.namespace_type,
-                               flink=flink_serializers(sp, meta))
+                               # a PyFlink operator's stored form (Row key, coder bytes) is not what is
+                               # written here, so its Flink serializers are not carried
+                               flink=None if sp.is_pyflink(meta.identifier) else flink_serializers(sp, meta))
             if meta.key_type is not None:
                 # a PyFlink key group belongs to the Row-wrapped key: the unwrapped key gets statekit's own
                 keep = _keeps_key_groups(meta.key_type) and not sp.is_pyflink(meta.identifier)

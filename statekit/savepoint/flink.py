@@ -19,12 +19,13 @@ from statekit.format.flink import pyflink
 from statekit.format.flink.keyed import DecodeStats, KeyedResult, state_ddl
 from statekit.format.flink.metadata import OperatorState
 from statekit.format.flink.reader import FlinkStateReader
+from statekit.format.manifest import Manifest, OperatorMetadata
 from statekit.identifiers import OperatorIdentifier
 from statekit.keygroups import KeyGroupRange, assign_to_key_group
-from statekit.savepoint.manifest import Manifest, OperatorMetadata
 from statekit.savepoint.reader import OpLike, Savepoint, _same_key, _same_ns
 from statekit.state.descriptors import OperatorStateInfo, StateInfo
 from statekit.types import parse_ddl
+
 
 def _operator_metadata(reader: FlinkStateReader, op: OperatorState,
                        pyflink_types: dict[str, str] | None = None) -> OperatorMetadata:
@@ -185,7 +186,7 @@ class FlinkSavepoint(Savepoint):
         meta = self.operator(op)
         if meta.key_type is None:
             return pa.table({})
-        from statekit.savepoint import keyed as K
+        from statekit.format import keyed as K
 
         return self._keyed(op).timers.cast(K.timers_schema(meta.key_type, namespace_type=meta.namespace_type))  # type: ignore[union-attr]
 

@@ -31,10 +31,16 @@ from statekit.format.flink.serializers_out import (
     operator_meta_info,
     timer_meta_info,
 )
-from statekit.format.flink.writer import KeyedLayoutOut, KeyedStateOut, OperatorData, OperatorStateOut, write_flink_savepoint
+from statekit.format.flink.writer import (
+    KeyedLayoutOut,
+    KeyedStateOut,
+    OperatorData,
+    OperatorStateOut,
+    write_flink_savepoint,
+)
+from statekit.format.manifest import OperatorMetadata
 from statekit.identifiers import OperatorIdentifier
 from statekit.keygroups import assign_key_groups
-from statekit.savepoint.manifest import OperatorMetadata
 from statekit.savepoint.reader import Savepoint
 from statekit.types import parse_ddl
 

@@ -18,9 +18,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from statekit.errors import InvalidArgumentError, SavepointExistsError, UnknownStateError
+from statekit.format.manifest import OperatorMetadata
 from statekit.identifiers import OperatorIdentifier
 from statekit.keygroups import check_max_parallelism
-from statekit.savepoint.manifest import OperatorMetadata
 from statekit.savepoint.reader import Savepoint
 from statekit.savepoint.transforms import TransformPlan, link_operator, refuse_target_inside
 from statekit.savepoint.writer import SavepointBuilder

@@ -8,9 +8,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from statekit.errors import DuplicateKeyError, InvalidArgumentError, InvalidMergeError, NullKeyError
+from statekit.format.keyed import first_duplicate
+from statekit.format.manifest import OperatorMetadata
 from statekit.identifiers import OperatorIdentifier
-from statekit.savepoint.keyed import first_duplicate
-from statekit.savepoint.manifest import OperatorMetadata
 from statekit.savepoint.reader import Savepoint
 from statekit.savepoint.writer import SavepointBuilder
 from statekit.types import to_ddl

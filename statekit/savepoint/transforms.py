@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import Callable
 
 from statekit.errors import InvalidArgumentError, InvalidTargetError
+from statekit.format.files import place_file, storage_errors
+from statekit.format.manifest import FileEntry, OperatorMetadata, safe_relative_path
 from statekit.identifiers import OperatorIdentifier
 from statekit.keygroups import check_max_parallelism
-from statekit.savepoint.files import place_file, storage_errors
-from statekit.savepoint.manifest import FileEntry, OperatorMetadata, safe_relative_path
 from statekit.savepoint.reader import Savepoint
 from statekit.savepoint.writer import SavepointBuilder
 

@@ -19,11 +19,9 @@ from statekit.errors import (
     SavepointExistsError,
     StateTypeError,
 )
-from statekit.identifiers import OperatorIdentifier
-from statekit.keygroups import KeyGroupRange, check_max_parallelism, check_parallelism
-from statekit.savepoint import keyed as K
-from statekit.savepoint.files import checksum, place_file, storage_errors, write_parquet
-from statekit.savepoint.manifest import (
+from statekit.format import keyed as K
+from statekit.format.files import checksum, place_file, storage_errors, write_parquet
+from statekit.format.manifest import (
     FORMAT_VERSION,
     MANIFEST_NAME,
     FileEntry,
@@ -33,6 +31,8 @@ from statekit.savepoint.manifest import (
     iso_now,
     safe_relative_path,
 )
+from statekit.identifiers import OperatorIdentifier
+from statekit.keygroups import KeyGroupRange, check_max_parallelism, check_parallelism
 from statekit.state.descriptors import KeyedStateDescriptor, OperatorStateInfo, StateInfo
 from statekit.types import TypeLike, parse_ddl, to_ddl
 

@@ -27,9 +27,9 @@ from pyspark.sql import DataFrame, Row
 from pyspark.sql.types import BinaryType, IntegerType, StringType, StructField, StructType
 
 from statekit.backends.heap import HeapKeyedStateBackend
-from statekit.backends.keyed_table import python_converter
 from statekit.backends.operator import DefaultOperatorStateStore
 from statekit.errors import InvalidArgumentError, StateAccessError, StateTypeError
+from statekit.format.values import python_converter
 from statekit.identifiers import OperatorIdentifier
 from statekit.keygroups import KeyGroupRange, check_max_parallelism
 from statekit.savepoint import SavepointBuilder
@@ -292,7 +292,9 @@ class KeyedOperatorTransformation:
             if col not in self.source.df.columns:
                 raise InvalidArgumentError(f"columns(): no column {col!r}; the DataFrame has {self.source.df.columns}.")
         infos = tuple(d.info() for _, d in pairs)
-        return BootstrapTransformation(lambda *a: _write_keyed_columns(self, pairs, infos, *a), infos)
+        out = BootstrapTransformation(lambda *a: _write_keyed_columns(self, pairs, infos, *a), infos)
+        out.columnar = (self, pairs)  # lets a Flink write encode the columns directly (statekit.spark.flink_columnar)
+        return out
 
 
 class BootstrapTransformation:
@@ -301,6 +303,7 @@ class BootstrapTransformation:
     def __init__(self, write: Callable[[SavepointBuilder, OperatorIdentifier, int], None], infos: Any) -> None:
         self._write = write
         self.keyed_states = infos
+        self.columnar: tuple[Any, list] | None = None
 
     def write_into(self, builder: SavepointBuilder, ident: OperatorIdentifier, max_parallelism: int) -> None:
         """Run the Spark job(s) and add the operator to `builder` (used by `SavepointWriter.write`)."""

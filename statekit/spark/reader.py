@@ -13,18 +13,18 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from statekit.errors import InvalidArgumentError, UntrustedPicklePayloadError
+from statekit.format.files import check_present
+from statekit.format.keyed import CONTENTS
 from statekit.identifiers import OperatorIdentifier
-from statekit.state.functions import AggregateFunction
-from statekit.types import parse_ddl
 from statekit.savepoint import OperatorMetadata, Savepoint
-from statekit.savepoint.files import check_present
-from statekit.runtime.windows import CONTENTS
-from statekit.spark.reader_function import KeyedStateReaderFunction, iter_output, open_function, run_rows
-from statekit.spark.window_reader import WindowReaderFunction, check_window_operator, iter_window_output, window_columns
 from statekit.spark.filters import RANGE_ENUMERATION_LIMIT
 from statekit.spark.pruning import LITERAL_PATHS, pruning_unavailable, relation_options
-from statekit.spark.scan import TableSpec, plan_tasks, split_tasks, spark_ddl, table_schema, verified_keyed_paths
+from statekit.spark.reader_function import KeyedStateReaderFunction, iter_output, open_function, run_rows
+from statekit.spark.scan import TableSpec, plan_tasks, spark_ddl, split_tasks, table_schema, verified_keyed_paths
 from statekit.spark.session import prepare_session
+from statekit.spark.window_reader import WindowReaderFunction, check_window_operator, iter_window_output, window_columns
+from statekit.state.functions import AggregateFunction
+from statekit.types import parse_ddl
 
 __all__ = ["SavepointReader"]
 

@@ -14,10 +14,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from statekit.errors import InvalidArgumentError, SchemaMismatchError
+from statekit.format import keyed as K
 from statekit.identifiers import OperatorIdentifier
 from statekit.keygroups import KeyGroupRange, key_group_range
 from statekit.savepoint import FileEntry, OperatorMetadata, Savepoint
-from statekit.savepoint import keyed as K
 from statekit.spark.filters import key_groups_of
 from statekit.types import parse_ddl, to_ddl
 
@@ -238,12 +238,12 @@ def verified_keyed_paths(sp: Savepoint, meta: OperatorMetadata, table: str = "ke
     """Absolute paths of `meta`'s keyed (or timer) Parquet files, each checked against the manifest first.
 
     For engines that read the files themselves (Spark's Parquet reader): every file's existence,
-    size and checksum are verified with `statekit.savepoint.files.read_verified_bytes`, so a
+    size and checksum are verified with `statekit.format.files.read_verified_bytes`, so a
     damaged savepoint raises its typed error here, on the driver, before Spark reads anything.
     """
     from concurrent.futures import ThreadPoolExecutor
 
-    from statekit.savepoint.files import read_verified_bytes
+    from statekit.format.files import read_verified_bytes
 
     if meta.is_native:
         raise InvalidArgumentError(

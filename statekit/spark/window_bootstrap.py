@@ -22,10 +22,8 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import TimestampNTZType, TimestampType
 
 from statekit.errors import InvalidArgumentError
+from statekit.format.keyed import CONTENTS, NAMESPACE_ARROW, NAMESPACE_TYPE
 from statekit.identifiers import OperatorIdentifier
-from statekit.runtime.checkpointing import WINDOW_NAMESPACE
-from statekit.runtime.window_assigners import WindowAssigner
-from statekit.runtime.windows import CONTENTS, cleanup_time
 from statekit.savepoint import SavepointBuilder
 from statekit.spark import bootstrap as B
 from statekit.spark.reader_function import no_gc
@@ -37,6 +35,7 @@ from statekit.state.descriptors import (
 )
 from statekit.state.functions import AggregateFunction, as_reduce_function
 from statekit.types import parse_ddl, to_arrow_array, to_ddl
+from statekit.windowing import WindowAssigner, cleanup_time
 
 __all__ = ["WindowedBootstrap"]
 
@@ -160,7 +159,7 @@ def _write_windows(w: WindowedBootstrap, desc: KeyedStateDescriptor, value: Any,
             k, starts, ends, ts = zip(*timers)  # the builder orders timers by key group
             yield from B._blobs("timers", subtask, pa.table({
                 "key": to_arrow_array(list(k), arrow_key, what="timer key"),
-                "namespace": pa.array([{"start": s, "end": e} for s, e in zip(starts, ends)], parse_ddl(WINDOW_NAMESPACE)),
+                "namespace": pa.array([{"start": s, "end": e} for s, e in zip(starts, ends)], NAMESPACE_ARROW),
                 "timestamp": pa.array(ts, pa.int64()),
                 "domain": pa.array(["event"] * len(ts), pa.string()),
             }))  # fmt: skip
@@ -168,7 +167,7 @@ def _write_windows(w: WindowedBootstrap, desc: KeyedStateDescriptor, value: Any,
     out = keyed.repartition(parallelism, key_col).mapInArrow(bootstrap, B._BLOBS)
     writer = builder.add_operator(ident, name="WindowBootstrap", parallelism=parallelism,
                                   max_parallelism=max_parallelism, key_type=key_type, keyed_states=infos,
-                                  namespace_type=WINDOW_NAMESPACE)  # fmt: skip
+                                  namespace_type=NAMESPACE_TYPE)  # fmt: skip
     for kind, _, table in B._collect(out):
         if kind == "keyed":
             writer.write_keyed(table)

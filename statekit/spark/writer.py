@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import uuid
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Literal
 
@@ -18,10 +18,12 @@ from statekit.identifiers import OperatorIdentifier
 from statekit.keygroups import check_max_parallelism
 from statekit.savepoint import OperatorMetadata, Savepoint, SavepointBuilder
 from statekit.savepoint.flink_out import TypeHints
+from statekit.savepoint.evolve import StateTransform, check_result_type, evolve_states, write_evolved
 from statekit.savepoint.rekey import rekey_operator
 from statekit.savepoint.transforms import link_operator, refuse_target_inside, rehash_operator
 from statekit.spark.bootstrap import BootstrapTransformation
 from statekit.spark.session import prepare_session
+from statekit.types import parse_ddl
 
 __all__ = ["SavepointWriter"]
 
@@ -37,6 +39,7 @@ class _Entry:
     new_key: Any = None  # a Column, SQL expression or Python function of the old key (rekey)
     new_key_type: str | None = None
     merge: Any = None  # rekey: SQL aggregate(s) or a Python function for keys that collide
+    transforms: list = field(default_factory=list)  # with_state_transform steps (StateTransform), in order
 
 
 class SavepointWriter:
@@ -207,6 +210,8 @@ class SavepointWriter:
             raise InvalidArgumentError(
                 f"operator {entry.ident} has no keyed state in the source savepoint, so it has no keys to replace."
             )
+        if entry.transforms:
+            raise InvalidArgumentError(f"operator {entry.ident} has state transforms in this writer; re-key it in a second writer.")
         if callable(new_key) and not isinstance(new_key, Column) and key_type is None:
             raise InvalidArgumentError("rekey with a Python function needs key_type= (a DDL type such as 'string').")
         if not isinstance(new_key, (Column, str)) and not callable(new_key):
@@ -227,6 +232,95 @@ class SavepointWriter:
                 )
         entry.new_key, entry.new_key_type, entry.merge = new_key, key_type, merge
         return self
+
+    def with_state_transform(
+        self,
+        op: OpLike,
+        state: str,
+        value: Column | str | Callable[[dict], Any] | None,
+        new_type: str | None = None,
+        *,
+        kind: Literal["value", "list", "map"] | None = None,
+    ) -> "SavepointWriter":
+        """Evolve keyed state `state` of operator `op`: change its values, type or kind, add it, or drop it.
+
+        `value` gives the state's new value per row of the keyed table (per key, and per window of
+        window operators): a Spark `Column` or SQL expression over the row's columns (``key``,
+        [``namespace``], the states as they are at this step), or a Python function of the row
+        as a dict; ``None`` drops the state. `new_type` (DDL) is the state's new type (default: its
+        current type, or for a new state required); `kind` its kind (default: kept, or for a new
+        state from the type: ``array<T>`` -> list, ``map<K,V>`` -> map, else value). The manifest
+        follows; timers and operator state are carried over; rows left with no state are dropped.
+        Several transforms of one writer apply in order.
+
+        >>> (SavepointWriter.from_existing_savepoint(spark, "sp-1")               # doctest: +SKIP
+        ...  .with_state_transform("counter", "count", "CAST(count AS BIGINT)", "bigint")     # int -> bigint
+        ...  .with_state_transform("counter", "profile", "named_struct('name', profile.name, 'tier', 'basic')",
+        ...                        "struct<name:string,tier:string>")            # a struct gains a field
+        ...  .with_state_transform("counter", "seen", "array(last_seen)", "array<string>")  # value -> list
+        ...  .with_state_transform("counter", "flag", F.lit(False), "boolean")  # a new state with a default
+        ...  .with_state_transform("counter", "last_seen", None)                # drop a state
+        ...  .write("sp-2"))
+
+        Moving a state to another operator is a bootstrap plus a drop: bootstrap the new operator
+        from ``SavepointReader.read_keyed_state(op).select("key", state)`` with ``columns(...)`` and
+        drop the state here (the tests show splitting one operator into two and merging two).
+
+        Raises
+        ------
+        UnknownStateError, InvalidArgumentError, StateTypeError
+            At once for a state to drop that does not exist, a new state without a type, a kind
+            that does not fit the type; when writing (before anything is written) for values
+            that are not of the declared type.
+        """
+        entry = self._find(op)
+        if entry.existing is None:
+            raise InvalidArgumentError(
+                f"operator {entry.ident} is bootstrapped by this writer; declare its states in the bootstrap instead."
+            )
+        if entry.new_key is not None:
+            raise InvalidArgumentError(f"operator {entry.ident} is re-keyed by this writer; transform its state in a second writer.")
+        if value is not None and not isinstance(value, (Column, str)) and not callable(value):
+            raise InvalidArgumentError(f"value must be a Column, a SQL expression, a function or None, not {value!r}.")
+        step = StateTransform(state, value, new_type, kind)
+        evolve_states(entry.existing, [*entry.transforms, step])  # check at once
+        entry.transforms.append(step)
+        return self
+
+    def _evolved_table(self, entry: _Entry) -> pa.Table:
+        """The entry's keyed table after its state transforms, computed by Spark (Python functions per Arrow batch)."""
+        from pyspark.sql.types import StructType
+
+        from statekit.savepoint.evolve import apply_python_transforms
+        from statekit.spark.reader import SavepointReader
+
+        assert self.source is not None and entry.existing is not None
+        meta = entry.existing
+        df = SavepointReader(self.spark, self.source).read_keyed_state(meta.identifier)
+        done: list[StateTransform] = []
+        for t in entry.transforms:
+            infos = {s.name: s for s in evolve_states(meta, [*done, t])}
+            done.append(t)
+            if t.drops:
+                df = df.drop(t.state)
+                continue
+            ddl = infos[t.state].type
+            if isinstance(t.value, (Column, str)):
+                df = df.withColumn(t.state, F.expr(t.value) if isinstance(t.value, str) else t.value)
+                check_result_type(t.state, parse_ddl(df.schema[t.state].dataType.simpleString()), ddl)
+                df = df.withColumn(t.state, F.col(t.state).cast(ddl))
+                continue
+            fields = [f"`{f.name}` {f.dataType.simpleString()}" for f in df.schema if f.name != t.state]
+            schema = StructType.fromDDL(", ".join([*fields, f"`{t.state}` {ddl}"]))
+            step, step_infos, order = t, tuple(infos.values()), schema.fieldNames()
+
+            def run(batches: Any, step: Any = step, step_infos: Any = step_infos, order: Any = order) -> Any:
+                for b in batches:
+                    out = apply_python_transforms(pa.Table.from_batches([b]), [step], step_infos).select(order)
+                    yield from out.to_batches()
+
+            df = df.mapInArrow(run, schema)
+        return df.toArrow()
 
     def _new_key_expr(self, entry: _Entry) -> Column:
         new_key = entry.new_key
@@ -296,6 +390,37 @@ class SavepointWriter:
             self.source, self._entries = source, entries
             shutil.rmtree(staged, ignore_errors=True)
 
+    def _direct_flink(self, path: Path, types: TypeHints | None) -> Path | None:
+        """Columnar bootstraps of fixed-width keys and values go straight to Flink's format (no statekit staging);
+        None when the writer holds anything else."""
+        from statekit.format.flink.writer import FlinkStaging, metadata_bytes
+        from statekit.savepoint.flink_out import keyed_layout
+        from statekit.spark.flink_columnar import regular, write_columnar
+
+        if self.source is not None or self._renames:
+            return None
+        plans = []
+        for e in self._entries.values():
+            t = e.transformation
+            if t is None or t.columnar is None:
+                return None
+            keyed_t, pairs = t.columnar
+            if not isinstance(keyed_t.key, str):
+                return None
+            maxp = e.max_parallelism or self.max_parallelism
+            par = min(keyed_t.source.parallelism or keyed_t.source.df.rdd.getNumPartitions() or 1, maxp)
+            meta = OperatorMetadata(e.ident.uid, e.ident.uid_hash, e.ident.uid or e.ident.uid_hash, par, maxp,
+                                    key_type=keyed_t.key_type, keyed_states=t.keyed_states)
+            layout = keyed_layout(meta, None, types, max_parallelism=maxp, has_timers=False)
+            if not regular(layout):
+                return None
+            plans.append((keyed_t, pairs, layout, e.ident, par))
+        with FlinkStaging(path) as staging:
+            outs = [write_columnar(kt.source.df, kt.key, kt.key_type, [(c, d.name) for c, d in pairs], layout,
+                                   ident.uid, ident.uid_hash, par, staging.dir)
+                    for kt, pairs, layout, ident, par in plans]
+            return staging.commit(metadata_bytes(0, outs))
+
     def _write_flink(self, path: Path, types: TypeHints | None) -> Path:
         from statekit.format.flink.writer import check_target
         from statekit.spark.flink_writer import write_flink_spark
@@ -303,6 +428,9 @@ class SavepointWriter:
         check_target(path)
         if self.source is not None:
             refuse_target_inside(self.source.path, path)
+        direct = self._direct_flink(path, types)
+        if direct is not None:
+            return direct
         # The statekit savepoint is staged beside the target (Parquet on the executors), then converted; state
         # that came from a Flink savepoint carries its serializers in the staged manifest (field `flink`).
         staged = path.parent / f".{path.name}.statekit-{uuid.uuid4().hex[:12]}"
@@ -346,7 +474,11 @@ class SavepointWriter:
                 if meta is not None:
                     assert src is not None
                     name = entry.ident.uid or meta.name if entry.ident.uid_hash != meta.uid_hash else None
-                    if entry.new_key is not None:
+                    if entry.transforms:
+                        write_evolved(builder, src, meta, entry.ident, self._evolved_table(entry),
+                                      evolve_states(meta, entry.transforms), max_parallelism=entry.max_parallelism,
+                                      name=name)  # fmt: skip
+                    elif entry.new_key is not None:
                         rekey_operator(builder, src, meta, entry.ident, self._key_mapping(entry),
                                        key_type=entry.new_key_type, max_parallelism=entry.max_parallelism, name=name,
                                        merge=self._merged_rows(entry))

@@ -34,7 +34,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from statekit.errors import CorruptSavepointError, InvalidArgumentError
+from statekit.errors import CorruptSavepointError, InvalidArgumentError, UnsupportedFormatError
 from statekit.format.flink.keyed import KeyedLayout, KeyedResult
 from statekit.keygroups import compute_key_group_for_key_hash
 from statekit.keyhash import java_hash
@@ -242,6 +242,13 @@ def states(lay: KeyedLayout, types: dict[str, str]) -> list[tuple[str, str, str,
             kind = t.kind if t.kind in ("reducing", "aggregating") and s.keyed_kind == "value" else s.keyed_kind
             out.append((name, kind or "value", state_ddl(s), pickled))
             continue
+        stored = state_ddl(s)
+        if stored not in ("array<binary>", "map<binary,binary>"):  # e.g. a TTL-wrapped state
+            raise UnsupportedFormatError(
+                f"PyFlink state {name!r} is stored with serializer {s.value_type.serializer} ({stored}), not as "
+                "PyFlink's plain byte lists or maps; statekit decodes PyFlink states without TTL. Leave it out of "
+                "pyflink_types to read its stored form."
+            )
         kind = t.kind if t.kind in ("map", "list", "reducing", "aggregating") else "value"
         out.append((name, kind, t.ddl, t.pickled))
     return out

@@ -138,6 +138,17 @@ def gather_ranges(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> n
     return out
 
 
+def gather_values(buf: np.ndarray, starts: np.ndarray, dtype: str) -> np.ndarray:
+    """One fixed-width value at each start, in one gather: an overlapping view of `buf` with a value at every byte."""
+    dt = np.dtype(dtype)
+    if not len(starts):
+        return np.zeros(0, dt.newbyteorder("="))
+    if int(starts.max()) + dt.itemsize > len(buf) or int(starts.min()) < 0:
+        raise IndexError("value past the end of the buffer")
+    every = np.ndarray((len(buf) - dt.itemsize + 1,), dt, buffer=buf.data, strides=(1,))
+    return every[starts].astype(dt.newbyteorder("="))
+
+
 def gather_fixed(buf: np.ndarray, starts: np.ndarray, width: int) -> np.ndarray:
     """An (n, width) uint8 array of the bytes at each start (one 1-D gather per column: no n*width index)."""
     out = np.empty((len(starts), width), np.uint8)
@@ -147,7 +158,7 @@ def gather_fixed(buf: np.ndarray, starts: np.ndarray, width: int) -> np.ndarray:
 
 
 def _be32(buf: np.ndarray, at: np.ndarray) -> np.ndarray:
-    return gather_fixed(buf, at, 4).reshape(-1).view(">i4").astype(np.int64)
+    return gather_values(buf, at, ">i4").astype(np.int64)
 
 
 def bulk(t: FlinkType, buf: np.ndarray, starts: np.ndarray) -> tuple[pa.Array, np.ndarray] | None:
@@ -156,8 +167,7 @@ def bulk(t: FlinkType, buf: np.ndarray, starts: np.ndarray) -> tuple[pa.Array, n
     n = len(starts)
     if k in FIXED_DTYPES:
         w = np.dtype(FIXED_DTYPES[k]).itemsize
-        raw = gather_fixed(buf, starts, w).reshape(-1).view(FIXED_DTYPES[k])
-        return pa.array(raw.astype(raw.dtype.newbyteorder("="))), starts + w
+        return pa.array(gather_values(buf, starts, FIXED_DTYPES[k])), starts + w
     if k == "boolean":
         return pa.array(buf[starts] != 0), starts + 1
     if k == "string":

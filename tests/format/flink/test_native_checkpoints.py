@@ -236,3 +236,11 @@ def test_check_reports_native_state_and_checkpoints_ok():
                                                         for chk, _ in _retained(case)]:
         report = check(path)
         assert report.ok, str(report)
+
+
+def test_sql_over_a_retained_incremental_checkpoint():
+    import statekit
+
+    chk, exp = _retained("rocksdb-incremental")[-1]
+    got = statekit.sql(chk, "SELECT count(*) AS n, sum(count) AS events FROM counter.keyed").to_pylist()[0]
+    assert (got["n"], int(got["events"])) == (len(exp["operators"]["counter"]["keys"]), exp["events_covered"])

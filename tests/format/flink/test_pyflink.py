@@ -153,3 +153,18 @@ def test_a_converted_pyflink_savepoint_runs_on_in_statekits_runtime(tmp_path):
            .uid("counter").execute_and_collect(restore_from=out, allow_non_restored_state=True, trust_pickled=True))
     assert sorted(got) == sorted((k, e["count"] + 1, e["sum"] + 7, (e["recent"] + ["view:7"])[-3:])
                                  for k, e in exp.items())
+
+
+def test_a_state_with_ttl_is_refused_by_name_and_the_others_still_decode():
+    """`count` has a TTL in this job (Flink wraps each value with its timestamp): a typed error, not wrong values."""
+    from statekit.errors import UnsupportedFormatError
+
+    sp_path = FIXTURE.parent / "pyflink-ttl" / "savepoint"
+    with pytest.raises(UnsupportedFormatError, match="'count'.*TTL"):
+        Savepoint.open(sp_path, pyflink_types={"counter": {"count": "LONG"}})
+    others = {k: v for k, v in TYPES.items() if k != "count"}
+    sp = Savepoint.open(sp_path, pyflink_types={"counter": others})
+    exp = {e["key"]: e for e in _expected()}
+    for r in sp.keyed_table("counter").to_pylist():
+        assert r["sum"] == exp[r["key"]]["sum"] and r["recent"] == exp[r["key"]]["recent"]
+        assert isinstance(r["count"], bytes)  # its stored form
