@@ -164,9 +164,13 @@ def run_demo(out: Path, *, use_spark: bool = True, console: Console | None = Non
 
 
 def _spark_part(path: Path, console: Console) -> None:
-    from statekit.spark import SavepointReader, spark_session
+    import os
 
-    spark = spark_session()
+    from statekit.spark import SavepointReader, spark_session
+    from statekit.spark.session import quiet_jvm_start
+
+    with quiet_jvm_start(os.environ.get("STATEKIT_DEBUG") != "1"):  # no Ivy/JVM start-up logs in the demo
+        spark = spark_session()
     reader = SavepointReader.read(spark, str(path))
     reader.register(prefix="demo")
     row = spark.sql(

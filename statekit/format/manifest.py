@@ -131,7 +131,7 @@ class OperatorMetadata:
     keyed_states: tuple[StateInfo, ...] = ()
     operator_states: tuple[OperatorStateInfo, ...] = ()
     files: tuple[FileEntry, ...] = ()
-    keyed_format: Literal["parquet", "rocksdb"] = "parquet"
+    keyed_format: Literal["parquet", "rocksdb", "flink"] = "parquet"  # flink: read in place from a Flink savepoint
     flink: FlinkSerializers | None = None  # serializers carried from a Flink savepoint
 
     @property

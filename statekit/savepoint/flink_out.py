@@ -289,7 +289,7 @@ def write_flink(source: str | os.PathLike[str] | Savepoint, target: str | os.Pat
                 types: TypeHints | None = None, uids: Mapping[str, str] | None = None,
                 remove: Sequence[str] = (), max_parallelism: int | Mapping[str, int] | None = None,
                 rekey: Mapping[str, Any] | None = None, key_types: Mapping[str, str] | None = None,
-                checkpoint_id: int | None = None) -> Path:
+                job_max_parallelism: int | None = None, checkpoint_id: int | None = None) -> Path:
     """Write savepoint `source` (statekit or Flink) as a canonical Flink savepoint at `target`.
 
     Serializers read from a Flink savepoint are reused unchanged; other state maps its DDL types
@@ -299,7 +299,10 @@ def write_flink(source: str | os.PathLike[str] | Savepoint, target: str | os.Pat
     `max_parallelism` sets it for every operator (an int: stateless ones too, as a job that sets it
     checks them all) or per operator (a mapping), re-hashing keyed state; `rekey` replaces the keys
     of an operator through a function of the old key or a ``key``/``new_key`` table (`key_types`
-    gives the new key's DDL type). The source is never modified; `target` must not exist.
+    gives the new key's DDL type). `job_max_parallelism` is the max parallelism the restoring job
+    declares (``env.setMaxParallelism``): Flink then requires it of every operator in the savepoint,
+    so a savepoint that does not match is refused (`ParallelismError`) instead of written. The source
+    is never modified; `target` must not exist.
     """
     from statekit.keygroups import check_max_parallelism
 
@@ -333,6 +336,14 @@ def write_flink(source: str | os.PathLike[str] | Savepoint, target: str | os.Pat
     if unknown:
         listing = ", ".join(m.uid or m.uid_hash for m in sp.operators)
         raise InvalidArgumentError(f"operator(s) {unknown} are not in {sp.path} (it holds: {listing}).")
+    if job_max_parallelism is not None:
+        off = [f"{o.uid or o.uid_hash} ({o.max_parallelism})" for o in ops if o.max_parallelism != job_max_parallelism]
+        if off:
+            raise ParallelismError(
+                f"the job declares max parallelism {job_max_parallelism}, but operator(s) {', '.join(off)} would have "
+                f"another; Flink refuses to restore such a savepoint. Pass max_parallelism={job_max_parallelism} to "
+                "rescale every operator (stateless ones too)."
+            )
     cid = sp.checkpoint_id if checkpoint_id is None else checkpoint_id
     return write_flink_savepoint(target, ops, checkpoint_id=cid)
 

@@ -50,9 +50,7 @@ class Savepoint:
         operator, see `statekit.savepoint.flink.FlinkSavepoint.open`.
         """
         p = Path(path)
-        from statekit.format.flink.metadata import is_flink_metadata
-
-        if not (p / "_metadata.json").is_file() and is_flink_metadata(p):  # a real Flink savepoint or checkpoint
+        if not (p / "_metadata.json").is_file() and _is_flink(p):  # a real Flink savepoint or checkpoint
             from statekit.savepoint.flink import FlinkSavepoint
 
             return FlinkSavepoint.open(p, trust_pickled=trust_pickled, pyflink_types=pyflink_types)
@@ -314,3 +312,10 @@ def _same_ns(stored: Any, wanted: Any) -> bool:
     if isinstance(wanted, tuple) and isinstance(stored, dict):
         return (stored.get("start"), stored.get("end")) == wanted
     return stored == wanted
+
+
+def _is_flink(path: Path) -> bool:
+    # Imported only when there is no statekit manifest: the Flink reader is not loaded to open a statekit savepoint.
+    from statekit.format.flink.metadata import is_flink_metadata
+
+    return is_flink_metadata(path)

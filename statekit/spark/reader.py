@@ -168,14 +168,14 @@ class SavepointReader:
         """Whether Spark's Parquet reader with statekit's rule serves `meta`'s keyed table fully
         (the rule prunes scalar keys and structs without float fields; the data source the rest)."""
         prunable = _jvm_prunable(parse_ddl(meta.key_type))
-        return not meta.is_native and prunable and pruning_unavailable(self.spark) is None
+        return meta.keyed_format == "parquet" and prunable and pruning_unavailable(self.spark) is None
 
     def _load_parquet(self, meta: OperatorMetadata, table: str = "keyed", *, with_key_group: bool) -> DataFrame:
         spec = TableSpec(self.path, meta.uid_hash, table, with_key_group=True)
         schema = spark_ddl(table_schema(meta, spec))
         files = meta.files_of(table)
-        if meta.is_native:
-            verified_keyed_paths(self.savepoint, meta)  # raises: only statekit decodes native state
+        if meta.is_native or meta.keyed_format == "flink":
+            verified_keyed_paths(self.savepoint, meta)  # raises: only statekit decodes native and Flink state
         if not files:
             df = self.spark.createDataFrame([], schema)
         elif pruning_unavailable(self.spark) is None:

@@ -70,3 +70,16 @@ def test_cli_engine_spark_matches_duckdb(spark, savepoint):
     assert json.loads(on_spark.stdout) == json.loads(on_duckdb.stdout)
     bad = run_runner(["query", savepoint, "SELECT * FROM nowhere.keyed", "--engine", "spark"])
     assert bad.exit_code == 2 and "accounts: keyed, timers" in bad.output
+
+
+@pytest.mark.spark
+def test_rekey_on_spark_equals_the_local_engine(spark, savepoint, tmp_path):
+    from statekit.savepoint import Savepoint
+    from statekit.savepoint.diff import diff
+
+    for engine in ("spark", "local"):
+        result = run_runner(["rekey", savepoint, tmp_path / engine, "--uid", "accounts", "--expr", "key + 1000",
+                             "--engine", engine, "--apply"])
+        assert result.exit_code == 0, result.output
+    assert diff(tmp_path / "spark", tmp_path / "local").same
+    assert Savepoint.open(tmp_path / "spark").get("accounts", 1007) == Savepoint.open(savepoint).get("accounts", 7)

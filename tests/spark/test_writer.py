@@ -11,6 +11,7 @@ from statekit.errors import (
     InvalidArgumentError,
     NullKeyError,
     SavepointExistsError,
+    StateAccessError,
     UnknownOperatorError,
 )
 from statekit.runtime import (
@@ -258,10 +259,12 @@ class Late(KeyedStateBootstrapFunction):
         ctx.get_state(BALANCE)
 
 
-def test_bad_functions_fail_on_the_driver(spark, accounts):
+def test_bad_functions_fail_on_the_driver(spark, accounts, tmp_path):
     keyed = OperatorTransformation.bootstrap_with(accounts).key_by("user")
-    with pytest.raises(InvalidArgumentError, match="registered no keyed state"):
-        keyed.transform(Late())
+    late = keyed.transform(Late())  # no state in open() is valid (timers only); registering later is not
+    with pytest.raises(StateAccessError, match="outside open"):
+        SavepointWriter.new_savepoint(spark).with_operator("late", late).write(tmp_path / "late")
+    assert not (tmp_path / "late").exists()
     with pytest.raises(InvalidArgumentError, match="key_type"):
         OperatorTransformation.bootstrap_with(accounts).key_by(lambda r: r.user)
     with pytest.raises(InvalidArgumentError, match="no such column"):

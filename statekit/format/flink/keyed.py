@@ -202,7 +202,7 @@ class _Group:
         return Entries.concat(parts)
 
 
-def _group(located: Located, stream_of_chain: np.ndarray, sid_maps: list[dict[int, StateMeta]],
+def group_entries(located: Located, stream_of_chain: np.ndarray, sid_maps: list[dict[int, StateMeta]],
            where: str) -> dict[str, _Group]:
     """Entries by state (per-stream state ids resolved through each stream's proxy)."""
     groups: dict[str, _Group] = {}
@@ -285,7 +285,7 @@ def decode(lay: KeyedLayout, buf: np.ndarray, located: Located, stream_of_chain:
            sid_maps: list[dict[int, StateMeta]], where: str, stats: DecodeStats) -> KeyedResult:
     """Turn located entries into the keyed and timers tables."""
     P = lay.prefix_bytes
-    groups = _group(located, stream_of_chain, sid_maps, where)
+    groups = group_entries(located, stream_of_chain, sid_maps, where)
     key_t, ns_t = lay.key_type, lay.namespace_type
     timer_tables = []
     for name, g in groups.items():

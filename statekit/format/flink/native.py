@@ -71,13 +71,16 @@ def _materialize(files: StateFiles, h: IncrementalKeyedHandle, into: Path) -> No
                 "a RocksDB file name (or is listed twice). The metadata is damaged; take a new savepoint."
             )
         seen.add(name)
-        data = files.read(sh)  # missing or short files raise CorruptSavepointError naming the handle
-        if sh.kind != "bytes" and len(data) != sh.size:
+        if sh.kind == "bytes":  # small files inlined into _metadata
+            (into / name).write_bytes(sh.data or b"")
+            continue
+        size = files.size(sh)  # missing or short files raise CorruptSavepointError naming the handle
+        if size != sh.size:
             raise CorruptSavepointError(
-                f"{files.root}: RocksDB file {local} ({files.describe(sh)}) holds {len(data)} bytes but _metadata "
+                f"{files.root}: RocksDB file {local} ({files.describe(sh)}) holds {size} bytes but _metadata "
                 f"says {sh.size}. The checkpoint is damaged; use another checkpoint or take a new savepoint."
             )
-        (into / name).write_bytes(data)
+        shutil.copyfile(files.path(sh), into / name)  # streamed by the kernel; the source is only read
     if "CURRENT" not in seen or not any(n.startswith("MANIFEST-") for n in seen):
         raise CorruptSavepointError(
             f"{files.root}: the native RocksDB state of key groups {h.start}-{h.end} lacks CURRENT or MANIFEST; "
@@ -163,6 +166,8 @@ def read_native(files: StateFiles, h: IncrementalKeyedHandle, proxy: KeyedProxy,
     Keys start with their key group, so a range is one seek per column family. Without `dbs` the
     scratch copy is made for this call and removed before it returns.
     """
+    import rocksdict  # deferred: only native state needs RocksDB
+
     own = dbs is None
     dbs = dbs if dbs is not None else NativeDatabases()
     keys: list[bytes] = []
@@ -173,21 +178,24 @@ def read_native(files: StateFiles, h: IncrementalKeyedHandle, proxy: KeyedProxy,
         for sid, meta in enumerate(proxy.states):
             if meta.name not in present:
                 continue  # registered but never written: Flink creates the column family lazily
-            # after a rescale the database may hold key groups outside the handle's range: skip them
+            # after a rescale the database may hold key groups outside the handle's range: RocksDB's
+            # iterate bounds skip them. (rocksdict's items() would be faster but ends silently on a
+            # damaged block; an iterator's status() reports it.)
             lo, hi = h.start, h.end
             if key_groups is not None:
                 lo, hi = max(lo, key_groups[0]), min(hi, key_groups[1])
-            it = db.get_column_family(meta.name).iter()
-            it.seek(lo.to_bytes(prefix_bytes, "big"))
-            while it.valid():
-                k = it.key()
-                kg = k[0] if prefix_bytes == 1 else (k[0] << 8 | k[1])
-                if kg > hi:
-                    break
-                keys.append(k)
-                vals.append(it.value())
-                sids.append(sid)
-                it.next()
+            ro = rocksdict.ReadOptions()
+            ro.set_iterate_lower_bound(lo.to_bytes(prefix_bytes, "big"))
+            ro.set_iterate_upper_bound((hi + 1).to_bytes(prefix_bytes, "big"))  # maxP <= 128 (1 B) or 32768 (2 B)
+            it = db.get_column_family(meta.name).iter(ro)
+            it.seek(lo.to_bytes(prefix_bytes, "big"))  # the lower bound alone does not move seek_to_first
+            before = len(keys)
+            key, value, step, valid, kadd, vadd = it.key, it.value, it.next, it.valid, keys.append, vals.append
+            while valid():
+                kadd(key())
+                vadd(value())
+                step()
+            sids.extend([sid] * (len(keys) - before))
             try:
                 it.status()
             except Exception as e:

@@ -225,3 +225,42 @@ def bulk(t: FlinkType, buf: np.ndarray, starts: np.ndarray) -> tuple[pa.Array, n
             arrays.append(arr)
         return pa.StructArray.from_arrays(arrays, list(t.field_names)), pos
     return None
+
+
+# -- encoding keys (for lookups) ----------------------------------------------------------------------
+def encode_key(t: FlinkType, value: Any) -> bytes | None:
+    """`value` serialized as Flink's serializer for `t` writes it, or None where statekit does not encode `t`."""
+    import struct
+
+    k = t.kind
+    try:
+        if k in FIXED_DTYPES and not isinstance(value, bool):
+            if k in ("double", "float"):
+                return struct.pack(">d" if k == "double" else ">f", float(value))
+            if not isinstance(value, int):
+                return None
+            return struct.pack({"long": ">q", "int": ">i", "short": ">h", "byte": ">b"}[k], value)
+        if k == "boolean" and isinstance(value, bool):
+            return b"\x01" if value else b"\x00"
+        if k == "string" and isinstance(value, str):
+            units = value.encode("utf-16-be", "surrogatepass")
+            chars = [int.from_bytes(units[i : i + 2], "big") for i in range(0, len(units), 2)]
+            return _varint(len(chars) + 1) + b"".join(_varint(c) for c in chars)
+        if k == "tuple" and isinstance(value, (tuple, list, dict)):
+            items = list(value.values()) if isinstance(value, dict) else list(value)
+            if len(items) != len(t.children):
+                return None
+            parts = [encode_key(c, v) for c, v in zip(t.children, items)]
+            return None if any(p is None for p in parts) else b"".join(parts)  # type: ignore[arg-type]
+    except (struct.error, OverflowError, UnicodeError):
+        return None
+    return None
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)

@@ -230,3 +230,12 @@ def test_convert_to_flink_command_round_trips_through_statekit(tmp_path):
             sorted(map(repr, b.keyed_table(uid, with_key_group=True).to_pylist()))
     res = runner.invoke(app, ["convert", "--to", "flink", str(tmp_path / "sk"), str(tmp_path / "fl")])
     assert res.exit_code == 2 and "SavepointExistsError" in res.output
+
+
+def test_max_parallelism_not_matching_the_declared_job_is_refused(tmp_path):
+    src = savepoint("long-hashmap-canonical")
+    with pytest.raises(ParallelismError, match="declares max parallelism 256"):
+        write_flink(src, tmp_path / "out", max_parallelism={"counter": 256}, job_max_parallelism=256)
+    assert not (tmp_path / "out").exists() and not list(tmp_path.iterdir())
+    out = write_flink(src, tmp_path / "ok", max_parallelism=256, job_max_parallelism=256)
+    assert {m.max_parallelism for m in Savepoint.open(out).operators} == {256}
