@@ -8,7 +8,14 @@ Prints, in one run on one session, for the same 2M-key DataFrame (``key bigint, 
     recomputed), against reading its keyed files and writing them back re-keyed with plain Spark;
 each in rows/s and as a ratio of the baseline's time (1.0x = as fast as plain Parquet).
 
-Usage: ``python bench/spark_write.py [--keys N]``. Output goes to a temporary directory.
+``--cases evolve`` runs instead (10M keys by default, `bench_state_transform` and `bench_diff`):
+  * ``with_state_transform`` (balance int -> bigint * 100) against plain Spark reading the keyed
+    Parquet files, transforming the column and writing Parquet;
+  * ``statekit.spark.diff`` of two savepoints (1% of keys changed, 0.5% removed, 0.5% added),
+    written as Parquet, against plain Spark joining the two keyed tables and writing the changes;
+    and the local Arrow ``statekit.savepoint.diff`` for reference.
+
+Usage: ``python bench/spark_write.py [--keys N] [--cases write|evolve]``. Output goes to a temporary directory.
 """
 
 from __future__ import annotations
@@ -42,12 +49,88 @@ def timed(fn) -> float:
     return time.perf_counter() - t
 
 
+def _two_savepoints(spark, out: Path, n: int) -> tuple[Path, Path]:
+    """Savepoints a and b of `n` keys (``balance int``); b changes 1% of a's keys, drops 0.5%, adds 0.5%."""
+    int_balance = ValueStateDescriptor("balance", "int")
+    a = spark.range(n).selectExpr("id AS key", "CAST((id * 7919) % 1000 - 500 AS INT) AS balance")
+    b = (spark.range(n + n // 200).where(f"id % 200 != 7 OR id >= {n}")
+         .selectExpr("id AS key", "CAST((id * 7919) % 1000 - 500 + IF(id % 100 = 3, 1, 0) AS INT) AS balance"))  # fmt: skip
+    for name, df in (("a", a), ("b", b)):
+        t = OperatorTransformation.bootstrap_with(df).key_by("key").columns(int_balance)
+        SavepointWriter.new_savepoint(spark).with_operator("accounts", t).write(out / name)
+    return out / "a", out / "b"
+
+
+def _keyed_paths(path: Path) -> list[str]:
+    return [str(path / f.path) for f in Savepoint.open(path).keyed_files("accounts")]
+
+
+def bench_state_transform(spark, out: Path, n: int, a: Path) -> None:
+    """with_state_transform (int -> bigint * 100) against read Parquet / transform / write Parquet."""
+    expr = "CAST(balance AS BIGINT) * 100"
+    base = timed(lambda: spark.read.parquet(*_keyed_paths(a)).withColumn("balance", F.expr(expr))
+                 .write.parquet(str(out / "transform-baseline.parquet")))  # fmt: skip
+    t = timed(lambda: SavepointWriter.from_existing_savepoint(spark, a)
+              .with_state_transform("accounts", "balance", expr, "bigint").write(out / "transformed"))  # fmt: skip
+    sp = Savepoint.open(out / "transformed")
+    assert sp.operator("accounts").keyed_states[0].type == "bigint"
+    assert sp.get("accounts", 5) == {"balance": ((5 * 7919) % 1000 - 500) * 100}
+    print(f"transform baseline: read, cast, write parquet: {base:6.2f}s  {n / base / 1e6:6.2f} M rows/s")
+    print(f"SavepointWriter.with_state_transform  : {t:6.2f}s  {n / t / 1e6:6.2f} M rows/s  "
+          f"ratio {base / t:.2f}x of that baseline")
+
+
+def bench_diff(spark, out: Path, n: int, a: Path, b: Path) -> None:
+    """statekit.spark.diff written as Parquet against a plain Spark full outer join of the keyed files."""
+    from statekit.savepoint import diff as local_diff
+    from statekit.spark import diff
+
+    def plain() -> None:
+        x = spark.read.parquet(*_keyed_paths(a)).select(F.col("key").alias("ka"), F.col("balance").alias("old"))
+        y = spark.read.parquet(*_keyed_paths(b)).select(F.col("key").alias("kb"), F.col("balance").alias("new"))
+        j = x.join(y, F.col("ka") == F.col("kb"), "full_outer")
+        change = (F.when(F.col("ka").isNull(), "added").when(F.col("kb").isNull(), "removed")
+                  .when(~F.col("old").eqNullSafe(F.col("new")), "changed"))  # fmt: skip
+        (j.select(F.coalesce("kb", "ka").alias("key"), change.alias("change"), "old", "new")
+         .where("change IS NOT NULL").write.parquet(str(out / "diff-baseline.parquet")))  # fmt: skip
+
+    base = timed(plain)
+    t = timed(lambda: diff(a, b, "accounts", spark=spark).write.parquet(str(out / "diff.parquet")))
+    counts = {r.change: r["count"] for r in spark.read.parquet(str(out / "diff.parquet")).groupBy("change").count().collect()}
+    assert counts == {r.change: r["count"] for r in
+                      spark.read.parquet(str(out / "diff-baseline.parquet")).groupBy("change").count().collect()}
+    t_local = timed(lambda: local_diff(a, b, op="accounts"))
+    print(f"diff baseline: read both, outer join, write parquet: {base:6.2f}s  {n / base / 1e6:6.2f} M keys/s  {counts}")
+    print(f"statekit.spark.diff (+ write parquet)  : {t:6.2f}s  {n / t / 1e6:6.2f} M keys/s  "
+          f"ratio {base / t:.2f}x of that baseline")
+    print(f"statekit.savepoint.diff (local, Arrow) : {t_local:6.2f}s  {n / t_local / 1e6:6.2f} M keys/s  "
+          f"ratio {base / t_local:.2f}x of that baseline")
+
+
+def evolve_main(spark, n: int) -> None:
+    out = Path(tempfile.mkdtemp(prefix="statekit-bench-evolve-"))
+    try:
+        a, b = _two_savepoints(spark, out, n)
+        warm_a, warm_b = _two_savepoints(spark, out / "warm", 10_000)  # Python workers, JIT, the pruning rule
+        bench_state_transform(spark, out / "warm", 10_000, warm_a)
+        bench_diff(spark, out / "warm", 10_000, warm_a, warm_b)
+        print(f"{n:,} keys, {spark.sparkContext.defaultParallelism} cores (numbers are noisy on a shared machine)")
+        bench_state_transform(spark, out, n, a)
+        bench_diff(spark, out, n, a, b)
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--keys", type=int, default=2_000_000)
+    parser.add_argument("--keys", type=int, default=None)
+    parser.add_argument("--cases", choices=["write", "evolve"], default="write")
     args = parser.parse_args()
-    n = args.keys
     spark = spark_session()
+    if args.cases == "evolve":
+        evolve_main(spark, args.keys or 10_000_000)
+        return
+    n = args.keys or 2_000_000
     out = Path(tempfile.mkdtemp(prefix="statekit-bench-write-"))
     try:
         df = spark.range(n).selectExpr("id AS key", "(id * 7919) % 1000 - 500 AS balance").cache()

@@ -1,9 +1,9 @@
-"""`statekit convert`: a real Flink savepoint (or retained checkpoint) rewritten as a statekit savepoint."""
+"""`statekit convert`: a real Flink savepoint rewritten as a statekit savepoint, or any savepoint written as a Flink one (`--to flink`)."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import List
+from typing import List, Optional
 
 import typer
 from rich.console import Console
@@ -12,22 +12,40 @@ from statekit.errors import StatekitError
 
 
 def convert(
-    source: Path = typer.Argument(..., help="Flink savepoint or chk-N directory (binary _metadata)."),
-    out: Path = typer.Argument(..., help="The new statekit savepoint; must not exist."),
+    source: Path = typer.Argument(..., help="Flink savepoint or chk-N directory; with --to flink, any savepoint."),
+    out: Path = typer.Argument(..., help="The new savepoint; must not exist."),
+    to: str = typer.Option("statekit", "--to", help="Output format: statekit (default) or flink (canonical Flink 2.x)."),
     uid: List[str] = typer.Option([], "--uid", help="Operator uid to carry (matched by its hash); repeatable."),
+    max_parallelism: Optional[int] = typer.Option(
+        None, "--max-parallelism",
+        help="With --to flink: max parallelism of every operator (stateless ones too), keyed state re-hashed."),
 ) -> None:
-    """Convert a Flink savepoint into statekit's format, so that every statekit writer applies to it."""
+    """Convert a Flink savepoint into statekit's format (every statekit writer then applies), or with
+    `--to flink` write any savepoint as a canonical Flink savepoint that a Flink job restores (serializers
+    read from Flink are reused; other state maps its types to Flink's serializers)."""
     from statekit.savepoint import Savepoint
-    from statekit.savepoint.convert import convert_to_statekit
 
     try:
-        path = convert_to_statekit(source, out, uids=uid)
+        if to == "flink":
+            from statekit.savepoint.flink_out import write_flink
+
+            if uid:
+                raise typer.BadParameter("--uid applies to conversions into statekit's format; Flink stores uid hashes.")
+            path = write_flink(source, out, max_parallelism=max_parallelism)
+        elif to == "statekit":
+            from statekit.savepoint.convert import convert_to_statekit
+
+            if max_parallelism is not None:
+                raise typer.BadParameter("--max-parallelism applies with --to flink; use set-max-parallelism here.")
+            path = convert_to_statekit(source, out, uids=uid)
+        else:
+            raise typer.BadParameter(f"--to must be 'statekit' or 'flink', not {to!r}.")
         sp = Savepoint.open(path)
     except StatekitError as exc:
         Console(stderr=True).print(f"[bold red]error:[/] {type(exc).__name__}: {exc}", highlight=False)
         raise typer.Exit(code=2)
     ops = ", ".join(m.uid or m.uid_hash for m in sp.operators)
-    Console().print(f"[green]converted[/] {source} -> {path}: {len(sp.operators)} operator(s): {ops}")
+    Console().print(f"[green]converted[/] {source} -> {path} ({to}): {len(sp.operators)} operator(s): {ops}")
 
 
 def register(app: typer.Typer) -> None:

@@ -44,7 +44,7 @@ def query(
 
     emit_rows(out(), rows, columns, fmt, title=None)
     if total is not None and total > len(rows):
-        err().print(f"{len(rows)} of {total} rows (--limit {limit})", markup=False, style="dim")
+        err().print(f"the first {len(rows)} rows; more not shown (--limit {limit})", markup=False, style="dim")
 
 
 query.__doc__ = HELP

@@ -31,7 +31,8 @@ def jsonable(value: Any) -> Any:
     if isinstance(value, (dt.date, dt.datetime, dt.time)):
         return value.isoformat()
     if isinstance(value, decimal.Decimal):
-        return str(value)
+        # integral decimals (e.g. DuckDB's sums of bigints) as JSON integers; others keep every digit as text
+        return int(value) if value == value.to_integral_value() else str(value)
     if isinstance(value, float) and value != value:
         return None
     return value

@@ -115,7 +115,7 @@ def bootstrap_columns(table: pa.Table, target: str | os.PathLike, *, uid: str, k
             f"max parallelism {max_parallelism}, {keyed.num_rows} key(s), state(s) "
             + ", ".join(f"{s.name} {s.type or to_ddl(table.schema.field(s.column).type)}" for s in states))
     if dry_run:
-        from statekit.savepoint.keyed import check_unique_keys
+        from statekit.format.keyed import check_unique_keys
 
         check_unique_keys(keyed, has_namespace=False, what=f"keys of {source}")
         return text

@@ -41,6 +41,10 @@ class DuplicateKeyError(InvalidKeyError):
 # --- state access --------------------------------------------------------------------------------
 
 
+class InvalidMergeError(StatekitError, ValueError):
+    """A merge of colliding keys (rekey ``merge=``) returned null, dropped a state or gave a value of the wrong type."""
+
+
 class StateAccessError(StatekitError, RuntimeError):
     """State used where it is not allowed (keyed state outside a keyed context, late registration)."""
 

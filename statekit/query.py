@@ -155,9 +155,9 @@ def _register_arrow(con, qualified: str, table: pa.Table) -> None:
 
 
 def _register_parquet(con, sp, qualified: str, meta, kind: str, files, keys: list | None) -> None:
+    from statekit.format import keyed as K
+    from statekit.format.files import read_verified_bytes
     from statekit.keygroups import assign_to_key_group
-    from statekit.savepoint import keyed as K
-    from statekit.savepoint.files import read_verified_bytes
 
     if keys is not None:
         groups = {assign_to_key_group(k, meta.max_parallelism, meta.key_type) for k in keys}

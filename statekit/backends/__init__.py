@@ -27,12 +27,13 @@ The RocksDB backend also writes native, incremental checkpoints (SST files hard-
 checkpoints)::
 
     snap = backend.snapshot(2, native=True, target_dir=checkpoint_dir / "op-1" / "subtask-0")
-    table = statekit.backends.rocksdb.native_to_arrow(
+    table = statekit.format.rocksdb_native.native_to_arrow(
         snap.native_dir, key_type="string", infos=snap.infos, max_parallelism=128)
 
-Modules: `heap` and `rocksdb` (keyed backends), `operator` (operator state), `ttl` (state TTL),
-`encoding` (RocksDB byte encodings), `keyed_table` (dicts ↔ the savepoint's keyed table),
-`rocksdb_native` (reading RocksDB checkpoints as keyed tables).
+Modules: `heap` and `rocksdb` (keyed backends), `operator` (operator state), `ttl` (state TTL
+handles). What the backends store and snapshot is defined in `statekit.format`: the RocksDB byte
+encodings (`rocksdb_encoding`), dicts ↔ the keyed table (`keyed_dicts`), reading RocksDB
+checkpoints as keyed tables (`rocksdb_native`) and TTL stamps (`ttl`).
 """
 
 from statekit.backends.base import (

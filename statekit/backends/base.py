@@ -48,7 +48,7 @@ class KeyedSnapshot:
 
     def table(self) -> pa.Table:
         if self.materialize is None:
-            raise ValueError("native snapshot: read it through statekit.backends.rocksdb.native_to_arrow")
+            raise ValueError("native snapshot: read it through statekit.format.rocksdb_native.native_to_arrow")
         return self.materialize()
 
 

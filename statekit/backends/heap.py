@@ -9,9 +9,10 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 import pyarrow as pa
 
 from statekit.backends.base import VOID_NAMESPACE, KeyedSnapshot, KeyedStateBackend
-from statekit.backends.keyed_table import dicts_to_keyed_table, keyed_table_to_dicts
-from statekit.backends.ttl import TtlListState, TtlMapState, TtlValueState, ttl_export, ttl_import
+from statekit.backends.ttl import TtlListState, TtlMapState, TtlValueState
 from statekit.errors import InvalidArgumentError, NullKeyError, StateAccessError, StateTypeError
+from statekit.format.keyed_dicts import dicts_to_keyed_table, keyed_table_to_dicts
+from statekit.format.ttl import ttl_export, ttl_import
 from statekit.state.descriptors import KeyedStateDescriptor, StateInfo
 from statekit.state.handles import AggregatingState, ListState, MapState, ReducingState, ValueState
 

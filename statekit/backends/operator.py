@@ -9,8 +9,8 @@ import pyarrow as pa
 
 from statekit import serde
 from statekit.backends.base import OperatorStateStore
-from statekit.backends.keyed_table import python_converter
 from statekit.errors import NullKeyError, StateTypeError
+from statekit.format.values import python_converter
 from statekit.state.descriptors import (
     BroadcastStateDescriptor,
     ListStateDescriptor,

@@ -22,10 +22,11 @@ import pyarrow as pa
 from rocksdict import Checkpoint, Options, Rdict, WriteBatch, WriteOptions
 
 from statekit.backends.base import VOID_NAMESPACE, KeyedSnapshot
-from statekit.backends.encoding import KEY_GROUP_PREFIX, encode_namespace, key_codec, successor
 from statekit.backends.heap import Slot, SlotBackend, _as_namespace, _check_compatible, _is_mutable, _no_none
-from statekit.backends.keyed_table import filter_key_groups, keyed_table_to_dicts
-from statekit.backends.rocksdb_native import (
+from statekit.errors import InvalidArgumentError, NullKeyError, StatekitError, StateTypeError
+from statekit.format.keyed_dicts import filter_key_groups, keyed_table_to_dicts
+from statekit.format.rocksdb_encoding import KEY_GROUP_PREFIX, encode_namespace, key_codec, successor
+from statekit.format.rocksdb_native import (
     NATIVE_SIDECAR,
     codecs,
     decode_entries,
@@ -33,7 +34,6 @@ from statekit.backends.rocksdb_native import (
     read_checkpoint,
     vector_entries,
 )
-from statekit.errors import InvalidArgumentError, NullKeyError, StatekitError, StateTypeError
 from statekit.keygroups import assign_key_groups
 from statekit.state.descriptors import KeyedStateDescriptor, StateInfo
 from statekit.state.handles import ListState, MapState, ValueState

@@ -2,8 +2,9 @@
 
 A TTL handle wraps a backend's raw handle that stores ``(value, last_access_ms)`` items: whole
 values for value/reducing/aggregating state, elements for list state, entries for map state (as
-Flink expires collection elements one by one). States without TTL never go through this module,
-so the hot path of plain state pays nothing for it.
+Flink expires collection elements one by one; `statekit.format.ttl` converts the stamps for
+snapshots). States without TTL never go through this module, so the hot path of plain state pays
+nothing for it.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from statekit.errors import StateTypeError
 from statekit.state.descriptors import StateTtlConfig
 from statekit.state.handles import ListState, MapState, ValueState
 
-__all__ = ["TtlListState", "TtlMapState", "TtlValueState", "ttl_export", "ttl_import"]
+__all__ = ["TtlListState", "TtlMapState", "TtlValueState"]
 
 
 class _Ttl:
@@ -166,35 +167,3 @@ class TtlMapState(_Ttl, MapState):
 
     def clear(self) -> None:
         self._raw.clear()
-
-
-def ttl_export(kind: str, ttl_ms: int, now: int) -> Callable[[Any], Any]:
-    """Stored TTL items → the plain value a snapshot holds, or None when everything expired."""
-    if kind == "list":
-
-        def export_list(items: list) -> Any:
-            live = [v for v, ts in items if ts + ttl_ms > now]
-            return live or None
-
-        return export_list
-    if kind == "map":
-
-        def export_map(entries: dict) -> Any:
-            live = {k: v for k, (v, ts) in entries.items() if ts + ttl_ms > now}
-            return live or None
-
-        return export_map
-
-    def export_value(item: tuple) -> Any:
-        return item[0] if item[1] + ttl_ms > now else None
-
-    return export_value
-
-
-def ttl_import(kind: str, now: int) -> Callable[[Any], Any]:
-    """A restored plain value → stored TTL items stamped `now` (snapshots keep no access times)."""
-    if kind == "list":
-        return lambda values: [(v, now) for v in values]
-    if kind == "map":
-        return lambda entries: {k: (v, now) for k, v in entries.items()}
-    return lambda value: (value, now)

@@ -55,7 +55,16 @@ from statekit.runtime.job import JobClient, JobExecutionResult
 from statekit.runtime.sinks import Encoder, FileSink, read_file_sink
 from statekit.runtime.sources import FileSource, SourceContext
 from statekit.runtime.watermarks import MAX_WATERMARK, MIN_WATERMARK, TimestampAssigner, WatermarkStrategy
-from statekit.runtime.window_assigners import (
+from statekit.runtime.window_evictors import CountEvictor, Evictor, TimeEvictor, TimestampedValue
+from statekit.runtime.windows import (
+    ProcessAllWindowFunction,
+    ProcessWindowFunction,
+    WindowContext,
+    WindowedStream,
+    WindowFunction,
+)
+from statekit.state.functions import AggregateFunction, ReduceFunction
+from statekit.windowing import (
     CountTrigger,
     EventTimeSessionWindows,
     EventTimeTrigger,
@@ -73,15 +82,6 @@ from statekit.runtime.window_assigners import (
     TumblingProcessingTimeWindows,
     WindowAssigner,
 )
-from statekit.runtime.window_evictors import CountEvictor, Evictor, TimeEvictor, TimestampedValue
-from statekit.runtime.windows import (
-    ProcessAllWindowFunction,
-    ProcessWindowFunction,
-    WindowContext,
-    WindowedStream,
-    WindowFunction,
-)
-from statekit.state.functions import AggregateFunction, ReduceFunction
 
 __all__ = [
     "MAX_WATERMARK",

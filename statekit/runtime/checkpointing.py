@@ -9,12 +9,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from statekit.format.keyed import NAMESPACE_ARROW, NAMESPACE_TYPE, timers_table
 from statekit.runtime.storage import StorageLock, checkpoint_dirs, clean_storage, discard_checkpoint
-from statekit.runtime.timers import timers_table
-from statekit.types import parse_ddl, to_ddl
-
-#: The namespace of window state and timers: ``(start, end)`` in milliseconds.
-WINDOW_NAMESPACE = "struct<start:bigint,end:bigint>"
+from statekit.types import to_ddl
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +72,7 @@ def write_snapshot(path: Path, checkpoint_id: int, kind: str, job_name: str, ope
                 max_parallelism=op.max_parallelism,
                 key_type=None if key_type is None else to_ddl(key_type),
                 keyed_states=list(infos.values()),
-                namespace_type=WINDOW_NAMESPACE if namespaced else None,
+                namespace_type=NAMESPACE_TYPE if namespaced else None,
             )
             for s in subs:
                 if s.keyed is not None and s.keyed.native_dir is not None:
@@ -83,7 +80,7 @@ def write_snapshot(path: Path, checkpoint_id: int, kind: str, job_name: str, ope
             for table in tables:
                 w.write_keyed(table)
             if timer_rows:
-                w.write_timers(timers_table(timer_rows, key_type, parse_ddl(WINDOW_NAMESPACE) if namespaced else None))
+                w.write_timers(timers_table(timer_rows, key_type, NAMESPACE_ARROW if namespaced else None))
             _write_operator_states(w, subs)
     # Native snapshots were hard-linked (or copied) into the checkpoint; their staging copies go.
     for op in operators:

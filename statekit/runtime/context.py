@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from statekit.errors import StateAccessError
-from statekit.runtime.timers import EVENT, PROCESSING
+from statekit.format.keyed import EVENT, PROCESSING
 from statekit.state.descriptors import (
     AggregatingStateDescriptor,
     KeyedStateDescriptor,

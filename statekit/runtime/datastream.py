@@ -7,7 +7,14 @@ from typing import Any, Callable
 from statekit.errors import InvalidArgumentError
 from statekit.runtime.graph import Edge, Transformation
 from statekit.runtime.keys import normalise_key_type
-from statekit.runtime.sinks import CollectSinkOperator, Collector, FileSink, FileSinkOperator, PrintSinkOperator, SinkOperator
+from statekit.runtime.sinks import (
+    Collector,
+    CollectSinkOperator,
+    FileSink,
+    FileSinkOperator,
+    PrintSinkOperator,
+    SinkOperator,
+)
 from statekit.runtime.stream_ops import (
     KeyedOneInputOperator,
     KeyedProcessOperator,
@@ -133,9 +140,9 @@ class DataStream:
 
     def count_window_all(self, size: int, slide: int | None = None) -> Any:
         """Windows of `size` elements of the whole stream (sliding by `slide` elements when given)."""
-        from statekit.runtime.window_assigners import CountTrigger, GlobalWindows, PurgingTrigger
         from statekit.runtime.window_evictors import CountEvictor
         from statekit.runtime.windows import window_all
+        from statekit.windowing import CountTrigger, GlobalWindows, PurgingTrigger
 
         windows = window_all(self, GlobalWindows.create())
         if slide is None:

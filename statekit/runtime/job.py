@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import atexit
 import gc
 import logging
 import queue
 import shutil
-import tempfile
 import threading
 import time
 from concurrent.futures import Future
@@ -23,6 +21,7 @@ from statekit.errors import (
     UntrustedPickleError,
 )
 from statekit.keygroups import default_max_parallelism
+from statekit.tempdirs import owned_temp_dir, release
 from statekit.runtime.checkpointing import CheckpointCoordinator, OperatorSnapshot
 from statekit.runtime.clock import ManualClock
 from statekit.runtime.keys import hash_router, selector_of
@@ -63,23 +62,6 @@ class JobExecutionResult:
         return f"JobExecutionResult({self.job_name!r}, restarts={self.restarts}, checkpoints={len(self.completed_checkpoints)})"
 
 
-# Working directories of jobs that never ran to the end in this process (created but not run, or
-# still running in a daemon thread when the interpreter exits): removed at exit, so none leaks.
-_OWNED_WORKDIRS: set[Path] = set()
-
-
-def _track_workdir(path: Path) -> None:
-    if not _OWNED_WORKDIRS:
-        atexit.register(_remove_workdirs)
-    _OWNED_WORKDIRS.add(path)
-
-
-def _remove_workdirs() -> None:
-    for path in list(_OWNED_WORKDIRS):
-        shutil.rmtree(path, ignore_errors=True)
-    _OWNED_WORKDIRS.clear()
-
-
 class JobRunner:
     """Runs a job to completion, restarting it from its latest completed checkpoint after failures."""
 
@@ -113,9 +95,8 @@ class JobRunner:
 
             Savepoint.open(self.restore_from, trust_pickled=trust_pickled)  # fail fast: NotASavepointError etc.
         self._own_workdir = env.working_dir is None
-        self.workdir = Path(tempfile.mkdtemp(prefix="statekit-job-")) if env.working_dir is None else Path(env.working_dir)
-        if self._own_workdir:
-            _track_workdir(self.workdir)
+        # An own working directory goes with the job, or at exit, or (killed process) at the next job's start.
+        self.workdir = owned_temp_dir("statekit-job-") if env.working_dir is None else Path(env.working_dir)
         cfg = env.get_checkpoint_config()
         storage = cfg.storage if cfg.storage is not None else self.workdir / "checkpoints"
         self.coordinator = CheckpointCoordinator(cfg, self.clock, storage, job_name)
@@ -136,7 +117,7 @@ class JobRunner:
             self.coordinator.open()
         except BaseException:
             if self._own_workdir:
-                shutil.rmtree(self.workdir, ignore_errors=True)
+                release(self.workdir)
             raise
 
     def run(self) -> JobExecutionResult:
@@ -193,8 +174,7 @@ class JobRunner:
             if self._own_workdir:
                 # Without a configured storage directory, checkpoints live with the job (like Flink's
                 # in-memory checkpoint storage) and go with it; configure one to keep them.
-                shutil.rmtree(self.workdir, ignore_errors=True)
-                _OWNED_WORKDIRS.discard(self.workdir)
+                release(self.workdir)
             else:
                 for p in [*self.workdir.glob("attempt-*"), self.workdir / "native"]:
                     shutil.rmtree(p, ignore_errors=True)

@@ -7,9 +7,15 @@ from typing import Any, Callable
 
 from statekit.backends.base import create_keyed_backend
 from statekit.errors import JobError, RestoreError, StateTypeError
-from statekit.runtime.context import FunctionInitializationContext, FunctionSnapshotContext, ProcessContext, RuntimeContext
+from statekit.format.keyed import EVENT, PROCESSING
+from statekit.runtime.context import (
+    FunctionInitializationContext,
+    FunctionSnapshotContext,
+    ProcessContext,
+    RuntimeContext,
+)
 from statekit.runtime.functions import CheckpointedFunction, CheckpointListener, ListCheckpointed
-from statekit.runtime.timers import EVENT, PROCESSING, InternalTimerService
+from statekit.runtime.timers import InternalTimerService
 from statekit.runtime.watermarks import MIN_WATERMARK
 from statekit.state.descriptors import ListStateDescriptor
 from statekit.types import PICKLED

@@ -9,8 +9,8 @@ from typing import Any
 import pyarrow as pa
 
 from statekit.errors import RestoreError
+from statekit.format.keyed import timer_rows_from_table
 from statekit.keygroups import key_group_range
-from statekit.runtime.timers import timer_rows_from_table
 from statekit.types import parse_ddl
 
 

@@ -6,11 +6,8 @@ import heapq
 import itertools
 from typing import Any, Callable
 
-import pyarrow as pa
-
+from statekit.format.keyed import EVENT, PROCESSING
 from statekit.runtime.watermarks import MIN_WATERMARK
-
-EVENT, PROCESSING = "event", "processing"
 
 
 class InternalTimerService:
@@ -96,36 +93,3 @@ class InternalTimerService:
 
     def __len__(self) -> int:
         return len(self.event) + len(self.processing)
-
-
-def timers_table(rows: list[tuple], key_type: pa.DataType, namespace_type: pa.DataType | None) -> pa.Table:
-    """Timer rows in the savepoint layout (``key_group, key, [namespace], timestamp, domain``)."""
-    rows = sorted(rows, key=lambda r: (r[0], r[3], r[4]))
-    cols: dict[str, pa.Array] = {
-        "key_group": pa.array([r[0] for r in rows], pa.int32()),
-        "key": pa.array([r[1] for r in rows], key_type),
-    }
-    if namespace_type is not None:
-        cols["namespace"] = pa.array(
-            [None if r[2] is None else {"start": r[2][0], "end": r[2][1]} for r in rows], namespace_type
-        )
-    cols["timestamp"] = pa.array([r[3] for r in rows], pa.int64())
-    cols["domain"] = pa.array([r[4] for r in rows], pa.string())
-    return pa.table(cols)
-
-
-def timer_rows_from_table(table: pa.Table) -> list[tuple]:
-    """Inverse of `timers_table`."""
-    d = table.to_pydict()
-    n = table.num_rows
-    ns = d.get("namespace") or [None] * n
-    ns = [None if v is None else (v["start"], v["end"]) for v in ns]
-    keys = [_as_key(k) for k in d["key"]]
-    return [(d["key_group"][i], keys[i], ns[i], d["timestamp"][i], d["domain"][i]) for i in range(n)]
-
-
-def _as_key(value: Any) -> Any:
-    """Struct keys come back from Arrow as dicts; the runtime keys them as tuples in field order."""
-    if isinstance(value, dict):
-        return tuple(_as_key(v) for v in value.values())
-    return value

@@ -8,20 +8,12 @@ from typing import Any, Iterable
 import pyarrow as pa
 
 from statekit.errors import InvalidArgumentError, JobError
+
+# Keyed state names of the window operator (as in Flink's WindowOperator) are part of the layout.
+from statekit.format.keyed import CONTENTS, EVENT, NO_TIMESTAMP, SESSIONS, TIMESTAMPS
 from statekit.runtime.functions import RichFunction
 from statekit.runtime.operators import KeyedOperatorMixin, StreamOperator
-from statekit.runtime.timers import EVENT, PROCESSING
 from statekit.runtime.window_evictors import CountEvictor, Evictor, TimestampedValue
-from statekit.runtime.window_assigners import (
-    GLOBAL_WINDOW,
-    CountTrigger,
-    GlobalWindows,
-    PurgingTrigger,
-    TimeWindow,
-    Trigger,
-    WindowAssigner,
-    window_of,
-)
 from statekit.state.descriptors import (
     AggregatingStateDescriptor,
     ListStateDescriptor,
@@ -29,20 +21,17 @@ from statekit.state.descriptors import (
     ReducingStateDescriptor,
 )
 from statekit.state.functions import AggregateFunction, as_reduce_function
-
-#: Keyed state names of the window operator (as in Flink's WindowOperator).
-CONTENTS = "window-contents"
-TIMESTAMPS = "window-timestamps"  # with an evictor: each buffered element's timestamp, in step with CONTENTS
-NO_TIMESTAMP = -(2**63)  # list state holds no nulls: Long.MIN_VALUE stands for "no timestamp", as in Flink
-SESSIONS = "session-windows"  # active session windows of a key: start -> end, in the void namespace
-
-
-def cleanup_time(window: TimeWindow, allowed_lateness: int, event_time: bool) -> int:
-    """When a window's state is dropped for good (its cleanup timer): end of window plus allowed lateness
-    in event time, the end of the window in processing time, never for the global window."""
-    if window == GLOBAL_WINDOW:
-        return GLOBAL_WINDOW.max_timestamp()
-    return window.max_timestamp() + (allowed_lateness if event_time else 0)
+from statekit.windowing import (
+    GLOBAL_WINDOW,
+    CountTrigger,
+    GlobalWindows,
+    PurgingTrigger,
+    TimeWindow,
+    Trigger,
+    WindowAssigner,
+    cleanup_time,
+    window_of,
+)
 
 
 class ProcessWindowFunction(RichFunction):

@@ -11,9 +11,7 @@ A savepoint is a directory::
       op-<uid_hash>/rocksdb/subtask-N/... native RocksDB checkpoint files (checkpoints only)
 """
 
-from statekit.savepoint.check import CheckReport, Problem, check
-from statekit.savepoint.diff import OperatorDiff, SavepointDiff, diff
-from statekit.savepoint.manifest import (
+from statekit.format.manifest import (
     FORMAT,
     FORMAT_VERSION,
     MANIFEST_NAME,
@@ -23,6 +21,8 @@ from statekit.savepoint.manifest import (
     Manifest,
     OperatorMetadata,
 )
+from statekit.savepoint.check import CheckReport, Problem, check
+from statekit.savepoint.diff import OperatorDiff, SavepointDiff, diff
 from statekit.savepoint.reader import Savepoint
 from statekit.savepoint.redistribute import redistribute_list_state
 from statekit.savepoint.writer import OperatorWriter, SavepointBuilder

@@ -12,9 +12,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from statekit.errors import DuplicateKeyError, SavepointError, StatekitError
-from statekit.savepoint import keyed as K
-from statekit.savepoint.files import read_parquet_verified, verify_file
-from statekit.savepoint.manifest import MANIFEST_NAME, FileEntry, OperatorMetadata, load_manifest
+from statekit.format import keyed as K
+from statekit.format.files import read_parquet_verified, verify_file
+from statekit.format.manifest import MANIFEST_NAME, FileEntry, OperatorMetadata, load_manifest
+from statekit.savepoint.reader import _is_flink
 
 ProblemKind = Literal[
     "manifest", "missing_file", "extra_file", "size_mismatch", "checksum_mismatch", "unreadable",
@@ -69,9 +70,7 @@ def check(path: str | os.PathLike[str], *, deep: bool = True) -> CheckReport:
     """
     root = Path(path)
     report = CheckReport(root)
-    from statekit.format.flink.metadata import is_flink_metadata
-
-    if not (root / MANIFEST_NAME).is_file() and is_flink_metadata(root):
+    if not (root / MANIFEST_NAME).is_file() and _is_flink(root):
         return _check_flink(root, report, deep)
     try:
         manifest = load_manifest(root)

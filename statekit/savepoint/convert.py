@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Iterable
 
 from statekit.errors import InvalidArgumentError, NotASavepointError
+from statekit.format.manifest import FlinkSerializers, OperatorMetadata
 from statekit.identifiers import OperatorIdentifier
 from statekit.savepoint.flink import FlinkSavepoint, is_flink_savepoint
 from statekit.savepoint.writer import SavepointBuilder
@@ -24,6 +25,7 @@ def convert_to_statekit(
     *,
     uids: Iterable[str] = (),
     include_stateless: bool = False,
+    pyflink_types: dict[str, dict[str, str]] | None = None,
 ) -> Path:
     """Write the state of the Flink savepoint (or retained checkpoint) `source` as a statekit savepoint at `out`.
 
@@ -38,6 +40,9 @@ def convert_to_statekit(
         through its hash (Flink stores only the hash before 2.x).
     include_stateless
         Also list operators that hold no state (they are dropped by default).
+    pyflink_types
+        For PyFlink jobs: the Python type of each state per operator (see `FlinkSavepoint.open`); the
+        key is unwrapped, values decoded, and key groups assigned anew for the unwrapped key.
 
     Returns the path of the written savepoint.
     """
@@ -46,7 +51,7 @@ def convert_to_statekit(
         raise NotASavepointError(
             f"{src} is not a Flink savepoint (no binary _metadata); `convert` reads Flink savepoints and checkpoints."
         )
-    sp = FlinkSavepoint.open(src)
+    sp = FlinkSavepoint.open(src, pyflink_types=pyflink_types)
     named = {OperatorIdentifier.for_uid(u).uid_hash: u for u in uids}
     have = {m.uid_hash for m in sp.operators}
     unknown = [u for h, u in named.items() if h not in have]
@@ -64,12 +69,17 @@ def convert_to_statekit(
             ident = OperatorIdentifier.for_uid(uid) if uid else OperatorIdentifier.for_uid_hash(meta.uid_hash)
             w = b.add_operator(ident, name=meta.name, parallelism=meta.parallelism,
                                max_parallelism=meta.max_parallelism, key_type=meta.key_type,
-                               keyed_states=meta.keyed_states, namespace_type=meta.namespace_type)
+                               keyed_states=meta.keyed_states, namespace_type=meta.namespace_type,
+                               # a PyFlink operator's stored form (Row key, coder bytes) is not what is
+                               # written here, so its Flink serializers are not carried
+                               flink=None if sp.is_pyflink(meta.identifier) else flink_serializers(sp, meta))
             if meta.key_type is not None:
-                w.write_keyed(sp.keyed_table(meta.identifier, with_key_group=_keeps_key_groups(meta.key_type)))
+                # a PyFlink key group belongs to the Row-wrapped key: the unwrapped key gets statekit's own
+                keep = _keeps_key_groups(meta.key_type) and not sp.is_pyflink(meta.identifier)
+                w.write_keyed(sp.keyed_table(meta.identifier, with_key_group=keep))
                 timers = sp.timers(meta.identifier)
                 if timers.num_rows:
-                    w.write_timers(timers if _keeps_key_groups(meta.key_type) else timers.drop_columns(["key_group"]))
+                    w.write_timers(timers if keep else timers.drop_columns(["key_group"]))
             for info in meta.operator_states:
                 if info.redistribution == "broadcast":
                     w.write_broadcast_state(info, sp.broadcast_state(meta.identifier, info.name))
@@ -77,6 +87,20 @@ def convert_to_statekit(
                     _, per_subtask = sp.operator_state_lists(meta.identifier, info.name)
                     w.write_list_state(info, per_subtask)
     return Path(out)
+
+
+def flink_serializers(sp: FlinkSavepoint, meta: OperatorMetadata) -> FlinkSerializers:
+    """The operator's Flink serializer snapshots, byte for byte, for the manifest (`write_flink` reuses them)."""
+    fop = sp.flink_operator(meta.identifier)
+    lay = sp.flink.layout(fop)
+    known = {s.name for s in meta.operator_states}
+    ops = tuple((n, m.raw) for n, m in sp.flink.operator_states(fop).items() if n in known)
+    if lay is None:
+        return FlinkSerializers(operator_states=ops)
+    # only states statekit lists under Flink's own name (PyFlink's python-state-* are renamed; not carried)
+    names = {s.name for s in meta.keyed_states}
+    return FlinkSerializers(lay.key_type.raw, tuple((s.name, s.raw) for s in lay.states if s.name in names),
+                            tuple(t.raw for t in lay.timers), ops)
 
 
 def _keeps_key_groups(key_type: str) -> bool:

@@ -14,9 +14,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from statekit.errors import KeyTypeMismatchError
+from statekit.format.keyed import same_type
+from statekit.format.manifest import OperatorMetadata
 from statekit.identifiers import OperatorIdentifier
-from statekit.savepoint.keyed import same_type
-from statekit.savepoint.manifest import OperatorMetadata
 from statekit.savepoint.reader import Savepoint
 from statekit.types import parse_ddl
 

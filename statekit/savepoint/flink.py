@@ -13,18 +13,22 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from statekit.errors import InvalidArgumentError, StatekitError
 from statekit.format.flink import pyflink
 from statekit.format.flink.keyed import DecodeStats, KeyedResult, state_ddl
+from statekit.format.flink.lookup import lookup
 from statekit.format.flink.metadata import OperatorState
+from statekit.format.flink.values import encode_key
 from statekit.format.flink.reader import FlinkStateReader
+from statekit.format.manifest import Manifest, OperatorMetadata
 from statekit.identifiers import OperatorIdentifier
 from statekit.keygroups import KeyGroupRange, assign_to_key_group
-from statekit.savepoint.manifest import Manifest, OperatorMetadata
 from statekit.savepoint.reader import OpLike, Savepoint, _same_key, _same_ns
 from statekit.state.descriptors import OperatorStateInfo, StateInfo
 from statekit.types import parse_ddl
+
 
 def _operator_metadata(reader: FlinkStateReader, op: OperatorState,
                        pyflink_types: dict[str, str] | None = None) -> OperatorMetadata:
@@ -59,6 +63,7 @@ def _operator_metadata(reader: FlinkStateReader, op: OperatorState,
         namespace_type=ns_type,
         keyed_states=keyed,
         operator_states=tuple(op_states),
+        keyed_format="flink",
     )
 
 
@@ -155,7 +160,18 @@ class FlinkSavepoint(Savepoint):
         elif lay is not None and lay.key_type.kind not in ("pojo", "row", "binary"):  # their hashCode is user code
             kg = assign_to_key_group(key, meta.max_parallelism, meta.key_type)
             rng = (kg, kg)
+            key_bytes = encode_key(lay.key_type, key) if namespace is None else None
+            if key_bytes is not None:  # the one-key path: key bytes matched in the key group, no table built
+                found = lookup(self.flink, fop, key_bytes, kg, self.stats)
+                if found is not NotImplemented:
+                    return None if found is None else {s.name: found.get(s.name) for s in meta.keyed_states}
         table = self._read_keyed(op, rng).table
+        ktype = table.schema.field("key").type
+        if not (pa.types.is_struct(ktype) or pa.types.is_nested(ktype)):  # narrow in Arrow before making Python rows
+            try:
+                table = table.filter(pc.equal(table.column("key"), pa.scalar(key, ktype)))
+            except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError, OverflowError):
+                pass  # compared in Python below
         rows = [r for r in table.to_pylist() if _same_key(r["key"], key) and _same_ns(r.get("namespace"), namespace)]
         if not rows:
             return None
@@ -164,6 +180,12 @@ class FlinkSavepoint(Savepoint):
             if s.pickled and out[s.name] is not None:
                 out[s.name] = self._unpickle(s.kind, out[s.name], f"state {s.name!r} of {meta.display_name}")
         return out
+
+    def is_pyflink(self, op: OpLike) -> bool:
+        """Whether `op` is a PyFlink operator whose Row key is shown unwrapped (see `statekit.format.flink.pyflink`)."""
+        meta = self.operator(op)
+        lay = self.flink.layout(self.flink_operator(op)) if meta.key_type is not None else None
+        return lay is not None and pyflink.is_pyflink(lay, declared=meta.uid_hash in self._pyflink)
 
     def _read_keyed(self, op: OpLike, key_groups: tuple[int, int] | None = None) -> KeyedResult:
         """Keyed and timer tables as stored, then (PyFlink operators) the key unwrapped and values decoded."""
@@ -179,7 +201,7 @@ class FlinkSavepoint(Savepoint):
         meta = self.operator(op)
         if meta.key_type is None:
             return pa.table({})
-        from statekit.savepoint import keyed as K
+        from statekit.format import keyed as K
 
         return self._keyed(op).timers.cast(K.timers_schema(meta.key_type, namespace_type=meta.namespace_type))  # type: ignore[union-attr]
 

@@ -31,10 +31,16 @@ from statekit.format.flink.serializers_out import (
     operator_meta_info,
     timer_meta_info,
 )
-from statekit.format.flink.writer import KeyedLayoutOut, KeyedStateOut, OperatorData, OperatorStateOut, write_flink_savepoint
+from statekit.format.flink.writer import (
+    KeyedLayoutOut,
+    KeyedStateOut,
+    OperatorData,
+    OperatorStateOut,
+    write_flink_savepoint,
+)
+from statekit.format.manifest import OperatorMetadata
 from statekit.identifiers import OperatorIdentifier
 from statekit.keygroups import assign_key_groups
-from statekit.savepoint.manifest import OperatorMetadata
 from statekit.savepoint.reader import Savepoint
 from statekit.types import parse_ddl
 
@@ -59,7 +65,7 @@ def carried_serializers(sp: Savepoint, meta: OperatorMetadata) -> Carried | None
     from statekit.savepoint.flink import FlinkSavepoint
 
     if not isinstance(sp, FlinkSavepoint):
-        return None
+        return _from_manifest(meta) if meta.flink is not None else None
     fop = sp.flink.metadata.operator(meta.uid_hash)
     if fop is None:
         return None
@@ -68,6 +74,33 @@ def carried_serializers(sp: Savepoint, meta: OperatorMetadata) -> Carried | None
     if lay is None:
         return Carried(None, {}, (), None, ops)
     return Carried(lay.key_type, {s.name: s for s in lay.states}, lay.timers, lay.namespace_type, ops)
+
+
+def _from_manifest(meta: OperatorMetadata) -> Carried:
+    """Serializers a statekit savepoint carries from the Flink savepoint it was converted from (manifest `flink`)."""
+    from statekit.format.flink.binary import DataInput
+    from statekit.format.flink.proxy import read_meta_info
+    from statekit.format.flink.serializers import read_versioned
+
+    fl = meta.flink
+    assert fl is not None
+    where = f"operator {meta.display_name!r} (carried Flink serializers)"
+    key = read_versioned(DataInput(fl.key, where), "the key serializer") if fl.key is not None else None
+    if key is not None and key.kind in ("pojo", "row", "binary") and meta.key_type is not None:
+        raise StateTypeError(
+            f"operator {meta.display_name!r} has {key.serializer} keys, whose key groups come from the key class's "
+            "hashCode(); after a conversion to statekit's format statekit cannot place them as Flink does. Write the "
+            "Flink savepoint straight from the Flink one (write_flink on it, with uids=/max_parallelism=/rekey=)."
+        )
+    states = {n: read_meta_info(DataInput(b, where)) for n, b in fl.states}
+    timers = tuple(read_meta_info(DataInput(b, where)) for b in fl.timers)
+    ops = {n: read_meta_info(DataInput(b, where)) for n, b in fl.operator_states}
+    ns = None
+    for s in states.values():
+        t = s.serializers.get("NAMESPACE_SERIALIZER")
+        if t is not None and t.kind == "window":
+            ns = t
+    return Carried(key, states, timers, ns, ops)
 
 
 def _hint(hints: TypeHints | None, meta: OperatorMetadata, name: str) -> Hint | None:
@@ -256,7 +289,7 @@ def write_flink(source: str | os.PathLike[str] | Savepoint, target: str | os.Pat
                 types: TypeHints | None = None, uids: Mapping[str, str] | None = None,
                 remove: Sequence[str] = (), max_parallelism: int | Mapping[str, int] | None = None,
                 rekey: Mapping[str, Any] | None = None, key_types: Mapping[str, str] | None = None,
-                checkpoint_id: int | None = None) -> Path:
+                job_max_parallelism: int | None = None, checkpoint_id: int | None = None) -> Path:
     """Write savepoint `source` (statekit or Flink) as a canonical Flink savepoint at `target`.
 
     Serializers read from a Flink savepoint are reused unchanged; other state maps its DDL types
@@ -266,7 +299,10 @@ def write_flink(source: str | os.PathLike[str] | Savepoint, target: str | os.Pat
     `max_parallelism` sets it for every operator (an int: stateless ones too, as a job that sets it
     checks them all) or per operator (a mapping), re-hashing keyed state; `rekey` replaces the keys
     of an operator through a function of the old key or a ``key``/``new_key`` table (`key_types`
-    gives the new key's DDL type). The source is never modified; `target` must not exist.
+    gives the new key's DDL type). `job_max_parallelism` is the max parallelism the restoring job
+    declares (``env.setMaxParallelism``): Flink then requires it of every operator in the savepoint,
+    so a savepoint that does not match is refused (`ParallelismError`) instead of written. The source
+    is never modified; `target` must not exist.
     """
     from statekit.keygroups import check_max_parallelism
 
@@ -300,6 +336,14 @@ def write_flink(source: str | os.PathLike[str] | Savepoint, target: str | os.Pat
     if unknown:
         listing = ", ".join(m.uid or m.uid_hash for m in sp.operators)
         raise InvalidArgumentError(f"operator(s) {unknown} are not in {sp.path} (it holds: {listing}).")
+    if job_max_parallelism is not None:
+        off = [f"{o.uid or o.uid_hash} ({o.max_parallelism})" for o in ops if o.max_parallelism != job_max_parallelism]
+        if off:
+            raise ParallelismError(
+                f"the job declares max parallelism {job_max_parallelism}, but operator(s) {', '.join(off)} would have "
+                f"another; Flink refuses to restore such a savepoint. Pass max_parallelism={job_max_parallelism} to "
+                "rescale every operator (stateless ones too)."
+            )
     cid = sp.checkpoint_id if checkpoint_id is None else checkpoint_id
     return write_flink_savepoint(target, ops, checkpoint_id=cid)
 

@@ -10,7 +10,7 @@ carries unchanged operators over by hard link and rewrites only the operators it
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Sequence, Union
 
@@ -18,9 +18,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from statekit.errors import InvalidArgumentError, SavepointExistsError, UnknownStateError
+from statekit.format.manifest import OperatorMetadata
 from statekit.identifiers import OperatorIdentifier
 from statekit.keygroups import check_max_parallelism
-from statekit.savepoint.manifest import OperatorMetadata
 from statekit.savepoint.reader import Savepoint
 from statekit.savepoint.transforms import TransformPlan, link_operator, refuse_target_inside
 from statekit.savepoint.writer import SavepointBuilder
@@ -305,8 +305,15 @@ def _rewrite(builder: SavepointBuilder, sp: Savepoint, e: _OperatorEdits, ident:
         if timers.num_rows:
             timers = _distinct_rows(remap_keys(timers, e.mapping, what))
         key_type = to_ddl(e.mapping.schema.field("new_key").type)
+    flink = m.flink
+    if flink is not None:  # carried Flink serializers follow the repair: dropped states, a new key type
+        kept = {s.name for s in keyed_states}
+        flink = replace(flink, states=tuple((n, b) for n, b in flink.states if n in kept))
+        if key_type != m.key_type:
+            flink = flink.without_key()
     writer = builder.add_operator(ident, name=name, parallelism=min(m.parallelism, mp), max_parallelism=mp,
-                                  key_type=key_type, keyed_states=keyed_states, namespace_type=m.namespace_type)
+                                  key_type=key_type, keyed_states=keyed_states, namespace_type=m.namespace_type,
+                                  flink=flink)
     if keyed.num_rows and keyed_states:
         writer.write_keyed(keyed)
     if timers.num_rows:

@@ -10,20 +10,20 @@ from typing import Any, Sequence
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from statekit import serde
 from statekit.errors import (
     CorruptSavepointError,
     InvalidArgumentError,
     SchemaMismatchError,
     UntrustedPicklePayloadError,
 )
+from statekit.format import keyed as K
+from statekit.format.files import read_parquet_verified, read_verified_bytes
+from statekit.format.manifest import FileEntry, Manifest, OperatorMetadata, load_manifest, safe_relative_path
 from statekit.identifiers import OperatorIdentifier
 from statekit.keygroups import KeyGroupRange, assign_to_key_group
-from statekit.savepoint import keyed as K
-from statekit.savepoint.files import read_parquet_verified, read_verified_bytes
-from statekit.savepoint.manifest import FileEntry, Manifest, OperatorMetadata, load_manifest, safe_relative_path
 from statekit.state.descriptors import OperatorStateInfo
 from statekit.types import parse_ddl
-from statekit import serde
 
 OpLike = OperatorIdentifier | str
 
@@ -50,9 +50,7 @@ class Savepoint:
         operator, see `statekit.savepoint.flink.FlinkSavepoint.open`.
         """
         p = Path(path)
-        from statekit.format.flink.metadata import is_flink_metadata
-
-        if not (p / "_metadata.json").is_file() and is_flink_metadata(p):  # a real Flink savepoint or checkpoint
+        if not (p / "_metadata.json").is_file() and _is_flink(p):  # a real Flink savepoint or checkpoint
             from statekit.savepoint.flink import FlinkSavepoint
 
             return FlinkSavepoint.open(p, trust_pickled=trust_pickled, pyflink_types=pyflink_types)
@@ -169,7 +167,7 @@ class Savepoint:
         return table if with_key_group else table.drop_columns(["key_group"])
 
     def _native_table(self, meta: OperatorMetadata, key_groups: KeyGroupRange | None) -> pa.Table:
-        from statekit.backends.rocksdb import native_to_arrow  # RocksDB is only needed for native checkpoints
+        from statekit.format.rocksdb_native import native_to_arrow  # RocksDB is only needed for native checkpoints
 
         by_subtask: dict[int, list[FileEntry]] = {}
         for f in meta.files_of("rocksdb"):
@@ -314,3 +312,10 @@ def _same_ns(stored: Any, wanted: Any) -> bool:
     if isinstance(wanted, tuple) and isinstance(stored, dict):
         return (stored.get("start"), stored.get("end")) == wanted
     return stored == wanted
+
+
+def _is_flink(path: Path) -> bool:
+    # Imported only when there is no statekit manifest: the Flink reader is not loaded to open a statekit savepoint.
+    from statekit.format.flink.metadata import is_flink_metadata
+
+    return is_flink_metadata(path)

@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import Callable
 
 from statekit.errors import InvalidArgumentError, InvalidTargetError
+from statekit.format.files import place_file, storage_errors
+from statekit.format.manifest import FileEntry, OperatorMetadata, safe_relative_path
 from statekit.identifiers import OperatorIdentifier
 from statekit.keygroups import check_max_parallelism
-from statekit.savepoint.files import place_file, storage_errors
-from statekit.savepoint.manifest import FileEntry, OperatorMetadata, safe_relative_path
 from statekit.savepoint.reader import Savepoint
 from statekit.savepoint.writer import SavepointBuilder
 
@@ -53,6 +53,7 @@ def link_operator(builder: SavepointBuilder, source: Savepoint, meta: OperatorMe
     writer = builder.add_operator(
         ident, name=name or meta.name, parallelism=meta.parallelism, max_parallelism=meta.max_parallelism,
         key_type=meta.key_type, keyed_states=meta.keyed_states, namespace_type=meta.namespace_type,
+        flink=meta.flink,
     )
     entries = []
     with storage_errors(builder.path):
@@ -127,7 +128,7 @@ def rehash_operator(builder: SavepointBuilder, source: Savepoint, meta: Operator
     writer = builder.add_operator(
         ident, name=name or meta.name, parallelism=min(meta.parallelism, max_parallelism),
         max_parallelism=max_parallelism, key_type=meta.key_type, keyed_states=meta.keyed_states,
-        namespace_type=meta.namespace_type,
+        namespace_type=meta.namespace_type, flink=meta.flink,
     )
     op = meta.identifier
     keyed = source.keyed_table(op)

@@ -19,19 +19,20 @@ from statekit.errors import (
     SavepointExistsError,
     StateTypeError,
 )
-from statekit.identifiers import OperatorIdentifier
-from statekit.keygroups import KeyGroupRange, check_max_parallelism, check_parallelism
-from statekit.savepoint import keyed as K
-from statekit.savepoint.files import checksum, place_file, storage_errors, write_parquet
-from statekit.savepoint.manifest import (
+from statekit.format import keyed as K
+from statekit.format.files import checksum, place_file, storage_errors, write_parquet
+from statekit.format.manifest import (
     FORMAT_VERSION,
     MANIFEST_NAME,
     FileEntry,
+    FlinkSerializers,
     Manifest,
     OperatorMetadata,
     iso_now,
     safe_relative_path,
 )
+from statekit.identifiers import OperatorIdentifier
+from statekit.keygroups import KeyGroupRange, check_max_parallelism, check_parallelism
 from statekit.state.descriptors import KeyedStateDescriptor, OperatorStateInfo, StateInfo
 from statekit.types import TypeLike, parse_ddl, to_ddl
 
@@ -56,6 +57,7 @@ class OperatorWriter:
         key_type: str | None,
         keyed_states: tuple[StateInfo, ...],
         namespace_type: str | None,
+        flink: FlinkSerializers | None = None,
     ) -> None:
         self._builder = builder
         self.identifier = ident
@@ -65,6 +67,7 @@ class OperatorWriter:
         self.key_type = key_type
         self.keyed_states = keyed_states
         self.namespace_type = namespace_type
+        self.flink = flink  # Flink serializers carried from a Flink savepoint (manifest field `flink`)
         self.dir = f"op-{ident.uid_hash}"
         self._keyed: list[pa.Table] = []
         self._timers: list[pa.Table] = []
@@ -223,6 +226,7 @@ class OperatorWriter:
             operator_states=tuple(i for i, _ in self._operator_states) + tuple(self._linked_states),
             files=tuple(sorted(entries, key=lambda e: e.path)),
             keyed_format="rocksdb" if self._native or self._linked_native else "parquet",
+            flink=self.flink,
         )
         return meta, features
 
@@ -434,8 +438,10 @@ class SavepointBuilder:
         key_type: TypeLike | None = None,
         keyed_states: Sequence[StateInfo | KeyedStateDescriptor] = (),
         namespace_type: TypeLike | None = None,
+        flink: FlinkSerializers | None = None,
     ) -> OperatorWriter:
-        """Declare an operator and return the writer for its tables."""
+        """Declare an operator and return the writer for its tables (`flink`: serializers carried from a
+        Flink savepoint, reused when the savepoint is written back as a Flink savepoint)."""
         self._check_open()
         ident = OperatorIdentifier.coerce(op)
         check_max_parallelism(max_parallelism)
@@ -458,6 +464,7 @@ class SavepointBuilder:
             key_type=to_ddl(key_type) if key_type is not None else None,
             keyed_states=infos,
             namespace_type=to_ddl(namespace_type) if namespace_type is not None else None,
+            flink=flink,
         )
         self._operators[ident.uid_hash] = writer
         return writer

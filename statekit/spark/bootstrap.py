@@ -27,9 +27,9 @@ from pyspark.sql import DataFrame, Row
 from pyspark.sql.types import BinaryType, IntegerType, StringType, StructField, StructType
 
 from statekit.backends.heap import HeapKeyedStateBackend
-from statekit.backends.keyed_table import python_converter
 from statekit.backends.operator import DefaultOperatorStateStore
 from statekit.errors import InvalidArgumentError, StateAccessError, StateTypeError
+from statekit.format.values import python_converter
 from statekit.identifiers import OperatorIdentifier
 from statekit.keygroups import KeyGroupRange, check_max_parallelism
 from statekit.savepoint import SavepointBuilder
@@ -79,18 +79,26 @@ class KeyedStateBootstrapFunction:
         raise NotImplementedError("implement process_element(value, ctx)")
 
     def close(self) -> None:
-        """Called after the task's last row."""
+        """Called once per task after its last row (the function is a rich function, as in Flink)."""
 
 
 class StateBootstrapFunction:
     """Writes operator list state: each Spark partition of the input is one subtask.
 
     Register states in `initialize_state` (``ctx.get_operator_state_store().get_list_state(desc)``
-    or ``get_union_list_state``); `snapshot_state` runs after the subtask's last row.
+    or ``get_union_list_state``); `snapshot_state` runs after the subtask's last row. As a rich
+    function (Flink's ``AbstractRichFunction``) it is opened after `initialize_state`, before the
+    first row (`open`), and closed after the state is snapshot (`close`), once per subtask.
     """
 
     def initialize_state(self, ctx: "OperatorBootstrapContext") -> None:
         raise NotImplementedError("implement initialize_state(ctx) and register list state there")
+
+    def open(self, ctx: "OperatorBootstrapContext") -> None:
+        """Called once per subtask after `initialize_state`, before the first row."""
+
+    def close(self) -> None:
+        """Called once per subtask after its last row and `snapshot_state`."""
 
     def process_element(self, value: Any, ctx: "OperatorBootstrapContext") -> None:
         raise NotImplementedError("implement process_element(value, ctx)")
@@ -103,8 +111,15 @@ class BroadcastStateBootstrapFunction:
     """Writes broadcast state: every row passes through one function instance, in one task.
 
     ``ctx.get_broadcast_state(MapStateDescriptor(...) or BroadcastStateDescriptor(...))`` returns the
-    writable map. As in Flink, the whole broadcast state must fit in memory.
+    writable map. As in Flink, the whole broadcast state must fit in memory. A rich function:
+    `open` runs before the first row, `close` after the last.
     """
+
+    def open(self, ctx: "OperatorBootstrapContext") -> None:
+        """Called once before the first row."""
+
+    def close(self) -> None:
+        """Called once after the last row."""
 
     def process_element(self, value: Any, ctx: "OperatorBootstrapContext") -> None:
         raise NotImplementedError("implement process_element(value, ctx)")
@@ -252,9 +267,8 @@ class KeyedOperatorTransformation:
         backend = _backend(self.key_type, 128)
         probe = _copy(fn)
         probe.open(KeyedBootstrapContext(backend))
-        infos = backend.state_infos()
-        if not infos:
-            raise InvalidArgumentError(f"{type(fn).__name__}.open registered no keyed state.")
+        probe.close()
+        infos = backend.state_infos()  # may be empty: a function may only register timers (as in Flink)
         return BootstrapTransformation(lambda *a: _write_keyed_function(self, fn, infos, *a), infos)
 
     def window(self, assigner: Any, *, timestamp: str, allowed_lateness: int = 0) -> Any:
@@ -292,7 +306,9 @@ class KeyedOperatorTransformation:
             if col not in self.source.df.columns:
                 raise InvalidArgumentError(f"columns(): no column {col!r}; the DataFrame has {self.source.df.columns}.")
         infos = tuple(d.info() for _, d in pairs)
-        return BootstrapTransformation(lambda *a: _write_keyed_columns(self, pairs, infos, *a), infos)
+        out = BootstrapTransformation(lambda *a: _write_keyed_columns(self, pairs, infos, *a), infos)
+        out.columnar = (self, pairs)  # lets a Flink write encode the columns directly (statekit.spark.flink_columnar)
+        return out
 
 
 class BootstrapTransformation:
@@ -301,6 +317,7 @@ class BootstrapTransformation:
     def __init__(self, write: Callable[[SavepointBuilder, OperatorIdentifier, int], None], infos: Any) -> None:
         self._write = write
         self.keyed_states = infos
+        self.columnar: tuple[Any, list] | None = None
 
     def write_into(self, builder: SavepointBuilder, ident: OperatorIdentifier, max_parallelism: int) -> None:
         """Run the Spark job(s) and add the operator to `builder` (used by `SavepointWriter.write`)."""
@@ -361,6 +378,13 @@ def _call(result: Any) -> None:
     if result is not None and hasattr(result, "__next__"):  # a generator: run it to the end, ignore its output
         for _ in result:
             pass
+
+
+def _call_if(fn: Any, method: str, *args: Any) -> None:
+    # Functions written before open/close existed (or duck-typed ones) may lack them.
+    m = getattr(fn, method, None)
+    if m is not None:
+        m(*args)
 
 
 def keyed_frame(df: DataFrame, key: str | Callable[[Any], Any], key_type: str) -> tuple[DataFrame, str]:
@@ -452,10 +476,17 @@ def _write_operator_state(t: OneInputOperatorTransformation, fn: Any, builder: S
                           ident: OperatorIdentifier, max_parallelism: int) -> None:
     broadcast = isinstance(fn, BroadcastStateBootstrapFunction)
     if broadcast:  # one instance sees every row, so the map is complete; it is stored once
-        df, parallelism = t.df.coalesce(1), t.parallelism or 1
+        df, parallelism = t.df.coalesce(1), min(t.parallelism or 1, max_parallelism)
     else:
-        df = t.df.repartition(t.parallelism) if t.parallelism else t.df
-        parallelism = _parallelism(t)
+        # As Flink, an operator never has more subtasks than its max parallelism: the write
+        # parallelism is capped (the input's partitions merged), not refused.
+        parallelism = _parallelism(t, max_parallelism)
+        if t.parallelism:
+            df = t.df.repartition(parallelism)
+        elif t.df.rdd.getNumPartitions() > parallelism:
+            df = t.df.coalesce(parallelism)
+        else:
+            df = t.df
 
     def bootstrap(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pyspark import TaskContext
@@ -464,11 +495,13 @@ def _write_operator_state(t: OneInputOperatorTransformation, fn: Any, builder: S
         ctx = OperatorBootstrapContext(DefaultOperatorStateStore(), subtask)
         if not broadcast:
             fn.initialize_state(ctx)
+        _call_if(fn, "open", ctx)  # Flink: initializeState, open, elements, snapshot, close
         for batch in batches:
             for row in _rows(batch):
                 _call(fn.process_element(row, ctx))
         if not broadcast:
             fn.snapshot_state(ctx)
+        _call_if(fn, "close")
         for name, (info, table) in ctx._store.snapshot().items():
             # the state's declaration travels with its rows (our own executor's data, so pickle is safe)
             table = table.replace_schema_metadata({b"statekit.info": pickle.dumps(info)})

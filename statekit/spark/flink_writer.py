@@ -30,7 +30,14 @@ from statekit.format.flink.writer import (
 )
 from statekit.identifiers import OperatorIdentifier
 from statekit.keygroups import key_group_range
-from statekit.savepoint.flink_out import Carried, TypeHints, keyed_layout, operator_state_layouts, with_operator_data
+from statekit.savepoint.flink_out import (
+    Carried,
+    TypeHints,
+    carried_serializers,
+    keyed_layout,
+    operator_state_layouts,
+    with_operator_data,
+)
 from statekit.savepoint.reader import Savepoint
 
 
@@ -77,7 +84,7 @@ def write_flink_spark(spark: SparkSession, source: str | os.PathLike[str], targe
     """Write statekit savepoint `source` as a Flink savepoint at `target` with one Spark task per state file.
 
     `carried` maps an operator's uid hash to the serializers it had in a Flink savepoint (reused
-    byte for byte); other state gets DDL-mapped serializers (`types` hints structs). Atomic: nothing
+    byte for byte; by default those its manifest carries); other state gets DDL-mapped serializers (`types` hints structs). Atomic: nothing
     is at `target` unless every task and the `_metadata` write succeeded.
     """
     sp = Savepoint.open(source)
@@ -86,7 +93,7 @@ def write_flink_spark(spark: SparkSession, source: str | os.PathLike[str], targe
     tasks: list[tuple[int, int, str]] = []
     outs: list[OperatorOut] = []
     for i, meta in enumerate(sp.operators):
-        c = carried.get(meta.uid_hash)
+        c = carried[meta.uid_hash] if meta.uid_hash in carried else carried_serializers(sp, meta)
         layout = None
         if meta.key_type is not None:
             has_timers = bool(meta.files_of("timers"))

@@ -29,8 +29,8 @@ from urllib.parse import quote
 
 from pyspark.sql import SparkSession
 
+from statekit.format.manifest import FileEntry
 from statekit.savepoint import OperatorMetadata, Savepoint
-from statekit.savepoint.manifest import FileEntry
 
 __all__ = ["RULE_CLASS", "install_pruning", "pruning_unavailable", "relation_options"]
 

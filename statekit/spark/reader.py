@@ -13,18 +13,18 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from statekit.errors import InvalidArgumentError, UntrustedPicklePayloadError
+from statekit.format.files import check_present
+from statekit.format.keyed import CONTENTS
 from statekit.identifiers import OperatorIdentifier
-from statekit.state.functions import AggregateFunction
-from statekit.types import parse_ddl
 from statekit.savepoint import OperatorMetadata, Savepoint
-from statekit.savepoint.files import check_present
-from statekit.runtime.windows import CONTENTS
-from statekit.spark.reader_function import KeyedStateReaderFunction, iter_output, open_function, run_rows
-from statekit.spark.window_reader import WindowReaderFunction, check_window_operator, iter_window_output, window_columns
 from statekit.spark.filters import RANGE_ENUMERATION_LIMIT
 from statekit.spark.pruning import pruning_unavailable, relation_options
-from statekit.spark.scan import TableSpec, plan_tasks, split_tasks, spark_ddl, table_schema, verified_keyed_paths
+from statekit.spark.reader_function import KeyedStateReaderFunction, iter_output, open_function, run_rows
+from statekit.spark.scan import TableSpec, plan_tasks, spark_ddl, split_tasks, table_schema, verified_keyed_paths
 from statekit.spark.session import prepare_session
+from statekit.spark.window_reader import WindowReaderFunction, check_window_operator, iter_window_output, window_columns
+from statekit.state.functions import AggregateFunction
+from statekit.types import parse_ddl
 
 __all__ = ["SavepointReader"]
 
@@ -168,14 +168,14 @@ class SavepointReader:
         """Whether Spark's Parquet reader with statekit's rule serves `meta`'s keyed table fully
         (the rule prunes scalar keys and structs without float fields; the data source the rest)."""
         prunable = _jvm_prunable(parse_ddl(meta.key_type))
-        return not meta.is_native and prunable and pruning_unavailable(self.spark) is None
+        return meta.keyed_format == "parquet" and prunable and pruning_unavailable(self.spark) is None
 
     def _load_parquet(self, meta: OperatorMetadata, table: str = "keyed", *, with_key_group: bool) -> DataFrame:
         spec = TableSpec(self.path, meta.uid_hash, table, with_key_group=True)
         schema = spark_ddl(table_schema(meta, spec))
         files = meta.files_of(table)
-        if meta.is_native:
-            verified_keyed_paths(self.savepoint, meta)  # raises: only statekit decodes native state
+        if meta.is_native or meta.keyed_format == "flink":
+            verified_keyed_paths(self.savepoint, meta)  # raises: only statekit decodes native and Flink state
         if not files:
             df = self.spark.createDataFrame([], schema)
         elif pruning_unavailable(self.spark) is None:

@@ -16,8 +16,8 @@ import pyarrow.compute as pc
 
 from statekit import serde
 from statekit.errors import StateAccessError, StateTypeError, UntrustedPicklePayloadError
+from statekit.format.keyed import same_type
 from statekit.savepoint import OperatorMetadata, Savepoint
-from statekit.savepoint.keyed import same_type
 from statekit.spark.scan import ScanTask, TableSpec, read_task_table, task_range
 from statekit.state.descriptors import (
     AggregatingStateDescriptor,

@@ -14,10 +14,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from statekit.errors import InvalidArgumentError, SchemaMismatchError
+from statekit.format import keyed as K
 from statekit.identifiers import OperatorIdentifier
 from statekit.keygroups import KeyGroupRange, key_group_range
 from statekit.savepoint import FileEntry, OperatorMetadata, Savepoint
-from statekit.savepoint import keyed as K
 from statekit.spark.filters import key_groups_of
 from statekit.types import parse_ddl, to_ddl
 
@@ -134,7 +134,9 @@ def plan_tasks(meta: OperatorMetadata, spec: TableSpec, keys: frozenset | None =
     if keys is not None:
         wanted = key_groups_of(keys, meta.max_parallelism, meta.key_type)
         keys = frozenset(k for ks in wanted.values() for k in ks)
-    if spec.kind == "keyed" and meta.is_native:
+    if spec.kind == "keyed" and meta.is_native or meta.keyed_format == "flink":
+        # native RocksDB state and Flink savepoints: one task per subtask's key-group range (a Flink
+        # subtask's handle is one file), read through `Savepoint.keyed_table` / `timers`
         tasks = []
         for i in range(meta.parallelism):
             rng = key_group_range(meta.max_parallelism, meta.parallelism, i)
@@ -227,6 +229,10 @@ def read_task_table(sp: Savepoint, meta: OperatorMetadata, spec: TableSpec, task
         return sp.broadcast_state(op, spec.state)
     if task.key_group_range is not None:
         rng = KeyGroupRange(*task.key_group_range)
+        if spec.kind == "timers":
+            timers = sp.timers(op)
+            kg = timers.column("key_group")
+            return _restrict(timers.filter(pc.and_(pc.greater_equal(kg, rng.start), pc.less_equal(kg, rng.end))), task)
         return _restrict(sp.keyed_table(op, with_key_group=True, key_groups=rng), task)
     full = TableSpec(spec.path, spec.uid_hash, spec.kind, with_key_group=True)
     expected = table_schema(meta, full)
@@ -238,13 +244,18 @@ def verified_keyed_paths(sp: Savepoint, meta: OperatorMetadata, table: str = "ke
     """Absolute paths of `meta`'s keyed (or timer) Parquet files, each checked against the manifest first.
 
     For engines that read the files themselves (Spark's Parquet reader): every file's existence,
-    size and checksum are verified with `statekit.savepoint.files.read_verified_bytes`, so a
+    size and checksum are verified with `statekit.format.files.read_verified_bytes`, so a
     damaged savepoint raises its typed error here, on the driver, before Spark reads anything.
     """
     from concurrent.futures import ThreadPoolExecutor
 
-    from statekit.savepoint.files import read_verified_bytes
+    from statekit.format.files import read_verified_bytes
 
+    if meta.keyed_format == "flink":
+        raise InvalidArgumentError(
+            f"operator {meta.display_name!r} is state of a Flink savepoint, which only statekit decodes; "
+            "read it with engine='statekit'."
+        )
     if meta.is_native:
         raise InvalidArgumentError(
             f"operator {meta.display_name!r} keeps native RocksDB state, which only statekit can decode; "

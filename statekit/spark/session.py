@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import atexit
 import os
-import shutil
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -49,29 +46,11 @@ WAREHOUSE_PREFIX = "statekit-warehouse-"
 
 
 def _session_warehouse() -> Path:
-    """A warehouse directory for this process's session, removed when the process exits.
+    """A warehouse directory for this process's session: removed when the process exits, swept by the
+    next session if the process was killed (`statekit.tempdirs`)."""
+    from statekit.tempdirs import owned_temp_dir
 
-    Its name carries the process id, so directories left by processes that were killed (no exit
-    handler ran) are swept by the next session that starts.
-    """
-    tmp = Path(tempfile.gettempdir())
-    for stale in tmp.glob(f"{WAREHOUSE_PREFIX}*-*"):
-        pid = stale.name[len(WAREHOUSE_PREFIX):].split("-", 1)[0]
-        if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
-            shutil.rmtree(stale, ignore_errors=True)
-    path = Path(tempfile.mkdtemp(prefix=f"{WAREHOUSE_PREFIX}{os.getpid()}-"))
-    atexit.register(shutil.rmtree, path, True)
-    return path
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    return owned_temp_dir(WAREHOUSE_PREFIX)
 
 
 def spark_session(**conf: Any) -> SparkSession:

@@ -8,6 +8,12 @@ keeps it) and registers each window's cleanup timer. Restored into a job with th
 definition (Flink's rule: assigner, trigger and function must match), the windows fire when the
 watermark passes them, holding the bootstrapped elements and the new ones alike.
 
+With an evictor (``.window(...).evictor(CountEvictor.of(n))``, `TimeEvictor`, custom ones) the job's
+window operator is Flink's evicting one: it buffers every element with its timestamp whatever the
+function (``window-contents`` list state plus ``window-timestamps``), and the evictor and function
+run when the window fires; the bootstrap writes that buffer, so a restored job evicts and
+reduces/aggregates/processes the bootstrapped and live elements together.
+
 Bootstrap supports non-merging event-time assigners with their default trigger (tumbling and
 sliding event-time windows). Session windows (merging), processing-time windows (their windows
 depend on the wall clock at bootstrap) and custom triggers (their state) are refused.
@@ -22,10 +28,8 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import TimestampNTZType, TimestampType
 
 from statekit.errors import InvalidArgumentError
+from statekit.format.keyed import CONTENTS, NAMESPACE_ARROW, NAMESPACE_TYPE, NO_TIMESTAMP, TIMESTAMPS
 from statekit.identifiers import OperatorIdentifier
-from statekit.runtime.checkpointing import WINDOW_NAMESPACE
-from statekit.runtime.window_assigners import WindowAssigner
-from statekit.runtime.windows import CONTENTS, cleanup_time
 from statekit.savepoint import SavepointBuilder
 from statekit.spark import bootstrap as B
 from statekit.spark.reader_function import no_gc
@@ -37,6 +41,7 @@ from statekit.state.descriptors import (
 )
 from statekit.state.functions import AggregateFunction, as_reduce_function
 from statekit.types import parse_ddl, to_arrow_array, to_ddl
+from statekit.windowing import WindowAssigner, cleanup_time
 
 __all__ = ["WindowedBootstrap"]
 
@@ -69,6 +74,16 @@ class WindowedBootstrap:
         self.assigner = assigner
         self.timestamp = timestamp
         self.allowed_lateness = allowed_lateness
+        self._evictor: Any = None
+
+    def evictor(self, evictor: Any) -> "WindowedBootstrap":
+        """The job's evictor (`CountEvictor`, `TimeEvictor`, a custom one): the windows then buffer every
+        element with its timestamp, as Flink's evicting window operator does (``aggregate`` then needs
+        ``element_type=``). The evictor itself runs in the restored job, when a window fires."""
+        if not (callable(getattr(evictor, "evict_before", None)) and callable(getattr(evictor, "evict_after", None))):
+            raise InvalidArgumentError(f"evictor(...) needs an Evictor such as CountEvictor.of(10), got {evictor!r}.")
+        self._evictor = evictor
+        return self
 
     def _element_type(self, value: str | Callable[[Any], Any] | None, declared: Any, what: str) -> str:
         if declared is not None:
@@ -87,14 +102,21 @@ class WindowedBootstrap:
         defaults to the column's type.
         """
         state_type = self._element_type(value, output_type, "reduce(output_type=)")
+        if self._evictor is not None:
+            return self._finish(ListStateDescriptor(CONTENTS, state_type), value)
         desc = ReducingStateDescriptor(CONTENTS, as_reduce_function(reduce_function), state_type)
         return self._finish(desc, value)
 
     def aggregate(self, aggregate_function: AggregateFunction, *, accumulator_type: Any,
-                  value: str | Callable[[Any], Any] | None = None) -> B.BootstrapTransformation:  # fmt: skip
-        """Aggregate each window as the job's ``window(...).aggregate(fn, accumulator_type=...)`` does."""
+                  value: str | Callable[[Any], Any] | None = None,
+                  element_type: Any = None) -> B.BootstrapTransformation:  # fmt: skip
+        """Aggregate each window as the job's ``window(...).aggregate(fn, accumulator_type=...)`` does
+        (with an evictor the elements are buffered: `element_type` as the job declares it)."""
         if not isinstance(aggregate_function, AggregateFunction):
             raise InvalidArgumentError(f"aggregate(...) needs an AggregateFunction, got {aggregate_function!r}.")
+        if self._evictor is not None:
+            etype = self._element_type(value, element_type, "with an evictor, aggregate(element_type=)")
+            return self._finish(ListStateDescriptor(CONTENTS, etype), value)
         desc = AggregatingStateDescriptor(CONTENTS, aggregate_function, to_ddl(accumulator_type))
         return self._finish(desc, value)
 
@@ -104,18 +126,25 @@ class WindowedBootstrap:
         desc = ListStateDescriptor(CONTENTS, self._element_type(value, element_type, "process(element_type=)"))
         return self._finish(desc, value)
 
+    def apply(self, *, value: str | Callable[[Any], Any] | None = None,
+              element_type: Any = None) -> B.BootstrapTransformation:  # fmt: skip
+        """As `process`, for a job whose window uses ``apply(WindowFunction)`` (the same buffered state)."""
+        return self.process(value=value, element_type=element_type)
+
     def _finish(self, desc: KeyedStateDescriptor, value: str | Callable[[Any], Any] | None) -> B.BootstrapTransformation:
         parse_ddl(desc.info().type)  # a bad type fails here, not in a Spark task
         if isinstance(value, str) and value not in self.keyed.source.df.columns:
             raise InvalidArgumentError(f"value={value!r}: no such column; the DataFrame has {self.keyed.source.df.columns}.")
         if value is not None and not isinstance(value, str) and not callable(value):
             raise InvalidArgumentError(f"value= takes a column name or a function of the row, not {value!r}.")
-        infos = (desc.info(),)
-        return B.BootstrapTransformation(lambda *a: _write_windows(self, desc, value, infos, *a), infos)
+        stamps = ListStateDescriptor(TIMESTAMPS, "bigint") if self._evictor is not None else None
+        infos = (desc.info(),) if stamps is None else (desc.info(), stamps.info())
+        return B.BootstrapTransformation(lambda *a: _write_windows(self, desc, value, infos, stamps, *a), infos)
 
 
 def _write_windows(w: WindowedBootstrap, desc: KeyedStateDescriptor, value: Any, infos: Any,
-                   builder: SavepointBuilder, ident: OperatorIdentifier, max_parallelism: int) -> None:  # fmt: skip
+                   stamps_desc: ListStateDescriptor | None, builder: SavepointBuilder, ident: OperatorIdentifier,
+                   max_parallelism: int) -> None:  # fmt: skip
     t = w.keyed
     df, key_type = t.source.df, t.key_type
     ts_col = df.schema[w.timestamp]
@@ -129,7 +158,7 @@ def _write_windows(w: WindowedBootstrap, desc: KeyedStateDescriptor, value: Any,
     to_key = B.python_converter(arrow_key, hashable=True)
     parallelism = B._parallelism(t.source, max_parallelism)
 
-    def _assign(batches: Iterator[pa.RecordBatch], backend: Any, contents: Any, timers: set) -> None:
+    def _assign(batches: Iterator[pa.RecordBatch], backend: Any, contents: Any, stamp_state: Any, timers: set) -> None:
         for batch in batches:
             keys = batch.column(key_col).to_pylist()
             stamps = batch.column(_TS).to_pylist()
@@ -142,6 +171,8 @@ def _write_windows(w: WindowedBootstrap, desc: KeyedStateDescriptor, value: Any,
                 for window in assigner.assign_windows(element, ts, None):
                     backend.set_current_namespace(window)
                     contents.add(element)
+                    if stamp_state is not None:  # evicting windows keep each element's timestamp beside it
+                        stamp_state.add(NO_TIMESTAMP if ts is None else ts)
                     timers.add((key, window.start, window.end, cleanup_time(window, lateness, True)))
 
     def bootstrap(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -149,9 +180,10 @@ def _write_windows(w: WindowedBootstrap, desc: KeyedStateDescriptor, value: Any,
 
         backend = B._backend(key_type, max_parallelism)
         contents = backend.get_state(desc)
+        stamps = backend.get_state(stamps_desc) if stamps_desc is not None else None
         timers: set[tuple] = set()
         with no_gc():
-            _assign(batches, backend, contents, timers)
+            _assign(batches, backend, contents, stamps, timers)
         subtask = TaskContext.get().partitionId()
         table = backend.snapshot(0).table()
         if table.num_rows:
@@ -160,7 +192,7 @@ def _write_windows(w: WindowedBootstrap, desc: KeyedStateDescriptor, value: Any,
             k, starts, ends, ts = zip(*timers)  # the builder orders timers by key group
             yield from B._blobs("timers", subtask, pa.table({
                 "key": to_arrow_array(list(k), arrow_key, what="timer key"),
-                "namespace": pa.array([{"start": s, "end": e} for s, e in zip(starts, ends)], parse_ddl(WINDOW_NAMESPACE)),
+                "namespace": pa.array([{"start": s, "end": e} for s, e in zip(starts, ends)], NAMESPACE_ARROW),
                 "timestamp": pa.array(ts, pa.int64()),
                 "domain": pa.array(["event"] * len(ts), pa.string()),
             }))  # fmt: skip
@@ -168,7 +200,7 @@ def _write_windows(w: WindowedBootstrap, desc: KeyedStateDescriptor, value: Any,
     out = keyed.repartition(parallelism, key_col).mapInArrow(bootstrap, B._BLOBS)
     writer = builder.add_operator(ident, name="WindowBootstrap", parallelism=parallelism,
                                   max_parallelism=max_parallelism, key_type=key_type, keyed_states=infos,
-                                  namespace_type=WINDOW_NAMESPACE)  # fmt: skip
+                                  namespace_type=NAMESPACE_TYPE)  # fmt: skip
     for kind, _, table in B._collect(out):
         if kind == "keyed":
             writer.write_keyed(table)

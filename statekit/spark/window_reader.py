@@ -16,13 +16,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from statekit.errors import InvalidArgumentError, StateTypeError
-from statekit.runtime.window_assigners import TimeWindow, window_of
-from statekit.runtime.windows import CONTENTS, SESSIONS
+from statekit.format.keyed import CONTENTS, SESSIONS
 from statekit.savepoint import OperatorMetadata, Savepoint
 from statekit.spark.reader_function import HANDLES, checked_state, decode_value, no_gc, python_key, timers_in_range
 from statekit.spark.scan import ScanTask, TableSpec, read_task_table, task_range
 from statekit.state.descriptors import KeyedStateDescriptor, StateInfo
 from statekit.state.functions import AggregateFunction
+from statekit.windowing import TimeWindow, window_of
 
 __all__ = ["WindowReaderContext", "WindowReaderFunction", "check_window_operator", "iter_window_output"]
 

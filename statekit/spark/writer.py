@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Literal
 
@@ -18,10 +18,12 @@ from statekit.identifiers import OperatorIdentifier
 from statekit.keygroups import check_max_parallelism
 from statekit.savepoint import OperatorMetadata, Savepoint, SavepointBuilder
 from statekit.savepoint.flink_out import TypeHints
+from statekit.savepoint.evolve import StateTransform, check_result_type, evolve_states, write_evolved
 from statekit.savepoint.rekey import rekey_operator
 from statekit.savepoint.transforms import link_operator, refuse_target_inside, rehash_operator
 from statekit.spark.bootstrap import BootstrapTransformation
 from statekit.spark.session import prepare_session
+from statekit.types import parse_ddl
 
 __all__ = ["SavepointWriter"]
 
@@ -36,6 +38,8 @@ class _Entry:
     max_parallelism: int | None = None
     new_key: Any = None  # a Column, SQL expression or Python function of the old key (rekey)
     new_key_type: str | None = None
+    merge: Any = None  # rekey: SQL aggregate(s) or a Python function for keys that collide
+    transforms: list = field(default_factory=list)  # with_state_transform steps (StateTransform), in order
 
 
 class SavepointWriter:
@@ -59,6 +63,7 @@ class SavepointWriter:
         self.source = source
         self.max_parallelism = check_max_parallelism(max_parallelism)
         self._entries: dict[str, _Entry] = {}
+        self._renames: dict[str, OperatorIdentifier] = {}  # old uid hash -> new identifier, applied by write()
         if source is not None:
             for meta in source.operators:
                 self._entries[meta.uid_hash] = _Entry(meta.identifier, existing=meta)
@@ -82,6 +87,8 @@ class SavepointWriter:
     def _find(self, op: OpLike) -> _Entry:
         ident = OperatorIdentifier.coerce(op)
         entry = self._entries.get(ident.uid_hash)
+        if entry is None:  # an operator may also be named by the identifier a pending rename gives it
+            entry = next((self._entries[h] for h, new in self._renames.items() if new == ident), None)
         if entry is None:
             known = ", ".join(str(e.ident) for e in self._entries.values()) or "none"
             raise UnknownOperatorError(f"operator {ident} is not in this savepoint writer (operators: {known}).")
@@ -107,18 +114,59 @@ class SavepointWriter:
 
     def remove_operator(self, op: OpLike) -> "SavepointWriter":
         """Drop operator `op` and all its state."""
-        del self._entries[self._find(op).ident.uid_hash]
+        h = self._find(op).ident.uid_hash
+        del self._entries[h]
+        self._renames.pop(h, None)
         return self
 
     def change_operator_identifier(self, old: OpLike, new: OpLike) -> "SavepointWriter":
-        """Give operator `old` the identifier `new`; its state is carried over unchanged."""
-        entry = self._find(old)
-        ident = OperatorIdentifier.coerce(new)
-        self._check_free(ident)
-        del self._entries[entry.ident.uid_hash]
-        entry.ident = ident
-        self._entries[ident.uid_hash] = entry
+        """Give operator `old` the identifier `new` when the savepoint is written; its state is carried over unchanged.
+
+        As in Flink, the renames of one writer are collected and applied together by `write`, each
+        to the operator that has the old identifier here (in the source savepoint, or added with
+        `with_operator`). So two operators can swap identifiers (``A -> B`` and ``B -> A``), and
+        renames do not chain: ``A -> B`` plus ``B -> C`` gives A's state the identifier B and B's
+        state C (each operator is looked up once, not A -> B -> C). Other methods name an operator by
+        its identifier here, or by its new one when no other operator has it.
+
+        Raises
+        ------
+        UnknownOperatorError
+            No operator has identifier `old` (at once; or at `write`, if it was removed since).
+        InvalidArgumentError
+            `old` is already renamed. `write` raises it too when two operators would end up with
+            one identifier.
+        """
+        entry = self._entries.get(OperatorIdentifier.coerce(old).uid_hash)
+        if entry is None:
+            known = ", ".join(str(e.ident) for e in self._entries.values()) or "none"
+            raise UnknownOperatorError(
+                f"cannot rename operator {OperatorIdentifier.coerce(old)}: it is not in this savepoint writer "
+                f"(operators: {known}). Renames name operators by their identifier before any rename."
+            )
+        if entry.ident.uid_hash in self._renames:
+            raise InvalidArgumentError(
+                f"operator {entry.ident} is already renamed to {self._renames[entry.ident.uid_hash]}; rename each operator once."
+            )
+        self._renames[entry.ident.uid_hash] = OperatorIdentifier.coerce(new)
         return self
+
+    def _resolved(self) -> list[_Entry]:
+        """The operators to write, with the collected renames applied together (see `change_operator_identifier`)."""
+        out: dict[str, _Entry] = {}
+        before: dict[str, OperatorIdentifier] = {}  # resolved uid hash -> the identifier it had here
+        for h, entry in self._entries.items():
+            new = self._renames.get(h)
+            resolved = entry if new is None else replace(entry, ident=new)
+            target = resolved.ident.uid_hash
+            if target in out:
+                raise InvalidArgumentError(
+                    f"after the renames, operators {before[target]} and {entry.ident} would both have identifier "
+                    f"{resolved.ident}; rename the other one too (renames apply together, so A -> B and B -> A swap "
+                    "them) or remove it."
+                )
+            out[target], before[target] = resolved, entry.ident
+        return list(out.values())
 
     def with_max_parallelism(self, op: OpLike, max_parallelism: int) -> "SavepointWriter":
         """Write operator `op` with `max_parallelism` key groups (existing keyed state is re-hashed)."""
@@ -132,7 +180,8 @@ class SavepointWriter:
         return self
 
     def rekey(
-        self, op: OpLike, new_key: Column | str | Callable[[Any], Any], *, key_type: str | None = None
+        self, op: OpLike, new_key: Column | str | Callable[[Any], Any], *, key_type: str | None = None,
+        merge: str | dict[str, str] | Callable[[Any, list[dict]], dict] | None = None,
     ) -> "SavepointWriter":
         """Replace every key of operator `op` (keyed state and timers) by `new_key` of the old key.
 
@@ -141,19 +190,147 @@ class SavepointWriter:
         It is evaluated once per distinct key with Spark; the new keys are hashed into their key
         groups (the operator's max parallelism, or the one `with_max_parallelism` gives). `key_type`
         (DDL) defaults to the expression's type. Two keys with state must not become one key
-        (`DuplicateKeyError` names them; merge their state first), nor may a key become null.
+        (`DuplicateKeyError` names them), unless `merge` says how to merge their state; nor may a key
+        become null.
+
+        `merge` (for keys that collide; operators outside windows):
+
+        * a SQL aggregate function name applied to every state, e.g. ``"sum"``, ``"max"``;
+        * ``{state: SQL aggregate expression}`` for every state, e.g.
+          ``{"count": "sum(count)", "seen": "flatten(collect_list(seen))"}`` (cast to the state's type);
+        * a Python function ``merge(new_key, states) -> dict``, `states` holding one ``{state: value}``
+          dict per colliding old key.
+
+        Spark evaluates SQL merges per new key that several keys become. A merge giving null (or
+        null for a state the colliding keys had) raises `InvalidMergeError`, one of the wrong type
+        likewise; nothing is written.
         """
         entry = self._find(op)
         if entry.existing is None or entry.existing.key_type is None:
             raise InvalidArgumentError(
                 f"operator {entry.ident} has no keyed state in the source savepoint, so it has no keys to replace."
             )
+        if entry.transforms:
+            raise InvalidArgumentError(f"operator {entry.ident} has state transforms in this writer; re-key it in a second writer.")
         if callable(new_key) and not isinstance(new_key, Column) and key_type is None:
             raise InvalidArgumentError("rekey with a Python function needs key_type= (a DDL type such as 'string').")
         if not isinstance(new_key, (Column, str)) and not callable(new_key):
             raise InvalidArgumentError(f"new_key must be a Column, a SQL expression or a function, not {new_key!r}.")
-        entry.new_key, entry.new_key_type = new_key, key_type
+        if merge is not None:
+            states = [st.name for st in entry.existing.keyed_states]
+            if isinstance(merge, dict):
+                missing = [n for n in states if n not in merge]
+                unknown = [n for n in merge if n not in states]
+                if missing or unknown:
+                    raise InvalidArgumentError(
+                        f"merge= needs one SQL aggregate per state of {entry.ident} ({states}); "
+                        f"missing {missing}, unknown {unknown}."
+                    )
+            elif not isinstance(merge, str) and not callable(merge):
+                raise InvalidArgumentError(
+                    f"merge must be a SQL aggregate name, a dict of SQL aggregates per state or a function, not {merge!r}."
+                )
+        entry.new_key, entry.new_key_type, entry.merge = new_key, key_type, merge
         return self
+
+    def with_state_transform(
+        self,
+        op: OpLike,
+        state: str,
+        value: Column | str | Callable[[dict], Any] | None,
+        new_type: str | None = None,
+        *,
+        kind: Literal["value", "list", "map"] | None = None,
+    ) -> "SavepointWriter":
+        """Evolve keyed state `state` of operator `op`: change its values, type or kind, add it, or drop it.
+
+        `value` gives the state's new value per row of the keyed table (per key, and per window of
+        window operators): a Spark `Column` or SQL expression over the row's columns (``key``,
+        [``namespace``], the states as they are at this step), or a Python function of the row
+        as a dict; ``None`` drops the state. `new_type` (DDL) is the state's new type (default: its
+        current type, or for a new state required); `kind` its kind (default: kept, or for a new
+        state from the type: ``array<T>`` -> list, ``map<K,V>`` -> map, else value). The manifest
+        follows; timers and operator state are carried over; rows left with no state are dropped.
+        Several transforms of one writer apply in order.
+
+        >>> (SavepointWriter.from_existing_savepoint(spark, "sp-1")               # doctest: +SKIP
+        ...  .with_state_transform("counter", "count", "CAST(count AS BIGINT)", "bigint")     # int -> bigint
+        ...  .with_state_transform("counter", "profile", "named_struct('name', profile.name, 'tier', 'basic')",
+        ...                        "struct<name:string,tier:string>")            # a struct gains a field
+        ...  .with_state_transform("counter", "seen", "array(last_seen)", "array<string>")  # value -> list
+        ...  .with_state_transform("counter", "flag", F.lit(False), "boolean")  # a new state with a default
+        ...  .with_state_transform("counter", "last_seen", None)                # drop a state
+        ...  .write("sp-2"))
+
+        Moving a state to another operator is a bootstrap plus a drop: bootstrap the new operator
+        from ``SavepointReader.read_keyed_state(op).select("key", state)`` with ``columns(...)`` and
+        drop the state here (the tests show splitting one operator into two and merging two).
+
+        Raises
+        ------
+        UnknownStateError, InvalidArgumentError, StateTypeError
+            At once for a state to drop that does not exist, a new state without a type, a kind
+            that does not fit the type; when writing (before anything is written) for values
+            that are not of the declared type.
+        """
+        entry = self._find(op)
+        if entry.existing is None:
+            raise InvalidArgumentError(
+                f"operator {entry.ident} is bootstrapped by this writer; declare its states in the bootstrap instead."
+            )
+        if entry.new_key is not None:
+            raise InvalidArgumentError(f"operator {entry.ident} is re-keyed by this writer; transform its state in a second writer.")
+        if value is not None and not isinstance(value, (Column, str)) and not callable(value):
+            raise InvalidArgumentError(f"value must be a Column, a SQL expression, a function or None, not {value!r}.")
+        step = StateTransform(state, value, new_type, kind)
+        evolve_states(entry.existing, [*entry.transforms, step])  # check at once
+        entry.transforms.append(step)
+        return self
+
+    def _evolved_table(self, entry: _Entry) -> pa.Table:
+        """The entry's keyed table after its state transforms, computed by Spark (Python functions per Arrow batch)."""
+        from pyspark.sql.types import StructType
+
+        from statekit.savepoint.evolve import apply_python_transforms
+        from statekit.spark.reader import SavepointReader
+
+        assert self.source is not None and entry.existing is not None
+        meta = entry.existing
+        df = SavepointReader(self.spark, self.source).read_keyed_state(meta.identifier)
+        done: list[StateTransform] = []
+        for t in entry.transforms:
+            infos = {s.name: s for s in evolve_states(meta, [*done, t])}
+            done.append(t)
+            if t.drops:
+                df = df.drop(t.state)
+                continue
+            ddl = infos[t.state].type
+            if isinstance(t.value, (Column, str)):
+                df = df.withColumn(t.state, F.expr(t.value) if isinstance(t.value, str) else t.value)
+                check_result_type(t.state, parse_ddl(df.schema[t.state].dataType.simpleString()), ddl)
+                df = df.withColumn(t.state, F.col(t.state).cast(ddl))
+                continue
+            fields = [f"`{f.name}` {f.dataType.simpleString()}" for f in df.schema if f.name != t.state]
+            schema = StructType.fromDDL(", ".join([*fields, f"`{t.state}` {ddl}"]))
+            step, step_infos, order = t, tuple(infos.values()), schema.fieldNames()
+
+            def run(batches: Any, step: Any = step, step_infos: Any = step_infos, order: Any = order) -> Any:
+                for b in batches:
+                    out = apply_python_transforms(pa.Table.from_batches([b]), [step], step_infos).select(order)
+                    yield from out.to_batches()
+
+            df = df.mapInArrow(run, schema)
+        return df.toArrow()
+
+    def _new_key_expr(self, entry: _Entry) -> Column:
+        new_key = entry.new_key
+        if isinstance(new_key, str):
+            expr = F.expr(new_key)
+        elif isinstance(new_key, Column):
+            expr = new_key
+        else:
+            expr = F.udf(new_key, entry.new_key_type)(F.col("key"))
+        return expr if entry.new_key_type is None else expr.cast(entry.new_key_type)
 
     def _key_mapping(self, entry: _Entry) -> pa.Table:
         """``key`` -> ``new_key`` for every distinct key of the entry's keyed state and timers, by Spark."""
@@ -168,33 +345,98 @@ class SavepointWriter:
             keys = keys.union(reader.read_timers(op).select("key")).distinct()
         elif meta.namespace_type is not None:
             keys = keys.distinct()  # else a keyed table holds each key once already
-        new_key = entry.new_key
-        if isinstance(new_key, str):
-            expr = F.expr(new_key)
-        elif isinstance(new_key, Column):
-            expr = new_key
-        else:
-            expr = F.udf(new_key, entry.new_key_type)(F.col("key"))
-        if entry.new_key_type is not None:
-            expr = expr.cast(entry.new_key_type)
-        return keys.select("key", expr.alias("new_key")).toArrow()
+        return keys.select("key", self._new_key_expr(entry).alias("new_key")).toArrow()
+
+    def _merged_rows(self, entry: _Entry) -> Any:
+        """What the rekey's ``merge`` gives: the function itself, or Spark's SQL aggregates per new key
+        that several old keys become (``key`` and the states)."""
+        from statekit.spark.reader import SavepointReader
+
+        merge = entry.merge
+        if merge is None or callable(merge):
+            return merge
+        assert self.source is not None and entry.existing is not None
+        states = entry.existing.keyed_states
+        aggs = {st.name: merge[st.name] if isinstance(merge, dict) else f"{merge}(`{st.name}`)" for st in states}
+        keyed = SavepointReader(self.spark, self.source).read_keyed_state(entry.existing.identifier)
+        rows = keyed.select(self._new_key_expr(entry).alias("key"), *[F.col(f"`{st.name}`") for st in states])
+        merged = rows.groupBy("key").agg(
+            F.count(F.lit(1)).alias("__rows"), *[F.expr(aggs[st.name]).cast(st.type).alias(st.name) for st in states]
+        )
+        return merged.where("__rows > 1").drop("__rows").toArrow()
 
     # -- writing -----------------------------------------------------------------------------------
+    def _write_from_flink(self, path: Path) -> Path:
+        """A Flink source is first converted to statekit's format beside the target (its serializers carried
+        in the manifest), so that every operator - changed or not - is written from statekit tables."""
+        from statekit.format.flink.writer import check_target
+        from statekit.savepoint.convert import convert_to_statekit
+
+        check_target(path)
+        source = self.source
+        assert source is not None
+        refuse_target_inside(source.path, path)
+        staged = path.parent / f".{path.name}.from-flink-{uuid.uuid4().hex[:12]}"
+        entries = dict(self._entries)
+        try:
+            converted = Savepoint.open(convert_to_statekit(source.path, staged, include_stateless=True))
+            self.source = converted
+            for key, e in entries.items():
+                if e.existing is not None:
+                    self._entries[key] = replace(e, existing=converted.operator(
+                        OperatorIdentifier.for_uid_hash(e.existing.uid_hash)))
+            return self.write(path)
+        finally:
+            self.source, self._entries = source, entries
+            shutil.rmtree(staged, ignore_errors=True)
+
+    def _direct_flink(self, path: Path, types: TypeHints | None) -> Path | None:
+        """Columnar bootstraps of fixed-width keys and values go straight to Flink's format (no statekit staging);
+        None when the writer holds anything else."""
+        from statekit.format.flink.writer import FlinkStaging, metadata_bytes
+        from statekit.savepoint.flink_out import keyed_layout
+        from statekit.spark.flink_columnar import regular, write_columnar
+
+        if self.source is not None or self._renames:
+            return None
+        plans = []
+        for e in self._entries.values():
+            t = e.transformation
+            if t is None or t.columnar is None:
+                return None
+            keyed_t, pairs = t.columnar
+            if not isinstance(keyed_t.key, str):
+                return None
+            maxp = e.max_parallelism or self.max_parallelism
+            par = min(keyed_t.source.parallelism or keyed_t.source.df.rdd.getNumPartitions() or 1, maxp)
+            meta = OperatorMetadata(e.ident.uid, e.ident.uid_hash, e.ident.uid or e.ident.uid_hash, par, maxp,
+                                    key_type=keyed_t.key_type, keyed_states=t.keyed_states)
+            layout = keyed_layout(meta, None, types, max_parallelism=maxp, has_timers=False)
+            if not regular(layout):
+                return None
+            plans.append((keyed_t, pairs, layout, e.ident, par))
+        with FlinkStaging(path) as staging:
+            outs = [write_columnar(kt.source.df, kt.key, kt.key_type, [(c, d.name) for c, d in pairs], layout,
+                                   ident.uid, ident.uid_hash, par, staging.dir)
+                    for kt, pairs, layout, ident, par in plans]
+            return staging.commit(metadata_bytes(0, outs))
+
     def _write_flink(self, path: Path, types: TypeHints | None) -> Path:
         from statekit.format.flink.writer import check_target
-        from statekit.savepoint.flink_out import carried_serializers
         from statekit.spark.flink_writer import write_flink_spark
 
         check_target(path)
         if self.source is not None:
             refuse_target_inside(self.source.path, path)
-        carried = {e.ident.uid_hash: carried_serializers(self.source, e.existing)
-                   for e in self._entries.values() if e.existing is not None and self.source is not None}
-        # the statekit savepoint is staged beside the target (Parquet on the executors), then converted
+        direct = self._direct_flink(path, types)
+        if direct is not None:
+            return direct
+        # The statekit savepoint is staged beside the target (Parquet on the executors), then converted; state
+        # that came from a Flink savepoint carries its serializers in the staged manifest (field `flink`).
         staged = path.parent / f".{path.name}.statekit-{uuid.uuid4().hex[:12]}"
         try:
             self.write(staged)
-            return write_flink_spark(self.spark, staged, path, types=types, carried=carried)
+            return write_flink_spark(self.spark, staged, path, types=types)
         finally:
             shutil.rmtree(staged, ignore_errors=True)
 
@@ -215,21 +457,31 @@ class SavepointWriter:
             return self._write_flink(Path(path), types)
         if format != "statekit":
             raise InvalidArgumentError(f"format must be 'statekit' or 'flink', not {format!r}.")
+        from statekit.savepoint.flink import FlinkSavepoint
+
+        if isinstance(self.source, FlinkSavepoint):
+            return self._write_from_flink(Path(path))
         if not self._entries:
             raise InvalidArgumentError("the savepoint would have no operators; add one with with_operator().")
+        entries = self._resolved()  # refuses clashing renames before any Spark job runs
         src = self.source
         if src is not None:
             refuse_target_inside(src.path, path)  # a write into its own source would change the source
         with SavepointBuilder(path, checkpoint_id=src.checkpoint_id if src else 0,
                               job_name=src.job_name if src else None) as builder:
-            for entry in self._entries.values():
+            for entry in entries:
                 meta = entry.existing
                 if meta is not None:
                     assert src is not None
                     name = entry.ident.uid or meta.name if entry.ident.uid_hash != meta.uid_hash else None
-                    if entry.new_key is not None:
+                    if entry.transforms:
+                        write_evolved(builder, src, meta, entry.ident, self._evolved_table(entry),
+                                      evolve_states(meta, entry.transforms), max_parallelism=entry.max_parallelism,
+                                      name=name)  # fmt: skip
+                    elif entry.new_key is not None:
                         rekey_operator(builder, src, meta, entry.ident, self._key_mapping(entry),
-                                       key_type=entry.new_key_type, max_parallelism=entry.max_parallelism, name=name)
+                                       key_type=entry.new_key_type, max_parallelism=entry.max_parallelism, name=name,
+                                       merge=self._merged_rows(entry))
                     elif entry.max_parallelism in (None, meta.max_parallelism):
                         link_operator(builder, src, meta, entry.ident, name=name)
                     else:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from statekit.backends.keyed_table import NAMESPACE_TYPE
 from statekit.errors import InvalidArgumentError, StateTypeError
+from statekit.format.keyed import NAMESPACE_ARROW
 from statekit.keygroups import KeyGroupRange
 from statekit.state import (
     AggregatingStateDescriptor,
@@ -48,7 +48,7 @@ def test_namespace_column(backend, at):
     v.update(3)
     t = backend.snapshot(1).table()
     assert t.column_names == ["key_group", "key", "namespace", "l", "v"]
-    assert t.schema.field("namespace").type == NAMESPACE_TYPE
+    assert t.schema.field("namespace").type == NAMESPACE_ARROW
     rows = sorted(t.to_pylist(), key=lambda r: (r["key"], repr(r["namespace"])))
     assert [(r["key"], r["namespace"], r["l"], r["v"]) for r in rows] == [
         ("j", None, None, 3),

@@ -404,3 +404,18 @@ def test_version_and_completion():
 def test_plain_output_into_pipes(writer_sp):
     result = run_executable(["inspect", writer_sp])
     assert "\x1b[" not in result.stdout and "│" not in result.stdout and "─" not in result.stdout
+
+
+@pytest.mark.spark
+def test_export_delta_then_bootstrap_from_it(spark, runtime_sp, tmp_path):
+    out = tmp_path / "delta"
+    result = run_runner(["export", runtime_sp, out, "--format", "delta", "--uid", "accounts"])
+    assert result.exit_code == 0, result.output
+    assert (out / "accounts" / "keyed" / "_delta_log").is_dir()
+    target = tmp_path / "boot"
+    boot = run_runner(["bootstrap", out / "accounts" / "keyed", target, "--uid", "totals", "--key", "key",
+                       "--state", "total", "--max-parallelism", "128", "--apply"])
+    assert boot.exit_code == 0, boot.output
+    sp, src = Savepoint.open(target), Savepoint.open(runtime_sp)
+    assert sp.get("totals", 7) == {"total": src.get("accounts", 7)["total"]}
+    assert sp.keyed_table("totals").num_rows == src.keyed_table("accounts").num_rows

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from statekit.runtime.timers import InternalTimerService, timer_rows_from_table, timers_table
+from statekit.format.keyed import timer_rows_from_table, timers_table
+from statekit.runtime.timers import InternalTimerService
 from statekit.types import parse_ddl
 
 

@@ -34,9 +34,9 @@ from statekit.errors import (
     UnsafePathError,
     UnsupportedFormatError,
 )
+from statekit.format.files import checksum
 from statekit.keygroups import assign_to_key_group
 from statekit.savepoint import MANIFEST_NAME, Savepoint, SavepointBuilder, check
-from statekit.savepoint.files import checksum
 from statekit.state import BroadcastStateDescriptor, ListStateDescriptor, ValueStateDescriptor, operator_list_info
 
 STATES = [ValueStateDescriptor("count", "bigint"), ListStateDescriptor("seen", "string")]

@@ -52,3 +52,45 @@ def test_a_mapping_listing_a_key_twice_is_refused(source, tmp_path):
     with pytest.raises(DuplicateKeyError, match="more than once"), SavepointBuilder(tmp_path / "dst") as b:
         rekey_operator(b, source, source.operator("op"), source.operator("op").identifier, twice)
     assert not (tmp_path / "dst").exists()
+
+
+def _merge_source(tmp_path):
+    from statekit.state import ListStateDescriptor
+
+    with SavepointBuilder(tmp_path / "m") as b:
+        op = b.add_operator("op", key_type="bigint",
+                            keyed_states=[ValueStateDescriptor("v", "bigint"), ListStateDescriptor("seen", "string")])  # fmt: skip
+        op.write_keyed(pa.table({"key": pa.array(range(6), pa.int64()), "v": pa.array([1, 2, 3, 4, 5, None], pa.int64()),
+                                 "seen": [["a"], ["b"], None, ["d"], ["e"], ["f"]]}))  # fmt: skip
+    return Savepoint.open(tmp_path / "m")
+
+
+def test_colliding_keys_merged_by_a_python_function(tmp_path):
+    source = _merge_source(tmp_path)
+    mapping = pa.table({"key": pa.array(range(6), pa.int64()), "new_key": pa.array([k // 2 for k in range(6)], pa.int64())})
+    calls = []
+
+    def merge(key, states):
+        calls.append((key, states))
+        return {"v": sum(s["v"] or 0 for s in states), "seen": sorted(sum((s["seen"] or [] for s in states), []))}
+
+    with SavepointBuilder(tmp_path / "dst") as b:
+        rekey_operator(b, source, source.operator("op"), source.operator("op").identifier, mapping, merge=merge)
+    out = Savepoint.open(tmp_path / "dst")
+    assert check(tmp_path / "dst").ok
+    assert {k: out.get("op", k) for k in range(3)} == {0: {"v": 3, "seen": ["a", "b"]}, 1: {"v": 7, "seen": ["d"]},
+                                                       2: {"v": 5, "seen": ["e", "f"]}}  # fmt: skip
+    assert sorted(k for k, _ in calls) == [0, 1, 2] and all(len(s) == 2 for _, s in calls)
+
+
+@pytest.mark.parametrize("result, match", [(None, "gave None"), ({"v": 1}, "null for state 'seen'"),
+                                           ({"v": "many", "seen": []}, "does not fit")])  # fmt: skip
+def test_a_merge_giving_null_or_the_wrong_type_is_refused_and_nothing_is_written(tmp_path, result, match):
+    from statekit.errors import InvalidMergeError
+
+    source = _merge_source(tmp_path)
+    mapping = pa.table({"key": pa.array(range(6), pa.int64()), "new_key": pa.array([k // 2 for k in range(6)], pa.int64())})
+    with pytest.raises(InvalidMergeError, match=match), SavepointBuilder(tmp_path / "dst") as b:
+        rekey_operator(b, source, source.operator("op"), source.operator("op").identifier, mapping,
+                       merge=lambda key, states: result)  # fmt: skip
+    assert not (tmp_path / "dst").exists()

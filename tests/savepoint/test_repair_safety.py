@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 from savepoint_helpers import tree_digest
 from statekit.errors import InvalidTargetError, SavepointExistsError, StatekitError, StorageFullError
 from statekit.savepoint import Savepoint, SavepointBuilder, check
-from statekit.savepoint.manifest import MANIFEST_NAME
+from statekit.format.manifest import MANIFEST_NAME
 from statekit.savepoint.transforms import change_max_parallelism, remove_operator, rename_operator
 from statekit.state import ListStateDescriptor, ValueStateDescriptor
 from statekit_cli.app import app

@@ -459,7 +459,7 @@ def test_operator_state_names_that_look_alike_stay_apart(tmp_path):
 @settings(max_examples=200, deadline=None)
 @given(kg=st.lists(st.integers(0, 40), max_size=200), rows_per_file=st.integers(1, 50))
 def test_file_splits_cover_every_key_group_once_within_the_row_cap(kg, rows_per_file):
-    from statekit.savepoint.keyed import key_group_order, split_by_key_group
+    from statekit.format.keyed import key_group_order, split_by_key_group
 
     kg = np.array(kg, dtype=np.int32)
     splits = split_by_key_group(kg, rows_per_file)
@@ -488,7 +488,7 @@ def test_file_splits_cover_every_key_group_once_within_the_row_cap(kg, rows_per_
     data=st.data(),
 )
 def test_take_rows_equals_arrow_take(lists, offset, data):
-    from statekit.savepoint.keyed import take_rows
+    from statekit.format.keyed import take_rows
 
     table = pa.table({
         "l": pa.array(lists, pa.list_(pa.int64())),

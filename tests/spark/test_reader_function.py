@@ -169,7 +169,7 @@ def test_pickled_state_is_read_only_when_trusted(spark, pickled_savepoint):
 
 
 def test_tasks_split_by_key_group_for_parallel_python_work():
-    from statekit.savepoint.manifest import FileEntry
+    from statekit.format.manifest import FileEntry
     from statekit.spark.scan import ScanTask, split_tasks, task_range
 
     one = ScanTask(files=(FileEntry("k.parquet", "keyed", 10, 10, "crc32:0", None, 0, 127),))

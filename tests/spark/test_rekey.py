@@ -95,3 +95,28 @@ def test_rekey_needs_keys_and_a_type_for_functions(spark, tmp_path):
         writer.rekey("plain", "key")
     with pytest.raises(InvalidArgumentError, match="key_type"):
         writer.rekey("k", lambda k: k + 1)
+
+
+@pytest.mark.parametrize("merge", ["sum", {"count": "sum(count)"}, lambda key, states: {"count": sum(s["count"] for s in states)}],
+                         ids=["aggregate-name", "sql-per-state", "python"])  # fmt: skip
+def test_colliding_keys_merged_then_restored(spark, tmp_path, merge):
+    """Counts of users 0..9 merged into their parity: restored, the job continues from the merged counts."""
+    _run([(i % 10, i) for i in range(30)], lambda e: e[0], "bigint", final_savepoint=tmp_path / "a")  # 3 each
+    SavepointWriter.from_existing_savepoint(spark, tmp_path / "a").rekey("count", "key % 2", merge=merge).write(tmp_path / "b")
+    sp = Savepoint.open(tmp_path / "b")
+    assert check(tmp_path / "b").ok and {k: sp.get("count", k) for k in (0, 1)} == {0: {"count": 15}, 1: {"count": 15}}
+    rest = _run([(0, 1), (1, 2), (0, 3)], lambda e: e[0] % 2, "bigint", src="src-2", restore_from=tmp_path / "b",
+                allow_non_restored_state=True)  # fmt: skip
+    assert rest == [(0, 16), (1, 16), (0, 17)] or sorted(rest) == [(0, 16), (0, 17), (1, 16)]
+
+
+def test_a_merge_giving_null_is_refused_and_nothing_is_written(spark, tmp_path):
+    from statekit.errors import InvalidMergeError
+
+    _run([(i % 10, i) for i in range(30)], lambda e: e[0], "bigint", final_savepoint=tmp_path / "a")
+    writer = SavepointWriter.from_existing_savepoint(spark, tmp_path / "a")
+    with pytest.raises(InvalidMergeError, match="null for state 'count'"):
+        writer.rekey("count", "key % 2", merge={"count": "CAST(NULL AS BIGINT)"}).write(tmp_path / "b")
+    assert not (tmp_path / "b").exists()
+    with pytest.raises(InvalidArgumentError, match="missing"):
+        writer.rekey("count", "key % 2", merge={"other": "sum(other)"})

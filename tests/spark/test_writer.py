@@ -11,6 +11,7 @@ from statekit.errors import (
     InvalidArgumentError,
     NullKeyError,
     SavepointExistsError,
+    StateAccessError,
     UnknownOperatorError,
 )
 from statekit.runtime import (
@@ -258,10 +259,12 @@ class Late(KeyedStateBootstrapFunction):
         ctx.get_state(BALANCE)
 
 
-def test_bad_functions_fail_on_the_driver(spark, accounts):
+def test_bad_functions_fail_on_the_driver(spark, accounts, tmp_path):
     keyed = OperatorTransformation.bootstrap_with(accounts).key_by("user")
-    with pytest.raises(InvalidArgumentError, match="registered no keyed state"):
-        keyed.transform(Late())
+    late = keyed.transform(Late())  # no state in open() is valid (timers only); registering later is not
+    with pytest.raises(StateAccessError, match="outside open"):
+        SavepointWriter.new_savepoint(spark).with_operator("late", late).write(tmp_path / "late")
+    assert not (tmp_path / "late").exists()
     with pytest.raises(InvalidArgumentError, match="key_type"):
         OperatorTransformation.bootstrap_with(accounts).key_by(lambda r: r.user)
     with pytest.raises(InvalidArgumentError, match="no such column"):
@@ -304,3 +307,63 @@ def test_struct_keys_from_a_function_and_null_keys(spark, tmp_path):
          .with_operator("s", OperatorTransformation.bootstrap_with(nulls).key_by("a").transform(CountRows()))
          .write(tmp_path / "nulls"))
     assert not (tmp_path / "nulls").exists()
+
+
+def _two_counters(spark, path):
+    from statekit.state import ValueStateDescriptor as V
+
+    a = spark.createDataFrame([(1, 10), (2, 20)], "k long, n long")
+    b = spark.createDataFrame([(1, 100)], "k long, n long")
+    (SavepointWriter.new_savepoint(spark)
+     .with_operator("a", OperatorTransformation.bootstrap_with(a).key_by("k").columns(n=V("count", "bigint")))
+     .with_operator("b", OperatorTransformation.bootstrap_with(b).key_by("k").columns(n=V("count", "bigint")))
+     .write(path))  # fmt: skip
+    return path
+
+
+def test_renames_apply_together_swap_and_do_not_chain(spark, tmp_path):
+    """Flink: changeOperatorIdentifier calls are collected and applied when the writer writes, each to the
+    operator with that identifier in the savepoint: A->B plus B->A swaps them; A->B plus B->C does not chain."""
+    src = _two_counters(spark, tmp_path / "src")
+    SavepointWriter.from_existing_savepoint(spark, src).change_operator_identifier("a", "b").change_operator_identifier(
+        "b", "a").write(tmp_path / "swapped")  # fmt: skip
+    sp = Savepoint.open(tmp_path / "swapped")
+    assert sp.get("a", 1) == {"count": 100} and sp.get("b", 2) == {"count": 20}
+    # the swapped state restores: a job with uid "a" continues b's counts
+    assert _count_job(tmp_path / "swapped", "a") == {1: 101}
+
+    SavepointWriter.from_existing_savepoint(spark, src).change_operator_identifier("a", "b").change_operator_identifier(
+        "b", "c").write(tmp_path / "chain")  # fmt: skip
+    sp = Savepoint.open(tmp_path / "chain")
+    assert sorted(m.uid for m in sp.operators) == ["b", "c"]
+    assert sp.get("b", 2) == {"count": 20} and sp.get("c", 1) == {"count": 100}  # A's state is B's, B's is C's
+
+
+def test_rename_errors(spark, tmp_path):
+    src = _two_counters(spark, tmp_path / "src")
+    writer = SavepointWriter.from_existing_savepoint(spark, src)
+    with pytest.raises(UnknownOperatorError, match="cannot rename operator.*nope"):
+        writer.change_operator_identifier("nope", "x")
+    writer.change_operator_identifier("a", "b")  # b keeps its identifier: a clash, refused when writing
+    with pytest.raises(InvalidArgumentError, match="already renamed"):
+        writer.change_operator_identifier("a", "z")
+    with pytest.raises(InvalidArgumentError, match="would both have identifier"):
+        writer.write(tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def _count_job(path, uid):
+    from statekit.runtime import KeyedProcessFunction
+    from statekit.state import ValueStateDescriptor as V
+
+    class Count(KeyedProcessFunction):
+        def open(self, rc):
+            self.count = rc.get_state(V("count", "bigint"))
+
+        def process_element(self, value, ctx):
+            self.count.update((self.count.value() or 0) + 1)
+            yield value, self.count.value()
+
+    env = StreamExecutionEnvironment(parallelism=2)
+    out = env.from_collection([1]).uid("src").key_by(lambda v: v, key_type="bigint").process(Count()).uid(uid)
+    return dict(out.execute_and_collect(restore_from=path, allow_non_restored_state=True))

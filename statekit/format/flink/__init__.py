@@ -4,7 +4,10 @@ Modules, bottom up: `binary` (Java DataInput), `metadata` (`_metadata` V3-V6, ev
 `serializers` (serializer snapshots -> `FlinkType` with DDL and raw bytes), `proxy` (backend
 proxies: state meta infos), `files` (handles -> bytes, kept inside the savepoint), `values`
 (value encodings, numpy bulk and per-record), `keyed` (key groups -> keyed and timers tables),
-`reader` (`FlinkStateReader`: one savepoint's operators). The `Savepoint` API over it lives in
+`native` (RocksDB files of native savepoints and incremental checkpoints, via a read-only copy),
+`checkpoints` (HashMap checkpoint streams), both re-laid as canonical entries for `keyed`,
+`reader` (`FlinkStateReader`: one savepoint's operators), `pyflink` (PyFlink's Row keys and coder
+bytes, decoded by declared types). The `Savepoint` API over it lives in
 `statekit.savepoint.flink`; the format is `../shared/flink/FORMAT.md`.
 """
 

@@ -9,6 +9,7 @@ checkpoint layout differs from a canonical savepoint's: at each key group's offs
 ``ListSerializer``: count + elements; a map is ``MapSerializer``: count + (key, null flag, value)),
 and for a timer queue ``i32 n`` × timer (``TimerSerializer``). Entries carry no lengths, so every
 serializer involved must be decodable; Kryo/Avro state in a heap checkpoint is refused by name.
+With snapshot compression each state's part of a key group is its own Snappy framed stream.
 RocksDB full checkpoints also use type 12 but write the canonical layout: `is_heap_stream` tells
 them apart by the key-group number the heap layout puts at each offset.
 """
@@ -60,13 +61,10 @@ def read_heap(files: StateFiles, h: KeyGroupsHandle, proxy: KeyedProxy, prefix_b
               key_groups: tuple[int, int] | None = None) -> NativeEntries:
     """Every entry of a heap checkpoint stream (optionally only key groups [lo, hi]) in the canonical layout."""
     where = f"{files.root}: {files.describe(h.delegate)}"
-    if proxy.compressed:
-        raise UnsupportedFormatError(
-            f"{where} is a HashMap checkpoint with snapshot compression, which statekit does not read. Take a "
-            "CANONICAL savepoint of the job and read that instead."
-        )
     data = files.read(h.delegate)
     size = len(data)
+    nz = sorted({o for o in h.offsets if o} | {size})
+    region_end = dict(zip(nz, nz[1:]))
     key_type = proxy.key_type
     rkey = _skipper(key_type, where, "the key")
     plan = [_plan(s, where) for s in proxy.states]
@@ -86,12 +84,20 @@ def read_heap(files: StateFiles, h: KeyGroupsHandle, proxy: KeyedProxy, prefix_b
         got = inp.i32("a key-group number")
         if got != kg:
             raise inp.fail(f"key group {kg} starts with key-group number {got}")
+        body = data
+        if proxy.compressed:
+            # snapshot compression: after the plain key-group number, each state's part is its own Snappy
+            # framed stream (HeapSnapshotStrategy); decoded back to back they are the uncompressed layout
+            from statekit.format.flink.reader import unframe_snappy
+
+            body, _ = unframe_snappy(memoryview(data)[inp.pos : region_end[off]], f"{where} (key group {kg})")
+            inp = DataInput(body, f"{where} (key group {kg}, decompressed)")
         prefix = kg.to_bytes(prefix_bytes, "big")
         for _ in proxy.states:
             sid = inp.i16("a state id")
             if not 0 <= sid < len(plan):
                 raise inp.fail(f"state id {sid} is not one of the {len(plan)} states the stream declares")
-            _read_state(inp, plan[sid], sid, prefix, rkey, data, keys, vals, sids)
+            _read_state(inp, plan[sid], sid, prefix, rkey, body, keys, vals, sids)
     return pack_entries(keys, vals, sids)
 
 

@@ -189,12 +189,20 @@ class _Group:
     meta: StateMeta
     runs: list[Run]
     chained: np.ndarray  # indexes into Located.chained
+    pieces: list[Entries] | None = None  # scanned state runs
 
     def entries(self, located: Located) -> Entries:
-        return Entries.concat([Entries.of_runs(self.runs), located.chained.take(self.chained)])
+        """The state's entries: key groups located by strided runs first, then the scanned/walked ones."""
+        # A key group is located wholly one way (runs, scan or walk), so every state lists its keys in the
+        # same order here; `_assemble` restores key-group order if the ways were mixed.
+        parts = [Entries.of_runs(self.runs)] if self.runs else []
+        parts += self.pieces or []
+        if len(self.chained):
+            parts.append(located.chained.take(self.chained))
+        return Entries.concat(parts)
 
 
-def _group(located: Located, stream_of_chain: np.ndarray, sid_maps: list[dict[int, StateMeta]],
+def group_entries(located: Located, stream_of_chain: np.ndarray, sid_maps: list[dict[int, StateMeta]],
            where: str) -> dict[str, _Group]:
     """Entries by state (per-stream state ids resolved through each stream's proxy)."""
     groups: dict[str, _Group] = {}
@@ -209,6 +217,12 @@ def _group(located: Located, stream_of_chain: np.ndarray, sid_maps: list[dict[in
     for r in located.runs:
         m = meta_of(int(stream_of_chain[r.chain]), r.sid)
         groups.setdefault(m.name, _Group(m, [], empty)).runs.append(r)
+    for chain, sid, piece in located.pieces or []:
+        m = meta_of(int(stream_of_chain[chain]), sid)
+        g = groups.setdefault(m.name, _Group(m, [], empty))
+        if g.pieces is None:
+            g.pieces = []
+        g.pieces.append(piece)  # scanned entries carry their key group: the scan only takes matching prefixes
     ch = located.chained
     if len(ch):
         codes = stream_of_chain[ch.chain] * 65536 + ch.sid
@@ -224,7 +238,7 @@ def _strided_state(lay: KeyedLayout, buf: np.ndarray, g: _Group, chain_kg: np.nd
     P, kt, vt, meta = lay.prefix_bytes, lay.key_type, g.meta.value_type, g.meta
     ns = meta.serializers.get("NAMESPACE_SERIALIZER")
     wk, wv = FIXED_DTYPES.get(kt.kind), FIXED_DTYPES.get(vt.kind)
-    if (len(g.chained) or not g.runs or wk is None or wv is None or meta.keyed_kind not in ("value", "reducing", "aggregating")
+    if (len(g.chained) or g.pieces or not g.runs or wk is None or wv is None or meta.keyed_kind not in ("value", "reducing", "aggregating")
             or (ns is not None and ns.kind != "void")):
         return None
     wk_, wv_ = np.dtype(wk).itemsize, np.dtype(wv).itemsize
@@ -271,7 +285,7 @@ def decode(lay: KeyedLayout, buf: np.ndarray, located: Located, stream_of_chain:
            sid_maps: list[dict[int, StateMeta]], where: str, stats: DecodeStats) -> KeyedResult:
     """Turn located entries into the keyed and timers tables."""
     P = lay.prefix_bytes
-    groups = _group(located, stream_of_chain, sid_maps, where)
+    groups = group_entries(located, stream_of_chain, sid_maps, where)
     key_t, ns_t = lay.key_type, lay.namespace_type
     timer_tables = []
     for name, g in groups.items():

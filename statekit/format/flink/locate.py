@@ -27,9 +27,11 @@ _MIN_RUN = 8  # shorter runs are left to the chained walk (probing them costs mo
 
 @dataclass
 class DecodeStats:
-    """How each part was decoded: ``strided`` / ``chained`` entries, and per state ``bulk`` or ``per-record``."""
+    """How entries were located (``strided`` runs, ``scanned`` candidates, ``chained`` walk) and each state decoded
+    (``strided-view``, ``bulk``, ``per-record``, ``raw bytes``)."""
 
     strided_entries: int = 0
+    scanned_entries: int = 0
     chained_entries: int = 0
     states: dict[str, str] | None = None
 
@@ -38,7 +40,8 @@ class DecodeStats:
             self.states = {}
 
     def describe(self) -> str:
-        where = f"entries located: {self.strided_entries} strided, {self.chained_entries} chained"
+        where = (f"entries located: {self.strided_entries} strided, {self.scanned_entries} scanned, "
+                 f"{self.chained_entries} chained")
         return where + "; " + ", ".join(f"{k}: {v}" for k, v in sorted(self.states.items()))  # type: ignore[union-attr]
 
 
@@ -78,7 +81,7 @@ class Entries:
     def __len__(self) -> int:
         return len(self.kp)
 
-    def take(self, idx: np.ndarray) -> "Entries":
+    def take(self, idx: np.ndarray | slice) -> "Entries":
         return Entries(*(a[idx] for a in (self.chain, self.sid, self.kp, self.klen, self.vp, self.vlen)))
 
     @staticmethod
@@ -103,8 +106,9 @@ class Entries:
 
 @dataclass
 class Located:
-    runs: list[Run]
-    chained: Entries
+    runs: list[Run]  # strided runs
+    chained: Entries  # walked entries, any state
+    pieces: list[tuple[int, int, Entries]] | None = None  # scanned: (chain, state id, that state run's entries)
 
 
 def corrupt(where: str, why: str) -> CorruptSavepointError:
@@ -119,20 +123,30 @@ def _be32(buf: np.ndarray, at: np.ndarray) -> np.ndarray:
     return b[:, 0] << 24 | b[:, 1] << 16 | b[:, 2] << 8 | b[:, 3]
 
 
-def locate(buf: np.ndarray, starts: np.ndarray, limits: np.ndarray, where: str, stats: DecodeStats) -> Located:
-    """Every entry of the key groups starting at `starts` (each ending before `limits`)."""
+def locate(buf: np.ndarray, starts: np.ndarray, limits: np.ndarray, where: str, stats: DecodeStats, *,
+           chain_kg: np.ndarray | None = None, prefix_bytes: int = 1) -> Located:
+    """Every entry of the key groups starting at `starts` (each ending before `limits`).
+
+    With `chain_kg` (each chain's key group), variable-sized entries are first found by `_scan`;
+    chains it cannot prove are walked by `_chained`.
+    """
     runs: list[Run] = []
     pending: list[tuple[int, int, int]] = []  # (chain, position, state id) left for the chained walk
     n = len(buf)
     for c, (p, lim) in enumerate(zip(starts.tolist(), limits.tolist())):
         if p + 2 > lim or lim > n:
             raise corrupt(where, f"key group at offset {p} lies outside its stream")
-        sid = int(buf[p]) << 8 | int(buf[p + 1])
+        sid0 = sid = int(buf[p]) << 8 | int(buf[p + 1])
         p += 2
+        first_run = len(runs)
         while True:
             got = _strided(buf, p, lim)
             if got is None:
-                pending.append((c, p, sid))
+                # the whole chain goes to the scan (or walk), so that every state of a key group is located
+                # one way and all states list their keys in the same order
+                stats.strided_entries -= sum(r.count for r in runs[first_run:])
+                del runs[first_run:]
+                pending.append((c, int(starts[c]) + 2, sid0))
                 break
             count, stride, k, v, ends_run = got
             runs.append(Run(c, sid, p, count, stride, k, v))
@@ -145,8 +159,82 @@ def locate(buf: np.ndarray, starts: np.ndarray, limits: np.ndarray, where: str, 
                 p += 2
                 if sid == END_OF_KEY_GROUP:
                     break
-    chained = _chained(buf, pending, limits, where, stats) if pending else Entries.concat([])
-    return Located(runs, chained)
+    pieces: list[tuple[int, int, Entries]] = []
+    if pending and chain_kg is not None:
+        pieces, pending = _scan(buf, pending, limits, chain_kg, prefix_bytes, stats)
+    walked = _chained(buf, pending, limits, where, stats) if pending else Entries.concat([])
+    return Located(runs, walked, pieces)
+
+
+def _scan(buf: np.ndarray, pending: list[tuple[int, int, int]], limits: np.ndarray, chain_kg: np.ndarray, P: int,
+          stats: DecodeStats) -> tuple[list[tuple[int, int, Entries]], list[tuple[int, int, int]]]:
+    """Variable-sized entries found without walking: every plausible entry header is a candidate, then proven.
+
+    A candidate at c has a small key length (``i32 < 256``), its key group in the prefix, and a value
+    length that fits. The true entries form a chain from the region's start; if each candidate's end
+    (plus 2 after a run's last entry) is exactly the next candidate, the candidates are that chain -
+    a false candidate would sit between two true entries and break the equality. Regions that fail
+    the proof are returned for the chained walk.
+    """
+    parts: list[tuple[int, int, Entries]] = []
+    left: list[tuple[int, int, int]] = []
+    for c_, p, sid in pending:
+        lim = int(limits[c_])
+        got = _scan_region(buf, p, lim, int(chain_kg[c_]), P, c_, sid)
+        if got is None:
+            left.append((c_, p, sid))
+            continue
+        e, bounds = got
+        stats.scanned_entries += len(e)
+        for a, b in zip(bounds[:-1], bounds[1:]):  # one piece per state run: no regrouping later
+            parts.append((c_, int(e.sid[a]), e.take(slice(a, b))))
+    return parts, left
+
+
+def _scan_region(buf: np.ndarray, p: int, lim: int, kg: int, P: int, chain: int,
+                 sid: int) -> tuple[Entries, list[int]] | None:
+    m = lim - p
+    if m < 10:
+        return None
+    u = np.ndarray((m - 4,), np.dtype(">u4"), buffer=buf.data, offset=p, strides=(1,))  # i32 at every byte
+    w = np.ndarray((m - 4,), np.dtype("<u4"), buffer=buf.data, offset=p, strides=(1,))  # the same, unswapped
+    seg = buf[p:lim]
+    if P == 1:
+        mask = ((w & 0xFFFFFF) == 0) & (w != 0) & ((seg[4:m] & 0x7F) == kg)  # 0 < klen < 256, key group
+    else:
+        mask = ((w & 0xFFFFFF) == 0) & (w != 0) & ((seg[4:m] & 0x7F) == (kg >> 8))
+        mask[: m - 5] &= seg[5:m] == (kg & 0xFF)
+        mask[m - 5 :] = False
+    c = np.flatnonzero(mask)
+    if not len(c) or c[0] != 0:
+        return None
+    k = u[c].astype(np.int64)
+    q = c + 4 + k
+    ok = q + 4 <= m
+    c, k, q = c[ok], k[ok], q[ok]
+    qq = np.minimum(q, m - 5)
+    v = u[qq].astype(np.int64)
+    end = q + 4 + v
+    ok = (end <= m) & (v < 1 << 31)
+    c, k, q, v, end = c[ok], k[ok], q[ok], v[ok], end[ok]
+    if not len(c) or c[0] != 0:
+        return None
+    flag = (seg[c + 4] & 0x80) != 0
+    nxt = end + 2 * flag
+    keep = _follow(c, nxt)
+    if keep is not None:
+        c, k, q, v, end, flag, nxt = c[keep], k[keep], q[keep], v[keep], end[keep], flag[keep], nxt[keep]
+    if nxt[-1] > m or not flag[-1]:
+        return None
+    fpos = end[flag]
+    sids = seg[fpos].astype(np.int64) << 8 | seg[fpos + 1]
+    if sids[-1] != END_OF_KEY_GROUP or (sids[:-1] == END_OF_KEY_GROUP).any():
+        return None
+    run_of = np.cumsum(flag) - flag  # how many runs ended before each entry
+    sid_of = np.concatenate([[sid], sids[:-1]])[run_of]
+    n = len(c)
+    bounds = np.concatenate([[0], np.flatnonzero(flag) + 1])
+    return Entries(np.full(n, chain, np.int64), sid_of, p + c + 4, k, p + q + 4, v), bounds.tolist()
 
 
 def _strided(buf: np.ndarray, p: int, lim: int) -> tuple[int, int, int, int, bool] | None:
@@ -179,6 +267,29 @@ def _strided(buf: np.ndarray, p: int, lim: int) -> tuple[int, int, int, int, boo
         done += m
         block *= 4
     return None  # runs to the end of the stream without an end flag: the chained walk reports it
+
+
+def _follow(c: np.ndarray, nxt: np.ndarray) -> np.ndarray | None:
+    """Indexes of the candidates on the chain from candidate 0 (each candidate's successor starts at `nxt`); None: all.
+
+    Without false candidates every candidate's successor is the next one. Otherwise the path is
+    enumerated by pointer doubling: succ^(2^r) tables, then the path prefix doubled each round.
+    """
+    n = len(c)
+    if np.array_equal(nxt[:-1], c[1:]):
+        return None
+    j = np.searchsorted(c, nxt)
+    j = np.where((j < n) & (c[np.minimum(j, n - 1)] == nxt), j, n)  # n: no successor among the candidates
+    succ = [np.append(j, n)]
+    while len(succ) < 64 and not (succ[-1][: n] == n).all():
+        succ.append(succ[-1][succ[-1]])
+    path = np.array([0])
+    for table in succ:
+        if path[-1] == n:
+            break
+        path = np.concatenate([path, table[path]])
+    path = path[path < n]
+    return path[np.concatenate([[True], path[1:] > path[:-1]])] if len(path) > 1 else path
 
 
 def _chained(buf: np.ndarray, pending: list[tuple[int, int, int]], limits: np.ndarray, where: str,

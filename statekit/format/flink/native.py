@@ -163,6 +163,8 @@ def read_native(files: StateFiles, h: IncrementalKeyedHandle, proxy: KeyedProxy,
     Keys start with their key group, so a range is one seek per column family. Without `dbs` the
     scratch copy is made for this call and removed before it returns.
     """
+    import rocksdict  # deferred: only native state needs RocksDB
+
     own = dbs is None
     dbs = dbs if dbs is not None else NativeDatabases()
     keys: list[bytes] = []
@@ -173,21 +175,24 @@ def read_native(files: StateFiles, h: IncrementalKeyedHandle, proxy: KeyedProxy,
         for sid, meta in enumerate(proxy.states):
             if meta.name not in present:
                 continue  # registered but never written: Flink creates the column family lazily
-            # after a rescale the database may hold key groups outside the handle's range: skip them
+            # after a rescale the database may hold key groups outside the handle's range: RocksDB's
+            # iterate bounds skip them. (rocksdict's items() would be faster but ends silently on a
+            # damaged block; an iterator's status() reports it.)
             lo, hi = h.start, h.end
             if key_groups is not None:
                 lo, hi = max(lo, key_groups[0]), min(hi, key_groups[1])
-            it = db.get_column_family(meta.name).iter()
-            it.seek(lo.to_bytes(prefix_bytes, "big"))
-            while it.valid():
-                k = it.key()
-                kg = k[0] if prefix_bytes == 1 else (k[0] << 8 | k[1])
-                if kg > hi:
-                    break
-                keys.append(k)
-                vals.append(it.value())
-                sids.append(sid)
-                it.next()
+            ro = rocksdict.ReadOptions()
+            ro.set_iterate_lower_bound(lo.to_bytes(prefix_bytes, "big"))
+            ro.set_iterate_upper_bound((hi + 1).to_bytes(prefix_bytes, "big"))  # maxP <= 128 (1 B) or 32768 (2 B)
+            it = db.get_column_family(meta.name).iter(ro)
+            it.seek(lo.to_bytes(prefix_bytes, "big"))  # the lower bound alone does not move seek_to_first
+            before = len(keys)
+            key, value, step, valid, kadd, vadd = it.key, it.value, it.next, it.valid, keys.append, vals.append
+            while valid():
+                kadd(key())
+                vadd(value())
+                step()
+            sids.extend([sid] * (len(keys) - before))
             try:
                 it.status()
             except Exception as e:
@@ -203,16 +208,18 @@ def read_native(files: StateFiles, h: IncrementalKeyedHandle, proxy: KeyedProxy,
 
 
 def pack_entries(keys: list[bytes], vals: list[bytes], sids: list[int]) -> NativeEntries:
-    """Entries given as byte strings laid out in one buffer (key, value, key, value, ...)."""
+    """Entries given as byte strings laid out in one buffer: every key, then every value."""
     n = len(keys)
     klen = np.fromiter(map(len, keys), np.int64, n)
     vlen = np.fromiter(map(len, vals), np.int64, n)
     kp = np.zeros(n, np.int64)
+    vp = np.zeros(n, np.int64)
     if n:
-        step = klen + vlen
-        np.cumsum(step[:-1], out=kp[1:])
-    vp = kp + klen
-    buf = np.frombuffer(b"".join(x for kv in zip(keys, vals) for x in kv), np.uint8)
+        np.cumsum(klen[:-1], out=kp[1:])
+        np.cumsum(vlen[:-1], out=vp[1:])
+    kblob = b"".join(keys)
+    vp += len(kblob)
+    buf = np.frombuffer(kblob + b"".join(vals), np.uint8)
     return NativeEntries(buf, np.asarray(sids, np.int64), kp, klen, vp, vlen)
 
 

@@ -130,3 +130,8 @@ def _meta(inp: DataInput) -> StateMeta:
     if missing:
         raise inp.fail(f"state {name!r} lacks its {', '.join(missing)}")
     return StateMeta(name, backend, options, serializers, bytes(inp.data[start : inp.pos]))
+
+
+def read_meta_info(inp: DataInput) -> StateMeta:
+    """One `StateMetaInfoSnapshot` on its own (as statekit's manifest carries them for writing back to Flink)."""
+    return _meta(inp)

@@ -34,7 +34,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from statekit.errors import CorruptSavepointError, InvalidArgumentError
+from statekit.errors import CorruptSavepointError, InvalidArgumentError, UnsupportedFormatError
 from statekit.format.flink.keyed import KeyedLayout, KeyedResult
 from statekit.keygroups import compute_key_group_for_key_hash
 from statekit.keyhash import java_hash
@@ -66,14 +66,16 @@ class PyType:
 
     @property
     def pickled(self) -> bool:
-        return self.kind == "pickled" or (self.kind == "list" and self.children[0].kind == "pickled")
+        return self.kind == "pickled" or (self.kind in ("list", "reducing", "aggregating")
+                                          and self.children[0].kind == "pickled")
 
 
 def parse_type(spec: str) -> PyType:
     """Parse a PyFlink type as written with ``Types``: ``"LONG"``, ``"ROW(kind STRING, value LONG)"``, ``"LIST(STRING)"``...
 
-    ``LIST(T)`` declares a ListState of T, ``MAP(K, V)`` a MapState; anything else a value,
-    reducing or aggregating state of that type. SQL names (``bigint``, ``string``...) are accepted too.
+    ``LIST(T)`` declares a ListState of T, ``MAP(K, V)`` a MapState, ``REDUCING(T)`` and
+    ``AGGREGATING(ACC)`` those kinds (PyFlink stores them like value states); anything else a
+    ValueState of that type. SQL names (``bigint``, ``string``...) are accepted too.
     """
     tokens = re.findall(r"[A-Za-z_][A-Za-z_0-9]*|[(),]", spec)
     if "".join(tokens).replace(",", "") != re.sub(r"[\s,]", "", spec):
@@ -102,10 +104,11 @@ def parse_type(spec: str) -> PyType:
         if name in _ATOMS:
             kind, ddl = _ATOMS[name]
             return PyType(kind, ddl)
-        if name not in ("ROW", "ROW_NAMED", "TUPLE", "LIST", "MAP"):
+        if name not in ("ROW", "ROW_NAMED", "TUPLE", "LIST", "MAP", "REDUCING", "AGGREGATING"):
             raise InvalidArgumentError(
                 f"PyFlink type {spec!r}: {name} is not supported; use LONG, INT, SHORT, BYTE, FLOAT, DOUBLE, BOOLEAN, "
-                "STRING, BYTES, PICKLED, ROW(name TYPE, ...), TUPLE(TYPE, ...), LIST(TYPE) or MAP(TYPE, TYPE)"
+                "STRING, BYTES, PICKLED, ROW(name TYPE, ...), TUPLE(TYPE, ...), LIST(TYPE), MAP(TYPE, TYPE), "
+                "REDUCING(TYPE) or AGGREGATING(ACCUMULATOR TYPE)"
             )
         take("(")
         items: list[tuple[str | None, PyType]] = []
@@ -120,8 +123,13 @@ def parse_type(spec: str) -> PyType:
             take(")")
             break
         kids = tuple(t for _, t in items)
+        if name in ("REDUCING", "AGGREGATING"):  # the state's kind; its values are coded as the inner type
+            if len(kids) != 1 or kids[0].kind in ("list", "map", "reducing", "aggregating"):
+                raise InvalidArgumentError(f"PyFlink type {spec!r}: {name} takes one plain type")
+            return PyType(name.lower(), kids[0].ddl, kids)
         if name == "LIST" or name == "MAP":
-            if len(kids) != (1 if name == "LIST" else 2) or any(k.kind in ("list", "map") for k in kids):
+            if len(kids) != (1 if name == "LIST" else 2) or any(
+                    k.kind in ("list", "map", "reducing", "aggregating") for k in kids):
                 raise InvalidArgumentError(f"PyFlink type {spec!r}: {name} takes {1 if name == 'LIST' else 2} plain types")
             if name == "LIST":
                 return PyType("list", f"array<{kids[0].ddl}>", kids)
@@ -228,11 +236,20 @@ def states(lay: KeyedLayout, types: dict[str, str]) -> list[tuple[str, str, str,
                 f"PyFlink state {name!r} is a {'MapState' if s.keyed_kind == 'map' else 'value/list state'} but is "
                 f"declared {spec!r}; declare MAP(K, V) exactly for map states"
             )
-        if not coded:  # thread mode
-            pickled = s.value_type.kind == "bytes" and t.kind in ("row", "tuple", "pickled")
-            out.append((name, s.keyed_kind or "value", state_ddl(s), pickled))
+        if not coded:  # thread mode: Java keeps reducing/aggregating state as value state
+            inner = t.children[0] if t.kind in ("reducing", "aggregating") else t
+            pickled = s.value_type.kind == "bytes" and inner.kind in ("row", "tuple", "pickled")
+            kind = t.kind if t.kind in ("reducing", "aggregating") and s.keyed_kind == "value" else s.keyed_kind
+            out.append((name, kind or "value", state_ddl(s), pickled))
             continue
-        kind = "map" if t.kind == "map" else "list" if t.kind == "list" else "value"
+        stored = state_ddl(s)
+        if stored not in ("array<binary>", "map<binary,binary>"):  # e.g. a TTL-wrapped state
+            raise UnsupportedFormatError(
+                f"PyFlink state {name!r} is stored with serializer {s.value_type.serializer} ({stored}), not as "
+                "PyFlink's plain byte lists or maps; statekit decodes PyFlink states without TTL. Leave it out of "
+                "pyflink_types to read its stored form."
+            )
+        kind = t.kind if t.kind in ("map", "list", "reducing", "aggregating") else "value"
         out.append((name, kind, t.ddl, t.pickled))
     return out
 
@@ -278,7 +295,7 @@ def _decode_column(col: pa.Array, t: PyType, where: str) -> pa.Array:
                 m.append((key, None if val is None else val[0]))
             out.append(m)
         return pa.array(out, parse_ddl(t.ddl))
-    elem = t.children[0] if t.kind == "list" else t
+    elem = t.children[0] if t.kind in ("list", "reducing", "aggregating") else t
     for chunks in rows:
         if chunks is None:
             out.append(None)

@@ -184,9 +184,9 @@ class FlinkStateReader:
         seg_of_chain = np.array([c[0] for c in chains], np.int64)
         if any(compressed):
             buf, starts, limits = self._unframe_key_groups(buf, starts, limits, seg_of_chain, compressed, where)
-        located = locate(buf, starts, limits, where, stats)
         chain_kg = np.array([c[1] for c in chains], np.int64)
         P = lay.prefix_bytes
+        located = locate(buf, starts, limits, where, stats, chain_kg=chain_kg, prefix_bytes=P)
         for r in located.runs:  # every entry must carry the key group it is stored under
             got = r.field(buf, 4, "u1") & 0x7F if P == 1 else r.field(buf, 4, ">u2") & 0x7FFF
             if not (got == chain_kg[r.chain]).all():

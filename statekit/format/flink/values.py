@@ -138,6 +138,17 @@ def gather_ranges(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> n
     return out
 
 
+def gather_values(buf: np.ndarray, starts: np.ndarray, dtype: str) -> np.ndarray:
+    """One fixed-width value at each start, in one gather: an overlapping view of `buf` with a value at every byte."""
+    dt = np.dtype(dtype)
+    if not len(starts):
+        return np.zeros(0, dt.newbyteorder("="))
+    if int(starts.max()) + dt.itemsize > len(buf) or int(starts.min()) < 0:
+        raise IndexError("value past the end of the buffer")
+    every = np.ndarray((len(buf) - dt.itemsize + 1,), dt, buffer=buf.data, strides=(1,))
+    return every[starts].astype(dt.newbyteorder("="))
+
+
 def gather_fixed(buf: np.ndarray, starts: np.ndarray, width: int) -> np.ndarray:
     """An (n, width) uint8 array of the bytes at each start (one 1-D gather per column: no n*width index)."""
     out = np.empty((len(starts), width), np.uint8)
@@ -147,7 +158,7 @@ def gather_fixed(buf: np.ndarray, starts: np.ndarray, width: int) -> np.ndarray:
 
 
 def _be32(buf: np.ndarray, at: np.ndarray) -> np.ndarray:
-    return gather_fixed(buf, at, 4).reshape(-1).view(">i4").astype(np.int64)
+    return gather_values(buf, at, ">i4").astype(np.int64)
 
 
 def bulk(t: FlinkType, buf: np.ndarray, starts: np.ndarray) -> tuple[pa.Array, np.ndarray] | None:
@@ -156,8 +167,7 @@ def bulk(t: FlinkType, buf: np.ndarray, starts: np.ndarray) -> tuple[pa.Array, n
     n = len(starts)
     if k in FIXED_DTYPES:
         w = np.dtype(FIXED_DTYPES[k]).itemsize
-        raw = gather_fixed(buf, starts, w).reshape(-1).view(FIXED_DTYPES[k])
-        return pa.array(raw.astype(raw.dtype.newbyteorder("="))), starts + w
+        return pa.array(gather_values(buf, starts, FIXED_DTYPES[k])), starts + w
     if k == "boolean":
         return pa.array(buf[starts] != 0), starts + 1
     if k == "string":
@@ -215,3 +225,42 @@ def bulk(t: FlinkType, buf: np.ndarray, starts: np.ndarray) -> tuple[pa.Array, n
             arrays.append(arr)
         return pa.StructArray.from_arrays(arrays, list(t.field_names)), pos
     return None
+
+
+# -- encoding keys (for lookups) ----------------------------------------------------------------------
+def encode_key(t: FlinkType, value: Any) -> bytes | None:
+    """`value` serialized as Flink's serializer for `t` writes it, or None where statekit does not encode `t`."""
+    import struct
+
+    k = t.kind
+    try:
+        if k in FIXED_DTYPES and not isinstance(value, bool):
+            if k in ("double", "float"):
+                return struct.pack(">d" if k == "double" else ">f", float(value))
+            if not isinstance(value, int):
+                return None
+            return struct.pack({"long": ">q", "int": ">i", "short": ">h", "byte": ">b"}[k], value)
+        if k == "boolean" and isinstance(value, bool):
+            return b"\x01" if value else b"\x00"
+        if k == "string" and isinstance(value, str):
+            units = value.encode("utf-16-be", "surrogatepass")
+            chars = [int.from_bytes(units[i : i + 2], "big") for i in range(0, len(units), 2)]
+            return _varint(len(chars) + 1) + b"".join(_varint(c) for c in chars)
+        if k == "tuple" and isinstance(value, (tuple, list, dict)):
+            items = list(value.values()) if isinstance(value, dict) else list(value)
+            if len(items) != len(t.children):
+                return None
+            parts = [encode_key(c, v) for c, v in zip(t.children, items)]
+            return None if any(p is None for p in parts) else b"".join(parts)  # type: ignore[arg-type]
+    except (struct.error, OverflowError, UnicodeError):
+        return None
+    return None
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)

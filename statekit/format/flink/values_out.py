@@ -9,7 +9,6 @@ Encodings: section 3.6a of `../shared/flink/FORMAT.md` (`StringValue`, `RowSeria
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
@@ -22,30 +21,58 @@ _FIXED = {"long": ">i8", "int": ">i4", "short": ">i2", "byte": "i1", "double": "
 SCATTER_CHUNK = 1 << 22  # bytes per scatter step (bounds the temporary index arrays)
 
 
-@dataclass(frozen=True)
 class Encoded:
-    """n encoded values: value i is ``data[offsets[i]:offsets[i+1]]``; `width` is set when all have one size."""
+    """n encoded values: value i is ``data[offsets[i]:offsets[i+1]]``.
 
-    data: np.ndarray  # uint8
-    offsets: np.ndarray  # int64, n + 1
-    width: int | None = None
+    Fixed-width encodings (`width` set) keep only their bytes (offsets are computed when asked for),
+    and a constant (`const`) keeps only its one value, so fixed-width rows are assembled with one
+    strided copy per part.
+    """
+
+    __slots__ = ("_data", "width", "const", "n", "_offsets")
+
+    def __init__(self, data: np.ndarray, offsets: np.ndarray | None = None, width: int | None = None, *,
+                 n: int | None = None, const: bytes | None = None) -> None:
+        self._data, self.width, self.const, self._offsets = data, width, const, offsets
+        if n is None:
+            n = len(offsets) - 1 if offsets is not None else (len(data) // width if width else 0)
+        self.n = n
 
     def __len__(self) -> int:
-        return len(self.offsets) - 1
+        return self.n
+
+    @property
+    def data(self) -> np.ndarray:
+        """The bytes of all values, back to back (a constant is repeated here on first use)."""
+        if self.const is not None and len(self._data) != self.n * len(self.const):
+            self._data = np.tile(np.frombuffer(self.const, np.uint8), self.n)
+        return self._data
+
+    @property
+    def offsets(self) -> np.ndarray:
+        if self._offsets is None:
+            self._offsets = np.arange(self.n + 1, dtype=np.int64) * (self.width or 0)
+        return self._offsets
 
     @property
     def lengths(self) -> np.ndarray:
+        if self.width is not None:
+            return np.full(self.n, self.width, np.int64)
         return np.diff(self.offsets)
+
+    def materialized(self) -> "Encoded":
+        if self.const is None:
+            return self
+        return Encoded(self.data, None, self.width, n=self.n)
 
     @staticmethod
     def fixed(matrix: np.ndarray) -> "Encoded":
         n, w = matrix.shape
-        return Encoded(np.ascontiguousarray(matrix).reshape(-1), np.arange(n + 1, dtype=np.int64) * w, w)
+        return Encoded(np.ascontiguousarray(matrix).reshape(-1), None, w, n=n)
 
     @staticmethod
     def constant(value: bytes, n: int) -> "Encoded":
-        row = np.frombuffer(value, np.uint8)
-        return Encoded.fixed(np.broadcast_to(row, (n, len(row))))
+        return Encoded(np.zeros(0, np.uint8), None, len(value), n=n, const=bytes(value))
 
     @staticmethod
     def from_list(values: list[bytes]) -> "Encoded":
@@ -56,9 +83,11 @@ class Encoded:
 
     def take(self, idx: np.ndarray) -> "Encoded":
         """The values at `idx`, in that order."""
+        if self.const is not None:
+            return Encoded.constant(self.const, len(idx))
         if self.width is not None:
             return Encoded.fixed(self.data.reshape(-1, self.width)[idx]) if self.width else \
-                Encoded(self.data[:0], np.zeros(len(idx) + 1, np.int64), 0)
+                Encoded(self.data[:0], None, 0, n=len(idx))
         lengths = self.lengths[idx]
         return Encoded(_gather(self.data, self.offsets[:-1][idx], lengths), _offsets(lengths))
 
@@ -101,14 +130,8 @@ def concat(parts: list[Encoded]) -> Encoded:
     if any(len(p) != n for p in parts):
         raise ValueError("parts of different lengths")
     if all(p.width is not None for p in parts):
-        w = sum(p.width for p in parts)  # type: ignore[misc]
-        m = np.empty((n, w), np.uint8)
-        col = 0
-        for p in parts:
-            if p.width:
-                m[:, col : col + p.width] = p.data.reshape(n, p.width)
-                col += p.width
-        return Encoded.fixed(m)
+        return _concat_fixed(parts, n)
+    parts = [p.materialized() for p in parts]
     lengths = np.zeros(n, np.int64)
     for p in parts:
         lengths += p.lengths
@@ -126,6 +149,22 @@ def concat(parts: list[Encoded]) -> Encoded:
         _scatter(out, at, p.data, p.offsets[:-1], ln)
         at += ln
     return Encoded(out, offsets)
+
+
+def _concat_fixed(parts: list[Encoded], n: int) -> Encoded:
+    """Fixed-width parts side by side: one strided copy per part (each row part is one numpy void element)."""
+    widths = [p.width or 0 for p in parts]
+    total = sum(widths)
+    used = [(p, w, off) for p, w, off in zip(parts, widths, np.cumsum([0] + widths[:-1]).tolist()) if w]
+    dt = np.dtype({"names": [f"f{i}" for i in range(len(used))], "formats": [f"V{w}" for _, w, _ in used],
+                   "offsets": [off for _, _, off in used], "itemsize": total})
+    out = np.empty(n, dt)
+    for i, (p, w, _) in enumerate(used):
+        if p.const is not None:
+            out[f"f{i}"] = np.void(p.const)
+        else:
+            out[f"f{i}"] = np.ascontiguousarray(p.data).view(f"V{w}")
+    return Encoded(out.view(np.uint8).reshape(-1) if n else np.zeros(0, np.uint8), None, total, n=n)
 
 
 def join_runs(elements: Encoded, counts: np.ndarray, sep: bytes | None, prefix_count: bool) -> Encoded:

@@ -132,8 +132,15 @@ def _prefix(kg: np.ndarray, nbytes: int) -> Encoded:
     return Encoded.fixed(kg.astype(">u2").view(np.uint8).reshape(-1, 2))
 
 
+def _length(e: Encoded) -> Encoded:
+    """The ``i32`` length before each key / value (one constant when all have one width)."""
+    if e.width is not None:
+        return Encoded.constant(e.width.to_bytes(4, "big"), len(e))
+    return _be32(e.lengths)
+
+
 def _entries(key: Encoded, value: Encoded) -> Encoded:
-    return concat([_be32(key.lengths), key, _be32(value.lengths), value])
+    return concat([_length(key), key, _length(value), value])
 
 
 def _sorted_by_key_group(table: pa.Table) -> tuple[pa.Table, np.ndarray]:
@@ -430,22 +437,35 @@ class OperatorData:
     operator_states: Sequence[OperatorStateOut] = ()
 
 
+def _by_key_group(table: pa.Table | None) -> tuple[pa.Table, np.ndarray] | None:
+    """`table` sorted by key group (usually it already is) with its key groups, or None when empty."""
+    if table is None or not table.num_rows:
+        return None
+    table, kg = _sorted_by_key_group(table)
+    return table, kg
+
+
+def _key_group_slice(t: tuple[pa.Table, np.ndarray] | None, rng: Any) -> pa.Table | None:
+    if t is None:
+        return None
+    table, kg = t
+    lo, hi = np.searchsorted(kg, [rng.start, rng.end + 1])
+    return table.slice(int(lo), int(hi - lo))
+
+
 def write_operator(staging: FlinkStaging, op: OperatorData) -> OperatorOut:
     """Write one operator's state files into `staging` (one keyed file per subtask range) and describe them."""
     out = OperatorOut(op.uid, op.uid_hash, op.name, op.parallelism, op.max_parallelism)
     has_op_state = bool(op.operator_states)
     if op.layout is None and not has_op_state:
         return out  # stateless: listed, no subtask states
-    keyed = op.keyed
-    kg_all = keyed.column("key_group").to_numpy() if keyed is not None and keyed.num_rows else None
-    timers = op.timers
-    tkg_all = timers.column("key_group").to_numpy() if timers is not None and timers.num_rows else None
+    keyed = _by_key_group(op.keyed)
+    timers = _by_key_group(op.timers)
     for i in range(op.parallelism):
         st = SubtaskOut(i)
         if op.layout is not None:
             rng = key_group_range(op.max_parallelism, op.parallelism, i)
-            part = None if kg_all is None else keyed.filter(pa.array((kg_all >= rng.start) & (kg_all <= rng.end)))  # type: ignore[union-attr]
-            tpart = None if tkg_all is None else timers.filter(pa.array((tkg_all >= rng.start) & (tkg_all <= rng.end)))  # type: ignore[union-attr]
+            part, tpart = _key_group_slice(keyed, rng), _key_group_slice(timers, rng)
             name, path = staging.new_file()
             offsets, size = write_keyed_file(path, op.layout, part, tpart, rng.start, rng.end)
             st.keyed = (rng.start, offsets, name, size)

@@ -202,3 +202,40 @@ def test_rename_remove_and_rekey_on_a_flink_savepoint(tmp_path):
     assert b.get("counter-v2", "k-1")["count"] == a.get("counter", -1)["count"]
     with pytest.raises(InvalidArgumentError, match="nope"):
         write_flink(src, tmp_path / "x", uids={"nope": "y"})
+
+
+def test_convert_to_flink_command_round_trips_through_statekit(tmp_path):
+    """Flink -> statekit (`convert`) -> Flink (`convert --to flink`): the snapshots and every value come back."""
+    from typer.testing import CliRunner
+
+    from statekit_cli.app import app
+
+    src = savepoint("string-hashmap-canonical")
+    runner = CliRunner()
+    res = runner.invoke(app, ["convert", str(src), str(tmp_path / "sk"), "--uid", "counter", "--uid", "types",
+                              "--uid", "buffer", "--uid", "rules"])
+    assert res.exit_code == 0, res.output
+    res = runner.invoke(app, ["convert", "--to", "flink", str(tmp_path / "sk"), str(tmp_path / "fl")])
+    assert res.exit_code == 0, res.output
+    ra, rb = FlinkStateReader(src), FlinkStateReader(tmp_path / "fl")
+    for op in ra.metadata.operators:
+        la = ra.layout(op)
+        if la is not None:
+            lb = rb.layout(rb.metadata.operator(op.operator_id))
+            assert la.key_type.raw == lb.key_type.raw
+            assert {s.name: s.raw for s in la.states} == {s.name: s.raw for s in lb.states}
+    a, b = Savepoint.open(src), Savepoint.open(tmp_path / "fl")
+    for uid in ("counter", "types"):
+        assert sorted(map(repr, a.keyed_table(uid, with_key_group=True).to_pylist())) == \
+            sorted(map(repr, b.keyed_table(uid, with_key_group=True).to_pylist()))
+    res = runner.invoke(app, ["convert", "--to", "flink", str(tmp_path / "sk"), str(tmp_path / "fl")])
+    assert res.exit_code == 2 and "SavepointExistsError" in res.output
+
+
+def test_max_parallelism_not_matching_the_declared_job_is_refused(tmp_path):
+    src = savepoint("long-hashmap-canonical")
+    with pytest.raises(ParallelismError, match="declares max parallelism 256"):
+        write_flink(src, tmp_path / "out", max_parallelism={"counter": 256}, job_max_parallelism=256)
+    assert not (tmp_path / "out").exists() and not list(tmp_path.iterdir())
+    out = write_flink(src, tmp_path / "ok", max_parallelism=256, job_max_parallelism=256)
+    assert {m.max_parallelism for m in Savepoint.open(out).operators} == {256}

@@ -101,7 +101,7 @@ final class SavepointFiles {
         return full;
     }
 
-    /** Check each file's existence, size and CRC-32 against the manifest (messages as statekit.savepoint.files). */
+    /** Check each file's existence, size and CRC-32 against the manifest (messages as statekit.format.files). */
     void verify(Collection<Entry> files) {
         for (Entry e : files) {
             Path full = resolve(e);

@@ -14,10 +14,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from rocksdict import AccessType, Options, Rdict
 
-from statekit.backends.encoding import KEY_GROUP_PREFIX, ValueCodec, decode_namespace, encode_namespace, key_codec
-from statekit.backends.keyed_table import dicts_to_keyed_table
-from statekit.backends.ttl import ttl_export
 from statekit.errors import CorruptSavepointError, StatekitError
+from statekit.format.keyed_dicts import dicts_to_keyed_table
+from statekit.format.rocksdb_encoding import KEY_GROUP_PREFIX, ValueCodec, decode_namespace, encode_namespace, key_codec
+from statekit.format.ttl import ttl_export
 from statekit.keygroups import KeyGroupRange
 from statekit.state.descriptors import StateInfo
 from statekit.types import parse_ddl

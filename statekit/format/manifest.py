@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import os
 import posixpath
@@ -84,6 +86,38 @@ class FileEntry:
 
 
 @dataclass(frozen=True)
+class FlinkSerializers:
+    """Flink serializer snapshots of an operator read from a Flink savepoint, kept byte for byte (manifest
+    field ``flink``), so that writing the state back to Flink (`statekit.savepoint.flink_out`) restores into
+    the original job. `key` is the key serializer's versioned snapshot; the others are whole
+    `StateMetaInfoSnapshot`s (name, kind, serializers) of keyed states, timer queues and operator states."""
+
+    key: bytes | None = None
+    states: tuple[tuple[str, bytes], ...] = ()
+    timers: tuple[bytes, ...] = ()
+    operator_states: tuple[tuple[str, bytes], ...] = ()
+
+    def without_key(self) -> "FlinkSerializers":
+        """The same without what depends on the key type (after a re-key to another type)."""
+        return FlinkSerializers(None, self.states, (), self.operator_states)
+
+    def to_json(self) -> dict[str, Any]:
+        b64 = lambda b: base64.b64encode(b).decode("ascii")  # noqa: E731
+        return {"key": b64(self.key) if self.key is not None else None,
+                "states": {n: b64(b) for n, b in self.states},
+                "timers": [b64(b) for b in self.timers],
+                "operator_states": {n: b64(b) for n, b in self.operator_states}}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "FlinkSerializers":
+        dec = lambda v: base64.b64decode(v, validate=True)  # noqa: E731
+        return cls(dec(d["key"]) if d.get("key") is not None else None,
+                   tuple((n, dec(v)) for n, v in d.get("states", {}).items()),
+                   tuple(dec(v) for v in d.get("timers", [])),
+                   tuple((n, dec(v)) for n, v in d.get("operator_states", {}).items()))
+
+
+@dataclass(frozen=True)
 class OperatorMetadata:
     """Everything the manifest says about one operator."""
 
@@ -97,7 +131,8 @@ class OperatorMetadata:
     keyed_states: tuple[StateInfo, ...] = ()
     operator_states: tuple[OperatorStateInfo, ...] = ()
     files: tuple[FileEntry, ...] = ()
-    keyed_format: Literal["parquet", "rocksdb"] = "parquet"
+    keyed_format: Literal["parquet", "rocksdb", "flink"] = "parquet"  # flink: read in place from a Flink savepoint
+    flink: FlinkSerializers | None = None  # serializers carried from a Flink savepoint
 
     @property
     def identifier(self) -> OperatorIdentifier:
@@ -151,6 +186,8 @@ class OperatorMetadata:
             "operator_states": [s.to_json() for s in self.operator_states],
             "files": [f.to_json() for f in self.files],
         }
+        if self.flink is not None:
+            out["flink"] = self.flink.to_json()
         return out
 
     @classmethod
@@ -167,6 +204,7 @@ class OperatorMetadata:
             operator_states=tuple(OperatorStateInfo.from_json(s) for s in d.get("operator_states", [])),
             files=tuple(FileEntry.from_json(f) for f in d.get("files", [])),
             keyed_format=d.get("keyed_format", "parquet"),
+            flink=FlinkSerializers.from_json(d["flink"]) if d.get("flink") is not None else None,
         )
 
 
@@ -308,6 +346,9 @@ def parse_manifest(raw: Any, path: Path) -> Manifest:
             f"{sorted(SUPPORTED_FEATURES)}. Upgrade statekit to read it."
         )
     _check_schema(raw, _MANIFEST_SCHEMA, "", path)  # every field's JSON type and bounds, before any use
+    for i, op in enumerate(raw["operators"]):
+        if op.get("flink") is not None:
+            _check_flink_json(op["flink"], f"operators[{i}].flink", path)
     manifest = Manifest(
         checkpoint_id=raw["checkpoint_id"],
         kind=raw.get("kind", "savepoint"),
@@ -495,6 +536,54 @@ def _check_ddl(path: Path, ddl: Any, where: str) -> "pa.DataType":
         raise _fail(path, f"{where} has an invalid type {ddl!r} ({exc})") from None
 
 
+def _check_flink_json(d: Any, where: str, path: Path) -> None:
+    """The manifest field ``flink``: base64 strings under ``key``, ``states``, ``timers``, ``operator_states``."""
+    def b64(v: Any, at: str) -> None:
+        try:
+            if not isinstance(v, str):
+                raise TypeError
+            base64.b64decode(v, validate=True)
+        except (TypeError, binascii.Error):
+            raise _fail(path, f"field {at!r} is not base64 text (a Flink serializer snapshot)") from None
+
+    if not isinstance(d, dict):
+        raise _fail(path, f"field {where!r} is not an object")
+    if d.get("key") is not None:
+        b64(d["key"], f"{where}.key")
+    for name in ("states", "operator_states"):
+        if not isinstance(d.get(name, {}), dict):
+            raise _fail(path, f"field {where}.{name!r} is not an object")
+        for k, v in d.get(name, {}).items():
+            b64(v, f"{where}.{name}.{k}")
+    if not isinstance(d.get("timers", []), list):
+        raise _fail(path, f"field {where}.timers is not a list")
+    for i, v in enumerate(d.get("timers", [])):
+        b64(v, f"{where}.timers[{i}]")
+
+
+def _check_flink(path: Path, op: OperatorMetadata, where: str, keyed: set[str], operator: dict[str, str]) -> None:
+    """The carried Flink serializers parse, and name states the operator has."""
+    from statekit.format.flink.binary import DataInput
+    from statekit.format.flink.proxy import read_meta_info
+    from statekit.format.flink.serializers import read_versioned
+
+    fl = op.flink
+    assert fl is not None
+    try:
+        if fl.key is not None:
+            read_versioned(DataInput(fl.key, f"{path}: {where} flink key serializer"), "the key serializer")
+        for group, known in ((fl.states, keyed), (fl.operator_states, set(operator))):
+            for name, raw in group:
+                meta = read_meta_info(DataInput(raw, f"{path}: {where} flink serializers of {name!r}"))
+                if meta.name != name or name not in known:
+                    raise _fail(path, f"{where}: carried Flink serializers of {name!r} match no state of the operator")
+        for raw in fl.timers:
+            if not read_meta_info(DataInput(raw, f"{path}: {where} flink timer serializers")).is_timer:
+                raise _fail(path, f"{where}: carried Flink timer serializers are not a timer queue")
+    except (CorruptSavepointError, UnsupportedFormatError) as exc:
+        raise _fail(path, f"{where} carries Flink serializers that do not parse ({exc})") from None
+
+
 def _check_state_type(path: Path, t: "pa.DataType", kind: str, pickled: bool, what: str) -> None:
     """The column type a state of `kind` needs (list -> array, map -> map), with pickled values stored as binary."""
     import pyarrow as pa
@@ -567,6 +656,8 @@ def _validate(manifest: Manifest, path: Path) -> None:
             if st.redistribution == "broadcast":
                 _check_ddl(path, st.key_type, f"{where}: the keys of broadcast state {st.name!r}")
             op_states[st.name] = st.redistribution
+        if op.flink is not None:
+            _check_flink(path, op, where, names, op_states)
         native_dirs: dict[int, str] = {}
         for f in op.files:
             safe_relative_path(path, f.path)

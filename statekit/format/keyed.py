@@ -1,10 +1,10 @@
-"""Keyed tables as Arrow data: schema, validation, key-group assignment, grouping and file splits."""
+"""The keyed-table layout as Arrow data: columns, namespaces, timers, window contents, key groups and file splits."""
 
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -15,7 +15,19 @@ from statekit.keygroups import assign_key_groups
 from statekit.state.descriptors import StateInfo
 from statekit.types import parse_ddl, to_ddl
 
+#: Type of the ``namespace`` column of window operators (a window ``[start, end)``), in DDL and as Arrow.
 NAMESPACE_TYPE = "struct<start:bigint,end:bigint>"
+NAMESPACE_ARROW = parse_ddl(NAMESPACE_TYPE)
+#: Values of the timers table's ``domain`` column.
+EVENT, PROCESSING = "event", "processing"
+#: Keyed states of window operators: the buffered elements (or the pre-aggregate) of a window; with an
+#: evictor, each buffered element's timestamp, in step with CONTENTS; the active session windows of a
+#: key (start -> end, in the void namespace).
+CONTENTS = "window-contents"
+TIMESTAMPS = "window-timestamps"
+SESSIONS = "session-windows"
+#: List state holds no nulls: Long.MIN_VALUE stands for "no timestamp" in TIMESTAMPS, as in Flink.
+NO_TIMESTAMP = -(2**63)
 #: Below this many rows the key-group hash runs on one thread; above, on two halves in parallel.
 PARALLEL_HASH_ROWS = 1_000_000
 
@@ -38,6 +50,39 @@ def timers_schema(key_type: str, *, namespace_type: str | None = None) -> pa.Sch
         fields.append(pa.field("namespace", parse_ddl(namespace_type)))
     fields += [pa.field("timestamp", pa.int64(), nullable=False), pa.field("domain", pa.string(), nullable=False)]
     return pa.schema(fields)
+
+
+def timers_table(rows: list[tuple], key_type: pa.DataType, namespace_type: pa.DataType | None) -> pa.Table:
+    """Timer rows in the savepoint layout (``key_group, key, [namespace], timestamp, domain``)."""
+    rows = sorted(rows, key=lambda r: (r[0], r[3], r[4]))
+    cols: dict[str, pa.Array] = {
+        "key_group": pa.array([r[0] for r in rows], pa.int32()),
+        "key": pa.array([r[1] for r in rows], key_type),
+    }
+    if namespace_type is not None:
+        cols["namespace"] = pa.array(
+            [None if r[2] is None else {"start": r[2][0], "end": r[2][1]} for r in rows], namespace_type
+        )
+    cols["timestamp"] = pa.array([r[3] for r in rows], pa.int64())
+    cols["domain"] = pa.array([r[4] for r in rows], pa.string())
+    return pa.table(cols)
+
+
+def timer_rows_from_table(table: pa.Table) -> list[tuple]:
+    """Inverse of `timers_table`."""
+    d = table.to_pydict()
+    n = table.num_rows
+    ns = d.get("namespace") or [None] * n
+    ns = [None if v is None else (v["start"], v["end"]) for v in ns]
+    keys = [_as_key(k) for k in d["key"]]
+    return [(d["key_group"][i], keys[i], ns[i], d["timestamp"][i], d["domain"][i]) for i in range(n)]
+
+
+def _as_key(value: Any) -> Any:
+    """Struct keys come back from Arrow as dicts; the runtime keys them as tuples in field order."""
+    if isinstance(value, dict):
+        return tuple(_as_key(v) for v in value.values())
+    return value
 
 
 def same_type(a: pa.DataType, b: pa.DataType) -> bool:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import pickle
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
@@ -11,43 +10,13 @@ import pyarrow.compute as pc
 
 from statekit import serde
 from statekit.errors import StateTypeError
+from statekit.format.keyed import NAMESPACE_ARROW
+from statekit.format.values import python_converter, unpickle_values
 from statekit.keygroups import KeyGroupRange, assign_key_groups
 from statekit.state.descriptors import StateInfo
 from statekit.types import to_arrow_array, to_ddl
 
-__all__ = ["NAMESPACE_TYPE", "dicts_to_keyed_table", "filter_key_groups", "keyed_table_to_dicts", "python_converter"]
-
-#: Arrow type of the namespace column of window operators.
-NAMESPACE_TYPE = pa.struct([pa.field("start", pa.int64()), pa.field("end", pa.int64())])
-
-def python_converter(t: pa.DataType, *, hashable: bool = False) -> Callable[[Any], Any] | None:
-    """A function turning ``to_pylist()`` output of type `t` into handle values, or None if identical.
-
-    Arrow gives maps as lists of pairs; handles use dicts. Struct keys (of maps, or the operator's
-    key when `hashable`) become tuples so they can be dict keys.
-
-    >>> python_converter(pa.map_(pa.string(), pa.int64()))([("a", 1)])
-    {'a': 1}
-    """
-    if pa.types.is_map(t):
-        kf = python_converter(t.key_type, hashable=True)
-        vf = python_converter(t.item_type)
-        if kf is None and vf is None:
-            return lambda v: None if v is None else dict(v)
-        kf, vf = kf or (lambda x: x), vf or (lambda x: x)
-        return lambda v: None if v is None else {kf(k): vf(x) for k, x in v}
-    if pa.types.is_list(t):
-        ef = python_converter(t.value_type)
-        return None if ef is None else (lambda v: None if v is None else [ef(x) for x in v])
-    if pa.types.is_struct(t):
-        convs = [(f.name, python_converter(f.type, hashable=hashable)) for f in t]
-        if hashable:
-            return lambda v: None if v is None else tuple(v[n] if c is None else c(v[n]) for n, c in convs)
-        if all(c is None for _, c in convs):
-            return None
-        return lambda v: None if v is None else {n: v[n] if c is None else c(v[n]) for n, c in convs}
-    return None
-
+__all__ = ["dicts_to_keyed_table", "filter_key_groups", "keyed_table_to_dicts"]
 
 def _pickler(info: StateInfo) -> Callable[[Any], Any]:
     dumps = serde.dumps
@@ -127,7 +96,7 @@ def dicts_to_keyed_table(
         names.append("namespace")
         arrays.append(
             pa.StructArray.from_arrays(
-                [pa.array(starts, pa.int64()), pa.array(ends, pa.int64())], fields=list(NAMESPACE_TYPE), mask=mask
+                [pa.array(starts, pa.int64()), pa.array(ends, pa.int64())], fields=list(NAMESPACE_ARROW), mask=mask
             )
         )
     for info, rows, values in columns:
@@ -237,7 +206,7 @@ def keyed_table_to_dicts(
             idx = None
             values = col.to_pylist()
         if info.pickled and values:
-            values = _unpickle(info, values, trust_pickled)
+            values = unpickle_values(info, values, trusted=trust_pickled)
         else:
             conv = python_converter(info.arrow_type)
             if conv is not None:
@@ -262,15 +231,3 @@ def _cast(col: Any, t: pa.DataType, what: str) -> Any:
         return col.cast(t)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
         raise StateTypeError(f"{what} column has type {col.type}, which cannot be read as {to_ddl(t)} ({exc}).") from None
-
-
-def _unpickle(info: StateInfo, values: list[Any], trusted: bool) -> list[Any]:
-    where = f"state {info.name!r}"
-    serde.loads(None, trusted=trusted, where=where)  # raises UntrustedPickleError unless trusted
-    loads = pickle.loads
-    if info.kind == "list":
-        return [[None if x is None else loads(x) for x in v] for v in values]
-    if info.kind == "map":
-        kf = python_converter(info.arrow_type.key_type, hashable=True) or (lambda k: k)
-        return [{kf(k): None if x is None else loads(x) for k, x in v} for v in values]
-    return [loads(v) for v in values]

@@ -20,7 +20,7 @@ from statekit.errors import (
     StatekitError,
     StorageFullError,
 )
-from statekit.savepoint.manifest import FileEntry, safe_relative_path
+from statekit.format.manifest import FileEntry, safe_relative_path
 
 CHECKSUM_ALGORITHM = "crc32"
 #: Row groups small enough that a single-key lookup decodes little more than its key group.

@@ -390,4 +390,13 @@ __all__ = [
     "TumblingEventTimeWindows",
     "TumblingProcessingTimeWindows",
     "WindowAssigner",
+    "cleanup_time",
 ]
+
+
+def cleanup_time(window: TimeWindow, allowed_lateness: int, event_time: bool) -> int:
+    """When a window's state is dropped for good (its cleanup timer): end of window plus allowed lateness
+    in event time, the end of the window in processing time, never for the global window."""
+    if window == GLOBAL_WINDOW:
+        return GLOBAL_WINDOW.max_timestamp()
+    return window.max_timestamp() + (allowed_lateness if event_time else 0)
