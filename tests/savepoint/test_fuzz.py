@@ -21,8 +21,8 @@ import pytest
 
 import fuzz_child
 from savepoint_helpers import copy_golden, tree_digest, write_native
-from statekit.savepoint.files import checksum
-from statekit.savepoint.manifest import MANIFEST_NAME
+from statekit.format.files import checksum
+from statekit.format.manifest import MANIFEST_NAME
 
 CHILD = Path(fuzz_child.__file__)
 CASE_TIMEOUT = 60.0  # seconds; generous because the machine may be shared (a real hang never ends)
