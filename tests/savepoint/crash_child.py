@@ -58,7 +58,7 @@ def install(kill_at: int) -> list[int]:
 
 
 def run(operation: str, source: Path, target: Path) -> None:
-    from statekit.savepoint.transforms import with_max_parallelism, remove_operator, change_operator_identifier
+    from statekit.savepoint.transforms import change_operator_identifier, remove_operator, with_max_parallelism
 
     if operation == "build":
         sys.path.insert(0, str(HERE.parent / "golden"))

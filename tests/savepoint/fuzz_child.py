@@ -22,7 +22,7 @@ from pathlib import Path
 def entry_points(path: Path, scratch: Path):
     """(name, thunk) for everything a user can run over a savepoint."""
     from statekit.savepoint import Savepoint, check
-    from statekit.savepoint.transforms import with_max_parallelism, remove_operator, change_operator_identifier
+    from statekit.savepoint.transforms import change_operator_identifier, remove_operator, with_max_parallelism
 
     yield "check", lambda: check(path)
     yield "check-quick", lambda: check(path, deep=False)

@@ -10,13 +10,13 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
+from savepoint_helpers import tree_digest
 from typer.testing import CliRunner
 
-from savepoint_helpers import tree_digest
 from statekit.errors import InvalidTargetError, SavepointExistsError, StatekitError, StorageFullError
-from statekit.savepoint import Savepoint, SavepointBuilder, check
 from statekit.format.manifest import MANIFEST_NAME
-from statekit.savepoint.transforms import with_max_parallelism, remove_operator, change_operator_identifier
+from statekit.savepoint import Savepoint, SavepointBuilder, check
+from statekit.savepoint.transforms import change_operator_identifier, remove_operator, with_max_parallelism
 from statekit.state import ListStateDescriptor, ValueStateDescriptor
 from statekit_cli.app import app
 
