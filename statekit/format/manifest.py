@@ -119,10 +119,9 @@ class FlinkSerializers:
 
 @dataclass(frozen=True)
 class OperatorMetadata:
-    """Everything the manifest says about one operator."""
+    """Everything the manifest says about one operator; its identity is an `OperatorIdentifier`."""
 
-    uid: str | None
-    uid_hash: str
+    identifier: OperatorIdentifier
     name: str
     parallelism: int
     max_parallelism: int
@@ -135,8 +134,13 @@ class OperatorMetadata:
     flink: FlinkSerializers | None = None  # serializers carried from a Flink savepoint
 
     @property
-    def identifier(self) -> OperatorIdentifier:
-        return OperatorIdentifier.for_uid(self.uid) if self.uid else OperatorIdentifier.for_uid_hash(self.uid_hash)
+    def uid(self) -> str | None:
+        """The uid, when the savepoint knows it (None for an operator identified by its hash only)."""
+        return self.identifier.uid
+
+    @property
+    def uid_hash(self) -> str:
+        return self.identifier.uid_hash
 
     @property
     def total_bytes(self) -> int:
@@ -193,8 +197,7 @@ class OperatorMetadata:
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> "OperatorMetadata":
         return cls(
-            uid=d.get("uid"),
-            uid_hash=d["uid_hash"],
+            identifier=_identifier(d.get("uid"), d["uid_hash"]),
             name=d.get("name") or d.get("uid") or d["uid_hash"],
             parallelism=int(d["parallelism"]),
             max_parallelism=int(d["max_parallelism"]),
@@ -206,6 +209,20 @@ class OperatorMetadata:
             keyed_format=d.get("keyed_format", "parquet"),
             flink=FlinkSerializers.from_json(d["flink"]) if d.get("flink") is not None else None,
         )
+
+
+class _ManifestFault(ValueError):
+    """A manifest value that is well typed JSON but wrong; `parse_manifest` reports it as corrupt."""
+
+
+def _identifier(uid: Any, uid_hash: Any) -> OperatorIdentifier:
+    if not isinstance(uid_hash, str) or not _UID_HASH.fullmatch(uid_hash):
+        raise _ManifestFault(f"operator uid hash {uid_hash!r} is not 32 lowercase hex characters")
+    if uid is not None and (not isinstance(uid, str) or not uid):
+        raise _ManifestFault(f"operator uid {uid!r} is not a non-empty string")
+    if uid is not None and OperatorIdentifier.for_uid(uid).uid_hash != uid_hash:
+        raise _ManifestFault(f"operator uid {uid!r} does not match its uid hash {uid_hash}")
+    return OperatorIdentifier(uid_hash=uid_hash, uid=uid)
 
 
 @dataclass(frozen=True)
@@ -349,12 +366,16 @@ def parse_manifest(raw: Any, path: Path) -> Manifest:
     for i, op in enumerate(raw["operators"]):
         if op.get("flink") is not None:
             _check_flink_json(op["flink"], f"operators[{i}].flink", path)
+    try:
+        operators = tuple(OperatorMetadata.from_json(op) for op in raw["operators"])
+    except _ManifestFault as exc:
+        raise _fail(path, str(exc)) from None
     manifest = Manifest(
         checkpoint_id=raw["checkpoint_id"],
         kind=raw.get("kind", "savepoint"),
         created_at=raw.get("created_at") or "",
         job_name=raw.get("job_name"),
-        operators=tuple(OperatorMetadata.from_json(op) for op in raw["operators"]),
+        operators=operators,
         features=tuple(features),
         format_version=version,
     )
@@ -610,15 +631,9 @@ def _validate(manifest: Manifest, path: Path) -> None:
     seen: set[str] = set()
     listed: set[str] = set()
     for op in manifest.operators:
-        if not isinstance(op.uid_hash, str) or not _UID_HASH.fullmatch(op.uid_hash):
-            raise _fail(path, f"operator uid hash {op.uid_hash!r} is not 32 lowercase hex characters")
-        if op.uid is not None and not isinstance(op.uid, str):
-            raise _fail(path, f"operator uid {op.uid!r} is not a string")
         if op.uid_hash in seen:
             raise _fail(path, f"operator {op.uid_hash} is listed twice")
         seen.add(op.uid_hash)
-        if op.uid is not None and OperatorIdentifier.for_uid(op.uid).uid_hash != op.uid_hash:
-            raise _fail(path, f"operator uid {op.uid!r} does not match its uid hash {op.uid_hash}")
         if not 1 <= op.max_parallelism <= 32768 or not 1 <= op.parallelism <= op.max_parallelism:
             raise _fail(
                 path,

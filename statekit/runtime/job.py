@@ -21,7 +21,6 @@ from statekit.errors import (
     UntrustedPickleError,
 )
 from statekit.keygroups import default_max_parallelism
-from statekit.tempdirs import owned_temp_dir, release
 from statekit.runtime.checkpointing import CheckpointCoordinator, OperatorSnapshot
 from statekit.runtime.clock import ManualClock
 from statekit.runtime.keys import hash_router, selector_of
@@ -29,6 +28,7 @@ from statekit.runtime.restore import RestorePlan
 from statekit.runtime.sinks import Collector
 from statekit.runtime.sources import SourceOperator
 from statekit.runtime.watermarks import MIN_WATERMARK
+from statekit.tempdirs import owned_temp_dir, release
 
 log = logging.getLogger(__name__)
 
@@ -405,7 +405,7 @@ class Execution:
         for t in self.runner.transformations:
             ops = self.ops[t.id]
             snaps.append(
-                OperatorSnapshot(t.uid, t.uid_hash, t.name, len(ops), ops[0].max_parallelism, t.keyed, [op.snapshot(cid, ts) for op in ops])
+                OperatorSnapshot(t.identifier, t.name, len(ops), ops[0].max_parallelism, t.keyed, [op.snapshot(cid, ts) for op in ops])
             )
         self.last_checkpoint_id = cid
         return c.submit(cid, kind, snaps, path)

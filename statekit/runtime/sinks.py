@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from statekit.errors import InvalidArgumentError
 from statekit.runtime.context import SinkContext
 from statekit.runtime.operators import StreamOperator, method_or_callable
 from statekit.state.descriptors import ListStateDescriptor
@@ -110,7 +111,7 @@ class FileSink:
 
     def __init__(self, path: str | Path, *, format: str = "jsonl") -> None:
         if format not in ("jsonl", "text"):
-            raise ValueError(f"file sink format must be 'jsonl' or 'text', got {format!r}")
+            raise InvalidArgumentError(f"file sink format must be 'jsonl' or 'text', got {format!r}.")
         self.path = Path(path)
         self.format = format
 

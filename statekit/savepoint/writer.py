@@ -215,8 +215,7 @@ class OperatorWriter:
         if any(s.pickled for s in infos) or any(i.pickled for i in op_infos):
             features.add("pickled")
         meta = OperatorMetadata(
-            uid=self.identifier.uid,
-            uid_hash=self.identifier.uid_hash,
+            identifier=self.identifier,
             name=self.name,
             parallelism=self.parallelism,
             max_parallelism=self.max_parallelism,

@@ -33,6 +33,7 @@ from statekit.format.keyed import CONTENTS, NAMESPACE_ARROW, NAMESPACE_TYPE, NO_
 from statekit.identifiers import OperatorIdentifier
 from statekit.savepoint import SavepointBuilder
 from statekit.spark import bootstrap as B
+from statekit.spark import parts as P
 from statekit.spark.reader_function import no_gc
 from statekit.state.descriptors import (
     AggregatingStateDescriptor,
@@ -174,7 +175,7 @@ def _write_windows(w: WindowedBootstrap, desc: KeyedStateDescriptor, value: Any,
         for batch in batches:
             keys = batch.column(key_col).to_pylist()
             stamps = batch.column(_TS).to_pylist()
-            for k, ts, row in zip(keys, stamps, B._rows(batch, (B._KEY, _TS))):
+            for k, ts, row in zip(keys, stamps, B._rows(batch, (B._KEY, _TS, P.KEY_GROUP))):
                 if ts is None:
                     raise InvalidArgumentError(f"row {row} has a null {ts_name!r}: every element needs a timestamp.")
                 element = row if value is None else row[value] if isinstance(value, str) else value(row)
@@ -207,9 +208,7 @@ def _write_windows(w: WindowedBootstrap, desc: KeyedStateDescriptor, value: Any,
                 backend.set_current_namespace(None)
                 sessions.put(window.start, window.end)
 
-    def bootstrap(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from pyspark import TaskContext
-
+    def bootstrap(batches: Iterator[pa.RecordBatch]) -> tuple[pa.Table | None, pa.Table | None]:
         backend = B._backend(key_type, max_parallelism)
         contents = backend.get_state(desc)
         stamps = backend.get_state(stamps_desc) if stamps_desc is not None else None
@@ -219,25 +218,18 @@ def _write_windows(w: WindowedBootstrap, desc: KeyedStateDescriptor, value: Any,
             _assign(batches, backend, contents, stamps, timers, pending)
             if merging:
                 _sessions(backend, contents, stamps, timers, pending)
-        subtask = TaskContext.get().partitionId()
         table = backend.snapshot(0).table()
-        if table.num_rows:
-            yield from B._blobs("keyed", subtask, table)
-        if timers:
-            k, starts, ends, ts = zip(*timers)  # the builder orders timers by key group
-            yield from B._blobs("timers", subtask, pa.table({
-                "key": to_arrow_array(list(k), arrow_key, what="timer key"),
-                "namespace": pa.array([{"start": s, "end": e} for s, e in zip(starts, ends)], NAMESPACE_ARROW),
-                "timestamp": pa.array(ts, pa.int64()),
-                "domain": pa.array(["event"] * len(ts), pa.string()),
-            }))  # fmt: skip
+        if not timers:
+            return (table if table.num_rows else None), None
+        k, starts, ends, ts = zip(*timers)  # the part writer orders timers by key group
+        return (table if table.num_rows else None), pa.table({
+            "key": to_arrow_array(list(k), arrow_key, what="timer key"),
+            "namespace": pa.array([{"start": s, "end": e} for s, e in zip(starts, ends)], NAMESPACE_ARROW),
+            "timestamp": pa.array(ts, pa.int64()),
+            "domain": pa.array(["event"] * len(ts), pa.string()),
+        })  # fmt: skip
 
-    out = keyed.repartition(parallelism, key_col).mapInArrow(bootstrap, B._BLOBS)
     writer = builder.add_operator(ident, name="WindowBootstrap", parallelism=parallelism,
                                   max_parallelism=max_parallelism, key_type=key_type, keyed_states=infos,
                                   namespace_type=NAMESPACE_TYPE)  # fmt: skip
-    for kind, _, table in B._collect(out):
-        if kind == "keyed":
-            writer.write_keyed(table)
-        else:
-            writer.write_timers(table)
+    writer.add_files(P.write_keyed_parts(keyed, key_col, B.part_plan(keyed, builder, writer), bootstrap))
