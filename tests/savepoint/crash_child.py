@@ -58,7 +58,7 @@ def install(kill_at: int) -> list[int]:
 
 
 def run(operation: str, source: Path, target: Path) -> None:
-    from statekit.savepoint.transforms import change_max_parallelism, remove_operator, rename_operator
+    from statekit.savepoint.transforms import change_operator_identifier, remove_operator, with_max_parallelism
 
     if operation == "build":
         sys.path.insert(0, str(HERE.parent / "golden"))
@@ -66,13 +66,13 @@ def run(operation: str, source: Path, target: Path) -> None:
 
         make_golden.build(target)
     elif operation == "rename-uid":
-        rename_operator(source, target, "counter", "counter-v2")
+        change_operator_identifier(source, target, "counter", "counter-v2")
     elif operation == "remove-operator":
         remove_operator(source, target, "broadcast-rules")
     elif operation == "set-max-parallelism":
-        change_max_parallelism(source, target, "counter", 256)
+        with_max_parallelism(source, target, "counter", 256)
     elif operation == "rename-native":
-        rename_operator(source, target, "native", "native-v2")
+        change_operator_identifier(source, target, "native", "native-v2")
     else:
         raise SystemExit(f"unknown operation {operation}")
 

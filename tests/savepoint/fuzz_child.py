@@ -22,7 +22,7 @@ from pathlib import Path
 def entry_points(path: Path, scratch: Path):
     """(name, thunk) for everything a user can run over a savepoint."""
     from statekit.savepoint import Savepoint, check
-    from statekit.savepoint.transforms import change_max_parallelism, remove_operator, rename_operator
+    from statekit.savepoint.transforms import change_operator_identifier, remove_operator, with_max_parallelism
 
     yield "check", lambda: check(path)
     yield "check-quick", lambda: check(path, deep=False)
@@ -53,11 +53,11 @@ def entry_points(path: Path, scratch: Path):
                     yield f"union {info.name}", lambda ident=ident, n=info.name: sp.union_state(ident, n)
     ops = sp.operators
     if ops:
-        yield "rename-uid", lambda: rename_operator(path, scratch / "renamed", ops[0].identifier, "fuzz-new-uid")
+        yield "rename-uid", lambda: change_operator_identifier(path, scratch / "renamed", ops[0].identifier, "fuzz-new-uid")
         yield "remove-operator", lambda: remove_operator(path, scratch / "removed", ops[-1].identifier)
         keyed = [op for op in ops if op.key_type is not None]
         if keyed:
-            yield "set-max-parallelism", lambda: change_max_parallelism(
+            yield "set-max-parallelism", lambda: with_max_parallelism(
                 path, scratch / "rehashed", keyed[0].identifier, 256)
 
 
