@@ -205,3 +205,13 @@ def test_every_amount_of_free_space_gives_a_complete_savepoint_or_storage_full(t
 
 def test_errors_are_statekit_errors():
     assert issubclass(StorageFullError, StatekitError) and issubclass(InvalidTargetError, StatekitError)
+
+
+def test_cli_refuses_a_target_inside_the_source_as_a_usage_error(tmp_path):
+    src = _write(tmp_path / "src")
+    before = tree_digest(src)
+    for target in (src, src / "inside"):
+        result = CliRunner().invoke(app, ["remove-operator", str(src), str(target), "--uid", "other", "--apply"])
+        assert result.exit_code == 2, result.output
+        assert "InvalidTargetError" in result.output and "Traceback" not in result.output
+    assert tree_digest(src) == before
