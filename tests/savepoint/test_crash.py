@@ -9,10 +9,10 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import pytest
-
 import crash_child
+import pytest
 from savepoint_helpers import copy_golden, tree_digest, write_native
+
 from statekit.savepoint import Savepoint, check
 
 CHILD = Path(crash_child.__file__)

@@ -15,12 +15,12 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Callable
 
+import fuzz_child
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-
-import fuzz_child
 from savepoint_helpers import copy_golden, tree_digest, write_native
+
 from statekit.format.files import checksum
 from statekit.format.manifest import MANIFEST_NAME
 
