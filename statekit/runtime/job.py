@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import atexit
 import gc
 import logging
 import queue
 import shutil
 import threading
 import time
+import weakref
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
@@ -34,6 +36,8 @@ log = logging.getLogger(__name__)
 
 #: Elements a source emits between two looks at checkpoints, timers and client requests.
 BATCH = 512
+#: How long interpreter exit waits for each job still running (cancelled first) to end.
+SHUTDOWN_JOIN_TIMEOUT_S = 5.0
 
 
 class _Stopped(Exception):
@@ -516,6 +520,28 @@ def _watermark_fan_out(pairs: list[tuple[Any, Any]]) -> Any:
     return emit
 
 
+#: Jobs started with ``execute_async`` whose thread may still run; cancelled and joined at exit.
+_RUNNING: "weakref.WeakSet[JobClient]" = weakref.WeakSet()
+
+
+def _end_running_jobs() -> None:
+    """At interpreter exit, cancel jobs still running and wait for their threads.
+
+    A job's thread is a daemon (a forgotten job must not keep the process alive), but one still
+    inside native code (pyarrow, RocksDB) while the interpreter finalizes aborts the process; atexit
+    handlers run while threads can still finish, so each job is cancelled and ends here, in order.
+    """
+    for client in list(_RUNNING):
+        thread = client._thread
+        if thread is None or not thread.is_alive():
+            continue
+        client.cancel()
+        thread.join(SHUTDOWN_JOIN_TIMEOUT_S)
+        if thread.is_alive():
+            log.warning("job %r did not end within %.0f s of interpreter exit", client._runner.job_name,
+                        SHUTDOWN_JOIN_TIMEOUT_S)
+
+
 class JobClient:
     """Handle of a job started with ``execute_async``: savepoints, stop, cancel, status, result."""
 
@@ -536,6 +562,11 @@ class JobClient:
 
         client._thread = threading.Thread(target=main, name=f"statekit-job-{runner.job_name}", daemon=True)
         client._thread.start()
+        _RUNNING.add(client)
+        # Registered (again) last so that it runs first at exit (atexit is LIFO): before the hooks
+        # that remove working directories the job's RocksDB instances still use.
+        atexit.unregister(_end_running_jobs)
+        atexit.register(_end_running_jobs)
         return client
 
     def get_job_id(self) -> str:

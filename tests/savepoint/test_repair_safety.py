@@ -10,13 +10,13 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
+from savepoint_helpers import tree_digest
 from typer.testing import CliRunner
 
-from savepoint_helpers import tree_digest
 from statekit.errors import InvalidTargetError, SavepointExistsError, StatekitError, StorageFullError
-from statekit.savepoint import Savepoint, SavepointBuilder, check
 from statekit.format.manifest import MANIFEST_NAME
-from statekit.savepoint.transforms import with_max_parallelism, remove_operator, change_operator_identifier
+from statekit.savepoint import Savepoint, SavepointBuilder, check
+from statekit.savepoint.transforms import change_operator_identifier, remove_operator, with_max_parallelism
 from statekit.state import ListStateDescriptor, ValueStateDescriptor
 from statekit_cli.app import app
 
@@ -205,3 +205,13 @@ def test_every_amount_of_free_space_gives_a_complete_savepoint_or_storage_full(t
 
 def test_errors_are_statekit_errors():
     assert issubclass(StorageFullError, StatekitError) and issubclass(InvalidTargetError, StatekitError)
+
+
+def test_cli_refuses_a_target_inside_the_source_as_a_usage_error(tmp_path):
+    src = _write(tmp_path / "src")
+    before = tree_digest(src)
+    for target in (src, src / "inside"):
+        result = CliRunner().invoke(app, ["remove-operator", str(src), str(target), "--uid", "other", "--apply"])
+        assert result.exit_code == 2, result.output
+        assert "InvalidTargetError" in result.output and "Traceback" not in result.output
+    assert tree_digest(src) == before
