@@ -6,7 +6,12 @@ Prints, in one run on one session, for the same 2M-key DataFrame (``key bigint, 
   * the function path, a `KeyedStateBootstrapFunction` run once per row on the heap backend;
   * ``SavepointWriter.rekey`` of the columnar savepoint (key -> key + 10**9, key groups
     recomputed), against reading its keyed files and writing them back re-keyed with plain Spark;
-each in rows/s and as a ratio of the baseline's time (1.0x = as fast as plain Parquet).
+each in rows/s and as a ratio of the baseline's time (1.0x = as fast as plain Parquet), and for
+the two bootstrap paths the growth of this Python driver's peak RSS during the write, against the
+keyed state's in-memory (Arrow) size (target: below a quarter of it; executors write the files).
+
+``--large N`` instead bootstraps N keys with two bigint states through the columnar path alone,
+e.g. ``--large 30000000 --driver-memory 1g`` (it must succeed with a 1 GB driver).
 
 ``--cases evolve`` runs instead (10M keys by default, `bench_state_transform` and `bench_diff`):
   * ``with_state_transform`` (balance int -> bigint * 100) against plain Spark reading the keyed
@@ -15,14 +20,17 @@ each in rows/s and as a ratio of the baseline's time (1.0x = as fast as plain Pa
     written as Parquet, against plain Spark joining the two keyed tables and writing the changes;
     and the local Arrow ``statekit.savepoint.diff`` for reference.
 
-Usage: ``python bench/spark_write.py [--keys N] [--cases write|evolve]``. Output goes to a temporary directory.
+Usage: ``python bench/spark_write.py [--keys N] [--cases write|evolve] [--driver-memory 4g] [--large N]``.
+Output goes to a temporary directory.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -33,6 +41,7 @@ from statekit.spark import KeyedStateBootstrapFunction, OperatorTransformation, 
 from statekit.state import ValueStateDescriptor
 
 BALANCE = ValueStateDescriptor("balance", "bigint")
+LIMIT = ValueStateDescriptor("limit", "bigint")
 
 
 class Balance(KeyedStateBootstrapFunction):
@@ -41,6 +50,46 @@ class Balance(KeyedStateBootstrapFunction):
 
     def process_element(self, row, ctx):
         self.balance.update(row.balance)
+
+
+def _rss() -> int:
+    with open("/proc/self/statm") as fh:
+        return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def peak_rss_growth(fn) -> tuple[float, int]:
+    """(seconds, bytes): `fn`'s time and how far this process's RSS rose above its level at the start."""
+    start, peak, done = _rss(), [0], threading.Event()
+
+    def sample() -> None:
+        while not done.is_set():
+            peak[0] = max(peak[0], _rss())
+            done.wait(0.005)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        seconds = timed(fn)
+    finally:
+        done.set()
+        sampler.join()
+    return seconds, max(peak[0], _rss()) - start
+
+
+def large(spark, n: int, out: Path) -> None:
+    """Columnar bootstrap of `n` keys with two bigint states (the 1 GB driver acceptance run)."""
+    df = spark.range(n).selectExpr("id AS key", "id % 1000 AS balance", "id % 7 AS limit")
+    t = OperatorTransformation.bootstrap_with(df).key_by("key").columns(BALANCE, LIMIT)
+    seconds, growth = peak_rss_growth(
+        lambda: SavepointWriter.new_savepoint(spark).with_operator("accounts", t).write(out / "large"))
+    sp = Savepoint.open(out / "large")
+    rows = sum(f.rows for f in sp.keyed_files("accounts"))
+    assert rows == n, rows
+    assert sp.get("accounts", n - 1) == {"balance": (n - 1) % 1000, "limit": (n - 1) % 7}
+    state = n * (4 + 8 + 8 + 8)  # key_group int, key, two bigint states
+    print(f"{n:,} keys, two bigint states, spark.driver.memory={spark.conf.get('spark.driver.memory')}: "
+          f"{seconds:6.2f}s  {n / seconds / 1e6:6.2f} M rows/s; driver RSS +{growth / 2**20:.0f} MB for "
+          f"{state / 2**20:.0f} MB of state ({growth / state:.2f}x)")
 
 
 def timed(fn) -> float:
@@ -125,8 +174,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--keys", type=int, default=None)
     parser.add_argument("--cases", choices=["write", "evolve"], default="write")
+    parser.add_argument("--driver-memory", default="4g")
+    parser.add_argument("--large", type=int, default=0, help="only the columnar bootstrap of N keys, two states")
     args = parser.parse_args()
-    spark = spark_session()
+    spark = spark_session(**{"spark.driver.memory": args.driver_memory})
+    if args.large:
+        out = Path(tempfile.mkdtemp(prefix="statekit-bench-write-"))
+        try:
+            large(spark, args.large, out)
+        finally:
+            shutil.rmtree(out, ignore_errors=True)
+        return
     if args.cases == "evolve":
         evolve_main(spark, args.keys or 10_000_000)
         return
@@ -148,8 +206,8 @@ def main() -> None:
         small.write.parquet(str(out / "warm.parquet"))
 
         t_pq = timed(lambda: df.write.parquet(str(out / "baseline.parquet")))
-        t_col = timed(savepoint("columnar", columnar))
-        t_fn = timed(savepoint("function", function))
+        t_col, rss_col = peak_rss_growth(savepoint("columnar", columnar))
+        t_fn, rss_fn = peak_rss_growth(savepoint("function", function))
         for name in ("columnar", "function"):
             assert Savepoint.open(out / name).operator("accounts").files and \
                 sum(f.rows for f in Savepoint.open(out / name).keyed_files("accounts")) == n
@@ -167,6 +225,10 @@ def main() -> None:
               f"ratio {t_pq / t_col:.2f}x of baseline")
         print(f"bootstrap, function path         : {t_fn:6.2f}s  {n / t_fn / 1e6:6.2f} M rows/s  "
               f"ratio {t_pq / t_fn:.2f}x of baseline")
+        state = n * (4 + 8 + 8)  # the keyed table in Arrow: key_group int, key bigint, balance bigint
+        for name, growth in (("columnar", rss_col), ("function", rss_fn)):
+            print(f"driver peak RSS, {name + ' path':14s}  : +{growth / 2**20:5.0f} MB for {state / 2**20:.0f} MB of "
+                  f"keyed state ({growth / state:.2f}x; target < 0.25x)")
         print(f"rekey baseline: read, re-key, write parquet: {t_rk_pq:6.2f}s  {n / t_rk_pq / 1e6:6.2f} M rows/s")
         print(f"SavepointWriter.rekey          : {t_rk:6.2f}s  {n / t_rk / 1e6:6.2f} M rows/s  "
               f"ratio {t_rk_pq / t_rk:.2f}x of that baseline")

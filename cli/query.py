@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import os
-import sys
 import threading
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Optional
 
@@ -119,27 +116,11 @@ class _SparkProgress:
         self._thread.join(1)
 
 
-@contextmanager
 def _quiet_jvm():
-    """Without --debug, the JVM Spark starts inherits a stderr that goes nowhere (Ivy, log4j start-up)."""
-    if debug_enabled():
-        yield
-        return
-    try:
-        fd = sys.stderr.fileno()
-    except (AttributeError, OSError, ValueError):  # e.g. the test runner's captured stream
-        yield
-        return
-    sys.stderr.flush()
-    saved = os.dup(fd)
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, fd)
-    try:
-        yield
-    finally:
-        os.dup2(saved, fd)
-        os.close(saved)
-        os.close(devnull)
+    """Without --debug, Ivy and JVM start-up logs stay out of the output (`quiet_jvm_start`)."""
+    from statekit.spark.session import quiet_jvm_start
+
+    return quiet_jvm_start(not debug_enabled())
 
 
 def register(app: typer.Typer) -> None:

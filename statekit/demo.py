@@ -122,7 +122,7 @@ def run_demo(out: Path, *, use_spark: bool = True, console: Console | None = Non
     `out` must be missing or empty; with ``replace=True`` it may also be an earlier demo's output
     (see `prepare_output`). Nothing else is ever deleted.
     """
-    from statekit.savepoint.transforms import rename_operator
+    from statekit.savepoint.transforms import change_operator_identifier
 
     console = console or Console()
     out = prepare_output(Path(out), replace=replace)
@@ -147,12 +147,12 @@ def run_demo(out: Path, *, use_spark: bool = True, console: Console | None = Non
         _spark_part(sp1, console)
 
     sp2 = out / "savepoint-2"
-    rename_operator(sp1, sp2, "accounts", "accounts-v2")
+    change_operator_identifier(sp1, sp2, "accounts", "accounts-v2")
     console.print(f"[bold]5. repaired offline:[/] uid accounts -> accounts-v2 in {sp2} (source untouched)")
 
     # Restore the renamed state under the old uid to show the mapping is by uid hash: rename it back.
     sp3 = out / "savepoint-3"
-    rename_operator(sp2, sp3, "accounts-v2", "accounts")
+    change_operator_identifier(sp2, sp3, "accounts-v2", "accounts")
     second = transactions(50_000, 10_000, users)
     run_accounts_job(sp3, out / "savepoint-4", second, parallelism=3, source_uid="transactions-day-2")
     expected = sum(a for u, a in first + second if u == "user-0042")
@@ -164,9 +164,13 @@ def run_demo(out: Path, *, use_spark: bool = True, console: Console | None = Non
 
 
 def _spark_part(path: Path, console: Console) -> None:
-    from statekit.spark import SavepointReader, spark_session
+    import os
 
-    spark = spark_session()
+    from statekit.spark import SavepointReader, spark_session
+    from statekit.spark.session import quiet_jvm_start
+
+    with quiet_jvm_start(os.environ.get("STATEKIT_DEBUG") != "1"):  # no Ivy/JVM start-up logs in the demo
+        spark = spark_session()
     reader = SavepointReader.read(spark, str(path))
     reader.register(prefix="demo")
     row = spark.sql(

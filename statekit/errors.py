@@ -92,7 +92,7 @@ class SavepointExistsError(SavepointError, OutputExistsError):
     """The target of a write already exists; savepoints are never overwritten."""
 
 
-class InvalidTargetError(SavepointError):
+class InvalidTargetError(SavepointError, InvalidArgumentError):
     """The target of a write cannot be used: inside (or equal to) its source, under a file, at a symlink."""
 
 

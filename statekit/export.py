@@ -58,7 +58,9 @@ def export(path: str | os.PathLike, out: str | os.PathLike, *, format: Literal["
                     scratch = staging / ".scratch" / f"{db}.{name}.parquet"
                     scratch.parent.mkdir(exist_ok=True)
                     pq.write_table(table, scratch)
-                    spark.read.parquet(str(scratch.resolve())).write.format("delta").save(
+                    from statekit.spark.pruning import LITERAL_PATHS
+
+                    spark.read.options(**LITERAL_PATHS).parquet(str(scratch.resolve())).write.format("delta").save(
                         str((staging / db / name).resolve()))
                     scratch.unlink()
                 written[f"{db}/{name}"] = table.num_rows

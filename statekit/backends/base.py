@@ -9,6 +9,7 @@ from typing import Any, Callable, Iterable, Iterator, Literal, Sequence
 
 import pyarrow as pa
 
+from statekit.errors import InvalidArgumentError
 from statekit.keygroups import KeyGroupRange
 from statekit.state.descriptors import (
     BroadcastStateDescriptor,
@@ -48,7 +49,10 @@ class KeyedSnapshot:
 
     def table(self) -> pa.Table:
         if self.materialize is None:
-            raise ValueError("native snapshot: read it through statekit.format.rocksdb_native.native_to_arrow")
+            raise InvalidArgumentError(
+                "a native snapshot has no table in memory; read its files with "
+                "statekit.format.rocksdb_native.native_to_arrow(snapshot.native_dir, ...)."
+            )
         return self.materialize()
 
 
@@ -157,8 +161,6 @@ def create_keyed_backend(name: BackendName, **kwargs: Any) -> KeyedStateBackend:
         from statekit.backends.rocksdb import RocksDBKeyedStateBackend
 
         return RocksDBKeyedStateBackend(**kwargs)
-    from statekit.errors import InvalidArgumentError
-
     raise InvalidArgumentError(f"unknown state backend {name!r}; choose one of {', '.join(SUPPORTED_BACKENDS)}.")
 
 

@@ -166,7 +166,7 @@ def _size_mismatch(root: Path, entry: FileEntry, size: int) -> str:
     )
 
 
-def verify_file(root: Path, entry: FileEntry) -> tuple[bytes | None, FileProblem | None, str]:
+def verify_file(root: Path, entry: FileEntry) -> tuple[pa.Buffer | None, FileProblem | None, str]:
     """Read a listed file whole and compare it with the manifest: ``(data, None, "")`` when it matches,
     else ``(None, problem, message)``."""
     full = safe_relative_path(root, entry.path)
@@ -180,7 +180,13 @@ def verify_file(root: Path, entry: FileEntry) -> tuple[bytes | None, FileProblem
         with os.fdopen(fd, "rb") as fh:
             if not stat.S_ISREG(os.fstat(fd).st_mode):
                 return None, "missing_file", _not_a_file(root, entry)
-            data = fh.read(entry.bytes + 1)  # never more than the manifest's size (and one byte to see it grew)
+            # Never more than the manifest's size (and one byte to see it grew), read into Arrow's own
+            # memory: a buffer wrapping Python bytes needs the GIL when Arrow frees it, and Arrow may
+            # free it on one of its pool threads (a dataset scan's fragment outlives the read); at
+            # interpreter exit that thread then aborts the process ("terminate called without an
+            # active exception"). Arrow-owned memory is freed on any thread.
+            buf = pa.allocate_buffer(entry.bytes + 1)
+            data = buf.slice(0, fh.readinto(memoryview(buf)))
     except (FileNotFoundError, NotADirectoryError):
         return None, "missing_file", _missing(root, entry)
     except OSError as exc:  # permissions, I/O errors: the file cannot serve as data
@@ -226,7 +232,7 @@ def read_verified_bytes(root: Path, entry: FileEntry) -> pa.Buffer:
         raise ChecksumMismatchError(message)
     if problem is not None:
         raise CorruptSavepointError(message)
-    return pa.py_buffer(data)
+    return data
 
 
 def read_parquet_verified(root: Path, entry: FileEntry, *, filters=None, columns=None) -> pa.Table:

@@ -7,7 +7,6 @@ import binascii
 import json
 import os
 import posixpath
-import re
 import stat
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -21,6 +20,16 @@ from statekit.errors import (
     UnknownStateError,
     UnsafePathError,
     UnsupportedFormatError,
+)
+from statekit.format.manifest_schema import (
+    MANIFEST_SCHEMA,
+    REDISTRIBUTIONS,
+    STATE_KINDS,
+    TABLES,
+    UID_HASH,
+    SchemaViolation,
+    check_schema,
+    parse_int,
 )
 from statekit.identifiers import OperatorIdentifier
 from statekit.state.descriptors import OperatorStateInfo, StateInfo
@@ -119,10 +128,9 @@ class FlinkSerializers:
 
 @dataclass(frozen=True)
 class OperatorMetadata:
-    """Everything the manifest says about one operator."""
+    """Everything the manifest says about one operator; its identity is an `OperatorIdentifier`."""
 
-    uid: str | None
-    uid_hash: str
+    identifier: OperatorIdentifier
     name: str
     parallelism: int
     max_parallelism: int
@@ -135,8 +143,13 @@ class OperatorMetadata:
     flink: FlinkSerializers | None = None  # serializers carried from a Flink savepoint
 
     @property
-    def identifier(self) -> OperatorIdentifier:
-        return OperatorIdentifier.for_uid(self.uid) if self.uid else OperatorIdentifier.for_uid_hash(self.uid_hash)
+    def uid(self) -> str | None:
+        """The uid, when the savepoint knows it (None for an operator identified by its hash only)."""
+        return self.identifier.uid
+
+    @property
+    def uid_hash(self) -> str:
+        return self.identifier.uid_hash
 
     @property
     def total_bytes(self) -> int:
@@ -193,8 +206,7 @@ class OperatorMetadata:
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> "OperatorMetadata":
         return cls(
-            uid=d.get("uid"),
-            uid_hash=d["uid_hash"],
+            identifier=_identifier(d.get("uid"), d["uid_hash"]),
             name=d.get("name") or d.get("uid") or d["uid_hash"],
             parallelism=int(d["parallelism"]),
             max_parallelism=int(d["max_parallelism"]),
@@ -206,6 +218,20 @@ class OperatorMetadata:
             keyed_format=d.get("keyed_format", "parquet"),
             flink=FlinkSerializers.from_json(d["flink"]) if d.get("flink") is not None else None,
         )
+
+
+class _ManifestFault(ValueError):
+    """A manifest value that is well typed JSON but wrong; `parse_manifest` reports it as corrupt."""
+
+
+def _identifier(uid: Any, uid_hash: Any) -> OperatorIdentifier:
+    if not isinstance(uid_hash, str) or not UID_HASH.fullmatch(uid_hash):
+        raise _ManifestFault(f"operator uid hash {uid_hash!r} is not 32 lowercase hex characters")
+    if uid is not None and (not isinstance(uid, str) or not uid):
+        raise _ManifestFault(f"operator uid {uid!r} is not a non-empty string")
+    if uid is not None and OperatorIdentifier.for_uid(uid).uid_hash != uid_hash:
+        raise _ManifestFault(f"operator uid {uid!r} does not match its uid hash {uid_hash}")
+    return OperatorIdentifier(uid_hash=uid_hash, uid=uid)
 
 
 @dataclass(frozen=True)
@@ -306,20 +332,10 @@ def load_manifest(path: Path) -> Manifest:
     if len(data) > MAX_MANIFEST_BYTES:
         raise _fail(path, f"the manifest is larger than any valid manifest ({MAX_MANIFEST_BYTES} bytes)")
     try:
-        raw = json.loads(data.decode("utf-8"), parse_int=_parse_int)
+        raw = json.loads(data.decode("utf-8"), parse_int=parse_int)
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:  # JSONDecodeError is a ValueError
         raise _fail(path, f"the manifest is not valid JSON ({exc})") from None
     return parse_manifest(raw, path)
-
-
-class _HugeInt(str):
-    """A JSON integer too long for any manifest field; kept as text so the schema names the field."""
-
-
-def _parse_int(text: str) -> int | _HugeInt:
-    # Python refuses to convert integers over 4300 digits (and is slow well before that); no manifest
-    # field needs more than 19 digits, so longer ones are left for the schema to refuse by name.
-    return int(text) if len(text) <= 24 else _HugeInt(text)
 
 
 def parse_manifest(raw: Any, path: Path) -> Manifest:
@@ -345,182 +361,28 @@ def parse_manifest(raw: Any, path: Path) -> Manifest:
             f"{path}: savepoint uses feature(s) {unknown} that this statekit does not support; it supports "
             f"{sorted(SUPPORTED_FEATURES)}. Upgrade statekit to read it."
         )
-    _check_schema(raw, _MANIFEST_SCHEMA, "", path)  # every field's JSON type and bounds, before any use
+    try:
+        check_schema(raw, MANIFEST_SCHEMA, "")  # every field's JSON type and bounds, before any use
+    except SchemaViolation as exc:
+        raise _fail(path, str(exc)) from None
     for i, op in enumerate(raw["operators"]):
         if op.get("flink") is not None:
             _check_flink_json(op["flink"], f"operators[{i}].flink", path)
+    try:
+        operators = tuple(OperatorMetadata.from_json(op) for op in raw["operators"])
+    except _ManifestFault as exc:
+        raise _fail(path, str(exc)) from None
     manifest = Manifest(
         checkpoint_id=raw["checkpoint_id"],
         kind=raw.get("kind", "savepoint"),
         created_at=raw.get("created_at") or "",
         job_name=raw.get("job_name"),
-        operators=tuple(OperatorMetadata.from_json(op) for op in raw["operators"]),
+        operators=operators,
         features=tuple(features),
         format_version=version,
     )
     _validate(manifest, path)
     return manifest
-
-
-# --- the declared schema of the manifest -------------------------------------------------------------
-#
-# Each field: its JSON type, whether it must be present, whether null is allowed, and its bounds. A
-# manifest is checked against it whole before anything is built from it, so a damaged or hostile
-# manifest fails with the name of the field at fault, never with an exception from deeper code.
-
-MAX_TEXT = 64 * 1024  # uids, names and type strings
-MAX_PATH_BYTES = 4096
-MAX_NAME_BYTES = 255  # one path component, as on every common file system
-MAX_INT64 = 2**63 - 1
-
-
-@dataclass(frozen=True)
-class _Field:
-    kind: Literal["int", "str", "bool", "enum", "path", "ddl", "objects", "strings"]
-    required: bool = False
-    nullable: bool = False
-    lo: int = 0
-    hi: int = MAX_INT64
-    choices: tuple[str, ...] = ()
-    pattern: re.Pattern[str] | None = None
-    nonempty: bool = False
-    items: dict[str, "_Field"] | None = None  # the schema of each object of an "objects" list
-
-    def describe(self) -> str:
-        if self.kind == "int":
-            return f"an integer in {self.lo}..{self.hi}"
-        if self.kind == "enum":
-            return "one of " + ", ".join(repr(c) for c in self.choices)
-        if self.kind == "str":
-            return f"a{' non-empty' if self.nonempty else ''} string" + (
-                f" matching {self.pattern.pattern}" if self.pattern else "")
-        return {"bool": "true or false", "path": "a relative path", "ddl": "a type string such as 'bigint'",
-                "objects": "a list of objects", "strings": "a list of strings"}[self.kind]
-
-
-_UID_HASH = re.compile(r"[0-9a-f]{32}")
-_STATE_KINDS = ("value", "list", "map", "reducing", "aggregating")
-_REDISTRIBUTIONS = ("split", "union", "broadcast")
-_TABLES = ("keyed", "timers", "operator", "broadcast", "rocksdb")
-_STATE_NAME = _Field("str", required=True, nonempty=True)
-
-_FILE_SCHEMA = {
-    "path": _Field("path", required=True),
-    "table": _Field("enum", required=True, choices=_TABLES),
-    "rows": _Field("int", required=True),
-    "bytes": _Field("int", required=True),
-    "checksum": _Field("str", required=True, pattern=re.compile(r"crc32:[0-9a-f]{8}")),
-    "state": _Field("str", nullable=True, nonempty=True),
-    "key_group_start": _Field("int", nullable=True, hi=32767),
-    "key_group_end": _Field("int", nullable=True, hi=32767),
-    "subtask": _Field("int", nullable=True, hi=32767),
-}
-_KEYED_STATE_SCHEMA = {
-    "name": _STATE_NAME,
-    "kind": _Field("enum", required=True, choices=_STATE_KINDS),
-    "type": _Field("ddl", required=True),
-    "pickled": _Field("bool"),
-    "ttl_ms": _Field("int", nullable=True, lo=1),
-}
-_OPERATOR_STATE_SCHEMA = {
-    "name": _STATE_NAME,
-    "redistribution": _Field("enum", required=True, choices=_REDISTRIBUTIONS),
-    "type": _Field("ddl", required=True),
-    "key_type": _Field("ddl", nullable=True),
-    "pickled": _Field("bool"),
-}
-_OPERATOR_SCHEMA = {
-    "uid": _Field("str", nullable=True, nonempty=True),
-    "uid_hash": _Field("str", required=True, pattern=_UID_HASH),
-    "name": _Field("str", nullable=True),
-    "parallelism": _Field("int", required=True, lo=1, hi=32768),
-    "max_parallelism": _Field("int", required=True, lo=1, hi=32768),
-    "key_type": _Field("ddl", nullable=True),
-    "namespace_type": _Field("ddl", nullable=True),
-    "keyed_format": _Field("enum", choices=("parquet", "rocksdb")),
-    "keyed_states": _Field("objects", items=_KEYED_STATE_SCHEMA),
-    "operator_states": _Field("objects", items=_OPERATOR_STATE_SCHEMA),
-    "files": _Field("objects", items=_FILE_SCHEMA),
-}
-_MANIFEST_SCHEMA = {
-    "checkpoint_id": _Field("int", required=True),
-    "kind": _Field("enum", choices=("savepoint", "checkpoint")),
-    "created_at": _Field("str", nullable=True),
-    "job_name": _Field("str", nullable=True),
-    "features": _Field("strings"),
-    "operators": _Field("objects", required=True, items=_OPERATOR_SCHEMA),
-}
-
-
-def _check_schema(obj: dict[str, Any], schema: dict[str, _Field], where: str, path: Path) -> None:
-    for name, spec in schema.items():
-        field_name = f"{where}.{name}" if where else name
-        if name not in obj:
-            if spec.required:
-                raise _fail(path, f"field {field_name!r} is missing; it must be {spec.describe()}")
-            continue
-        value = obj[name]
-        if value is None and spec.nullable:
-            continue
-        why = _field_problem(value, spec)
-        if why:
-            shown = repr(value) if not isinstance(value, (list, dict)) else type(value).__name__
-            raise _fail(path, f"field {field_name!r} is {shown[:80]}{'...' if len(shown) > 80 else ''}: {why}; "
-                              f"it must be {spec.describe()}{' or null' if spec.nullable else ''}")
-        if spec.kind == "objects":
-            assert spec.items is not None
-            for i, item in enumerate(value):
-                _check_schema(item, spec.items, f"{field_name}[{i}]", path)
-
-
-def _field_problem(value: Any, spec: _Field) -> str | None:
-    """Why `value` does not fit `spec`, or None."""
-    kind = spec.kind
-    if kind == "int":
-        if isinstance(value, _HugeInt):
-            return f"an integer of {len(value)} digits is out of range"
-        if type(value) is not int:
-            return "not an integer" if not isinstance(value, float) else "a number that is not an integer"
-        return None if spec.lo <= value <= spec.hi else "out of range"
-    if kind == "bool":
-        return None if type(value) is bool else "not a boolean"
-    if kind == "objects":
-        return None if isinstance(value, list) and all(isinstance(x, dict) for x in value) else "not a list of objects"
-    if kind == "strings":
-        return None if isinstance(value, list) and all(_text_problem(x) is None for x in value) else \
-            "not a list of strings"
-    text = _text_problem(value, nul_ok=kind == "path")  # empty and NUL paths: `safe_relative_path` refuses them
-    if text:
-        return text
-    if kind == "enum":
-        return None if value in spec.choices else "not supported"
-    if kind == "str":
-        if spec.nonempty and not value:
-            return "empty"
-        return None if spec.pattern is None or spec.pattern.fullmatch(value) else "malformed"
-    if kind == "ddl":
-        return None if value.strip() else "empty"
-    if kind == "path":
-        if len(value.encode("utf-8")) > MAX_PATH_BYTES:
-            return f"longer than {MAX_PATH_BYTES} bytes"
-        if any(len(part.encode("utf-8")) > MAX_NAME_BYTES for part in value.replace("\\", "/").split("/")):
-            return f"a path component is longer than {MAX_NAME_BYTES} bytes, which no file system stores"
-        return None
-    raise AssertionError(kind)
-
-
-def _text_problem(value: Any, *, nul_ok: bool = False) -> str | None:
-    if not isinstance(value, str) or isinstance(value, _HugeInt):
-        return "not a string"
-    if len(value) > MAX_TEXT:
-        return f"longer than {MAX_TEXT} characters"
-    if "\x00" in value and not nul_ok:
-        return "holds a NUL character"
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        return "not valid UTF-8 text (a lone surrogate)"
-    return None
 
 
 def _is_int(v: Any) -> bool:
@@ -610,15 +472,9 @@ def _validate(manifest: Manifest, path: Path) -> None:
     seen: set[str] = set()
     listed: set[str] = set()
     for op in manifest.operators:
-        if not isinstance(op.uid_hash, str) or not _UID_HASH.fullmatch(op.uid_hash):
-            raise _fail(path, f"operator uid hash {op.uid_hash!r} is not 32 lowercase hex characters")
-        if op.uid is not None and not isinstance(op.uid, str):
-            raise _fail(path, f"operator uid {op.uid!r} is not a string")
         if op.uid_hash in seen:
             raise _fail(path, f"operator {op.uid_hash} is listed twice")
         seen.add(op.uid_hash)
-        if op.uid is not None and OperatorIdentifier.for_uid(op.uid).uid_hash != op.uid_hash:
-            raise _fail(path, f"operator uid {op.uid!r} does not match its uid hash {op.uid_hash}")
         if not 1 <= op.max_parallelism <= 32768 or not 1 <= op.parallelism <= op.max_parallelism:
             raise _fail(
                 path,
@@ -641,7 +497,7 @@ def _validate(manifest: Manifest, path: Path) -> None:
             if st.name in names:
                 raise _fail(path, f"{where} lists keyed state {st.name!r} twice")
             names.add(st.name)
-            if st.kind not in _STATE_KINDS:
+            if st.kind not in STATE_KINDS:
                 raise _fail(path, f"{where}: keyed state {st.name!r} has unknown kind {st.kind!r}")
             t = _check_ddl(path, st.type, f"{where}: keyed state {st.name!r}")
             _check_state_type(path, t, st.kind, st.pickled, f"{where}: keyed state {st.name!r}")
@@ -649,7 +505,7 @@ def _validate(manifest: Manifest, path: Path) -> None:
         for st in op.operator_states:
             if not isinstance(st.name, str) or not st.name or st.name in op_states:
                 raise _fail(path, f"{where} has an operator state named {st.name!r} (empty, not text or twice)")
-            if st.redistribution not in _REDISTRIBUTIONS:
+            if st.redistribution not in REDISTRIBUTIONS:
                 raise _fail(path, f"{where}: operator state {st.name!r} has unknown redistribution {st.redistribution!r}")
             t = _check_ddl(path, st.type, f"{where}: operator state {st.name!r}")
             _check_state_type(path, t, "value", st.pickled, f"{where}: operator state {st.name!r}")
@@ -695,8 +551,8 @@ def _validate_file(path: Path, op: OperatorMetadata, f: FileEntry, op_states: di
     def bad(why: str) -> CorruptSavepointError:
         return _fail(path, f"file entry {f.path} of operator {op.display_name!r} {why}")
 
-    if f.table not in _TABLES:
-        raise bad(f"has unknown table {f.table!r}; known tables are {sorted(_TABLES)}")
+    if f.table not in TABLES:
+        raise bad(f"has unknown table {f.table!r}; known tables are {sorted(TABLES)}")
     if not (_is_int(f.rows) and _is_int(f.bytes) and f.rows >= 0 and f.bytes >= 0):
         raise bad("has a negative or non-integer row count or size")
     if not isinstance(f.checksum, str) or not f.checksum.startswith("crc32:"):

@@ -203,6 +203,10 @@ def read_checkpoint(
         del db
 
 
+def _finite_number(v: Any) -> bool:
+    return type(v) in (int, float) and abs(v) < 2**63
+
+
 def native_to_arrow(
     directory: str | os.PathLike[str],
     *,
@@ -243,6 +247,15 @@ def native_to_arrow(
             sidecar = json.loads((src / NATIVE_SIDECAR).read_text())
         except (ValueError, OSError) as exc:
             raise CorruptSavepointError(f"{src / NATIVE_SIDECAR} is unreadable ({exc}).") from None
+        if not (isinstance(sidecar, dict)
+                and isinstance(sidecar.get("ttl_stamped", []), list)
+                and all(isinstance(n, str) for n in sidecar.get("ttl_stamped", []))
+                and (sidecar.get("snapshot_time_ms") is None or _finite_number(sidecar["snapshot_time_ms"]))
+                and isinstance(sidecar.get("namespaced", False), bool)):
+            raise CorruptSavepointError(
+                f"{src / NATIVE_SIDECAR} does not hold ttl_stamped (a list of state names), snapshot_time_ms (an "
+                "number) and namespaced (true/false); the native checkpoint is damaged."
+            )
     stamped = set(sidecar.get("ttl_stamped", [i.name for i in infos if i.ttl_ms is not None]))
     now = sidecar.get("snapshot_time_ms")
     states = [

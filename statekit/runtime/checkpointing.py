@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from statekit.format.keyed import NAMESPACE_ARROW, NAMESPACE_TYPE, timers_table
+from statekit.identifiers import OperatorIdentifier
 from statekit.runtime.storage import StorageLock, checkpoint_dirs, clean_storage, discard_checkpoint
 from statekit.types import to_ddl
 
@@ -20,8 +21,7 @@ log = logging.getLogger(__name__)
 class OperatorSnapshot:
     """Everything one operator contributes to a checkpoint: metadata plus one snapshot per subtask."""
 
-    uid: str | None
-    uid_hash: str
+    identifier: OperatorIdentifier
     name: str
     parallelism: int
     max_parallelism: int
@@ -44,7 +44,6 @@ def write_snapshot(path: Path, checkpoint_id: int, kind: str, job_name: str, ope
 
     This is the asynchronous part: keyed tables are materialised here, off the processing thread.
     """
-    from statekit.identifiers import OperatorIdentifier
     from statekit.savepoint import SavepointBuilder
 
     with SavepointBuilder(path, checkpoint_id=checkpoint_id, kind=kind, job_name=job_name) as builder:
@@ -59,14 +58,13 @@ def write_snapshot(path: Path, checkpoint_id: int, kind: str, job_name: str, ope
             has_op_state = any(s.operator_states for s in subs)
             if key_type is None and not has_op_state:
                 continue  # nothing to write: a keyed operator that never saw a key, or a stateless one
-            ident = op.uid if op.uid is not None else OperatorIdentifier.for_uid_hash(op.uid_hash)
             # Materialise first: whether state or timers are namespaced (windows) decides the layout.
             tables = [s.keyed.table() for s in subs if s.keyed is not None and s.keyed.native_dir is None]
             tables = [t for t in tables if t.num_rows]
             timer_rows = [row for s in subs for row in s.timers]
             namespaced = any("namespace" in t.column_names for t in tables) or any(r[2] is not None for r in timer_rows)
             w = builder.add_operator(
-                ident,
+                op.identifier,
                 name=op.name,
                 parallelism=op.parallelism,
                 max_parallelism=op.max_parallelism,

@@ -5,6 +5,8 @@ from __future__ import annotations
 import threading
 import time
 
+from statekit.errors import InvalidArgumentError
+
 
 class SystemClock:
     """Wall-clock processing time in epoch milliseconds."""
@@ -46,7 +48,7 @@ class ManualClock:
     def advance(self, ms: int) -> int:
         """Move time forward by `ms` and return the new time."""
         if ms < 0:
-            raise ValueError(f"a clock cannot go back; advance by a non-negative amount, got {ms}")
+            raise InvalidArgumentError(f"a clock cannot go back; advance by a non-negative amount, got {ms}.")
         with self._lock:
             self._now += int(ms)
             return self._now
@@ -55,7 +57,7 @@ class ManualClock:
         """Move time forward to `ms` (never backwards)."""
         with self._lock:
             if ms < self._now:
-                raise ValueError(f"a clock cannot go back from {self._now} to {ms}")
+                raise InvalidArgumentError(f"a clock cannot go back from {self._now} to {ms}; set a time >= {self._now}.")
             self._now = int(ms)
 
     def sleep(self, ms: int) -> None:

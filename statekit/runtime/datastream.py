@@ -55,10 +55,14 @@ class DataStream:
         return self
 
     def set_uid_hash(self, uid_hash: str) -> "DataStream":
-        """Match an operator of an existing savepoint by hash (Flink's ``setUidHash``)."""
+        """Identify the operator by an explicit uid hash (Flink's ``setUidHash``), e.g. one read from a savepoint.
+
+        The explicit hash wins over ``uid(...)``: the operator's state is written under it and
+        restored from it; a uid set as well only names the operator.
+        """
         from statekit.identifiers import OperatorIdentifier
 
-        self._t.uid_hash_override = OperatorIdentifier.for_uid_hash(uid_hash).uid_hash
+        self._t.explicit_id = OperatorIdentifier.for_uid_hash(uid_hash)
         return self
 
     def name(self, name: str) -> "DataStream":

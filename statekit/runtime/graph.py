@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from statekit.errors import InvalidArgumentError
+from statekit.identifiers import OperatorIdentifier, generated_uid_hash
 from statekit.keygroups import check_max_parallelism, check_parallelism
 
 
@@ -46,27 +47,33 @@ class Transformation:
     parallelism: int | None = None
     max_parallelism: int | None = None
     uid: str | None = None
-    uid_hash_override: str | None = None
+    explicit_id: OperatorIdentifier | None = None  # set_uid_hash(): wins over the uid's hash
     default_parallelism: int | None = None  # sources and collect sinks are non-parallel by default
     id: int = field(default_factory=lambda: next(_ids))
     position: int = 0
     shared: dict[str, Any] = field(default_factory=dict)  # facts all subtasks agree on (inferred key type)
 
     @property
-    def uid_hash(self) -> str:
-        """The operator id: hash of the uid, or a deterministic hash of the operator's position and kind."""
-        if self.uid_hash_override is not None:
-            return self.uid_hash_override
+    def identifier(self) -> OperatorIdentifier:
+        """The operator's identity in checkpoints and savepoints, by one rule (Flink's).
+
+        An explicit hash (``set_uid_hash(h)``) wins, with or without a uid: the operator is written
+        under ``h`` and restored from ``h``; the uid then only names it for people and must still be
+        unique. Else the uid's hash (``uid(x)``); else a hash of the operator's place in the job graph.
+        """
+        if self.explicit_id is not None:
+            return self.explicit_id
         if self.uid is not None:
-            from statekit.identifiers import OperatorIdentifier
-
-            return OperatorIdentifier.for_uid(self.uid).uid_hash
-        from statekit.identifiers import generated_uid_hash
-
+            return OperatorIdentifier.for_uid(self.uid)
         # Like Flink's generated hashes: from the operator's place in the topology (its position,
         # kind and inputs), not from its display name, so renaming an operator keeps its state.
         inputs = ",".join(f"{e.source.position}:{e.partition}:{e.input_index}" for e in self.inputs)
-        return generated_uid_hash(str(self.position), self.kind, inputs)
+        return OperatorIdentifier.for_uid_hash(generated_uid_hash(str(self.position), self.kind, inputs))
+
+    @property
+    def uid_hash(self) -> str:
+        """The hash of `identifier` (32 hex characters)."""
+        return self.identifier.uid_hash
 
     def effective_parallelism(self, env_parallelism: int) -> int:
         p = self.parallelism or self.default_parallelism or env_parallelism

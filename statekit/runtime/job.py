@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import atexit
 import gc
 import logging
 import queue
 import shutil
 import threading
 import time
+import weakref
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
@@ -21,7 +23,6 @@ from statekit.errors import (
     UntrustedPickleError,
 )
 from statekit.keygroups import default_max_parallelism
-from statekit.tempdirs import owned_temp_dir, release
 from statekit.runtime.checkpointing import CheckpointCoordinator, OperatorSnapshot
 from statekit.runtime.clock import ManualClock
 from statekit.runtime.keys import hash_router, selector_of
@@ -29,11 +30,14 @@ from statekit.runtime.restore import RestorePlan
 from statekit.runtime.sinks import Collector
 from statekit.runtime.sources import SourceOperator
 from statekit.runtime.watermarks import MIN_WATERMARK
+from statekit.tempdirs import owned_temp_dir, release
 
 log = logging.getLogger(__name__)
 
 #: Elements a source emits between two looks at checkpoints, timers and client requests.
 BATCH = 512
+#: How long interpreter exit waits for each job still running (cancelled first) to end.
+SHUTDOWN_JOIN_TIMEOUT_S = 5.0
 
 
 class _Stopped(Exception):
@@ -405,7 +409,7 @@ class Execution:
         for t in self.runner.transformations:
             ops = self.ops[t.id]
             snaps.append(
-                OperatorSnapshot(t.uid, t.uid_hash, t.name, len(ops), ops[0].max_parallelism, t.keyed, [op.snapshot(cid, ts) for op in ops])
+                OperatorSnapshot(t.identifier, t.name, len(ops), ops[0].max_parallelism, t.keyed, [op.snapshot(cid, ts) for op in ops])
             )
         self.last_checkpoint_id = cid
         return c.submit(cid, kind, snaps, path)
@@ -516,6 +520,28 @@ def _watermark_fan_out(pairs: list[tuple[Any, Any]]) -> Any:
     return emit
 
 
+#: Jobs started with ``execute_async`` whose thread may still run; cancelled and joined at exit.
+_RUNNING: "weakref.WeakSet[JobClient]" = weakref.WeakSet()
+
+
+def _end_running_jobs() -> None:
+    """At interpreter exit, cancel jobs still running and wait for their threads.
+
+    A job's thread is a daemon (a forgotten job must not keep the process alive), but one still
+    inside native code (pyarrow, RocksDB) while the interpreter finalizes aborts the process; atexit
+    handlers run while threads can still finish, so each job is cancelled and ends here, in order.
+    """
+    for client in list(_RUNNING):
+        thread = client._thread
+        if thread is None or not thread.is_alive():
+            continue
+        client.cancel()
+        thread.join(SHUTDOWN_JOIN_TIMEOUT_S)
+        if thread.is_alive():
+            log.warning("job %r did not end within %.0f s of interpreter exit", client._runner.job_name,
+                        SHUTDOWN_JOIN_TIMEOUT_S)
+
+
 class JobClient:
     """Handle of a job started with ``execute_async``: savepoints, stop, cancel, status, result."""
 
@@ -536,6 +562,11 @@ class JobClient:
 
         client._thread = threading.Thread(target=main, name=f"statekit-job-{runner.job_name}", daemon=True)
         client._thread.start()
+        _RUNNING.add(client)
+        # Registered (again) last so that it runs first at exit (atexit is LIFO): before the hooks
+        # that remove working directories the job's RocksDB instances still use.
+        atexit.unregister(_end_running_jobs)
+        atexit.register(_end_running_jobs)
         return client
 
     def get_job_id(self) -> str:

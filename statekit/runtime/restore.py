@@ -33,11 +33,11 @@ class RestorePlan:
 
         self.path = Path(path)
         self.savepoint = Savepoint.open(self.path, trust_pickled=trust_pickled)
-        by_hash = {t.uid_hash: t for t in transformations}
+        by_id = {t.identifier: t for t in transformations}
         self.matched: dict[int, Any] = {}  # transformation id -> OperatorMetadata
         unmatched = []
         for op in self.savepoint.operators:
-            t = by_hash.get(op.uid_hash)
+            t = by_id.get(op.identifier)
             if t is None:
                 unmatched.append(op)
             else:

@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from statekit.errors import InvalidArgumentError
 from statekit.runtime.context import SinkContext
 from statekit.runtime.operators import StreamOperator, method_or_callable
 from statekit.state.descriptors import ListStateDescriptor
@@ -110,7 +111,7 @@ class FileSink:
 
     def __init__(self, path: str | Path, *, format: str = "jsonl") -> None:
         if format not in ("jsonl", "text"):
-            raise ValueError(f"file sink format must be 'jsonl' or 'text', got {format!r}")
+            raise InvalidArgumentError(f"file sink format must be 'jsonl' or 'text', got {format!r}.")
         self.path = Path(path)
         self.format = format
 
@@ -160,6 +161,8 @@ class FileSinkOperator(StreamOperator):
         self.inprogress: Path | None = None
         self.pending: list[str] = []
         self._pending_state: Any = None
+        if self.subtask_index == 0:
+            remove_dead_inprogress(self.dir, self.tag)
 
     def initialize_internal_state(self, restored: bool) -> None:
         self._pending_state = self.operator_state_store.get_list_state(ListStateDescriptor("pending_files", "string"))
@@ -222,3 +225,42 @@ class FileSinkOperator(StreamOperator):
             self.file.close()
             self.file = None
         super().close()
+
+
+def dead_inprogress(directory: Path, tag: str | None = None) -> list[Path]:
+    """In-progress files (``.inprogress-<tag>-<subtask>-<attempt>-<pid>``) of processes no longer alive.
+
+    Their content was never covered by a checkpoint (that would have made it ``.pending``), so a
+    restore replays it: they are garbage once their writer is dead.
+    """
+    out = []
+    prefix = ".inprogress-" + (f"{tag}-" if tag is not None else "")
+    try:
+        names = [n for n in os.listdir(directory) if n.startswith(prefix)]
+    except OSError:
+        return out
+    for name in names:
+        pid = name.rsplit("-", 1)[-1]
+        if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+            out.append(Path(directory) / name)
+    return out
+
+
+def remove_dead_inprogress(directory: Path, tag: str | None = None) -> list[Path]:
+    removed = dead_inprogress(directory, tag)
+    for path in removed:
+        try:
+            path.unlink()
+        except FileNotFoundError:
+            pass
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -7,6 +7,7 @@ import inspect
 import itertools
 from itertools import islice
 import json
+import logging
 import threading
 from pathlib import Path
 from typing import Any, Iterator
@@ -17,6 +18,10 @@ from statekit.runtime.watermarks import MAX_WATERMARK, MIN_WATERMARK
 from statekit.state.descriptors import ListStateDescriptor
 
 END = object()  # a source is exhausted
+#: How long closing a job waits for a user source's thread to return from ``run`` after ``cancel``.
+SOURCE_JOIN_TIMEOUT_S = 10.0
+
+log = logging.getLogger(__name__)
 
 
 class FileSource:
@@ -237,6 +242,13 @@ class _ThreadedRun:
         finally:
             self.go.release()
 
+    def join(self, timeout: float) -> None:
+        """Wait for the source thread to end, so no thread of the job outlives it (and the interpreter)."""
+        if self.thread is not None and self.thread is not threading.current_thread():
+            self.thread.join(timeout)
+            if self.thread.is_alive():
+                log.warning("source %r did not return from run() %.0f s after cancel(); it keeps running", self.fn, timeout)
+
 
 class SourceOperator(StreamOperator):
     """One subtask of a source: pulls elements, stamps them, emits watermarks, checkpoints its position.
@@ -383,8 +395,10 @@ class SourceOperator(StreamOperator):
         self.emit_watermark(MAX_WATERMARK)
 
     def close(self) -> None:
-        if self._threaded is not None and not self.finished:
-            self._threaded.cancel()
+        if self._threaded is not None:
+            if not self.finished:
+                self._threaded.cancel()
+            self._threaded.join(SOURCE_JOIN_TIMEOUT_S)
         super().close()
 
 

@@ -11,6 +11,7 @@ import stat
 from pathlib import Path
 
 from statekit.errors import CheckpointStorageInUseError, StatekitError
+from statekit.savepoint.staging import remove_abandoned_staging
 
 log = logging.getLogger(__name__)
 
@@ -18,8 +19,6 @@ log = logging.getLogger(__name__)
 LOCK_NAME = ".statekit-job.lock"
 MANIFEST_NAME = "_metadata.json"
 _CHECKPOINT = re.compile(r"chk-([0-9]+)\Z")
-# The builder's staging directory of a checkpoint: `.chk-<id>.inprogress-<hex>` (savepoint/writer.py).
-_CHECKPOINT_STAGING = re.compile(r"\.chk-[0-9]+\.inprogress-[0-9a-f]+\Z")
 
 
 class StorageLock:
@@ -149,15 +148,8 @@ def clean_storage(storage: str | os.PathLike[str]) -> list[Path]:
             log.info("removing incomplete checkpoint %s", path)
             discard_checkpoint(path)
             removed.append(path)
-    try:
-        entries = list(os.scandir(root))
-    except OSError:
-        return removed
-    for e in entries:
-        if _CHECKPOINT_STAGING.match(e.name) and e.is_dir(follow_symlinks=False):
-            log.info("removing the staging directory of an interrupted checkpoint %s", e.path)
-            shutil.rmtree(e.path, ignore_errors=True)
-            removed.append(Path(e.path))
+    # Under the storage lock no live writer stages here: older statekit's lock-less staging goes too.
+    removed += remove_abandoned_staging(root, include_unlocked=True)
     return removed
 
 

@@ -8,6 +8,7 @@ from typing import Any, Callable
 #: Flink's Long.MIN_VALUE / Long.MAX_VALUE watermarks: "nothing yet" and "end of input".
 MIN_WATERMARK = -(2**63)
 MAX_WATERMARK = 2**63 - 1
+from statekit.errors import InvalidArgumentError
 
 
 class TimestampAssigner:
@@ -47,7 +48,7 @@ class WatermarkStrategy:
         """Events are at most `max_out_of_orderness_ms` late."""
         ms = getattr(max_out_of_orderness_ms, "to_milliseconds", lambda: max_out_of_orderness_ms)()
         if int(ms) < 0:
-            raise ValueError(f"out-of-orderness must be >= 0 ms, got {ms}")
+            raise InvalidArgumentError(f"out-of-orderness must be >= 0 ms, got {ms}; pass 0 for in-order events.")
         return WatermarkStrategy(int(ms))
 
     @staticmethod

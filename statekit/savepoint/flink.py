@@ -54,8 +54,7 @@ def _operator_metadata(reader: FlinkStateReader, op: OperatorState,
         else:
             op_states.append(OperatorStateInfo(name, red, meta.value_type.ddl()))
     return OperatorMetadata(
-        uid=uid,
-        uid_hash=op.operator_id,
+        identifier=OperatorIdentifier(uid_hash=op.operator_id, uid=uid),
         name=op.name or uid or op.operator_id,
         parallelism=max(op.parallelism, 1),
         max_parallelism=op.max_parallelism,

@@ -12,6 +12,7 @@ from statekit.format.keyed import first_duplicate
 from statekit.format.manifest import OperatorMetadata
 from statekit.identifiers import OperatorIdentifier
 from statekit.savepoint.reader import Savepoint
+from statekit.savepoint.transforms import write_operator_states
 from statekit.savepoint.writer import SavepointBuilder
 from statekit.types import to_ddl
 
@@ -180,11 +181,7 @@ def rekey_operator(builder: SavepointBuilder, source: Savepoint, meta: OperatorM
     if timers.num_rows:
         timers = remap_keys(timers.drop_columns(["key_group"]), mapping, what)
         writer.write_timers(_distinct_rows(timers))
-    for info in meta.operator_states:
-        if info.redistribution == "broadcast":
-            writer.write_broadcast_state(info, source.broadcast_state(op, info.name))
-        else:
-            writer.write_list_state(info, source.operator_state_lists(op, info.name)[1])
+    write_operator_states(writer, source, meta)
 
 
 def _distinct_rows(table: pa.Table) -> pa.Table:

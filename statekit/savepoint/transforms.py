@@ -1,4 +1,8 @@
-"""Savepoint transforms (rename a uid, remove an operator, change max parallelism) as new savepoints.
+"""Savepoint transforms (change an operator's identifier, remove an operator, change max parallelism) as new savepoints.
+
+One verb per operation, the same in `SavepointWriter` and (as noted) the CLI:
+`change_operator_identifier` (Flink's name; CLI ``rename-uid``), `remove_operator` (Flink's;
+CLI ``remove-operator``), `with_max_parallelism` (CLI ``set-max-parallelism``).
 
 Each transform reads a source savepoint and writes a new one through `SavepointBuilder`; files
 whose content does not change are hard-linked (copied across devices), so a transform costs
@@ -21,7 +25,7 @@ from statekit.format.manifest import FileEntry, OperatorMetadata, safe_relative_
 from statekit.identifiers import OperatorIdentifier
 from statekit.keygroups import check_max_parallelism
 from statekit.savepoint.reader import Savepoint
-from statekit.savepoint.writer import SavepointBuilder
+from statekit.savepoint.writer import OperatorWriter, SavepointBuilder
 
 OpLike = OperatorIdentifier | str
 
@@ -137,6 +141,12 @@ def rehash_operator(builder: SavepointBuilder, source: Savepoint, meta: Operator
     timers = source.timers(op)
     if timers.num_rows:
         writer.write_timers(timers.drop_columns(["key_group"]))
+    write_operator_states(writer, source, meta)
+
+
+def write_operator_states(writer: OperatorWriter, source: Savepoint, meta: OperatorMetadata) -> None:
+    """Carry `meta`'s list, union and broadcast state into `writer` (rewritten, as its parallelism may differ)."""
+    op = meta.identifier
     for info in meta.operator_states:
         if info.redistribution == "broadcast":
             writer.write_broadcast_state(info, source.broadcast_state(op, info.name))
@@ -157,8 +167,8 @@ def _transform(source_path, target_path, *, dry_run: bool, plan_fn: Callable[[Sa
     return plan
 
 
-def rename_operator(source: str | os.PathLike, target: str | os.PathLike, old: OpLike, new: OpLike, *,
-                    dry_run: bool = False) -> TransformPlan:
+def change_operator_identifier(source: str | os.PathLike, target: str | os.PathLike, old: OpLike, new: OpLike, *,
+                               dry_run: bool = False) -> TransformPlan:
     """Give operator `old` the identifier `new` (Flink's ``changeOperatorIdentifier``).
 
     State is carried over byte for byte; only the manifest entry changes. `new` must not exist in
@@ -203,8 +213,8 @@ def remove_operator(source: str | os.PathLike, target: str | os.PathLike, op: Op
     return _transform(source, target, dry_run=dry_run, plan_fn=plan_fn)
 
 
-def change_max_parallelism(source: str | os.PathLike, target: str | os.PathLike, op: OpLike,
-                           max_parallelism: int, *, dry_run: bool = False) -> TransformPlan:
+def with_max_parallelism(source: str | os.PathLike, target: str | os.PathLike, op: OpLike,
+                         max_parallelism: int, *, dry_run: bool = False) -> TransformPlan:
     """Re-hash `op`'s keyed state and timers into `max_parallelism` key groups.
 
     Flink cannot restore a savepoint into a different max parallelism; after this transform the

@@ -33,6 +33,7 @@ from statekit.format.manifest import (
 )
 from statekit.identifiers import OperatorIdentifier
 from statekit.keygroups import KeyGroupRange, check_max_parallelism, check_parallelism
+from statekit.savepoint.staging import StagingLock, remove_abandoned_staging
 from statekit.state.descriptors import KeyedStateDescriptor, OperatorStateInfo, StateInfo
 from statekit.types import TypeLike, parse_ddl, to_ddl
 
@@ -215,8 +216,7 @@ class OperatorWriter:
         if any(s.pickled for s in infos) or any(i.pickled for i in op_infos):
             features.add("pickled")
         meta = OperatorMetadata(
-            uid=self.identifier.uid,
-            uid_hash=self.identifier.uid_hash,
+            identifier=self.identifier,
             name=self.name,
             parallelism=self.parallelism,
             max_parallelism=self.max_parallelism,
@@ -411,6 +411,7 @@ class SavepointBuilder:
         # so a builder that is never committed leaves nothing behind.
         self._staging = self.path.parent / f".{self.path.name}.inprogress-{uuid.uuid4().hex[:12]}"
         self._created_dirs: list[Path] = []
+        self._lock: StagingLock | None = None  # held while the staging directory exists
         self._operators: dict[str, OperatorWriter] = {}
         self._done = False
 
@@ -425,6 +426,8 @@ class SavepointBuilder:
                     if not parent.exists():
                         parent.mkdir()  # one at a time, so that an abort removes exactly the ones made here
                         self._created_dirs.append(parent)
+                remove_abandoned_staging(self._staging.parent)  # what killed writers left here
+                self._lock = StagingLock(self._staging)
                 self._staging.mkdir()
         return self._staging
 
@@ -513,13 +516,20 @@ class SavepointBuilder:
                 raise SavepointExistsError(f"{self.path} appeared while writing; not overwriting it.") from None
             raise
         _fsync_dir(self.path.parent)
+        self._release_lock()
         self._done = True
         return self.path
+
+    def _release_lock(self) -> None:
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
 
     def abort(self) -> None:
         """Remove everything written so far, and parent directories the builder created; `path` is left untouched."""
         self._done = True
         shutil.rmtree(self._staging, ignore_errors=True)
+        self._release_lock()
         for d in reversed(self._created_dirs):  # deepest first; only if still empty
             try:
                 d.rmdir()

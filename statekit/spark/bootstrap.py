@@ -11,9 +11,11 @@ Three function kinds, as in Flink, plus a columnar fast path:
 - `StateBootstrapFunction`: operator list state (split or union); each Spark partition is a subtask.
 - `BroadcastStateBootstrapFunction`: broadcast state, from all rows in one task.
 
-Driver memory: executors return the finished state tables as Arrow IPC blobs and the driver
-collects them into the savepoint (`SavepointBuilder`), so an operator's state must fit in the
-driver's memory (Arrow columns, roughly the Parquet size uncompressed). The input rows do not.
+Keyed state is written by the executors (`statekit.spark.parts`): rows are shuffled by key-group
+range, each task builds its range's state and writes its Parquet files into the savepoint's staging
+directory, and the driver only commits the manifest from the files' descriptions; nothing
+proportional to the keyed state passes through the driver. Operator and broadcast state (small by
+nature) still travel to the driver as Arrow IPC blobs.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from statekit.format.values import python_converter
 from statekit.identifiers import OperatorIdentifier
 from statekit.keygroups import KeyGroupRange, check_max_parallelism
 from statekit.savepoint import SavepointBuilder
+from statekit.spark import parts as P
 from statekit.spark.reader_function import no_gc
 from statekit.state.descriptors import BroadcastStateDescriptor, KeyedStateDescriptor, MapStateDescriptor
 from statekit.types import parse_ddl, to_arrow_array, to_ddl
@@ -409,6 +412,13 @@ def keyed_frame(df: DataFrame, key: str | Callable[[Any], Any], key_type: str) -
     return df.mapInArrow(add_keys, keyed_schema), _KEY
 
 
+def part_plan(df: DataFrame, builder: SavepointBuilder, writer: Any) -> P.PartPlan:
+    """How the executors write `writer`'s operator (buckets: see `parts.write_buckets`)."""
+    spark_parallelism = df.sparkSession.sparkContext.defaultParallelism
+    return P.plan_for(writer, builder, buckets=P.write_buckets(spark_parallelism, writer.parallelism,
+                                                                writer.max_parallelism))  # fmt: skip
+
+
 def _write_keyed_function(t: KeyedOperatorTransformation, fn: KeyedStateBootstrapFunction, infos: Any,
                           builder: SavepointBuilder, ident: OperatorIdentifier, max_parallelism: int) -> None:
     key_type = t.key_type
@@ -416,10 +426,10 @@ def _write_keyed_function(t: KeyedOperatorTransformation, fn: KeyedStateBootstra
     to_key = python_converter(arrow_key, hashable=True)
     parallelism = _parallelism(t.source, max_parallelism)
     keyed, key_col = keyed_frame(t.source.df, t.key, key_type)
+    writer = builder.add_operator(ident, parallelism=parallelism, max_parallelism=max_parallelism,
+                                  key_type=key_type, keyed_states=infos)
 
-    def bootstrap(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from pyspark import TaskContext
-
+    def bootstrap(batches: Iterator[pa.RecordBatch]) -> tuple[pa.Table | None, pa.Table | None]:
         backend = _backend(key_type, max_parallelism)
         ctx = KeyedBootstrapContext(backend)
         fn.open(ctx)
@@ -427,29 +437,20 @@ def _write_keyed_function(t: KeyedOperatorTransformation, fn: KeyedStateBootstra
         with no_gc():  # the backend grows by one entry per key: generational GC passes would dominate
             for batch in batches:
                 keys = batch.column(key_col).to_pylist()
-                for k, row in zip(keys, _rows(batch, (_KEY,))):
+                for k, row in zip(keys, _rows(batch, (_KEY, P.KEY_GROUP))):
                     backend.set_current_key(k if to_key is None else to_key(k), -1)
                     _call(fn.process_element(row, ctx))
         fn.close()
-        subtask = TaskContext.get().partitionId()
         table = backend.snapshot(0).table()
-        if table.num_rows:
-            yield from _blobs("keyed", subtask, table)
+        _check_infos(table, infos, ident)
+        timers = None
         if ctx._timers.timers:
             k, ts, dom = zip(*ctx._timers.timers)
             timers = pa.table({"key": to_arrow_array(list(k), arrow_key, what="timer key"),
                                "timestamp": pa.array(ts, pa.int64()), "domain": pa.array(dom, pa.string())})
-            yield from _blobs("timers", subtask, timers)
+        return (table if table.num_rows else None), timers
 
-    out = keyed.repartition(parallelism, key_col).mapInArrow(bootstrap, _BLOBS)
-    writer = builder.add_operator(ident, parallelism=parallelism, max_parallelism=max_parallelism,
-                                  key_type=key_type, keyed_states=infos)
-    for kind, _, table in _collect(out):
-        if kind == "keyed":
-            _check_infos(table, infos, ident)
-            writer.write_keyed(table)
-        else:
-            writer.write_timers(table)
+    writer.add_files(P.write_keyed_parts(keyed, key_col, part_plan(keyed, builder, writer), bootstrap))
 
 
 def _check_infos(table: pa.Table, infos: Any, ident: OperatorIdentifier) -> None:
@@ -469,7 +470,7 @@ def _write_keyed_columns(t: KeyedOperatorTransformation, pairs: list, infos: Any
     df = t.source.df.select(F.col(t.key).alias("key"), *[F.col(c).alias(d.name) for c, d in pairs])
     writer = builder.add_operator(ident, parallelism=_parallelism(t.source, max_parallelism),
                                   max_parallelism=max_parallelism, key_type=t.key_type, keyed_states=infos)
-    writer.write_keyed(df.toArrow())
+    writer.add_files(P.write_keyed_parts(df, "key", part_plan(df, builder, writer)))
 
 
 def _write_operator_state(t: OneInputOperatorTransformation, fn: Any, builder: SavepointBuilder,

@@ -152,9 +152,19 @@ def write_columnar(df: DataFrame, key_col: str, key_type: str, columns: list[tup
     scratch = staging_dir.parent / f".{staging_dir.name}.fragments-{uuid.uuid4().hex[:8]}"
     scratch.mkdir()
     what = f"operator {uid or uid_hash}"
+    batch_conf = "spark.sql.execution.arrow.maxRecordsPerBatch"
+    batch_size = spark.conf.get(batch_conf, None)
     try:
         frame = df.select(F.col(key_col).alias("key"), *[F.col(c).alias(n) for c, n in columns])
-        runs = frame.mapInArrow(_fragments(layout, key_type, str(scratch), what), _RUNS).collect()
+        # a task encodes its whole partition at once: big Arrow batches cut the per-batch overhead
+        spark.conf.set(batch_conf, str(1 << 20))
+        try:
+            runs = frame.mapInArrow(_fragments(layout, key_type, str(scratch), what), _RUNS).collect()
+        finally:
+            if batch_size is None:
+                spark.conf.unset(batch_conf)
+            else:
+                spark.conf.set(batch_conf, batch_size)
         per_subtask: dict[int, list[tuple]] = {}
         maxp = layout.max_parallelism
         for r in runs:

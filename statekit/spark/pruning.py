@@ -32,10 +32,15 @@ from pyspark.sql import SparkSession
 from statekit.format.manifest import FileEntry
 from statekit.savepoint import OperatorMetadata, Savepoint
 
-__all__ = ["RULE_CLASS", "install_pruning", "pruning_unavailable", "relation_options"]
+__all__ = ["LITERAL_PATHS", "RULE_CLASS", "install_pruning", "pruning_unavailable", "relation_options"]
 
 JAVA_SOURCES = Path(__file__).resolve().parent / "java"
 RULE_CLASS = "io.statekit.spark.KeyGroupPruning"
+
+#: Read option making Spark take file paths literally: without it Hadoop expands ``?*[]{}`` and a
+#: backslash in them as a glob (a directory named ``a[1]`` is not found, and a glob over a path
+#: component holding ``:`` fails). Spark's `DataSource.GLOB_PATHS_KEY`; catalog tables keep it.
+LITERAL_PATHS = {"__globPaths__": "false"}
 
 _lock = threading.Lock()
 # id(py4j gateway) -> (gateway, the URLClassLoader holding statekit's classes); the gateway is kept
@@ -170,6 +175,7 @@ def relation_options(
         f"{e.key_group_start} {e.key_group_end} {e.bytes} {e.checksum} {quote(e.path, safe='/')}" for e in files
     ]
     return {
+        **LITERAL_PATHS,
         "statekit.savepoint": str(Path(sp.path).resolve()),
         "statekit.operator": meta.display_name,
         "statekit.max_parallelism": str(meta.max_parallelism),

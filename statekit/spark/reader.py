@@ -18,7 +18,7 @@ from statekit.format.keyed import CONTENTS
 from statekit.identifiers import OperatorIdentifier
 from statekit.savepoint import OperatorMetadata, Savepoint
 from statekit.spark.filters import RANGE_ENUMERATION_LIMIT
-from statekit.spark.pruning import pruning_unavailable, relation_options
+from statekit.spark.pruning import LITERAL_PATHS, pruning_unavailable, relation_options
 from statekit.spark.reader_function import KeyedStateReaderFunction, iter_output, open_function, run_rows
 from statekit.spark.scan import TableSpec, plan_tasks, spark_ddl, split_tasks, table_schema, verified_keyed_paths
 from statekit.spark.session import prepare_session
@@ -185,7 +185,8 @@ class SavepointReader:
             options = relation_options(self.savepoint, meta, files, RANGE_ENUMERATION_LIMIT)
             df = self.spark.read.schema(schema).options(**options).parquet(*paths)
         else:
-            df = self.spark.read.schema(schema).parquet(*verified_keyed_paths(self.savepoint, meta, table))
+            paths = verified_keyed_paths(self.savepoint, meta, table)
+            df = self.spark.read.schema(schema).options(**LITERAL_PATHS).parquet(*paths)
         return df if with_key_group else df.drop("key_group")
 
     def read_list_state(self, op: OpLike, name: str) -> DataFrame:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -110,3 +111,28 @@ def prepare_session(spark: SparkSession) -> SparkSession:
     register_data_sources(spark)
     install_error_translation()
     return spark
+
+
+@contextmanager
+def quiet_jvm_start(enabled: bool = True):
+    """While a session starts, send this process's stderr (inherited by the JVM Spark launches, which keeps
+    it) to /dev/null: Ivy's resolution report and the JVM's start-up warnings stay out of a command's
+    output. Errors still reach Python as exceptions. Does nothing when stderr is not a real file."""
+    if not enabled:
+        yield
+        return
+    try:
+        fd = sys.stderr.fileno()
+    except (AttributeError, OSError, ValueError):  # e.g. a test runner's captured stream
+        yield
+        return
+    sys.stderr.flush()
+    saved = os.dup(fd)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, fd)
+    try:
+        yield
+    finally:
+        os.dup2(saved, fd)
+        os.close(saved)
+        os.close(devnull)

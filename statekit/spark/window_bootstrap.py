@@ -14,9 +14,10 @@ function (``window-contents`` list state plus ``window-timestamps``), and the ev
 run when the window fires; the bootstrap writes that buffer, so a restored job evicts and
 reduces/aggregates/processes the bootstrapped and live elements together.
 
-Bootstrap supports non-merging event-time assigners with their default trigger (tumbling and
-sliding event-time windows). Session windows (merging), processing-time windows (their windows
-depend on the wall clock at bootstrap) and custom triggers (their state) are refused.
+Bootstrap supports event-time assigners with their default trigger: tumbling, sliding and session
+windows (each key's elements merged into sessions as the operator's merging window set would, the
+active sessions in map state ``session-windows``). Processing-time windows (their windows depend on
+the wall clock at bootstrap) and custom triggers (their state and timers) are refused.
 """
 
 from __future__ import annotations
@@ -28,20 +29,22 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import TimestampNTZType, TimestampType
 
 from statekit.errors import InvalidArgumentError
-from statekit.format.keyed import CONTENTS, NAMESPACE_ARROW, NAMESPACE_TYPE, NO_TIMESTAMP, TIMESTAMPS
+from statekit.format.keyed import CONTENTS, NAMESPACE_ARROW, NAMESPACE_TYPE, NO_TIMESTAMP, SESSIONS, TIMESTAMPS
 from statekit.identifiers import OperatorIdentifier
 from statekit.savepoint import SavepointBuilder
 from statekit.spark import bootstrap as B
+from statekit.spark import parts as P
 from statekit.spark.reader_function import no_gc
 from statekit.state.descriptors import (
     AggregatingStateDescriptor,
     KeyedStateDescriptor,
     ListStateDescriptor,
+    MapStateDescriptor,
     ReducingStateDescriptor,
 )
 from statekit.state.functions import AggregateFunction, as_reduce_function
 from statekit.types import parse_ddl, to_arrow_array, to_ddl
-from statekit.windowing import WindowAssigner, cleanup_time
+from statekit.windowing import TimeWindow, WindowAssigner, cleanup_time
 
 __all__ = ["WindowedBootstrap"]
 
@@ -59,11 +62,6 @@ class WindowedBootstrap:
             raise InvalidArgumentError(
                 f"{type(assigner).__name__} assigns windows by the wall clock; bootstrap builds event-time windows "
                 "from a timestamp column (use the event-time assigner of the same size)."
-            )
-        if assigner.is_merging():
-            raise InvalidArgumentError(
-                f"{type(assigner).__name__} merges windows (sessions); window bootstrap supports tumbling and "
-                "sliding event-time windows."
             )
         df = keyed.source.df
         if timestamp not in df.columns:
@@ -139,6 +137,8 @@ class WindowedBootstrap:
             raise InvalidArgumentError(f"value= takes a column name or a function of the row, not {value!r}.")
         stamps = ListStateDescriptor(TIMESTAMPS, "bigint") if self._evictor is not None else None
         infos = (desc.info(),) if stamps is None else (desc.info(), stamps.info())
+        if self.assigner.is_merging():  # session windows: the active windows per key, as the operator keeps them
+            infos += (MapStateDescriptor(SESSIONS, "bigint", "bigint").info(),)
         return B.BootstrapTransformation(lambda *a: _write_windows(self, desc, value, infos, stamps, *a), infos)
 
 
@@ -158,51 +158,78 @@ def _write_windows(w: WindowedBootstrap, desc: KeyedStateDescriptor, value: Any,
     to_key = B.python_converter(arrow_key, hashable=True)
     parallelism = B._parallelism(t.source, max_parallelism)
 
-    def _assign(batches: Iterator[pa.RecordBatch], backend: Any, contents: Any, stamp_state: Any, timers: set) -> None:
+    merging = assigner.is_merging()
+
+    def _add(backend: Any, contents: Any, stamp_state: Any, timers: set, key: Any, window: Any, element: Any,
+             ts: int) -> None:  # fmt: skip
+        backend.set_current_namespace(window)
+        contents.add(element)
+        if stamp_state is not None:  # evicting windows keep each element's timestamp beside it
+            stamp_state.add(NO_TIMESTAMP if ts is None else ts)
+        # the event-time trigger's timer (end of window) and the cleanup timer (plus allowed lateness)
+        timers.add((key, window.start, window.end, window.max_timestamp()))
+        timers.add((key, window.start, window.end, cleanup_time(window, lateness, True)))
+
+    def _assign(batches: Iterator[pa.RecordBatch], backend: Any, contents: Any, stamp_state: Any, timers: set,
+                pending: dict) -> None:  # fmt: skip
         for batch in batches:
             keys = batch.column(key_col).to_pylist()
             stamps = batch.column(_TS).to_pylist()
-            for k, ts, row in zip(keys, stamps, B._rows(batch, (B._KEY, _TS))):
+            for k, ts, row in zip(keys, stamps, B._rows(batch, (B._KEY, _TS, P.KEY_GROUP))):
                 if ts is None:
                     raise InvalidArgumentError(f"row {row} has a null {ts_name!r}: every element needs a timestamp.")
                 element = row if value is None else row[value] if isinstance(value, str) else value(row)
                 key = k if to_key is None else to_key(k)  # hashable (struct keys become tuples)
+                if merging:  # sessions are known only once every element of the key is seen
+                    pending.setdefault(key, []).append((ts, element))
+                    continue
                 backend.set_current_key(key, -1)
                 for window in assigner.assign_windows(element, ts, None):
-                    backend.set_current_namespace(window)
-                    contents.add(element)
-                    if stamp_state is not None:  # evicting windows keep each element's timestamp beside it
-                        stamp_state.add(NO_TIMESTAMP if ts is None else ts)
-                    timers.add((key, window.start, window.end, cleanup_time(window, lateness, True)))
+                    _add(backend, contents, stamp_state, timers, key, window, element, ts)
 
-    def bootstrap(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from pyspark import TaskContext
+    def _sessions(backend: Any, contents: Any, stamp_state: Any, timers: set, pending: dict) -> None:
+        """Each key's session windows as the operator would hold them after seeing its elements: windows
+        that overlap or touch merged (Flink's MergingWindowSet), elements in timestamp order."""
+        sessions = backend.get_state(MapStateDescriptor(SESSIONS, "bigint", "bigint"))
+        for key, elements in pending.items():
+            backend.set_current_key(key, -1)
+            elements.sort(key=lambda e: e[0])
+            merged: list[list] = []  # [window, [(ts, element), ...]]
+            for ts, element in elements:
+                for window in assigner.assign_windows(element, ts, None):
+                    if merged and merged[-1][0].intersects(window):
+                        merged[-1][0] = merged[-1][0].cover(window)
+                        merged[-1][1].append((ts, element))
+                    else:
+                        merged.append([TimeWindow(window.start, window.end), [(ts, element)]])
+            for window, members in merged:
+                for ts, element in members:
+                    _add(backend, contents, stamp_state, timers, key, window, element, ts)
+                backend.set_current_namespace(None)
+                sessions.put(window.start, window.end)
 
+    def bootstrap(batches: Iterator[pa.RecordBatch]) -> tuple[pa.Table | None, pa.Table | None]:
         backend = B._backend(key_type, max_parallelism)
         contents = backend.get_state(desc)
         stamps = backend.get_state(stamps_desc) if stamps_desc is not None else None
         timers: set[tuple] = set()
+        pending: dict[Any, list] = {}
         with no_gc():
-            _assign(batches, backend, contents, stamps, timers)
-        subtask = TaskContext.get().partitionId()
+            _assign(batches, backend, contents, stamps, timers, pending)
+            if merging:
+                _sessions(backend, contents, stamps, timers, pending)
         table = backend.snapshot(0).table()
-        if table.num_rows:
-            yield from B._blobs("keyed", subtask, table)
-        if timers:
-            k, starts, ends, ts = zip(*timers)  # the builder orders timers by key group
-            yield from B._blobs("timers", subtask, pa.table({
-                "key": to_arrow_array(list(k), arrow_key, what="timer key"),
-                "namespace": pa.array([{"start": s, "end": e} for s, e in zip(starts, ends)], NAMESPACE_ARROW),
-                "timestamp": pa.array(ts, pa.int64()),
-                "domain": pa.array(["event"] * len(ts), pa.string()),
-            }))  # fmt: skip
+        if not timers:
+            return (table if table.num_rows else None), None
+        k, starts, ends, ts = zip(*timers)  # the part writer orders timers by key group
+        return (table if table.num_rows else None), pa.table({
+            "key": to_arrow_array(list(k), arrow_key, what="timer key"),
+            "namespace": pa.array([{"start": s, "end": e} for s, e in zip(starts, ends)], NAMESPACE_ARROW),
+            "timestamp": pa.array(ts, pa.int64()),
+            "domain": pa.array(["event"] * len(ts), pa.string()),
+        })  # fmt: skip
 
-    out = keyed.repartition(parallelism, key_col).mapInArrow(bootstrap, B._BLOBS)
     writer = builder.add_operator(ident, name="WindowBootstrap", parallelism=parallelism,
                                   max_parallelism=max_parallelism, key_type=key_type, keyed_states=infos,
                                   namespace_type=NAMESPACE_TYPE)  # fmt: skip
-    for kind, _, table in B._collect(out):
-        if kind == "keyed":
-            writer.write_keyed(table)
-        else:
-            writer.write_timers(table)
+    writer.add_files(P.write_keyed_parts(keyed, key_col, B.part_plan(keyed, builder, writer), bootstrap))

@@ -10,18 +10,19 @@ from pathlib import Path
 from typing import Any, Callable, Literal
 
 import pyarrow as pa
-from pyspark.sql import Column, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from statekit.errors import InvalidArgumentError, UnknownOperatorError
 from statekit.identifiers import OperatorIdentifier
 from statekit.keygroups import check_max_parallelism
 from statekit.savepoint import OperatorMetadata, Savepoint, SavepointBuilder
-from statekit.savepoint.flink_out import TypeHints
 from statekit.savepoint.evolve import StateTransform, check_result_type, evolve_states, write_evolved
+from statekit.savepoint.flink_out import TypeHints
 from statekit.savepoint.rekey import rekey_operator
-from statekit.savepoint.transforms import link_operator, refuse_target_inside, rehash_operator
+from statekit.savepoint.transforms import link_operator, refuse_target_inside
 from statekit.spark.bootstrap import BootstrapTransformation
+from statekit.spark.rewrite import rehash_with_spark, rekey_with_spark
 from statekit.spark.session import prepare_session
 from statekit.types import parse_ddl
 
@@ -332,8 +333,8 @@ class SavepointWriter:
             expr = F.udf(new_key, entry.new_key_type)(F.col("key"))
         return expr if entry.new_key_type is None else expr.cast(entry.new_key_type)
 
-    def _key_mapping(self, entry: _Entry) -> pa.Table:
-        """``key`` -> ``new_key`` for every distinct key of the entry's keyed state and timers, by Spark."""
+    def _key_mapping(self, entry: _Entry) -> DataFrame:
+        """``key`` -> ``new_key`` for every distinct key of the entry's keyed state and timers (a Spark DataFrame)."""
         from statekit.spark.reader import SavepointReader
 
         assert self.source is not None and entry.existing is not None
@@ -345,7 +346,7 @@ class SavepointWriter:
             keys = keys.union(reader.read_timers(op).select("key")).distinct()
         elif meta.namespace_type is not None:
             keys = keys.distinct()  # else a keyed table holds each key once already
-        return keys.select("key", self._new_key_expr(entry).alias("new_key")).toArrow()
+        return keys.select("key", self._new_key_expr(entry).alias("new_key"))
 
     def _merged_rows(self, entry: _Entry) -> Any:
         """What the rekey's ``merge`` gives: the function itself, or Spark's SQL aggregates per new key
@@ -409,8 +410,8 @@ class SavepointWriter:
                 return None
             maxp = e.max_parallelism or self.max_parallelism
             par = min(keyed_t.source.parallelism or keyed_t.source.df.rdd.getNumPartitions() or 1, maxp)
-            meta = OperatorMetadata(e.ident.uid, e.ident.uid_hash, e.ident.uid or e.ident.uid_hash, par, maxp,
-                                    key_type=keyed_t.key_type, keyed_states=t.keyed_states)
+            meta = OperatorMetadata(identifier=e.ident, name=e.ident.uid or e.ident.uid_hash, parallelism=par,
+                                    max_parallelism=maxp, key_type=keyed_t.key_type, keyed_states=t.keyed_states)
             layout = keyed_layout(meta, None, types, max_parallelism=maxp, has_timers=False)
             if not regular(layout):
                 return None
@@ -478,14 +479,18 @@ class SavepointWriter:
                         write_evolved(builder, src, meta, entry.ident, self._evolved_table(entry),
                                       evolve_states(meta, entry.transforms), max_parallelism=entry.max_parallelism,
                                       name=name)  # fmt: skip
-                    elif entry.new_key is not None:
-                        rekey_operator(builder, src, meta, entry.ident, self._key_mapping(entry),
+                    elif entry.new_key is not None and entry.merge is None:  # executors write the parts
+                        rekey_with_spark(self.spark, builder, src, meta, entry.ident, self._key_mapping(entry),
+                                         key_type=entry.new_key_type, max_parallelism=entry.max_parallelism,
+                                         name=name)  # fmt: skip
+                    elif entry.new_key is not None:  # merging colliding keys: the local engine's Arrow transform
+                        rekey_operator(builder, src, meta, entry.ident, self._key_mapping(entry).toArrow(),
                                        key_type=entry.new_key_type, max_parallelism=entry.max_parallelism, name=name,
                                        merge=self._merged_rows(entry))
                     elif entry.max_parallelism in (None, meta.max_parallelism):
                         link_operator(builder, src, meta, entry.ident, name=name)
                     else:
-                        rehash_operator(builder, src, meta, entry.ident, entry.max_parallelism, name=name)
+                        rehash_with_spark(self.spark, builder, src, meta, entry.ident, entry.max_parallelism, name=name)
                 else:
                     assert entry.transformation is not None
                     entry.transformation.write_into(builder, entry.ident, entry.max_parallelism or self.max_parallelism)

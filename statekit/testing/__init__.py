@@ -1,10 +1,15 @@
-"""Small functions from Flink's documentation, shared by statekit's tests, benchmarks and examples."""
+"""What tests of stateful code keep needing: a manual clock and small functions from Flink's documentation.
+
+`ManualClock` is the runtime's clock that moves only when told (``clock.advance(ms)``); pass it as
+``StreamExecutionEnvironment(clock=...)`` or as a backend's ``clock=`` so timers and TTL never sleep.
+"""
 
 from __future__ import annotations
 
+from statekit.runtime.clock import ManualClock
 from statekit.state.functions import AggregateFunction
 
-__all__ = ["ClickCounter"]
+__all__ = ["ClickCounter", "ManualClock"]
 
 
 class ClickCounter(AggregateFunction):

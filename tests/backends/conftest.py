@@ -9,24 +9,12 @@ import pytest
 
 from statekit.backends.base import SUPPORTED_BACKENDS, create_keyed_backend
 from statekit.keygroups import KeyGroupRange, assign_to_key_group
-
-
-class ManualClock:
-    """Processing time that moves only when a test says so."""
-
-    def __init__(self, now: int = 1_000) -> None:
-        self.now = now
-
-    def __call__(self) -> int:
-        return self.now
-
-    def advance(self, ms: int) -> None:
-        self.now += ms
+from statekit.testing import ManualClock
 
 
 @pytest.fixture
 def clock() -> ManualClock:
-    return ManualClock()
+    return ManualClock(1_000)
 
 
 @pytest.fixture(params=SUPPORTED_BACKENDS)

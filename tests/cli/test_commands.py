@@ -18,11 +18,10 @@ from statekit.demo import write_demo_savepoint
 from statekit.runtime import (
     CheckpointedFunction,
     KeyedBroadcastProcessFunction,
-    KeyedProcessFunction,
     MapFunction,
     StreamExecutionEnvironment,
 )
-from statekit.savepoint import Savepoint, check
+from statekit.savepoint import Savepoint, SavepointBuilder, check
 from statekit.state.descriptors import ListStateDescriptor, MapStateDescriptor, ValueStateDescriptor
 
 from .conftest import run_executable, run_runner, tree_digest
@@ -419,3 +418,23 @@ def test_export_delta_then_bootstrap_from_it(spark, runtime_sp, tmp_path):
     sp, src = Savepoint.open(target), Savepoint.open(runtime_sp)
     assert sp.get("totals", 7) == {"total": src.get("accounts", 7)["total"]}
     assert sp.keyed_table("totals").num_rows == src.keyed_table("accounts").num_rows
+
+
+def test_get_reads_only_its_key_groups_file(cli, tmp_path):
+    """With every other keyed file damaged, `get` still answers: it reads the file of the key's group only."""
+    from statekit.keygroups import assign_to_key_group
+
+    sp_path = tmp_path / "sp"
+    with SavepointBuilder(sp_path, checkpoint_id=1, rows_per_file=200) as b:
+        b.add_operator("counter", parallelism=2, max_parallelism=128, key_type="bigint",
+                       keyed_states=[ValueStateDescriptor("count", "bigint")]
+                       ).write_keyed(pa.table({"key": list(range(2000)), "count": list(range(2000))}))
+    meta = Savepoint.open(sp_path).operator("counter")
+    kg = assign_to_key_group(42, meta.max_parallelism, "bigint")
+    files = meta.files_of("keyed")
+    assert len(files) > 2
+    for f in files:
+        if not f.covers(kg):
+            (sp_path / f.path).write_bytes(b"damaged")
+    assert _json(cli(["get", sp_path, "--uid", "counter", "--key", "42", "--json"])) == {"count": 42}
+    assert cli(["check", sp_path, "--quick"]).exit_code == 1

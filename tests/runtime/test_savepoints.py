@@ -6,6 +6,7 @@ import pytest
 
 from jobs import SumCount, events
 from statekit.errors import NotASavepointError, RestoreError, SavepointExistsError
+from statekit.identifiers import OperatorIdentifier
 from statekit.runtime import (
     CheckpointedFunction,
     KeyedProcessFunction,
@@ -303,3 +304,30 @@ def test_operators_without_uid_match_by_topology(backend, tmp_path):
     assert all(op.uid is None for op in ops)
     # Same topology, new display name: the generated ids match, so state (and the source offset) restore.
     assert job("renamed").execute_and_collect(restore_from=tmp_path / "sp") == []
+
+
+def test_explicit_uid_hash_wins_over_the_uid_in_savepoints_and_restores(tmp_path):
+    """One rule for ``.uid(x).set_uid_hash(h)`` (Flink's): the operator is written under h and restored from h."""
+    h = OperatorIdentifier.for_uid("legacy-counter").uid_hash
+    env = StreamExecutionEnvironment(parallelism=2)
+    (env.from_collection(["a", "b", "a"]).uid("words-1").key_by(lambda w: w, key_type="string")
+        .process(Count()).uid("count-v2").set_uid_hash(h))
+    env.execute("first", final_savepoint=tmp_path / "sp")
+    sp = Savepoint.open(tmp_path / "sp")
+    keyed = [m for m in sp.operators if m.key_type is not None]
+    assert [m.identifier for m in keyed] == [OperatorIdentifier.for_uid_hash(h)]
+    assert OperatorIdentifier.for_uid("count-v2").uid_hash not in {m.uid_hash for m in sp.operators}
+    assert sp.get(OperatorIdentifier.for_uid_hash(h), "a") == {"count": 2}
+
+    def second(tag, configure):
+        env = StreamExecutionEnvironment(parallelism=1)
+        stream = env.from_collection(["a"]).uid(f"words-{tag}").key_by(lambda w: w, key_type="string").process(Count())
+        configure(stream)
+        return sorted(stream.execute_and_collect(restore_from=tmp_path / "sp", allow_non_restored_state=True))
+
+    # the same uid + hash, the hash alone, or the uid whose hash it is: all restore the count of "a"
+    assert second("2", lambda s: s.uid("count-v2").set_uid_hash(h)) == [("a", 3)]
+    assert second("3", lambda s: s.set_uid_hash(h)) == [("a", 3)]
+    assert second("4", lambda s: s.uid("legacy-counter")) == [("a", 3)]
+    # the uid alone names another operator: its state starts empty
+    assert second("5", lambda s: s.uid("count-v2")) == [("a", 1)]

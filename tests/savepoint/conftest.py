@@ -53,3 +53,17 @@ def small_disk(tmp_path):
     yield mount
     for mnt in mounted:
         subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+@pytest.fixture
+def scratch(tmp_path):
+    """A directory on a fresh tmpfs where root may mount one (fsync costs nothing there, so tests that kill
+    hundreds of writes stay fast), else `tmp_path`."""
+    import subprocess
+
+    mnt = tmp_path / "tmpfs"
+    mnt.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=512m", "tmpfs", str(mnt)], capture_output=True)
+    yield mnt
+    if r.returncode == 0:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)

@@ -291,3 +291,20 @@ def test_timer_domain_other_than_event_or_processing_is_reported(sp):
     (sp / MANIFEST_NAME).write_text(json.dumps(m))
     report = check(sp)
     assert [(p.kind, "weekly" in p.message) for p in report.problems] == [("invalid_row", True)], report
+
+
+@pytest.mark.parametrize("sidecar", ["[1]", '{"ttl_stamped": 5}', '{"snapshot_time_ms": "now"}',
+                                     '{"namespaced": [true]}', '{"snapshot_time_ms": NaN}'])
+def test_damaged_native_sidecar_is_a_typed_error(tmp_path, sidecar):
+    sp = write_native(tmp_path / "native", tmp_path / "work")
+
+    def patch(m):
+        for f in m["operators"][0]["files"]:
+            if f["path"].endswith("statekit-native.json"):
+                (sp / f["path"]).write_text(sidecar)
+                data = (sp / f["path"]).read_bytes()
+                f.update(bytes=len(data), checksum=checksum(data))
+    edit(sp, patch)
+    with pytest.raises(CorruptSavepointError, match="statekit-native.json"):
+        Savepoint.open(sp).keyed_table("native")
+    assert [p.kind for p in check(sp).problems] == ["unreadable"]

@@ -10,20 +10,20 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
+from savepoint_helpers import tree_digest
 from typer.testing import CliRunner
 
-from savepoint_helpers import tree_digest
 from statekit.errors import InvalidTargetError, SavepointExistsError, StatekitError, StorageFullError
-from statekit.savepoint import Savepoint, SavepointBuilder, check
 from statekit.format.manifest import MANIFEST_NAME
-from statekit.savepoint.transforms import change_max_parallelism, remove_operator, rename_operator
+from statekit.savepoint import Savepoint, SavepointBuilder, check
+from statekit.savepoint.transforms import change_operator_identifier, remove_operator, with_max_parallelism
 from statekit.state import ListStateDescriptor, ValueStateDescriptor
 from statekit_cli.app import app
 
 REPAIRS = {
-    "rename-uid": lambda src, dst: rename_operator(src, dst, "accounts", "accounts-v2"),
+    "rename-uid": lambda src, dst: change_operator_identifier(src, dst, "accounts", "accounts-v2"),
     "remove-operator": lambda src, dst: remove_operator(src, dst, "other"),
-    "set-max-parallelism": lambda src, dst: change_max_parallelism(src, dst, "other", 256),
+    "set-max-parallelism": lambda src, dst: with_max_parallelism(src, dst, "other", 256),
 }
 
 
@@ -83,7 +83,7 @@ def test_colliding_names_copied_across_file_systems(tmp_path, small_disk):
     src = _colliding(tmp_path / "src")
     before = tree_digest(src)
     target = small_disk("20m") / "out"
-    rename_operator(src, target, "accounts", "accounts-v2")
+    change_operator_identifier(src, target, "accounts", "accounts-v2")
     assert tree_digest(src) == before
     assert check(target).ok
     assert Savepoint.open(target).keyed_table("accounts-v2").num_rows == 400
@@ -181,8 +181,8 @@ def test_every_amount_of_free_space_gives_a_complete_savepoint_or_storage_full(t
     src = _write(tmp_path / "src")
     for leave in range(0, 160 * 1024, 8 * 1024):
         _fill(disk, leave)
-        for name, write in [("build", lambda t: _write(t)), ("rename", lambda t: rename_operator(src, t, "accounts", "a2")),
-                            ("rehash", lambda t: change_max_parallelism(src, t, "accounts", 512))]:
+        for name, write in [("build", lambda t: _write(t)), ("rename", lambda t: change_operator_identifier(src, t, "accounts", "a2")),
+                            ("rehash", lambda t: with_max_parallelism(src, t, "accounts", 512))]:
             target = disk / f"{name}-{leave}"
             try:
                 write(target)
@@ -205,3 +205,13 @@ def test_every_amount_of_free_space_gives_a_complete_savepoint_or_storage_full(t
 
 def test_errors_are_statekit_errors():
     assert issubclass(StorageFullError, StatekitError) and issubclass(InvalidTargetError, StatekitError)
+
+
+def test_cli_refuses_a_target_inside_the_source_as_a_usage_error(tmp_path):
+    src = _write(tmp_path / "src")
+    before = tree_digest(src)
+    for target in (src, src / "inside"):
+        result = CliRunner().invoke(app, ["remove-operator", str(src), str(target), "--uid", "other", "--apply"])
+        assert result.exit_code == 2, result.output
+        assert "InvalidTargetError" in result.output and "Traceback" not in result.output
+    assert tree_digest(src) == before

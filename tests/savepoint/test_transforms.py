@@ -18,7 +18,7 @@ from statekit.errors import (
 from statekit.identifiers import OperatorIdentifier
 from statekit.keygroups import assign_key_groups
 from statekit.savepoint import Savepoint, check
-from statekit.savepoint.transforms import change_max_parallelism, remove_operator, rename_operator
+from statekit.savepoint.transforms import change_operator_identifier, remove_operator, with_max_parallelism
 
 
 def tree_digest(root: Path) -> str:
@@ -37,7 +37,7 @@ def source(tmp_path) -> Path:
 
 def test_rename_carries_state_and_leaves_source(source, tmp_path):
     before = tree_digest(source)
-    plan = rename_operator(source, tmp_path / "out", "accounts", "accounts-v2")
+    plan = change_operator_identifier(source, tmp_path / "out", "accounts", "accounts-v2")
     assert plan.written and "accounts-v2" in str(plan)
     out = Savepoint.open(tmp_path / "out")
     src = Savepoint.open(source)
@@ -53,10 +53,10 @@ def test_rename_carries_state_and_leaves_source(source, tmp_path):
 
 def test_rename_by_hash_and_refuses_existing_uid(source, tmp_path):
     ident = OperatorIdentifier.for_uid_hash(OperatorIdentifier.for_uid("accounts").uid_hash)
-    rename_operator(source, tmp_path / "out", ident, "acc")
+    change_operator_identifier(source, tmp_path / "out", ident, "acc")
     assert Savepoint.open(tmp_path / "out").operator("acc").uid == "acc"
     with pytest.raises(InvalidArgumentError, match="already exists"):
-        rename_operator(source, tmp_path / "out2", "accounts", "rules")
+        change_operator_identifier(source, tmp_path / "out2", "accounts", "rules")
     assert not (tmp_path / "out2").exists()
 
 
@@ -74,7 +74,7 @@ def test_remove_operator(source, tmp_path):
 
 
 def test_change_max_parallelism_rehashes_key_groups(source, tmp_path):
-    change_max_parallelism(source, tmp_path / "out", "accounts", 1024)
+    with_max_parallelism(source, tmp_path / "out", "accounts", 1024)
     out = Savepoint.open(tmp_path / "out")
     meta = out.operator("accounts")
     assert meta.max_parallelism == 1024
@@ -88,7 +88,7 @@ def test_change_max_parallelism_rehashes_key_groups(source, tmp_path):
 
 def test_bad_transform_inputs(source, tmp_path):
     with pytest.raises(ParallelismError):
-        change_max_parallelism(source, tmp_path / "o1", "accounts", 40000)
+        with_max_parallelism(source, tmp_path / "o1", "accounts", 40000)
     with pytest.raises(UnknownOperatorError, match="accounts"):
         remove_operator(source, tmp_path / "o2", "nope")
     with pytest.raises(InvalidTargetError, match="source itself"):

@@ -83,8 +83,6 @@ def test_buffered_elements_for_process_windows(spark, tmp_path):
 def test_windows_bootstrap_refuses_what_it_cannot_build(spark):
     rows = spark.createDataFrame([("a", 1)], "k string, ts bigint")
     keyed = OperatorTransformation.bootstrap_with(rows).key_by("k")
-    with pytest.raises(InvalidArgumentError, match="merges windows"):
-        keyed.window(EventTimeSessionWindows.with_gap(10), timestamp="ts")
     with pytest.raises(InvalidArgumentError, match="wall clock"):
         keyed.window(TumblingProcessingTimeWindows.of(10), timestamp="ts")
     with pytest.raises(InvalidArgumentError, match="no such column"):
@@ -157,3 +155,31 @@ def test_evicting_windows_restore_as_if_the_history_had_run_live(spark, tmp_path
     restored = _evicting_job(LATER, EVICTORS[evictor], job, restore_from=tmp_path / "sp")
     assert restored == _evicting_job(HIST + LATER, EVICTORS[evictor], job)
     assert len(restored) == 3  # one window per key fired, with history and live elements
+
+
+def _session_job(elements, finish, **run):
+    env = StreamExecutionEnvironment(parallelism=2)
+    keyed = env.from_collection(elements).uid("live").assign_timestamps_and_watermarks(LAGGING_WM).key_by(
+        lambda v: v % 3, key_type="bigint")  # fmt: skip
+    return sorted(finish(keyed.window(EventTimeSessionWindows.with_gap(10))).uid("sessions").execute_and_collect(**run))
+
+
+@pytest.mark.parametrize("kind", ["reduce", "process"])
+def test_session_windows_bootstrap_and_merge_with_live_elements(spark, tmp_path, kind):
+    """Flink: session windows merge when they touch; bootstrapped sessions are the operator's merged windows
+    (and its set of active sessions), and live elements restored onto them merge as in a job that saw all."""
+    hist, live = [0, 60, 300, 31], [120, 411, 301]  # key v % 3, timestamp v // 10
+    boot = {"reduce": lambda w: w.reduce(lambda a, b: a + b, value="v", output_type="bigint"),
+            "process": lambda w: w.process(value="v", element_type="bigint")}[kind]
+    job = {"reduce": lambda ws: ws.reduce(lambda a, b: a + b, output_type="bigint"),
+           "process": lambda ws: ws.process(Sorted(), element_type="bigint")}[kind]
+    rows = spark.createDataFrame([(v % 3, v, v // 10) for v in hist], "k long, v long, ts long")
+    t = boot(OperatorTransformation.bootstrap_with(rows).key_by("k").window(EventTimeSessionWindows.with_gap(10), timestamp="ts"))
+    SavepointWriter.new_savepoint(spark).with_operator("sessions", t).write(tmp_path / "sp")
+    assert check(tmp_path / "sp").ok
+    pending = SavepointReader.read(spark, tmp_path / "sp").read_window_state("sessions").collect()
+    assert sorted((r.key, r.window_start, r.window_end) for r in pending) == [(0, 0, 16), (0, 30, 40), (1, 3, 13)]
+    restored = _session_job(live, job, restore_from=tmp_path / "sp")
+    assert restored == _session_job(hist + live, job)
+    if kind == "process":
+        assert restored == [(0, 0, (0, 60, 120)), (0, 30, (300,)), (0, 41, (411,)), (1, 3, (31,)), (1, 30, (301,))]

@@ -71,13 +71,16 @@ def _materialize(files: StateFiles, h: IncrementalKeyedHandle, into: Path) -> No
                 "a RocksDB file name (or is listed twice). The metadata is damaged; take a new savepoint."
             )
         seen.add(name)
-        data = files.read(sh)  # missing or short files raise CorruptSavepointError naming the handle
-        if sh.kind != "bytes" and len(data) != sh.size:
+        if sh.kind == "bytes":  # small files inlined into _metadata
+            (into / name).write_bytes(sh.data or b"")
+            continue
+        size = files.size(sh)  # missing or short files raise CorruptSavepointError naming the handle
+        if size != sh.size:
             raise CorruptSavepointError(
-                f"{files.root}: RocksDB file {local} ({files.describe(sh)}) holds {len(data)} bytes but _metadata "
+                f"{files.root}: RocksDB file {local} ({files.describe(sh)}) holds {size} bytes but _metadata "
                 f"says {sh.size}. The checkpoint is damaged; use another checkpoint or take a new savepoint."
             )
-        (into / name).write_bytes(data)
+        shutil.copyfile(files.path(sh), into / name)  # streamed by the kernel; the source is only read
     if "CURRENT" not in seen or not any(n.startswith("MANIFEST-") for n in seen):
         raise CorruptSavepointError(
             f"{files.root}: the native RocksDB state of key groups {h.start}-{h.end} lacks CURRENT or MANIFEST; "

@@ -101,7 +101,10 @@ public final class KeyGroupPruning extends Rule<LogicalPlan> {
         HadoopFsRelation fs = (HadoopFsRelation) relation.relation();
         List<Path> paths = new ArrayList<>(selected.size());
         for (SavepointFiles.Entry e : selected) {
-            paths.add(new Path(files.resolve(e).toUri()));
+            // Built as Hadoop builds the paths it lists (URI quoting of the raw path), not from
+            // java.nio's toUri(), which percent-encodes non-ASCII bytes: the file index matches
+            // files by URI, and differently encoded paths would silently match nothing (0 rows).
+            paths.add(new Path("file", null, files.resolve(e).toString()));
         }
         scala.collection.immutable.Map<String, String> options = fs.options().updated(SavepointFiles.PRUNED, "true");
         InMemoryFileIndex index = new InMemoryFileIndex(fs.sparkSession(), CollectionConverters.asScala(paths).toSeq(),

@@ -1,0 +1,308 @@
+"""Savepoint parts written by Spark executors: only the files' descriptions reach the driver.
+
+How a keyed operator is written (`write_keyed_parts`):
+
+1. On the executors, each input row gets its key group (Flink's hash of the key) and a *write
+   bucket*: bucket ``b`` of ``B`` owns the contiguous key groups ``[ceil(b*m/B), ...]``, the same
+   rule that gives a Flink subtask its key-group range (``kg * B // m``).
+2. Spark shuffles the rows by bucket, one bucket per task (`partition_values` picks the column
+   values whose Spark hash lands bucket ``b`` in partition ``b``; a collision would only cost
+   balance, never correctness, as the tasks split their rows by bucket themselves).
+3. Each task turns its rows into the bucket's keyed table (and timers) with a per-task function
+   (the identity for columnar input, a `KeyedStateBootstrapFunction` run on a heap backend, window
+   assignment, ...), then sorts them by key group, checks keys are unique, splits the rows at
+   key-group boundaries into files of at most ``rows_per_file`` rows and writes them (Parquet,
+   checksummed, fsynced) into the savepoint's staging directory.
+4. Each task returns one small row per file (`PART_SCHEMA`: path, rows, bytes, checksum, key-group
+   range); the driver turns them into `FileEntry` values for `OperatorWriter.add_files` and
+   commits the manifest. Nothing proportional to the state passes through the driver.
+
+Atomicity is the `SavepointBuilder`'s: files land in its hidden staging directory, which a failed
+job's builder removes; file names are deterministic per bucket, so a retried task rewrites the same
+files. In a cluster the savepoint's path must be on a filesystem every executor and the driver
+see (as for reading it with Spark).
+
+To reuse it for another operator layout (e.g. a Flink-format writer), give `write_keyed_parts` a
+`PartPlan` and a task function; `write_table_files` is the per-bucket file writer.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterator
+
+import numpy as np
+import pyarrow as pa
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
+
+from statekit.errors import InvalidArgumentError
+from statekit.format import keyed as K
+from statekit.format.files import write_parquet
+from statekit.format.manifest import FileEntry
+from statekit.savepoint.writer import OperatorWriter, SavepointBuilder
+
+__all__ = [
+    "KEY_GROUP",
+    "PART_SCHEMA",
+    "PartPlan",
+    "TaskFunction",
+    "entries_from",
+    "partition_values",
+    "plan_for",
+    "task_table",
+    "write_buckets",
+    "write_keyed_parts",
+    "write_table_files",
+]
+
+#: Helper columns added on the executors: the key group and the shuffle value of the write bucket.
+KEY_GROUP = "__statekit_kg"
+_PART = "__statekit_part"
+
+#: One row per written file, as executors return them.
+PART_SCHEMA = StructType([
+    StructField("path", StringType(), False), StructField("table", StringType(), False),
+    StructField("rows", LongType(), False), StructField("bytes", LongType(), False),
+    StructField("checksum", StringType(), False), StructField("key_group_start", IntegerType(), False),
+    StructField("key_group_end", IntegerType(), False),
+])  # fmt: skip
+
+#: A task's function: the batches of one task's rows (with `KEY_GROUP`) -> (keyed table, timers table).
+#: Either may be None. Tables hold ``key`` (and ``namespace``) and state columns, resp. timer columns;
+#: a ``key_group`` column, when present, must hold the keys' key groups (else they are computed).
+TaskFunction = Callable[[Iterator[pa.RecordBatch]], "tuple[pa.Table | None, pa.Table | None]"]
+
+
+@dataclass(frozen=True)
+class PartPlan:
+    """What executors need to write one operator's parts (small and picklable: it ships with every task)."""
+
+    root: str  #: the builder's staging directory
+    op_dir: str  #: the operator's directory under it (``op-<uid hash>``)
+    key_type: str
+    max_parallelism: int
+    buckets: int
+    keyed_schema: pa.Schema  #: without ``key_group``, as `K.keyed_schema(..., with_key_group=False)`
+    namespace_type: str | None
+    rows_per_file: int
+    what: str  #: how errors name the operator
+
+    def bucket_of(self, kg: np.ndarray) -> np.ndarray:
+        """The write bucket of each key group (contiguous key-group ranges, as Flink's subtasks)."""
+        return (kg.astype(np.int64) * self.buckets // self.max_parallelism).astype(np.int32)
+
+
+def write_buckets(spark_parallelism: int, parallelism: int, max_parallelism: int) -> int:
+    """How many tasks write an operator: at least its parallelism and two per core, at most one per key group.
+
+    More buckets than the operator's parallelism keep each task's share of the state small.
+    """
+    return max(1, min(max_parallelism, max(parallelism, 2 * spark_parallelism)))
+
+
+def _murmur3_int(value: int, seed: int = 42) -> int:
+    """Spark's ``Murmur3_x86_32.hashInt`` (the hash behind ``repartition(n, col)`` of an int column)."""
+    def rotl(x: int, r: int) -> int:
+        return ((x << r) | (x >> (32 - r))) & 0xFFFFFFFF
+
+    k = (value & 0xFFFFFFFF) * 0xCC9E2D51 & 0xFFFFFFFF
+    k = rotl(k, 15) * 0x1B873593 & 0xFFFFFFFF
+    h = rotl(seed ^ k, 13)
+    h = (h * 5 + 0xE6546B64) & 0xFFFFFFFF
+    h ^= 4
+    h ^= h >> 16
+    h = h * 0x85EBCA6B & 0xFFFFFFFF
+    h ^= h >> 13
+    h = h * 0xC2B2AE35 & 0xFFFFFFFF
+    h ^= h >> 16
+    return struct.unpack("<i", struct.pack("<I", h))[0]
+
+
+def partition_values(n: int) -> list[int]:
+    """``values[b]``: an int that ``repartition(n, col)`` sends to partition ``b`` (``pmod(hash(v), n) == b``).
+
+    >>> vs = partition_values(8); [_murmur3_int(v) % 8 for v in vs]
+    [0, 1, 2, 3, 4, 5, 6, 7]
+    """
+    values: list[int | None] = [None] * n
+    missing, v = n, 0
+    while missing:
+        p = _murmur3_int(v) % n
+        if values[p] is None:
+            values[p] = v
+            missing -= 1
+        v += 1
+    return [int(x) for x in values if x is not None]
+
+
+def _with_buckets(df: DataFrame, key_col: str, plan: PartPlan) -> DataFrame:
+    """`df` with `KEY_GROUP` and the bucket's shuffle value, shuffled so that each bucket is one task."""
+    key_type, max_parallelism = plan.key_type, plan.max_parallelism
+    lookup = np.asarray(partition_values(plan.buckets), dtype=np.int32)
+
+    def add(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            kg = K.compute_key_groups(batch.column(key_col), max_parallelism, key_type)
+            yield pa.RecordBatch.from_arrays(
+                list(batch.columns) + [pa.array(kg, pa.int32()), pa.array(lookup[plan.bucket_of(kg)], pa.int32())],
+                names=batch.schema.names + [KEY_GROUP, _PART],
+            )
+
+    schema = StructType(df.schema.fields + [StructField(KEY_GROUP, IntegerType(), False),
+                                            StructField(_PART, IntegerType(), False)])  # fmt: skip
+    return df.mapInArrow(add, schema).repartition(plan.buckets, F.col(_PART)).drop(_PART)
+
+
+def write_table_files(table: pa.Table, kg: np.ndarray, plan: PartPlan, *, table_name: str, name: str,
+                      check_unique: Callable[[pa.Table], None] | None = None) -> list[FileEntry]:  # fmt: skip
+    """Write one bucket's rows (any order) as files split at key-group boundaries; return their entries.
+
+    `name` makes file names unique within the operator (e.g. ``b00003``); `check_unique` runs on
+    each file's rows (a key's rows share its key group, hence its file).
+    """
+    order = K.key_group_order(kg)
+    entries = []
+    splits = K.split_by_key_group(kg, plan.rows_per_file) if table_name == "keyed" else \
+        [K.KeyGroupSplit(int(kg.min()), int(kg.max()), 0, len(kg))] if len(kg) else []  # fmt: skip
+    for i, split in enumerate(splits):
+        if order is None:
+            chunk, chunk_kg = table.slice(split.row_start, split.rows), kg[split.row_start : split.row_end]
+        else:
+            rows = order[split.row_start : split.row_end]
+            chunk, chunk_kg = K.take_rows(table, rows), kg[rows]
+        if check_unique is not None:
+            check_unique(chunk)
+        rel = f"{plan.op_dir}/{table_name}/part-{name}-{i:05d}-kg{split.kg_start:05d}-{split.kg_end:05d}.parquet"
+        chunk = K.with_key_group_column(chunk, chunk_kg)
+        nbytes, digest = write_parquet(chunk, Path(plan.root) / rel)
+        entries.append(FileEntry(rel, table_name, chunk.num_rows, nbytes, digest, None, split.kg_start, split.kg_end))
+    return entries
+
+
+def _key_groups(table: pa.Table, plan: PartPlan) -> tuple[pa.Table, np.ndarray]:
+    if "key_group" in table.column_names:
+        kg = np.asarray(table.column("key_group").to_numpy(), dtype=np.int32)
+        return table.drop_columns(["key_group"]), kg
+    return table, K.compute_key_groups(table.column("key"), plan.max_parallelism, plan.key_type)
+
+
+def _by_bucket(table: pa.Table, kg: np.ndarray, plan: PartPlan) -> Iterator[tuple[int, pa.Table, np.ndarray]]:
+    buckets = plan.bucket_of(kg)
+    present = np.unique(buckets)
+    if len(present) == 1:
+        yield int(present[0]), table, kg
+        return
+    for b in present:  # several buckets in one task (a hash collision): each keeps its own files
+        mask = buckets == b
+        yield int(b), table.filter(pa.array(mask)), kg[mask]
+
+
+def _entries_batch(entries: list[FileEntry]) -> pa.RecordBatch:
+    return pa.RecordBatch.from_pydict(
+        {
+            "path": pa.array([e.path for e in entries], pa.string()),
+            "table": pa.array([e.table for e in entries], pa.string()),
+            "rows": pa.array([e.rows for e in entries], pa.int64()),
+            "bytes": pa.array([e.bytes for e in entries], pa.int64()),
+            "checksum": pa.array([e.checksum for e in entries], pa.string()),
+            "key_group_start": pa.array([e.key_group_start for e in entries], pa.int32()),
+            "key_group_end": pa.array([e.key_group_end for e in entries], pa.int32()),
+        }
+    )
+
+
+def write_task_output(keyed: pa.Table | None, timers: pa.Table | None, plan: PartPlan,
+                      check_unique: Callable[[pa.Table], None] | None = None) -> list[FileEntry]:  # fmt: skip
+    """Executor side: conform one task's keyed table and timers to the layout and write their files."""
+    entries: list[FileEntry] = []
+    if keyed is not None and keyed.num_rows:
+        keyed, kg = _key_groups(keyed, plan)
+        keyed = K.conform(keyed, plan.keyed_schema, what=plan.what)
+        names = [f.name for f in plan.keyed_schema if f.name not in ("key", "namespace")]
+        keyed, kg = K.drop_unset_rows(keyed, kg, names)
+        has_ns = plan.namespace_type is not None
+        unique = check_unique or (lambda t: K.check_unique_keys(t, has_namespace=has_ns, what=plan.what))
+        for b, table, bkg in _by_bucket(keyed, kg, plan):
+            entries += write_table_files(table, bkg, plan, table_name="keyed", name=f"b{b:05d}", check_unique=unique)
+    if timers is not None and timers.num_rows:
+        timers, kg = _key_groups(timers, plan)
+        schema = K.timers_schema(plan.key_type, namespace_type=plan.namespace_type).remove(0)
+        timers = K.conform(timers, schema, what=f"timers of {plan.what}")
+        for b, table, bkg in _by_bucket(timers, kg, plan):
+            entries += write_table_files(table, bkg, plan, table_name="timers", name=f"b{b:05d}")
+    return entries
+
+
+def task_table(batches: Iterator[pa.RecordBatch], key_col: str = "key") -> pa.Table | None:
+    """A task's rows as one table with ``key`` and ``key_group`` named as the layout names them, or None."""
+    batches = list(batches)
+    if not batches or not any(b.num_rows for b in batches):
+        return None
+    table = pa.Table.from_batches(batches)
+    return table.rename_columns(["key" if n == key_col else "key_group" if n == KEY_GROUP else n
+                                 for n in table.column_names])  # fmt: skip
+
+
+def _identity(key_col: str, *, timers: bool = False) -> TaskFunction:
+    def rows(batches: Iterator[pa.RecordBatch]) -> tuple[pa.Table | None, pa.Table | None]:
+        table = task_table(batches, key_col)
+        return (None, table) if timers else (table, None)
+
+    return rows
+
+
+def write_keyed_parts(df: DataFrame, key_col: str, plan: PartPlan, task: TaskFunction | None = None, *,
+                      timers: bool = False, check_unique: Callable[[pa.Table], None] | None = None,
+                      ) -> list[FileEntry]:  # fmt: skip
+    """Write an operator's keyed table (and timers) from `df` on the executors; return the files' entries.
+
+    `df` holds the key in column `key_col`. Without `task`, its other columns are the keyed
+    table's (``namespace`` and state columns, as `plan.keyed_schema` declares them), or with
+    ``timers=True`` the timers table's; with `task`, each Spark task hands its rows (batches with
+    `KEY_GROUP`) to ``task`` and writes what it returns.
+    """
+    fn = task or _identity(key_col, timers=timers)
+    bucketed = _with_buckets(df, key_col, plan)
+
+    def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        keyed, timers = fn(batches)
+        entries = write_task_output(keyed, timers, plan, check_unique)
+        if entries:
+            yield _entries_batch(entries)
+
+    return entries_from(bucketed.mapInArrow(write, PART_SCHEMA))
+
+
+def entries_from(parts: DataFrame) -> list[FileEntry]:
+    """Run the writing job and return the `FileEntry` of every file it wrote (small rows, one per file)."""
+    out = parts.toArrow()
+    cols = {c: out.column(c).to_pylist() for c in out.column_names}
+    entries = [
+        FileEntry(p, t, r, b, c, None, s, e)
+        for p, t, r, b, c, s, e in zip(cols["path"], cols["table"], cols["rows"], cols["bytes"], cols["checksum"],
+                                       cols["key_group_start"], cols["key_group_end"])
+    ]  # fmt: skip
+    return sorted(entries, key=lambda e: e.path)
+
+
+def plan_for(writer: OperatorWriter, builder: SavepointBuilder, *, buckets: int) -> PartPlan:
+    """The `PartPlan` of `builder`'s operator `writer`: staging directory, layout, key groups, buckets."""
+    key_type = writer.key_type
+    if key_type is None:
+        raise InvalidArgumentError(f"operator {writer.identifier}: keyed parts need a keyed operator (key_type=).")
+    schema = K.keyed_schema(key_type, writer.keyed_states, namespace_type=writer.namespace_type, with_key_group=False)
+    return PartPlan(
+        root=str(builder.staging),
+        op_dir=writer.dir,
+        key_type=key_type,
+        max_parallelism=writer.max_parallelism,
+        buckets=buckets,
+        keyed_schema=schema,
+        namespace_type=writer.namespace_type,
+        rows_per_file=builder.rows_per_file,
+        what=f"keyed table of operator {writer.identifier}",
+    )
