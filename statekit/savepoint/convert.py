@@ -67,26 +67,36 @@ def convert_to_statekit(
                 continue
             uid = named.get(meta.uid_hash) or meta.uid
             ident = OperatorIdentifier.for_uid(uid) if uid else OperatorIdentifier.for_uid_hash(meta.uid_hash)
-            w = b.add_operator(ident, name=meta.name, parallelism=meta.parallelism,
-                               max_parallelism=meta.max_parallelism, key_type=meta.key_type,
-                               keyed_states=meta.keyed_states, namespace_type=meta.namespace_type,
-                               # a PyFlink operator's stored form (Row key, coder bytes) is not what is
-                               # written here, so its Flink serializers are not carried
-                               flink=None if sp.is_pyflink(meta.identifier) else flink_serializers(sp, meta))
-            if meta.key_type is not None:
-                # a PyFlink key group belongs to the Row-wrapped key: the unwrapped key gets statekit's own
-                keep = _keeps_key_groups(meta.key_type) and not sp.is_pyflink(meta.identifier)
-                w.write_keyed(sp.keyed_table(meta.identifier, with_key_group=keep))
-                timers = sp.timers(meta.identifier)
-                if timers.num_rows:
-                    w.write_timers(timers if keep else timers.drop_columns(["key_group"]))
-            for info in meta.operator_states:
-                if info.redistribution == "broadcast":
-                    w.write_broadcast_state(info, sp.broadcast_state(meta.identifier, info.name))
-                else:
-                    _, per_subtask = sp.operator_state_lists(meta.identifier, info.name)
-                    w.write_list_state(info, per_subtask)
+            write_flink_operator(b, sp, meta, ident)
     return Path(out)
+
+
+def write_flink_operator(b: SavepointBuilder, sp: FlinkSavepoint, meta: OperatorMetadata,
+                         ident: OperatorIdentifier, *, name: str | None = None) -> None:
+    """Add the operator `meta` of the Flink savepoint `sp` to `b` under `ident`, with all its decoded state.
+
+    The one place a Flink operator becomes statekit tables: `convert_to_statekit` and every repair
+    that carries a Flink operator over unchanged (`transforms.link_operator`) use it.
+    """
+    w = b.add_operator(ident, name=name or meta.name, parallelism=meta.parallelism,
+                       max_parallelism=meta.max_parallelism, key_type=meta.key_type,
+                       keyed_states=meta.keyed_states, namespace_type=meta.namespace_type,
+                       # a PyFlink operator's stored form (Row key, coder bytes) is not what is
+                       # written here, so its Flink serializers are not carried
+                       flink=None if sp.is_pyflink(meta.identifier) else flink_serializers(sp, meta))
+    if meta.key_type is not None:
+        # a PyFlink key group belongs to the Row-wrapped key: the unwrapped key gets statekit's own
+        keep = _keeps_key_groups(meta.key_type) and not sp.is_pyflink(meta.identifier)
+        w.write_keyed(sp.keyed_table(meta.identifier, with_key_group=keep))
+        timers = sp.timers(meta.identifier)
+        if timers.num_rows:
+            w.write_timers(timers if keep else timers.drop_columns(["key_group"]))
+    for info in meta.operator_states:
+        if info.redistribution == "broadcast":
+            w.write_broadcast_state(info, sp.broadcast_state(meta.identifier, info.name))
+        else:
+            _, per_subtask = sp.operator_state_lists(meta.identifier, info.name)
+            w.write_list_state(info, per_subtask)
 
 
 def flink_serializers(sp: FlinkSavepoint, meta: OperatorMetadata) -> FlinkSerializers:

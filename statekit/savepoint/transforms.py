@@ -54,6 +54,13 @@ def link_operator(builder: SavepointBuilder, source: Savepoint, meta: OperatorMe
     land on the same target directory get distinct ones.
     """
     refuse_target_inside(source.path, builder.path)
+    if meta.keyed_format == "flink":
+        # a Flink savepoint's state is not in statekit files: carrying it means writing it decoded
+        # (linking its files would leave the operator empty in the target - silent data loss)
+        from statekit.savepoint.convert import write_flink_operator
+
+        write_flink_operator(builder, source, meta, ident, name=name)  # type: ignore[arg-type]
+        return
     writer = builder.add_operator(
         ident, name=name or meta.name, parallelism=meta.parallelism, max_parallelism=meta.max_parallelism,
         key_type=meta.key_type, keyed_states=meta.keyed_states, namespace_type=meta.namespace_type,
