@@ -171,7 +171,8 @@ def write_columnar(df: DataFrame, key_col: str, key_type: str, columns: list[tup
             sub = int(r["key_group"]) * parallelism // maxp
             per_subtask.setdefault(sub, []).append(tuple(r))
         tasks = [(s, per_subtask.get(s, [])) for s in range(parallelism)]
-        scratch_s, staging_s = str(scratch), str(staging_dir)
+        # absolute for the executors, whose working directory is not the driver's
+        scratch_s, staging_s = os.path.abspath(scratch), os.path.abspath(staging_dir)
 
         def assemble(task: tuple[int, list[tuple]]) -> tuple[int, str, int, list[int]]:
             s, rs = task

@@ -28,6 +28,7 @@ To reuse it for another operator layout (e.g. a Flink-format writer), give `writ
 
 from __future__ import annotations
 
+import os
 import struct
 from dataclasses import dataclass
 from pathlib import Path
@@ -296,7 +297,9 @@ def plan_for(writer: OperatorWriter, builder: SavepointBuilder, *, buckets: int)
         raise InvalidArgumentError(f"operator {writer.identifier}: keyed parts need a keyed operator (key_type=).")
     schema = K.keyed_schema(key_type, writer.keyed_states, namespace_type=writer.namespace_type, with_key_group=False)
     return PartPlan(
-        root=str(builder.staging),
+        # absolute: executors' Python workers do not share the driver's working directory, so a
+        # relative savepoint path would send the parts elsewhere while the manifest lists them here
+        root=os.path.abspath(builder.staging),
         op_dir=writer.dir,
         key_type=key_type,
         max_parallelism=writer.max_parallelism,

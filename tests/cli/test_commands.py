@@ -376,7 +376,7 @@ def test_bootstrap(cli, tmp_path, kind):
      "does not fit"),
     (["set", "{sp}", "{tmp}/t", "--uid", "accounts", "--key", "1", "--state", "nope", "--value", "1"], 2,
      "UnknownStateError"),
-    (["rm-state", "{sp}", "{sp}", "--uid", "accounts", "--state", "total", "--apply"], 1, "InvalidTargetError"),
+    (["rm-state", "{sp}", "{sp}", "--uid", "accounts", "--state", "total", "--apply"], 2, "InvalidTargetError"),
     (["show", "{sp}", "--uid", "accounts", "--format", "xml"], 2, "--format"),
 ])
 def test_bad_input(cli, runtime_sp, tmp_path, args, code, words):
