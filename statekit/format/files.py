@@ -244,3 +244,15 @@ def read_parquet_verified(root: Path, entry: FileEntry, *, filters=None, columns
         raise CorruptSavepointError(
             f"{root}: file {entry.path} is not readable Parquet ({exc}). Restore it or use another savepoint."
         ) from None
+
+
+def fsync_dir(directory: Path) -> None:
+    """Make a directory's entries (a rename, a new or removed file) durable; a directory that cannot be opened is skipped."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from statekit.errors import InvalidArgumentError
+from statekit.tempdirs import pid_alive
 from statekit.runtime.context import SinkContext
 from statekit.runtime.operators import StreamOperator, method_or_callable
 from statekit.state.descriptors import ListStateDescriptor
@@ -241,7 +242,7 @@ def dead_inprogress(directory: Path, tag: str | None = None) -> list[Path]:
         return out
     for name in names:
         pid = name.rsplit("-", 1)[-1]
-        if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+        if pid.isdigit() and int(pid) != os.getpid() and not pid_alive(int(pid)):
             out.append(Path(directory) / name)
     return out
 
@@ -255,12 +256,3 @@ def remove_dead_inprogress(directory: Path, tag: str | None = None) -> list[Path
             pass
     return removed
 
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

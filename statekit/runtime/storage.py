@@ -11,6 +11,7 @@ import stat
 from pathlib import Path
 
 from statekit.errors import CheckpointStorageInUseError, StatekitError
+from statekit.format.files import fsync_dir
 from statekit.savepoint.staging import remove_abandoned_staging
 
 log = logging.getLogger(__name__)
@@ -131,7 +132,7 @@ def discard_checkpoint(path: Path) -> None:
     except FileNotFoundError:
         pass
     else:
-        _fsync_dir(path)
+        fsync_dir(path)
     shutil.rmtree(path, ignore_errors=True)
 
 
@@ -174,13 +175,3 @@ def latest_checkpoint(storage: str | os.PathLike[str]) -> Path | None:
             return path
     return None
 
-
-def _fsync_dir(directory: Path) -> None:
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

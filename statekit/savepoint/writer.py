@@ -20,7 +20,7 @@ from statekit.errors import (
     StateTypeError,
 )
 from statekit.format import keyed as K
-from statekit.format.files import checksum, place_file, storage_errors, write_parquet
+from statekit.format.files import checksum, fsync_dir, place_file, storage_errors, write_parquet
 from statekit.format.manifest import (
     FORMAT_VERSION,
     MANIFEST_NAME,
@@ -505,7 +505,7 @@ class SavepointBuilder:
             format_version=FORMAT_VERSION,
         )
         for dirpath, _, _ in os.walk(staging):  # the data files' directory entries, before the manifest
-            _fsync_dir(Path(dirpath))
+            fsync_dir(Path(dirpath))
         write_manifest(staging, manifest)
         if os.path.lexists(self.path):
             raise SavepointExistsError(f"{self.path} appeared while writing; not overwriting it.")
@@ -515,7 +515,7 @@ class SavepointBuilder:
             if os.path.lexists(self.path):  # another writer won the race (rename only replaces an empty dir)
                 raise SavepointExistsError(f"{self.path} appeared while writing; not overwriting it.") from None
             raise
-        _fsync_dir(self.path.parent)
+        fsync_dir(self.path.parent)
         self._release_lock()
         self._done = True
         return self.path
@@ -578,15 +578,5 @@ def write_manifest(directory: Path, manifest: Manifest) -> None:
         fh.flush()
         os.fsync(fh.fileno())
     os.replace(tmp, directory / MANIFEST_NAME)
-    _fsync_dir(directory)
+    fsync_dir(directory)
 
-
-def _fsync_dir(directory: Path) -> None:
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
