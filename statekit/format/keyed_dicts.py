@@ -11,6 +11,7 @@ import pyarrow.compute as pc
 from statekit import serde
 from statekit.errors import StateTypeError
 from statekit.format.keyed import NAMESPACE_ARROW
+from statekit.format.owned import owned_array
 from statekit.format.values import python_converter, unpickle_values
 from statekit.keygroups import KeyGroupRange, assign_key_groups
 from statekit.state.descriptors import StateInfo
@@ -86,7 +87,7 @@ def dicts_to_keyed_table(
     key_arr = to_arrow_array(keys, key_type, what="key")
     kg = assign_key_groups(key_arr, max_parallelism, key_type) if n else np.zeros(0, np.int32)
     names = ["key_group", "key"]
-    arrays: list[pa.Array] = [pa.array(kg, pa.int32()), key_arr]
+    arrays: list[pa.Array] = [owned_array(kg, pa.int32()), key_arr]
     if has_ns:
         nss = [rk[1] for rk in row_list]
         valid = np.fromiter((ns is not None for ns in nss), bool, n)

@@ -39,6 +39,7 @@ from statekit.format.flink.writer import (
     write_flink_savepoint,
 )
 from statekit.format.manifest import OperatorMetadata
+from statekit.format.owned import owned_array
 from statekit.identifiers import OperatorIdentifier
 from statekit.keygroups import assign_key_groups
 from statekit.savepoint.reader import Savepoint
@@ -223,7 +224,7 @@ def rehash(table: pa.Table, key_type: str, max_parallelism: int, key_layout: Key
             "cannot compute; max parallelism and keys of such operators cannot be changed offline."
         )
     kg = assign_key_groups(table.column("key"), max_parallelism, key_type)
-    return table.set_column(table.schema.get_field_index("key_group"), "key_group", pa.array(kg.astype(np.int32)))
+    return table.set_column(table.schema.get_field_index("key_group"), "key_group", owned_array(kg.astype(np.int32)))
 
 
 def _rekeyed(sp: Savepoint, meta: OperatorMetadata, new_key: Any, key_type: str | None,

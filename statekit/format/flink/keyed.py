@@ -26,6 +26,7 @@ from statekit.format.flink.files import StateFiles
 from statekit.format.flink.metadata import KeyGroupsHandle
 from statekit.format.flink.proxy import KeyedProxy, StateMeta, read_keyed_proxy
 from statekit.format.flink.serializers import FlinkType
+from statekit.format.owned import owned_array, owned_buffer
 from statekit.format.flink.locate import DecodeStats, Entries, Located, Run, corrupt
 from statekit.format.flink.values import FIXED_DTYPES, bulk, decode_records, gather_fixed, gather_ranges, reader, to_arrow
 from statekit.types import parse_ddl
@@ -129,7 +130,7 @@ def _decode_exact(t: FlinkType, buf: np.ndarray, starts: np.ndarray, ends: np.nd
         data = gather_ranges(buf, starts, ends - starts)
         offsets = np.zeros(len(starts) + 1, np.int64)
         np.cumsum(ends - starts, out=offsets[1:])
-        return pa.Array.from_buffers(pa.large_binary(), len(starts), [None, pa.py_buffer(offsets), pa.py_buffer(data)]).cast(pa.binary())
+        return pa.Array.from_buffers(pa.large_binary(), len(starts), [None, owned_buffer(offsets), owned_buffer(data)]).cast(pa.binary())
     try:
         got = bulk(t, buf, starts)
     except IndexError:
@@ -162,7 +163,7 @@ def _decode_list(t: FlinkType, buf: np.ndarray, vp: np.ndarray, vlen: np.ndarray
                 got = bulk(elem, buf, starts)
                 if got is not None:
                     stats.states.setdefault(label, "bulk")
-                    return pa.ListArray.from_arrays(pa.array(first, pa.int32()), got[0])
+                    return pa.ListArray.from_arrays(owned_array(first, pa.int32()), got[0])
     stats.states[label] = "per-record"
     r = reader(elem)
     mv = memoryview(buf)
@@ -268,10 +269,10 @@ def _strided_table(lay: KeyedLayout, buf: np.ndarray, groups: dict[str, _Group],
     for _, parts in cut[1:]:  # the same keys in the same order: then one row per entry, no join
         if len(parts) != len(base) or not all(np.array_equal(a[1], b[1]) for a, b in zip(parts, base)):
             return None
-    cols = {"key_group": pa.chunked_array([pa.array(p[0]) for p in base], pa.int32()),
-            "key": pa.chunked_array([pa.array(p[1]) for p in base])}
+    cols = {"key_group": pa.chunked_array([owned_array(p[0], pa.int32()) for p in base], pa.int32()),
+            "key": pa.chunked_array([owned_array(p[1]) for p in base])}
     for g, parts in cut:
-        cols[g.meta.name] = pa.chunked_array([pa.array(p[2]) for p in parts])
+        cols[g.meta.name] = pa.chunked_array([owned_array(p[2]) for p in parts])
         stats.states[g.meta.name] = "strided-view"  # type: ignore[index]
     stats.states["key"] = "strided-view"  # type: ignore[index]
     n = sum(len(p[0]) for p in base)
@@ -328,13 +329,13 @@ def _timers(lay: KeyedLayout, buf: np.ndarray, meta: StateMeta, e: Entries, wher
     ts = raw.astype(np.int64) ^ np.int64(-(1 << 63))  # TimerSerializer flips the sign bit
     keys, kend = _decode_open(lay.key_type, buf, kstart + 8, kend_all, where, stats, f"{name} (key)")
     ntype = meta.value_type.children[1] if meta.value_type.kind == "timer" else None
-    cols = {"key_group": pa.array(_key_groups(buf, e.kp, P).astype(np.int32)), "key": keys}
+    cols = {"key_group": owned_array(_key_groups(buf, e.kp, P).astype(np.int32)), "key": keys}
     if lay.namespace_type is not None:
         if ntype is not None and ntype.kind == "window":
             cols["namespace"], _ = _decode_open(ntype, buf, kend, kend_all, where, stats, f"{name} (ns)")
         else:
             cols["namespace"] = pa.nulls(len(e), parse_ddl(lay.namespace_type.ddl()))
-    cols["timestamp"] = pa.array(ts)
+    cols["timestamp"] = owned_array(ts)
     cols["domain"] = pa.array([meta.timer_domain] * len(e), pa.string())
     stats.states.setdefault(name, "bulk")  # type: ignore[union-attr]
     return pa.table(cols)
@@ -348,7 +349,7 @@ def _assemble(lay: KeyedLayout, buf: np.ndarray, row_keys: list, groups: dict[st
     allkeys = pa.concat_arrays(srcs) if len(srcs) > 1 else srcs[0]
     take = pa.array(firsts)
     allkg = np.concatenate([rk[6] for rk in row_keys])
-    cols = {"key_group": pa.array(allkg[firsts].astype(np.int32)), "key": allkeys.take(take)}
+    cols = {"key_group": owned_array(allkg[firsts].astype(np.int32)), "key": allkeys.take(take)}
     if lay.namespace_type is not None:
         nt = parse_ddl(lay.namespace_type.ddl())
         cols["namespace"] = pa.concat_arrays([rk[5] if rk[5] is not None else pa.nulls(len(rk[1]), nt)
@@ -390,7 +391,7 @@ def _rows(buf: np.ndarray, row_keys: list) -> tuple[np.ndarray, int, np.ndarray]
     data = gather_ranges(buf, starts, ln)
     offsets = np.zeros(len(ln) + 1, np.int64)
     np.cumsum(ln, out=offsets[1:])
-    raw = pa.Array.from_buffers(pa.large_binary(), len(ln), [None, pa.py_buffer(offsets), pa.py_buffer(data)])
+    raw = pa.Array.from_buffers(pa.large_binary(), len(ln), [None, owned_buffer(offsets), owned_buffer(data)])
     enc = raw.dictionary_encode()
     rowid = enc.indices.to_numpy(zero_copy_only=False).astype(np.int64)
     nrows = len(enc.dictionary)
@@ -432,7 +433,7 @@ def _state_column(meta: StateMeta, buf: np.ndarray, e: Entries, nsend: np.ndarra
         offsets = np.zeros(nrows + 1, np.int32)
         np.cumsum(counts, out=offsets[1:])
         take = pa.array(order)
-        m = pa.MapArray.from_arrays(pa.array(offsets), ukeys.take(take), vals.take(take),
+        m = pa.MapArray.from_arrays(owned_array(offsets), ukeys.take(take), vals.take(take),
                                     mask=pa.array(counts == 0))
         return m.cast(_column_type(meta))
     in_order = len(rows) == nrows and np.array_equal(rows, np.arange(nrows))

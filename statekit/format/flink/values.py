@@ -17,6 +17,7 @@ import pyarrow as pa
 from statekit.errors import CorruptSavepointError
 from statekit.format.flink.binary import DataInput, java_string
 from statekit.format.flink.serializers import FlinkType
+from statekit.format.owned import owned_array, owned_buffer
 from statekit.types import parse_ddl
 
 Reader = Callable[[DataInput], Any]
@@ -167,7 +168,7 @@ def bulk(t: FlinkType, buf: np.ndarray, starts: np.ndarray) -> tuple[pa.Array, n
     n = len(starts)
     if k in FIXED_DTYPES:
         w = np.dtype(FIXED_DTYPES[k]).itemsize
-        return pa.array(gather_values(buf, starts, FIXED_DTYPES[k])), starts + w
+        return owned_array(gather_values(buf, starts, FIXED_DTYPES[k])), starts + w
     if k == "boolean":
         return pa.array(buf[starts] != 0), starts + 1
     if k == "string":
@@ -180,7 +181,7 @@ def bulk(t: FlinkType, buf: np.ndarray, starts: np.ndarray) -> tuple[pa.Array, n
             return None
         offsets = np.zeros(n + 1, np.int64)
         np.cumsum(lengths, out=offsets[1:])
-        arr = pa.Array.from_buffers(pa.large_string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
+        arr = pa.Array.from_buffers(pa.large_string(), n, [None, owned_buffer(offsets), owned_buffer(data)])
         return arr.cast(pa.string()), starts + 1 + lengths
     if k == "bytes":
         lengths = _be32(buf, starts)
@@ -189,7 +190,7 @@ def bulk(t: FlinkType, buf: np.ndarray, starts: np.ndarray) -> tuple[pa.Array, n
         data = gather_ranges(buf, starts + 4, lengths)
         offsets = np.zeros(n + 1, np.int64)
         np.cumsum(lengths, out=offsets[1:])
-        arr = pa.Array.from_buffers(pa.large_binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
+        arr = pa.Array.from_buffers(pa.large_binary(), n, [None, owned_buffer(offsets), owned_buffer(data)])
         return arr.cast(pa.binary()), starts + 4 + lengths
     if k == "enum":
         ordinals = _be32(buf, starts)
@@ -199,7 +200,7 @@ def bulk(t: FlinkType, buf: np.ndarray, starts: np.ndarray) -> tuple[pa.Array, n
     if k == "window":
         s = gather_fixed(buf, starts, 8).reshape(-1).view(">i8").astype(np.int64)
         e = gather_fixed(buf, starts + 8, 8).reshape(-1).view(">i8").astype(np.int64)
-        return pa.StructArray.from_arrays([pa.array(s), pa.array(e)], ["start", "end"]), starts + 16
+        return pa.StructArray.from_arrays([owned_array(s), owned_array(e)], ["start", "end"]), starts + 16
     if k in ("tuple", "pojo", "row"):
         pos = starts
         if k == "pojo":
