@@ -8,18 +8,18 @@ from statekit.errors import InvalidArgumentError
 from statekit.runtime import (
     AggregateFunction,
     ContinuousEventTimeTrigger,
-    ProcessAllWindowFunction,
     CountTrigger,
     EventTimeSessionWindows,
     ManualClock,
     MapFunction,
     OutputTag,
+    ProcessAllWindowFunction,
     ProcessWindowFunction,
     SlidingEventTimeWindows,
     StreamExecutionEnvironment,
+    Trigger,
     TumblingEventTimeWindows,
     TumblingProcessingTimeWindows,
-    Trigger,
     WatermarkStrategy,
 )
 from statekit.savepoint import Savepoint
