@@ -31,6 +31,7 @@ class OperatorSnapshot:
 
 @dataclass
 class PendingCheckpoint:
+    """A checkpoint that was triggered and whose snapshot has not completed yet."""
     checkpoint_id: int
     kind: str
     path: Path

@@ -8,10 +8,10 @@ from pathlib import Path
 from typing import Any
 
 from statekit.errors import InvalidArgumentError
-from statekit.tempdirs import pid_alive
 from statekit.runtime.context import SinkContext
 from statekit.runtime.operators import StreamOperator, method_or_callable
 from statekit.state.descriptors import ListStateDescriptor
+from statekit.tempdirs import pid_alive
 
 
 class SinkOperator(StreamOperator):
@@ -248,6 +248,7 @@ def dead_inprogress(directory: Path, tag: str | None = None) -> list[Path]:
 
 
 def remove_dead_inprogress(directory: Path, tag: str | None = None) -> list[Path]:
+    """Remove the in-progress files that dead writers left in directory; returns what was removed."""
     removed = dead_inprogress(directory, tag)
     for path in removed:
         try:

@@ -5,10 +5,10 @@ from __future__ import annotations
 import csv
 import inspect
 import itertools
-from itertools import islice
 import json
 import logging
 import threading
+from itertools import islice
 from pathlib import Path
 from typing import Any, Iterator
 

@@ -20,8 +20,8 @@ from statekit.format.flink import pyflink
 from statekit.format.flink.keyed import DecodeStats, KeyedResult, state_ddl
 from statekit.format.flink.lookup import lookup
 from statekit.format.flink.metadata import OperatorState
-from statekit.format.flink.values import encode_key
 from statekit.format.flink.reader import FlinkStateReader
+from statekit.format.flink.values import encode_key
 from statekit.format.manifest import Manifest, OperatorMetadata
 from statekit.identifiers import OperatorIdentifier
 from statekit.keygroups import KeyGroupRange, assign_to_key_group
@@ -244,6 +244,7 @@ class FlinkSavepoint(Savepoint):
 
 
 def is_flink_savepoint(path: str | os.PathLike[str]) -> bool:
+    """Whether path is a Flink savepoint (a directory with Flink's binary _metadata)."""
     from statekit.format.flink.metadata import is_flink_metadata
 
     return is_flink_metadata(Path(path))
