@@ -20,8 +20,12 @@ import sys
 def main(savepoint: str, out: str, max_parallelism: int, keys: list[str]) -> None:
     from pyflink.common import Configuration, Row, Types
     from pyflink.datastream import KeyedProcessFunction, StreamExecutionEnvironment
-    from pyflink.datastream.state import (ListStateDescriptor, MapStateDescriptor, ReducingStateDescriptor,
-                                          ValueStateDescriptor)
+    from pyflink.datastream.state import (
+        ListStateDescriptor,
+        MapStateDescriptor,
+        ReducingStateDescriptor,
+        ValueStateDescriptor,
+    )
 
     conf = Configuration()
     conf.set_string("python.executable", sys.executable)

@@ -44,6 +44,7 @@ MAP_STATE = map_of(WRAPPER, BYTES)
 
 
 def stored_name(name: str) -> str:
+    """The name PyFlink stores state `name` under."""
     return PREFIX + name
 
 
@@ -61,6 +62,7 @@ def key_groups(keys: pa.Array | pa.ChunkedArray, key_ddl: str, max_parallelism: 
 
 
 def wrap_keys(keys: pa.Array | pa.ChunkedArray) -> pa.StructArray:
+    """Plain keys as the one-field Rows PyFlink's Java side keys its state by."""
     keys = keys.combine_chunks() if isinstance(keys, pa.ChunkedArray) else keys
     return pa.StructArray.from_arrays([keys], names=["f0"])
 
@@ -118,6 +120,7 @@ def _fits(t: pa.DataType, py: PyType) -> bool:
 
 
 def check_fits(ddl: str, py: PyType, what: str) -> None:
+    """Refuse (`StateTypeError`) a column of type `ddl` that the declared coder `py` cannot write."""
     if not _fits(parse_ddl(ddl), py):
         raise StateTypeError(f"{what}: its column is {ddl}, which PyFlink type {py.ddl} cannot code; declare the "
                              "state's type as the PyFlink job does, matching the column.")
