@@ -106,6 +106,10 @@ class KeyedStateBackend(ABC):
         Same name with a different kind or type raises `StateTypeError`.
         """
 
+    @abstractmethod
+    def merge_namespaces(self, state_name: str, sources: Iterable[Any], target: Any) -> None:
+        """Merge the current key's state in `sources` into `target` and clear the sources (session windows)."""
+
     # -- iteration (windows, reader functions, apply-to-all-keys) ----------------------------------
     @abstractmethod
     def keys(self, state_name: str, namespace: Any = VOID_NAMESPACE) -> Iterator[Any]:
