@@ -186,6 +186,10 @@ class FlinkSavepoint(Savepoint):
         lay = self.flink.layout(self.flink_operator(op)) if meta.key_type is not None else None
         return lay is not None and pyflink.is_pyflink(lay, declared=meta.uid_hash in self._pyflink)
 
+    def pyflink_types(self, op: OpLike) -> dict[str, str]:
+        """The PyFlink types this savepoint was opened with for `op` (``pyflink_types=``), empty when none."""
+        return dict(self._pyflink.get(self.operator(op).uid_hash, {}))
+
     def _read_keyed(self, op: OpLike, key_groups: tuple[int, int] | None = None) -> KeyedResult:
         """Keyed and timer tables as stored, then (PyFlink operators) the key unwrapped and values decoded."""
         meta = self.operator(op)

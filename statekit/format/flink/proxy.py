@@ -95,7 +95,7 @@ def read_operator_proxy(inp: DataInput) -> OperatorProxy:
     """Read the header of an operator state stream: compression flag and state metas."""
     _version(inp, "operator backend proxy")
     compressed = inp.bool("the compression flag")
-    states = []
+    states: list[StateMeta] = []
     for what in ("list states", "broadcast states"):
         n = inp.i16(f"the number of {what}")
         if n < 0:
