@@ -94,6 +94,11 @@ class FileEntry:
         start, end = self.key_group_start, self.key_group_end
         return start is not None and end is not None and start <= key_group <= end
 
+    def overlaps(self, start: int, end: int) -> bool:
+        """Whether the file's key groups meet ``[start, end]`` (files without key groups meet none)."""
+        s, e = self.key_group_start, self.key_group_end
+        return s is not None and e is not None and s <= end and e >= start
+
 
 @dataclass(frozen=True)
 class FlinkSerializers:
@@ -163,6 +168,16 @@ class OperatorMetadata:
     @property
     def display_name(self) -> str:
         return self.uid or self.uid_hash
+
+    @property
+    def keyed_key_type(self) -> str:
+        """The key type of a keyed operator; `UnknownStateError` for an operator without keyed state."""
+        if self.key_type is None:
+            raise UnknownStateError(
+                f"operator {self.display_name!r} is not keyed (no key type): it has no keyed table or timers; "
+                "read its operator state instead."
+            )
+        return self.key_type
 
     def files_of(self, table: TableName, state: str | None = None) -> list[FileEntry]:
         return [f for f in self.files if f.table == table and (state is None or f.state == state)]
