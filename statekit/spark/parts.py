@@ -246,9 +246,12 @@ def write_task_output(keyed: pa.Table | None, timers: pa.Table | None, plan: Par
     """Executor side: conform one task's keyed table and timers to the layout and write their files."""
     entries: list[FileEntry] = []
     if keyed is not None and keyed.num_rows:
+        schema = plan.keyed_schema
+        if schema is None:  # a task function of `write_discovered_parts` returned no states
+            raise InvalidArgumentError(f"{plan.what}: the task wrote keyed rows without reporting their states.")
         keyed, kg = _key_groups(keyed, plan)
-        keyed = K.conform(keyed, plan.keyed_schema, what=plan.what)
-        names = [f.name for f in plan.keyed_schema if f.name not in ("key", "namespace")]
+        keyed = K.conform(keyed, schema, what=plan.what)
+        names = [f.name for f in schema if f.name not in ("key", "namespace")]
         keyed, kg = K.drop_unset_rows(keyed, kg, names)
         has_ns = plan.namespace_type is not None
         unique = check_unique or (lambda t: K.check_unique_keys(t, has_namespace=has_ns, what=plan.what))

@@ -91,7 +91,7 @@ class WindowReplay:
         self.evictor = evictor
         self.lateness = allowed_lateness
         self.merging = assigner.is_merging()
-        self.sessions = backend.get_state(MapStateDescriptor(SESSIONS, "bigint", "bigint")) if self.merging else None
+        self.sessions: Any = backend.get_state(MapStateDescriptor(SESSIONS, "bigint", "bigint")) if self.merging else None
         self.ctx = _Context(self)
         self.key: Any = None
         #: (key, window start, window end, timestamp, domain): an ordered set, as the timer queue dedups
