@@ -22,8 +22,8 @@ from statekit.errors import CorruptSavepointError, StatekitError, UnsupportedFor
 from statekit.format.flink import keyed as K
 from statekit.format.flink.binary import DataInput
 from statekit.format.flink.checkpoints import is_heap_stream, read_heap
-from statekit.format.flink.locate import DecodeStats, Located, corrupt, locate
 from statekit.format.flink.files import StateFiles
+from statekit.format.flink.locate import DecodeStats, Located, corrupt, locate
 from statekit.format.flink.metadata import (
     CheckpointMetadata,
     IncrementalKeyedHandle,
