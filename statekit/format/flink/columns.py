@@ -32,7 +32,7 @@ def decode_open(t: FlinkType, buf: np.ndarray, starts: np.ndarray, limits: np.nd
         return got
     stats.states[label] = "per-record"
     r = reader(t)
-    mv = memoryview(buf)
+    mv = buf.data
     vals, ends = [], np.empty(len(starts), np.int64)
     for i, (s, e) in enumerate(zip(starts.tolist(), limits.tolist())):
         inp = DataInput(mv, where, pos=s, end=e)
@@ -82,7 +82,7 @@ def decode_list(t: FlinkType, buf: np.ndarray, vp: np.ndarray, vlen: np.ndarray,
                     return pa.ListArray.from_arrays(from_numpy(first, pa.int32()), got[0])
     stats.states[label] = "per-record"
     r = reader(elem)
-    mv = memoryview(buf)
+    mv = buf.data
     out = []
     for s, n in zip(vp.tolist(), vlen.tolist()):
         inp = DataInput(mv, where, pos=s, end=s + n)

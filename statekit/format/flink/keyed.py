@@ -69,6 +69,7 @@ def read_proxy(files: StateFiles, h: KeyGroupsHandle) -> KeyedProxy:
 
 
 def layout(proxies: list[KeyedProxy], max_parallelism: int, where: str) -> KeyedLayout:
+    """The table layout (key type, namespace type, state columns) shared by an operator's keyed streams."""
     if not proxies:
         raise ValueError("no keyed streams")
     key_type = proxies[0].key_type
@@ -103,6 +104,7 @@ def layout(proxies: list[KeyedProxy], max_parallelism: int, where: str) -> Keyed
 
 @dataclass(frozen=True)
 class KeyedResult:
+    """The rows of one keyed operator: its keyed table and its timers table."""
     table: pa.Table  # key_group, key, [namespace], one column per state
     timers: pa.Table  # key_group, key, [namespace], timestamp, domain
 
@@ -208,8 +210,8 @@ def _strided_table(lay: KeyedLayout, buf: np.ndarray, groups: dict[str, _Group],
             val[at : at + r.count] = r.field(buf, 8 + r.klen, wv)
             at += r.count
         cols[g.meta.name] = primitive(val_buf, n, arrow_type(val.dtype))
-        stats.states[g.meta.name] = "strided-view"  # type: ignore[index]
-    stats.states["key"] = "strided-view"  # type: ignore[index]
+        stats.states[g.meta.name] = "strided-view"
+    stats.states["key"] = "strided-view"
     return _with_all_states(lay, cols, n)
 
 
@@ -248,7 +250,7 @@ def _scanned_table(lay: KeyedLayout, buf: np.ndarray, groups: dict[str, _Group],
     kg, kg_buf = allocate(n, np.int32)
     kg[:] = np.repeat(chain_kg[[int(e.chain[0]) for e in base]], [len(e) for e in base])
     cols = {"key_group": primitive(kg_buf, n, pa.int32()), "key": got[0]}
-    stats.states.setdefault("key", "bulk")  # type: ignore[union-attr]
+    stats.states.setdefault("key", "bulk")
     for g in keyed:
         vp = np.concatenate([e.vp for e in g.pieces or []])
         vlen = np.concatenate([e.vlen for e in g.pieces or []])
@@ -270,7 +272,7 @@ def decode(lay: KeyedLayout, buf: np.ndarray, located: Located, stream_of_chain:
     """Turn located entries into the keyed and timers tables."""
     P = lay.prefix_bytes
     groups = group_entries(located, stream_of_chain, sid_maps, where)
-    key_t, ns_t = lay.key_type, lay.namespace_type
+    key_t = lay.key_type
     timer_tables = []
     for name, g in groups.items():
         if g.meta.is_timer:
@@ -293,7 +295,7 @@ def decode(lay: KeyedLayout, buf: np.ndarray, located: Located, stream_of_chain:
             nst = meta.serializers.get("NAMESPACE_SERIALIZER")
             nsw = 16 if nst is not None and nst.kind == "window" else 1
             ns_arr = None
-            if nsw == 16:
+            if nst is not None and nsw == 16:
                 ns_arr, _ = decode_open(nst, buf, kend, kend_all, where, stats, f"{name} (ns)")
             nsend = kend + nsw
             if meta.keyed_kind != "map" and not np.array_equal(nsend, kend_all):
@@ -324,7 +326,7 @@ def _timers(lay: KeyedLayout, buf: np.ndarray, meta: StateMeta, e: Entries, wher
             cols["namespace"] = pa.nulls(len(e), parse_ddl(lay.namespace_type.ddl()))
     cols["timestamp"] = pa.array(ts)
     cols["domain"] = pa.array([meta.timer_domain] * len(e), pa.string())
-    stats.states.setdefault(name, "bulk")  # type: ignore[union-attr]
+    stats.states.setdefault(name, "bulk")
     return pa.table(cols)
 
 
@@ -361,7 +363,7 @@ def _rows(buf: np.ndarray, row_keys: list) -> tuple[np.ndarray, int, np.ndarray]
     """Row id of every entry (states concatenated), the row count, and each row's first entry."""
     lens = [rk[3] - rk[2] for rk in row_keys]
     n0 = len(row_keys[0][1])
-    same = all(len(rk[1]) == n0 for rk in row_keys) and all(np.array_equal(lens[0], l) for l in lens)
+    same = all(len(rk[1]) == n0 for rk in row_keys) and all(np.array_equal(lens[0], ln) for ln in lens)
     if same and len(row_keys) > 1:
         w = int(lens[0][0]) if n0 and (lens[0] == lens[0][0]).all() else None
         if w is not None:
@@ -369,7 +371,7 @@ def _rows(buf: np.ndarray, row_keys: list) -> tuple[np.ndarray, int, np.ndarray]
             same = all(np.array_equal(base, gather_fixed(buf, rk[2], w)) for rk in row_keys[1:])
         else:
             base = gather_ranges(buf, row_keys[0][2], lens[0])
-            same = all(np.array_equal(base, gather_ranges(buf, rk[2], l)) for rk, l in zip(row_keys[1:], lens[1:]))
+            same = all(np.array_equal(base, gather_ranges(buf, rk[2], ln)) for rk, ln in zip(row_keys[1:], lens[1:]))
     if same:
         ids = np.arange(n0, dtype=np.int64)
         return np.tile(ids, len(row_keys)), n0, ids

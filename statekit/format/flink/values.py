@@ -21,8 +21,6 @@ from statekit.format.flink.serializers import FlinkType
 from statekit.types import parse_ddl
 
 Reader = Callable[[DataInput], Any]
-#: entries per chunk when gathering variable-length byte ranges (bounds temporary memory)
-GATHER_CHUNK = 1 << 20
 
 FIXED_DTYPES = {"long": ">i8", "int": ">i4", "short": ">i2", "byte": "i1", "double": ">f8", "float": ">f4"}
 
@@ -100,7 +98,7 @@ def reader(t: FlinkType) -> Reader:
 
 def decode_records(t: FlinkType, buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, where: str) -> pa.Array:
     """Per-record fallback: each value spans exactly [start, end); opaque types become the raw bytes."""
-    mv = memoryview(buf)
+    mv = buf.data
     if not t.decodable:
         return pa.array([bytes(mv[s:e]) for s, e in zip(starts.tolist(), ends.tolist())], pa.binary())
     r = reader(t)
@@ -114,6 +112,7 @@ def decode_records(t: FlinkType, buf: np.ndarray, starts: np.ndarray, ends: np.n
 
 
 def to_arrow(values: list[Any], t: FlinkType) -> pa.Array:
+    """Python values of Flink type t as an Arrow array of its DDL type."""
     return pa.array(values, parse_ddl(t.ddl()))
 
 
@@ -147,16 +146,15 @@ def binary_array(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray, type_
         raise IndexError("byte range outside the buffer")
     size = len(buf)
     # each view is the 16 bytes from 4 before the range: [4 bytes overwritten by the length][12 bytes of data]
-    safe = (starts >= 4) & (starts + _INLINE <= size)
-    every = np.ndarray((max(size - 15, 0),), np.dtype("V16"), buffer=buf.data, strides=(1,)) if size >= 16 else None
-    if every is not None and safe.all():
-        views = every[starts - 4]
+    safe = (starts >= 4) & (starts + _INLINE <= size) if size >= 16 else np.zeros(n, bool)
+    if safe.all():
+        views = np.ndarray((size - 15,), np.dtype("V16"), buffer=buf.data, strides=(1,))[starts - 4]
     else:
         views = np.zeros(n, np.dtype("V16"))
-        ok = np.flatnonzero(safe) if every is not None else np.zeros(0, np.int64)
+        ok = np.flatnonzero(safe)
         if len(ok):
-            views[ok] = every[starts[ok] - 4]
-        for i in np.flatnonzero(~safe if every is not None else np.ones(n, bool)).tolist():  # at the buffer's edges
+            views[ok] = np.ndarray((size - 15,), np.dtype("V16"), buffer=buf.data, strides=(1,))[starts[ok] - 4]
+        for i in np.flatnonzero(~safe).tolist():  # the few ranges at the buffer's edges
             s, m = int(starts[i]), min(int(lengths[i]), _INLINE)
             views[i] = (b"\0" * 4 + buf[s : s + m].tobytes()).ljust(16, b"\0")
     w64 = views.view("<u8").reshape(n, 2)
