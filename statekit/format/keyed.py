@@ -61,6 +61,7 @@ def keyed_schema(
 
 
 def timers_schema(key_type: str, *, namespace_type: str | None = None) -> pa.Schema:
+    """The timers table's schema for a key type (and a namespace type for windows)."""
     fields = [pa.field("key_group", pa.int32(), nullable=False), pa.field("key", parse_ddl(key_type), nullable=False)]
     if namespace_type is not None:
         fields.append(pa.field("namespace", parse_ddl(namespace_type)))

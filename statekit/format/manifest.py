@@ -437,7 +437,8 @@ def _check_flink(path: Path, op: OperatorMetadata, where: str, keyed: set[str], 
         for group, known in ((fl.states, keyed), (fl.operator_states, set(operator))):
             for name, raw in group:
                 meta = read_meta_info(DataInput(raw, f"{path}: {where} flink serializers of {name!r}"))
-                if meta.name != name or name not in known:
+                # a PyFlink state is carried under its stored name, ``python-state-`` + the state's
+                if meta.name != name or (name not in known and name.removeprefix("python-state-") not in known):
                     raise _fail(path, f"{where}: carried Flink serializers of {name!r} match no state of the operator")
         for raw in fl.timers:
             if not read_meta_info(DataInput(raw, f"{path}: {where} flink timer serializers")).is_timer:

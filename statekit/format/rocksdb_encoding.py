@@ -162,6 +162,7 @@ def encode_namespace(ns: Any) -> bytes:
 
 
 def decode_namespace(buf: bytes, pos: int) -> tuple[Any, int]:
+    """Decode a namespace at pos (None or a window's start and end); returns it and the next position."""
     if buf[pos] == 0:
         return None, pos + 1
     start, end = _NS.unpack_from(buf, pos + 1)

@@ -20,8 +20,8 @@ from statekit.format.flink import pyflink
 from statekit.format.flink.keyed import DecodeStats, KeyedResult, state_ddl
 from statekit.format.flink.lookup import lookup
 from statekit.format.flink.metadata import OperatorState
-from statekit.format.flink.values import encode_key
 from statekit.format.flink.reader import FlinkStateReader
+from statekit.format.flink.values import encode_key
 from statekit.format.manifest import Manifest, OperatorMetadata
 from statekit.identifiers import OperatorIdentifier
 from statekit.keygroups import KeyGroupRange, assign_to_key_group
@@ -186,6 +186,10 @@ class FlinkSavepoint(Savepoint):
         lay = self.flink.layout(self.flink_operator(op)) if meta.key_type is not None else None
         return lay is not None and pyflink.is_pyflink(lay, declared=meta.uid_hash in self._pyflink)
 
+    def pyflink_types(self, op: OpLike) -> dict[str, str]:
+        """The PyFlink types this savepoint was opened with for `op` (``pyflink_types=``), empty when none."""
+        return dict(self._pyflink.get(self.operator(op).uid_hash, {}))
+
     def _read_keyed(self, op: OpLike, key_groups: tuple[int, int] | None = None) -> KeyedResult:
         """Keyed and timer tables as stored, then (PyFlink operators) the key unwrapped and values decoded."""
         meta = self.operator(op)
@@ -240,6 +244,7 @@ class FlinkSavepoint(Savepoint):
 
 
 def is_flink_savepoint(path: str | os.PathLike[str]) -> bool:
+    """Whether path is a Flink savepoint (a directory with Flink's binary _metadata)."""
     from statekit.format.flink.metadata import is_flink_metadata
 
     return is_flink_metadata(Path(path))

@@ -56,17 +56,20 @@ class RemoveState:
 
 @dataclass(frozen=True)
 class RenameOperator:
+    """Give an operator a new identifier (uid or uid hash); its state moves with it."""
     op: OpLike
     new: OpLike
 
 
 @dataclass(frozen=True)
 class RemoveOperator:
+    """Remove an operator and all of its state."""
     op: OpLike
 
 
 @dataclass(frozen=True)
 class SetMaxParallelism:
+    """Change an operator's max parallelism (its key groups are redistributed)."""
     op: OpLike
     max_parallelism: int
 

@@ -106,12 +106,14 @@ class Entries:
 
 @dataclass
 class Located:
+    """Where a key group's entries lie: strided runs, walked entries and scanned pieces."""
     runs: list[Run]  # strided runs
     chained: Entries  # walked entries, any state
     pieces: list[tuple[int, int, Entries]] | None = None  # scanned: (chain, state id, that state run's entries)
 
 
 def corrupt(where: str, why: str) -> CorruptSavepointError:
+    """The error for a key group whose lengths or offsets point outside its bytes."""
     return CorruptSavepointError(
         f"{where}: {why}. The key group is damaged (a bad length or offset); the savepoint cannot be read. "
         "Take a new savepoint or restore this one from a copy."

@@ -55,6 +55,7 @@ class StateMeta:
 
 @dataclass(frozen=True)
 class KeyedProxy:
+    """The header of a keyed state stream: key serializer and the states it holds."""
     compressed: bool
     key_type: FlinkType
     states: tuple[StateMeta, ...]
@@ -63,6 +64,7 @@ class KeyedProxy:
 
 @dataclass(frozen=True)
 class OperatorProxy:
+    """The header of an operator state stream: its list/union and broadcast states."""
     compressed: bool
     states: tuple[StateMeta, ...]  # list/union states, then broadcast states
     end: int
@@ -78,6 +80,7 @@ def _version(inp: DataInput, what: str) -> None:
 
 
 def read_keyed_proxy(inp: DataInput) -> KeyedProxy:
+    """Read the header of a keyed state stream: compression flag, key serializer and state metas."""
     _version(inp, "keyed backend proxy")
     compressed = inp.bool("the compression flag")
     key_type = read_top_level(inp, "the key serializer")
@@ -89,6 +92,7 @@ def read_keyed_proxy(inp: DataInput) -> KeyedProxy:
 
 
 def read_operator_proxy(inp: DataInput) -> OperatorProxy:
+    """Read the header of an operator state stream: compression flag and state metas."""
     _version(inp, "operator backend proxy")
     compressed = inp.bool("the compression flag")
     states = []

@@ -198,6 +198,7 @@ def is_pyflink(lay: KeyedLayout, declared: bool = False) -> bool:
 
 
 def key_ddl(lay: KeyedLayout) -> str:
+    """The DDL type of the user key of a PyFlink keyed layout."""
     return lay.key_type.children[0].ddl()
 
 

@@ -22,8 +22,8 @@ from statekit.errors import CorruptSavepointError, StatekitError, UnsupportedFor
 from statekit.format.flink import keyed as K
 from statekit.format.flink.binary import DataInput
 from statekit.format.flink.checkpoints import is_heap_stream, read_heap
-from statekit.format.flink.locate import DecodeStats, Located, corrupt, locate
 from statekit.format.flink.files import StateFiles
+from statekit.format.flink.locate import DecodeStats, Located, corrupt, locate
 from statekit.format.flink.metadata import (
     CheckpointMetadata,
     IncrementalKeyedHandle,
@@ -237,8 +237,8 @@ class FlinkStateReader:
 
     def _unframe_key_groups(self, buf, starts, limits, seg_of_chain, compressed, where):
         pieces, new_starts, new_limits, pos = [], [], [], 0
-        for s, l, seg in zip(starts.tolist(), limits.tolist(), seg_of_chain.tolist()):
-            data = buf[s:l].tobytes()
+        for s, lim, seg in zip(starts.tolist(), limits.tolist(), seg_of_chain.tolist()):
+            data = buf[s:lim].tobytes()
             if compressed[seg]:
                 data, _ = unframe_snappy(data, f"{where} (Snappy key group at {s})")
             pieces.append(np.frombuffer(data, np.uint8))

@@ -113,6 +113,7 @@ def decode_records(t: FlinkType, buf: np.ndarray, starts: np.ndarray, ends: np.n
 
 
 def to_arrow(values: list[Any], t: FlinkType) -> pa.Array:
+    """Python values of Flink type t as an Arrow array of its DDL type."""
     return pa.array(values, parse_ddl(t.ddl()))
 
 

@@ -31,7 +31,7 @@ from statekit.format.flink.metadata import (
 )
 from statekit.format.flink.proxy import PROXY_VERSION
 from statekit.format.flink.serializers import FlinkType
-from statekit.format.flink.serializers_out import DataOutput, java_utf, top_level
+from statekit.format.flink.serializers_out import DataOutput, top_level
 from statekit.format.flink.values_out import Encoded, concat, encode, join_runs, nullable_values
 from statekit.keygroups import key_group_range
 
@@ -104,6 +104,7 @@ class SubtaskOut:
 
 @dataclass
 class OperatorOut:
+    """One operator of a Flink savepoint being written: identity, parallelism and its subtasks."""
     uid: str | None
     uid_hash: str
     name: str
