@@ -230,7 +230,7 @@ def _plan_edit(sp: Savepoint, e: _OperatorEdits, edit: Edit, changes: list[str],
         changes.append(f"operator {name}: remove state {edit.state!r}")
     elif isinstance(edit, DeleteKeys):
         _require_keyed(m, "it has no keys")
-        present = [k for k in edit.keys if sp.get(m.identifier, k) is not None]
+        present = [k for k in edit.keys if _has_state(sp, m, k)]
         for k in edit.keys:
             if k not in present:
                 noops.append(f"operator {name}: key {k!r} has no state")
@@ -268,6 +268,21 @@ def _plan_edit(sp: Savepoint, e: _OperatorEdits, edit: Edit, changes: list[str],
         changes.append(f"operator {name}: re-key {edit.mapping.num_rows} key(s), {changed or 0} of them to a new key")
     else:
         raise InvalidArgumentError(f"unknown edit {edit!r}")
+
+
+def _has_state(sp: Savepoint, m: OperatorMetadata, key: Any) -> bool:
+    """Whether `key` has a row in `m`'s keyed table (in any window, for window operators) or a timer."""
+    if m.namespace_type is None and sp.get(m.identifier, key) is not None:
+        return True
+    from statekit.keygroups import KeyGroupRange, assign_to_key_group
+
+    kg = assign_to_key_group(key, m.max_parallelism, m.key_type)
+    if m.namespace_type is not None:
+        table = sp.keyed_table(m.identifier, key_groups=KeyGroupRange(kg, kg))
+        if table.num_rows and pc.any(key_mask(table.column("key"), [key])).as_py():
+            return True
+    timers = sp.timers(m.identifier)
+    return bool(timers.num_rows) and bool(pc.any(key_mask(timers.column("key"), [key])).as_py())
 
 
 def _require_keyed(m: OperatorMetadata, why: str) -> None:
