@@ -1,7 +1,6 @@
 """`statekit clean`: list (and with --apply remove) what killed writers and jobs left under a directory."""
 
-from __future__ import annotations
-
+# No `from __future__ import annotations`: see statekit_cli.app (typer's start-up cost).
 import os
 from pathlib import Path
 

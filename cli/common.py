@@ -42,8 +42,12 @@ class PlainConsole:
               **_: Any) -> None:
         if markup:
             raise ValueError("PlainConsole prints text as given; pass markup=False")
-        self._stream.write(" ".join(str(o) for o in objects) + end)
-        self._stream.flush()
+        try:
+            self._stream.write(" ".join(str(o) for o in objects) + end)
+            self._stream.flush()
+        except BrokenPipeError:  # the reader went away (`statekit show ... | head`): stop quietly
+            os.dup2(os.open(os.devnull, os.O_WRONLY), self._stream.fileno())
+            raise typer.Exit(EXIT_OK) from None
 
 
 def _console(stream, stderr: bool):

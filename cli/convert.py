@@ -1,7 +1,6 @@
 """`statekit convert`: a real Flink savepoint rewritten as a statekit savepoint, or any savepoint written as a Flink one (`--to flink`)."""
 
-from __future__ import annotations
-
+# No `from __future__ import annotations`: see statekit_cli.app (typer's start-up cost).
 from pathlib import Path
 from typing import List, Optional
 

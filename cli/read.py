@@ -1,7 +1,6 @@
 """Read commands: inspect, show, get, check, diff, export. None of them writes into a savepoint."""
 
-from __future__ import annotations
-
+# No `from __future__ import annotations`: see statekit_cli.app (typer's start-up cost).
 from pathlib import Path
 from typing import Optional
 

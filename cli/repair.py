@@ -1,7 +1,6 @@
 """Repairs: each reads SOURCE and writes a new savepoint TARGET, only with --apply (default: a dry run)."""
 
-from __future__ import annotations
-
+# No `from __future__ import annotations`: see statekit_cli.app (typer's start-up cost).
 import json as jsonlib
 from pathlib import Path
 from typing import List, Optional
