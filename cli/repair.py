@@ -276,14 +276,14 @@ def _plan_operator(item: dict, uid_field: str, hash_field: str, old_field: str):
         uid_hash = None
     if (uid is None) == (uid_hash is None):
         raise InvalidArgumentError(f"an edit names its operator by exactly one of \"{uid_field}\" and "
-                                   f"\"{hash_field}\"; got {json_text(item)}.")
+                                   f"\"{hash_field}\"; got {_json_text(item)}.")
     for value in (uid, uid_hash):
         if value is not None and not isinstance(value, str):
-            raise InvalidArgumentError(f"\"{uid_field}\"/\"{hash_field}\" must be text; got {json_text(item)}.")
+            raise InvalidArgumentError(f"\"{uid_field}\"/\"{hash_field}\" must be text; got {_json_text(item)}.")
     return OperatorIdentifier.for_uid_hash(uid_hash) if uid_hash is not None else OperatorIdentifier.for_uid(uid)
 
 
-def json_text(item: dict) -> str:
+def _json_text(item: dict) -> str:
     return jsonlib.dumps(item, ensure_ascii=False)[:200]
 
 

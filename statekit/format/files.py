@@ -305,8 +305,8 @@ def read_parquet_verified(root: Path, entry: FileEntry, *, columns=None, key_gro
         if key_group is not None:
             groups = row_groups_holding(md, key_group)
         else:
-            groups, rows = [], 0
-            while len(groups) < md.num_row_groups and rows < max_rows:
+            groups, rows, wanted = [], 0, max_rows or 0
+            while len(groups) < md.num_row_groups and rows < wanted:
                 rows += md.row_group(len(groups)).num_rows
                 groups.append(len(groups))
         if not groups:

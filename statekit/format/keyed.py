@@ -231,10 +231,9 @@ def drop_unset_rows(table: pa.Table, kg: np.ndarray, state_names: Sequence[str])
         return table, kg
     import pyarrow.compute as pc  # here: reading one key (statekit get) uses this module without compute
 
-    mask = None
-    for n in state_names:
-        valid = pc.is_valid(table.column(n))
-        mask = valid if mask is None else pc.or_(mask, valid)
+    mask = pc.is_valid(table.column(state_names[0]))
+    for n in state_names[1:]:
+        mask = pc.or_(mask, pc.is_valid(table.column(n)))
     keep = np.asarray(mask.to_numpy(zero_copy_only=False), dtype=bool)
     return table.filter(mask), kg[keep]
 

@@ -49,7 +49,27 @@ _HOMES = {
     **dict.fromkeys(("OperatorWriter", "SavepointBuilder"), "statekit.savepoint.writer"),
 }
 
-__all__ = sorted(_HOMES)
+__all__ = [
+    "FORMAT",
+    "FORMAT_VERSION",
+    "MANIFEST_NAME",
+    "SUPPORTED_FEATURES",
+    "SUPPORTED_VERSIONS",
+    "CheckReport",
+    "FileEntry",
+    "Manifest",
+    "OperatorDiff",
+    "OperatorMetadata",
+    "OperatorWriter",
+    "Problem",
+    "Savepoint",
+    "SavepointBuilder",
+    "SavepointDiff",
+    "check",
+    "diff",
+    "redistribute_list_state",
+]
+assert sorted(__all__) == sorted(_HOMES)
 
 
 def __getattr__(name: str) -> Any:

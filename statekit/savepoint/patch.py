@@ -128,7 +128,7 @@ def patch_keyed(table: pa.Table, *, drop_states: Sequence[str] = (), delete_keys
             if row is None:
                 field_names = [f.name for f in table.schema.field("key").type] if struct_key else None
                 row = {c: None for c in table.column_names}
-                row["key"] = dict(zip(field_names, key)) if struct_key else key
+                row["key"] = dict(zip(field_names, key)) if field_names is not None else key
             new_rows.append({**row, **values})
         table = pa.concat_tables([table.filter(pc.invert(mask)), pa.Table.from_pylist(new_rows, schema=table.schema)])
     return table
@@ -181,15 +181,15 @@ def repair(source: str | os.PathLike, target: str | os.PathLike, edits: Sequence
         return plan
     with SavepointBuilder(target, checkpoint_id=sp.checkpoint_id, job_name=sp.job_name) as builder:
         for m in sp.operators:
-            e = per_op.get(m.uid_hash)
-            if e is None:
+            op_edits = per_op.get(m.uid_hash)
+            if op_edits is None:
                 link_operator(builder, sp, m, m.identifier)
-            elif not e.removed:
-                ident = e.new_ident or m.identifier
-                name = (e.new_ident.uid or m.name) if e.new_ident else m.name
-                if e.rewrites and not _rewrite_key_groups(builder, sp, e, ident, name):
-                    _rewrite(builder, sp, e, ident, name)
-                elif not e.rewrites:
+            elif not op_edits.removed:
+                ident = op_edits.new_ident or m.identifier
+                name = (op_edits.new_ident.uid or m.name) if op_edits.new_ident else m.name
+                if op_edits.rewrites and not _rewrite_key_groups(builder, sp, op_edits, ident, name):
+                    _rewrite(builder, sp, op_edits, ident, name)
+                elif not op_edits.rewrites:
                     link_operator(builder, sp, m, ident, name=name)
     plan.written = True
     return plan
@@ -222,7 +222,7 @@ def _plan_edit(sp: Savepoint, e: _OperatorEdits, edit: Edit, changes: list[str],
         changes.append(f"operator {name}: max parallelism {m.max_parallelism} -> {edit.max_parallelism}; keyed "
                        "table and timers re-hashed into the new key groups")
     elif isinstance(edit, RemoveState):
-        names = [s.name for s in (*m.keyed_states, *m.operator_states)]
+        names = [s.name for s in m.keyed_states] + [s.name for s in m.operator_states]
         if edit.state not in names:
             raise UnknownStateError(f"operator {name} has no state {edit.state!r}; its states are: "
                                     f"{', '.join(names) or 'none'}.")
@@ -314,6 +314,9 @@ def _rewrite_key_groups(builder: SavepointBuilder, sp: Savepoint, e: _OperatorEd
     keyed = m.files_of("keyed")
     if e.drop_states or e.max_parallelism or e.mapping is not None or m.keyed_format != "parquet" or not keyed:
         return False
+    ranges = {f.path: (f.key_group_start, f.key_group_end) for f in keyed}
+    if any(s is None or t is None for s, t in ranges.values()):  # not written by statekit's writers
+        return False
     kg_of = {}
     for key in (*e.delete_keys, *(k for k, _, _ in e.set_values)):
         kg_of[_hashable(key)] = assign_to_key_group(key, m.max_parallelism, m.key_type)
@@ -321,7 +324,7 @@ def _rewrite_key_groups(builder: SavepointBuilder, sp: Savepoint, e: _OperatorEd
     for kg in set(kg_of.values()):
         f = next((f for f in keyed if f.covers(kg)), None)
         if f is None:  # a key group without rows so far: the nearest file takes it, its range widened
-            f = min(keyed, key=lambda f: min(abs(f.key_group_start - kg), abs(f.key_group_end - kg)))
+            f = min(keyed, key=lambda f: min(abs((f.key_group_start or 0) - kg), abs((f.key_group_end or 0) - kg)))
         owner.setdefault(f.path, set()).add(kg)
     deleted_kgs = {kg_of[_hashable(k)] for k in e.delete_keys}
     rewrite = {}
@@ -346,7 +349,7 @@ def _keyed_file_rewrite(sp: Savepoint, e: _OperatorEdits, f, kgs: set[int], dele
     def write(staging: Path, rel: str) -> list:
         table = sp._check_schema(sp.read_file(f), sp.keyed_schema(m.identifier), f"file {f.path}")
         table = patch_keyed(table.drop_columns(["key_group"]), delete_keys=deletes, set_values=sets)
-        kg = K.compute_key_groups(table.column("key"), m.max_parallelism, m.key_type)
+        kg = K.compute_key_groups(table.column("key"), m.max_parallelism, m.keyed_key_type)
         table, kg = K.drop_unset_rows(table, kg, [s.name for s in m.keyed_states])
         if not table.num_rows:
             return []

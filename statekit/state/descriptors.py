@@ -49,6 +49,7 @@ class _ArrowType(Protocol):
 Declared = Union[str, PickledType, _ArrowType]
 
 StateKind = Literal["value", "list", "map", "reducing", "aggregating"]
+STATE_KINDS: tuple[StateKind, ...] = ("value", "list", "map", "reducing", "aggregating")
 Redistribution = Literal["split", "union", "broadcast"]
 
 
@@ -176,6 +177,13 @@ class OperatorStateInfo:
     key_type: str | None = None  # broadcast only
     pickled: bool = False
 
+    @property
+    def broadcast_key_type(self) -> str:
+        """The key type of broadcast state (list and union states have none)."""
+        if self.key_type is None:
+            raise StateTypeError(f"operator state {self.name!r} is {self.redistribution} state, not broadcast: it has no keys.")
+        return self.key_type
+
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"name": self.name, "redistribution": self.redistribution, "type": self.type}
         if self.key_type is not None:
@@ -187,6 +195,14 @@ class OperatorStateInfo:
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> "OperatorStateInfo":
         return cls(d["name"], d["redistribution"], d["type"], d.get("key_type"), bool(d.get("pickled", False)))
+
+
+def as_state_kind(kind: str) -> StateKind:
+    """`kind` checked to be one of `STATE_KINDS` (for kinds read from a file or declared as text)."""
+    for k in STATE_KINDS:
+        if k == kind:
+            return k
+    raise StateTypeError(f"unknown keyed state kind {kind!r}; the kinds are {', '.join(STATE_KINDS)}.")
 
 
 def _check_name(name: Any) -> None:
