@@ -103,8 +103,9 @@ def fail(message: str, code: int = EXIT_USAGE) -> None:
 
 
 # -- options shared by several commands (one spelling everywhere) ------------------------------------
-UID = typer.Option(None, "--uid", help="The operator's uid (or give its uid hash with --hash).", show_default=False)
-OPTIONAL_UID = typer.Option(None, "--uid", help="Only this operator, by uid (or by uid hash with --hash).",
+UID = typer.Option(None, "--uid", metavar="UID", show_default=False,
+                   help="The operator's uid (or give its uid hash with --hash).")
+OPTIONAL_UID = typer.Option(None, "--uid", metavar="UID", help="Only this operator, by uid (or by uid hash with --hash).",
                             show_default=False)
 HASH = typer.Option(None, "--hash", metavar="HASH", show_default=False,
                     help="The operator's uid hash (32 hex characters), instead of --uid.")

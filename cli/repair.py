@@ -93,7 +93,7 @@ def rm_state(
 
 def rename_uid(
     source: Path = SOURCE, target: Path = TARGET, uid: Optional[str] = UID, uid_hash: Optional[str] = HASH,
-    new_uid: Optional[str] = typer.Option(None, "--new-uid", help="The new uid.", show_default=False),
+    new_uid: Optional[str] = typer.Option(None, "--new-uid", metavar="UID", help="The new uid.", show_default=False),
     new_hash: Optional[str] = typer.Option(None, "--new-hash", metavar="HASH", show_default=False,
                                            help="The new uid hash (32 hex characters), instead of --new-uid."),
     old_alias: Optional[str] = typer.Option(None, "--from", hidden=True, help="Old spelling of --uid."),
