@@ -3,9 +3,9 @@ memory pattern (Arrow buffers over Python bytes and NumPy arrays) against the cu
 
 Runs the workloads of `tests/exit_child.py` (threaded point reads; Flink reads + DuckDB SQL; a
 RocksDB job) in fresh interpreters, `--jobs` at a time, and counts the runs that did not exit 0.
-``--pattern old`` runs the same statekit code with its Arrow-owned copies replaced by the zero-copy
-wrappers it used before (``pa.py_buffer``, ``pa.array(ndarray)``, verified files read into Python
-memory); ``new`` is the code as it is. The old pattern is the baseline: the ratio is new/old aborts.
+``--patterns old`` runs the same statekit code with `statekit.format.arrow_memory` replaced by the
+zero-copy wrappers used before (``pa.py_buffer``, ``pa.array(ndarray)``, numpy-allocated buffers)
+and verified files read into Python memory; ``new`` is the code as it is. The old pattern is the baseline: the ratio is new/old aborts.
 
     python bench/exit_race.py --runs 60 --jobs 2
 """
@@ -29,18 +29,22 @@ CORPUS = TESTS / "fixtures" / "flink" / "2.3.0"
 OLD_PATTERN = """
 import runpy, sys, types
 import numpy as np, pyarrow as pa
-import statekit.format.owned as owned
+import statekit.format.arrow_memory as am
 import statekit.format.files as files
 
 def py_buffer(data):
     return pa.py_buffer(np.ascontiguousarray(data) if isinstance(data, np.ndarray) else data)
 
-def py_array(values, type=None):
-    return pa.array(values, type)
+def py_array(values, type_=None):
+    return pa.array(values, type_)
 
-old = {"owned_buffer": (owned.owned_buffer, py_buffer), "owned_array": (owned.owned_array, py_array)}
-for name, (new, replacement) in old.items():
-    setattr(owned, name, replacement)
+def py_allocate(n, dtype):
+    out = np.empty(max(n, 1), np.dtype(dtype).newbyteorder("="))
+    return out[:n], pa.py_buffer(out)
+
+old = {"copy_buffer": py_buffer, "from_numpy": py_array, "allocate": py_allocate}
+for name, replacement in old.items():
+    new = getattr(am, name)
     for module in list(sys.modules.values()):
         if getattr(module, name, None) is new:
             setattr(module, name, replacement)

@@ -1,7 +1,6 @@
 """`statekit clean`: list (and with --apply remove) what killed writers and jobs left under a directory."""
 
-from __future__ import annotations
-
+# No `from __future__ import annotations`: see statekit_cli.app (typer's start-up cost).
 import os
 from pathlib import Path
 
@@ -81,6 +80,7 @@ def clean(
     newest: bool = typer.Option(False, "--newest", help="With --checkpoints, remove the newest one too."),
     json: bool = JSON,
 ) -> None:
+    """List (or with --apply remove) what killed writers and jobs left behind."""
     if not path.is_dir():
         fail(f"{path} is not a directory.")
     if newest and not checkpoints:
@@ -100,16 +100,16 @@ def clean(
                 removed += 1
         removed += _discard_checkpoints([p for kind, p in found if kind in chosen - {"staging", "inprogress"}])
     if json:
-        import json as _json
+        from statekit_cli.render import dumps
 
         items = [{"kind": "retained" if k == "newest" else k, "path": str(p),
                   **({"newest": k == "newest", "removable": k in chosen} if k in ("retained", "newest") else {})}
                  for k, p in found]
-        out().print_json(_json.dumps({"leftovers": items, "removed": removed if apply else 0}))
+        out().print(dumps({"leftovers": items, "removed": removed if apply else 0}), markup=False)
         return
     for kind, p in found:
         mark = "  (newest)" if kind == "newest" else ""
-        out().print(f"{'retained' if kind == 'newest' else kind:<11} {p}{mark}", markup=False, highlight=False)
+        out().print(f"{'retained' if kind == 'newest' else kind:<11} {p}{mark}", markup=False)
     retained = sum(1 for k, _ in found if k in ("retained", "newest"))
     leftovers = len(found) - retained
     verb = f"removed {removed}" if apply else "nothing removed (pass --apply to remove them)"
@@ -125,6 +125,7 @@ clean.__doc__ = HELP
 
 
 def register(app: typer.Typer) -> None:
+    """Add the clean command to the app."""
     app.command("clean", help=HELP, short_help="List or remove what killed writers and jobs left behind.")(clean)
 
 

@@ -1,7 +1,6 @@
 """`statekit query`: SQL over a savepoint on embedded DuckDB (default) or on Spark (--engine spark)."""
 
-from __future__ import annotations
-
+# No `from __future__ import annotations`: see statekit_cli.app (typer's start-up cost).
 import threading
 from pathlib import Path
 from typing import Optional
@@ -29,6 +28,7 @@ def query(
     fmt: str = FORMAT,
     json: bool = JSON,
 ) -> None:
+    """Run SQL over a savepoint's tables."""
     fmt = "json" if json else check_format(fmt)
     engine = engine.lower()
     if engine == "duckdb":
@@ -123,4 +123,5 @@ def _quiet_jvm():
 
 
 def register(app: typer.Typer) -> None:
+    """Add the query command to the app."""
     app.command("query", help=HELP, short_help="SQL over a savepoint's tables (DuckDB; Spark with --engine spark).")(query)

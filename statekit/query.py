@@ -105,7 +105,7 @@ def sql(path: str | os.PathLike, query: str, *, prefix: str | None = None) -> pa
     import duckdb
 
     # The connection is closed before returning: DuckDB's threads and the Arrow tables registered
-    # in it go now, on this thread, not whenever the interpreter collects it (statekit.format.owned).
+    # in it go now, on this thread, not whenever the interpreter collects it (statekit.format.arrow_memory).
     with duckdb.connect() as con:
         rel = sql_relation(path, query, prefix=prefix, connection=con)
         if rel is None:  # a statement without result (e.g. SET)
@@ -146,7 +146,7 @@ def _register(con, sp, qualified: str, meta, kind: str, state: str | None, keys:
 def statekit_files(sp) -> bool:
     """Whether `sp` is a statekit savepoint (whose keyed and timer tables are Parquet files in place);
     other formats (Flink's) are read through the `Savepoint` API as Arrow."""
-    from statekit.savepoint import Savepoint
+    from statekit.savepoint.reader import Savepoint
 
     return type(sp) is Savepoint
 
@@ -331,7 +331,7 @@ def key_mapping(keys: pa.Array | pa.ChunkedArray, expression: str) -> pa.Table:
 
     distinct = pa.table({"key": pa.chunked_array([keys]) if isinstance(keys, pa.Array) else keys}) \
         .group_by("key", use_threads=False).aggregate([])
-    with duckdb.connect() as con:  # closed here, not at interpreter exit (statekit.format.owned)
+    with duckdb.connect() as con:  # closed here, not at interpreter exit (statekit.format.arrow_memory)
         con.register("statekit_keys", distinct)
         try:
             result = con.sql(f"SELECT key, ({expression}) AS new_key FROM statekit_keys")

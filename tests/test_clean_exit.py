@@ -124,8 +124,9 @@ def test_tables_read_from_flink_savepoints_live_in_arrow_memory(tmp_path):
     """The deterministic half of the exit race: a table statekit hands out is not a view of Python memory.
 
     Memory Arrow allocated is counted by its pool; a column wrapping a NumPy array or bytes is not.
-    Fixed-width Flink state decodes from strided NumPy views (the fastest path): before its columns
-    were copied into Arrow memory, this table of 1.2 MB held 64 bytes of Arrow's.
+    Fixed-width Flink state decodes from strided NumPy views (the fastest path); with the buffers of
+    `statekit.format.arrow_memory` replaced by NumPy-backed ones (bench/exit_race.py's old pattern)
+    this 1.2 MB table holds no byte of Arrow's pool.
     """
     import gc
 

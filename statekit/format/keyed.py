@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Sequence
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from statekit.errors import DuplicateKeyError, InvalidArgumentError, NullKeyError, StateTypeError
-from statekit.format.owned import owned_array
+from statekit.format.arrow_memory import from_numpy
 from statekit.keygroups import assign_key_groups
 from statekit.state.descriptors import StateInfo
 from statekit.types import parse_ddl, to_ddl
@@ -33,6 +31,24 @@ NO_TIMESTAMP = -(2**63)
 PARALLEL_HASH_ROWS = 1_000_000
 
 
+#: numpy dtypes of the fixed-width Arrow types `column_values` reads.
+_NUMPY_DTYPES = {"int8": "i1", "int16": "i2", "int32": "i4", "int64": "i8", "uint8": "u1", "uint16": "u2",
+                 "uint32": "u4", "uint64": "u8", "float": "f4", "double": "f8"}
+
+
+def column_values(col: pa.ChunkedArray | pa.Array) -> np.ndarray | None:
+    """A column of integers or floats without nulls as numpy values, read from its Arrow buffers; None
+    for other columns. (pyarrow's ``to_numpy`` imports pandas on first use, about a second of start-up
+    that a one-key read such as ``statekit get`` must not pay.)"""
+    dtype = _NUMPY_DTYPES.get(str(col.type))
+    if dtype is None or col.null_count:
+        return None
+    chunks = col.chunks if isinstance(col, pa.ChunkedArray) else [col]
+    dt = np.dtype(dtype)
+    parts = [np.frombuffer(c.buffers()[1], dtype=dt, count=len(c), offset=c.offset * dt.itemsize) for c in chunks]
+    return np.concatenate(parts) if len(parts) != 1 else parts[0]
+
+
 def keyed_schema(
     key_type: str, infos: Sequence[StateInfo], *, namespace_type: str | None = None, with_key_group: bool = True
 ) -> pa.Schema:
@@ -46,6 +62,7 @@ def keyed_schema(
 
 
 def timers_schema(key_type: str, *, namespace_type: str | None = None) -> pa.Schema:
+    """The timers table's schema for a key type (and a namespace type for windows)."""
     fields = [pa.field("key_group", pa.int32(), nullable=False), pa.field("key", parse_ddl(key_type), nullable=False)]
     if namespace_type is not None:
         fields.append(pa.field("namespace", parse_ddl(namespace_type)))
@@ -196,6 +213,8 @@ def compute_key_groups(keys: pa.ChunkedArray | pa.Array, max_parallelism: int, k
     n = len(keys)
     if n < PARALLEL_HASH_ROWS:
         return np.asarray(assign_key_groups(keys, max_parallelism, key_type), dtype=np.int32)
+    from concurrent.futures import ThreadPoolExecutor  # here: a one-key read loads this module without it
+
     half = n // 2
     with ThreadPoolExecutor(2) as pool:
         parts = list(
@@ -211,10 +230,11 @@ def drop_unset_rows(table: pa.Table, kg: np.ndarray, state_names: Sequence[str])
     """Drop rows where every state is null (the format keeps only rows with some state set)."""
     if not state_names or all(table.column(n).null_count == 0 for n in state_names):
         return table, kg
-    mask = None
-    for n in state_names:
-        valid = pc.is_valid(table.column(n))
-        mask = valid if mask is None else pc.or_(mask, valid)
+    import pyarrow.compute as pc  # here: reading one key (statekit get) uses this module without compute
+
+    mask = pc.is_valid(table.column(state_names[0]))
+    for n in state_names[1:]:
+        mask = pc.or_(mask, pc.is_valid(table.column(n)))
     keep = np.asarray(mask.to_numpy(zero_copy_only=False), dtype=bool)
     return table.filter(mask), kg[keep]
 
@@ -254,6 +274,8 @@ def _surely_unique(col: pa.ChunkedArray) -> bool:
         keys = np.sort(col.to_numpy())
         return not bool(np.any(keys[1:] == keys[:-1]))
     if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t) or pa.types.is_boolean(t):
+        import pyarrow.compute as pc
+
         return len(pc.unique(col)) == len(col)
     return False  # floats (NaN, -0.0) and nested keys take the exact path
 
@@ -320,16 +342,16 @@ def _take_list(arr: pa.ListArray, rows: np.ndarray) -> pa.ListArray:
         return arr.take(pa.array(rows))
     gather = np.repeat(starts.astype(np.int64) - new_offsets[:-1], lengths)
     gather += np.arange(new_offsets[-1], dtype=np.int64)
-    values = owned_array(arr.values.to_numpy()[gather], arr.type.value_type)
+    values = from_numpy(arr.values.to_numpy()[gather], arr.type.value_type)
     mask = pa.array(arr.is_null().to_numpy(zero_copy_only=False)[rows]) if arr.null_count else None
-    return pa.ListArray.from_arrays(owned_array(new_offsets.astype(np.int32)), values, type=arr.type, mask=mask)
+    return pa.ListArray.from_arrays(from_numpy(new_offsets.astype(np.int32)), values, type=arr.type, mask=mask)
 
 
 def with_key_group_column(table: pa.Table, kg: np.ndarray) -> pa.Table:
     """`table` with ``key_group`` as its first column."""
     if "key_group" in table.column_names:
         table = table.drop_columns(["key_group"])
-    return table.add_column(0, pa.field("key_group", pa.int32(), nullable=False), owned_array(kg, pa.int32()))
+    return table.add_column(0, pa.field("key_group", pa.int32(), nullable=False), from_numpy(kg, pa.int32()))
 
 
 def sort_by_key_group(table: pa.Table, kg: np.ndarray) -> tuple[pa.Table, np.ndarray]:

@@ -11,7 +11,7 @@ import pyarrow.compute as pc
 from statekit import serde
 from statekit.errors import StateTypeError
 from statekit.format.keyed import NAMESPACE_ARROW
-from statekit.format.owned import owned_array
+from statekit.format.arrow_memory import from_numpy
 from statekit.format.values import python_converter, unpickle_values
 from statekit.keygroups import KeyGroupRange, assign_key_groups
 from statekit.state.descriptors import StateInfo
@@ -87,7 +87,7 @@ def dicts_to_keyed_table(
     key_arr = to_arrow_array(keys, key_type, what="key")
     kg = assign_key_groups(key_arr, max_parallelism, key_type) if n else np.zeros(0, np.int32)
     names = ["key_group", "key"]
-    arrays: list[pa.Array] = [owned_array(kg, pa.int32()), key_arr]
+    arrays: list[pa.Array] = [from_numpy(kg, pa.int32()), key_arr]
     if has_ns:
         nss = [rk[1] for rk in row_list]
         valid = np.fromiter((ns is not None for ns in nss), bool, n)
@@ -100,10 +100,10 @@ def dicts_to_keyed_table(
                 [pa.array(starts, pa.int64()), pa.array(ends, pa.int64())], fields=list(NAMESPACE_ARROW), mask=mask
             )
         )
-    for info, rows, values in columns:
-        if rows is not None and (len(rows) != n or rows != list(range(n))):
+    for info, at_rows, values in columns:
+        if at_rows is not None and (len(at_rows) != n or at_rows != list(range(n))):
             full: list[Any] = [None] * n
-            for i, v in zip(rows, values):
+            for i, v in zip(at_rows, values):
                 full[i] = v
             values = full
         elif len(values) != n:

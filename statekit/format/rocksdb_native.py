@@ -16,7 +16,7 @@ from rocksdict import AccessType, Options, Rdict
 
 from statekit.errors import CorruptSavepointError, StatekitError
 from statekit.format.keyed_dicts import dicts_to_keyed_table
-from statekit.format.owned import owned_buffer
+from statekit.format.arrow_memory import copy_buffer
 from statekit.format.rocksdb_encoding import KEY_GROUP_PREFIX, ValueCodec, decode_namespace, encode_namespace, key_codec
 from statekit.format.ttl import ttl_export
 from statekit.keygroups import KeyGroupRange
@@ -50,7 +50,7 @@ _VECTOR_KEYS = {pa.int32(): (">u4", 1 << 31), pa.int64(): (">u8", 1 << 63)}
 
 
 def _fixed_binary(data: bytes, width: int, n: int) -> pa.Array:
-    return pa.FixedSizeBinaryArray.from_buffers(pa.binary(width), n, [None, owned_buffer(data)]).cast(pa.binary())
+    return pa.FixedSizeBinaryArray.from_buffers(pa.binary(width), n, [None, copy_buffer(data)]).cast(pa.binary())
 
 
 def vector_entries(table: pa.Table, kg: Any, info: StateInfo, key_type: pa.DataType) -> tuple[list, list] | None:
@@ -133,7 +133,9 @@ def _range_items(cf: Rdict, key_groups: KeyGroupRange | None) -> Iterator[tuple[
     start = None if key_groups is None else KEY_GROUP_PREFIX[key_groups.start]
     stop = None if key_groups is None else (key_groups.end + 1).to_bytes(2, "big")
     last = None
-    for k, v in cf.items() if start is None else cf.items(from_key=start):
+    # raw mode: keys and values are bytes (rocksdict's stub lists the types of every mode)
+    items: Iterable[tuple[bytes, bytes]] = cf.items() if start is None else cf.items(from_key=start)  # type: ignore[assignment]
+    for k, v in items:
         if stop is not None and k >= stop:
             return  # reached the bound, so nothing before it was skipped
         last = k
