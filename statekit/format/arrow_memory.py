@@ -57,9 +57,10 @@ def copy_buffer(data: bytes | bytearray | memoryview | np.ndarray) -> pa.Buffer:
     >>> copy_buffer(b"abc").to_pybytes()
     b'abc'
     """
-    view = memoryview(np.ascontiguousarray(data) if isinstance(data, np.ndarray) else data).cast("B")
-    out, buf = allocate(view.nbytes, np.uint8)
-    out[:] = np.frombuffer(view, np.uint8)
+    src = np.frombuffer(data, np.uint8) if not isinstance(data, np.ndarray) else \
+        np.ascontiguousarray(data).reshape(-1).view(np.uint8)
+    out, buf = allocate(len(src), np.uint8)
+    out[:] = src
     return buf
 
 

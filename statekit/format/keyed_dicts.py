@@ -10,8 +10,8 @@ import pyarrow.compute as pc
 
 from statekit import serde
 from statekit.errors import StateTypeError
-from statekit.format.keyed import NAMESPACE_ARROW
 from statekit.format.arrow_memory import from_numpy
+from statekit.format.keyed import NAMESPACE_ARROW
 from statekit.format.values import python_converter, unpickle_values
 from statekit.keygroups import KeyGroupRange, assign_key_groups
 from statekit.state.descriptors import StateInfo

@@ -15,8 +15,8 @@ import pyarrow.compute as pc
 from rocksdict import AccessType, Options, Rdict
 
 from statekit.errors import CorruptSavepointError, StatekitError
-from statekit.format.keyed_dicts import dicts_to_keyed_table
 from statekit.format.arrow_memory import copy_buffer
+from statekit.format.keyed_dicts import dicts_to_keyed_table
 from statekit.format.rocksdb_encoding import KEY_GROUP_PREFIX, ValueCodec, decode_namespace, encode_namespace, key_codec
 from statekit.format.ttl import ttl_export
 from statekit.keygroups import KeyGroupRange

@@ -19,6 +19,7 @@ import numpy as np
 import pyarrow as pa
 
 from statekit.errors import InvalidArgumentError, ParallelismError, StateTypeError
+from statekit.format.arrow_memory import from_numpy
 from statekit.format.flink import pyflink_out
 from statekit.format.flink.serializers import FlinkType
 from statekit.format.flink.serializers_out import (
@@ -40,7 +41,6 @@ from statekit.format.flink.writer import (
     write_flink_savepoint,
 )
 from statekit.format.manifest import OperatorMetadata
-from statekit.format.arrow_memory import from_numpy
 from statekit.identifiers import OperatorIdentifier
 from statekit.keygroups import assign_key_groups
 from statekit.savepoint.reader import Savepoint
