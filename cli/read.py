@@ -188,7 +188,7 @@ def diff(
     show_keys: int = typer.Option(5, "--show", min=0, help="List up to N keys added, removed and changed."),
     json: bool = JSON,
 ) -> None:
-    """What differs from A to B: operators, settings, states, and keys added/removed/changed. Exit 1 if any."""
+    """What differs from A to B: operators, settings, states, keys, timers and operator state rows. Exit 1 if any."""
     from statekit.savepoint.diff import diff as run_diff
     from statekit_cli.render import cell, dumps, emit_table
 
@@ -213,6 +213,13 @@ def diff(
                     shown = ", ".join(cell(k) for k in o.examples[kind])
                     more = " ..." if count > len(o.examples[kind]) else ""
                     rows.append([name, f"{count} key(s) {kind}", shown + more])
+            for kind, count in (("added", o.timers_added), ("removed", o.timers_removed)):
+                if count:
+                    picked = [r for r in o.timers.to_pylist() if r["change"] == kind][:show_keys] if o.timers else []
+                    shown = ", ".join(f"{cell(r['key'])}@{r['timestamp']} {r['domain']}" for r in picked)
+                    rows.append([name, f"{count} timer(s) {kind}", shown + (" ..." if count > len(picked) else "")])
+            for state, counts in o.state_row_counts().items():
+                rows += [[name, f"state {state}: {n} row(s) {kind}", ""] for kind, n in counts.items() if n]
         emit_table(console, rows, ["operator", "difference", "detail"], title=f"{a} -> {b}", identity=("operator",))
     if not d.same:
         raise typer.Exit(EXIT_PROBLEMS)

@@ -72,7 +72,7 @@ class OperatorWriter:
         self.dir = f"op-{ident.uid_hash}"
         self._keyed: list[pa.Table] = []
         self._timers: list[pa.Table] = []
-        self._operator_states: list[tuple[OperatorStateInfo, pa.Table | None]] = []
+        self._operator_states: list[tuple[OperatorStateInfo, pa.Table]] = []
         self._native: list[tuple[int, Path, KeyGroupRange, list[str]]] = []
         self._preset_files: list[FileEntry] = []
         self._linked_states: list[OperatorStateInfo] = []
@@ -93,6 +93,17 @@ class OperatorWriter:
         if not isinstance(table, pa.Table):
             raise InvalidArgumentError(f"write_keyed() takes a pyarrow.Table, got {type(table).__name__}.")
         self._keyed.append(table)
+
+    def declare_keyed_states(self, states: Sequence[StateInfo]) -> None:
+        """Declare the keyed states once they are known, when user code registers them while the
+        tables are written (a bootstrap function's ``open`` run in Spark tasks); before the commit."""
+        self._require_keyed("keyed state")
+        infos = tuple(states)
+        for s in infos:
+            parse_ddl(s.type)
+        if len({s.name for s in infos}) != len(infos):
+            raise InvalidArgumentError(f"operator {self.identifier}: two keyed states share a name in {[s.name for s in infos]}.")
+        self.keyed_states = infos
 
     def write_timers(self, table: pa.Table) -> None:
         """Add timers: ``key``, optional ``key_group``/``namespace``, ``timestamp``, ``domain``."""
@@ -261,7 +272,7 @@ class OperatorWriter:
     def _write_keyed_files(self, root: Path, pool: ThreadPoolExecutor) -> list[Future[FileEntry]]:
         what = f"keyed table of operator {self.identifier}"
         schema = K.keyed_schema(
-            self.key_type, self.keyed_states, namespace_type=self.namespace_type, with_key_group=False
+            self._require_keyed("a keyed table"), self.keyed_states, namespace_type=self.namespace_type, with_key_group=False
         )
         names = [s.name for s in self.keyed_states]
         futures = []
@@ -281,7 +292,7 @@ class OperatorWriter:
 
     def _write_timer_files(self, root: Path, pool: ThreadPoolExecutor) -> list[Future[FileEntry]]:
         what = f"timers of operator {self.identifier}"
-        schema = K.timers_schema(self.key_type, namespace_type=self.namespace_type)
+        schema = K.timers_schema(self._require_keyed("timers"), namespace_type=self.namespace_type)
         schema = schema.remove(0)
         futures = []
         for i, (table, kg) in enumerate(self._prepared(self._timers, schema, what)):

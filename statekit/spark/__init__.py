@@ -48,7 +48,9 @@ SQL view recipe that does.
 from statekit.spark.bootstrap import (
     BootstrapTransformation,
     BroadcastStateBootstrapFunction,
+    KeyedBootstrapContext,
     KeyedStateBootstrapFunction,
+    OperatorBootstrapContext,
     OperatorTransformation,
     StateBootstrapFunction,
 )
@@ -66,8 +68,10 @@ __all__ = [
     "RANGE_ENUMERATION_LIMIT",
     "BootstrapTransformation",
     "BroadcastStateBootstrapFunction",
+    "KeyedBootstrapContext",
     "KeyedStateBootstrapFunction",
     "KeyedStateReaderFunction",
+    "OperatorBootstrapContext",
     "OperatorTransformation",
     "ReaderContext",
     "SavepointReader",

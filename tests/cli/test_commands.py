@@ -206,6 +206,35 @@ def test_diff(cli, runtime_sp, tmp_path):
     assert data == _norm(diff(runtime_sp, tmp_path / "changed2").to_json())
 
 
+def test_diff_of_timers_and_operator_state_rows(cli, tmp_path):
+    from statekit.state import OperatorStateInfo
+
+    def write(path, timers, items, rates):
+        with SavepointBuilder(path, checkpoint_id=1) as b:
+            op = b.add_operator("timed", key_type="bigint", keyed_states=[ValueStateDescriptor("n", "bigint")])
+            op.write_keyed(pa.table({"key": [1], "n": [1]}))
+            op.write_timers(pa.table({"key": [1] * len(timers), "timestamp": timers, "domain": ["event"] * len(timers)}))
+            ops = b.add_operator("ops")
+            ops.write_list_state(OperatorStateInfo("items", "split", "bigint"), [items])
+            ops.write_broadcast_state(OperatorStateInfo("rates", "broadcast", "double", key_type="string"), rates)
+        return path
+
+    a = write(tmp_path / "a", [10, 20], [1, 2], {"EUR": 1.1})
+    b = write(tmp_path / "b", [10, 30], [2, 2, 3], {"EUR": 1.2, "USD": 1.0})
+    shown = cli(["diff", a, b])
+    assert shown.exit_code == 1, shown.output
+    plain = " ".join(shown.stdout.split())
+    for text in ("1 timer(s) added", "1@30 event", "1 timer(s) removed", "1@20 event",
+                 "state items: 2 row(s) added", "state items: 1 row(s) removed",
+                 "state rates: 1 row(s) added", "state rates: 1 row(s) changed"):  # fmt: skip
+        assert text in plain, (text, shown.stdout)
+    data = json.loads(cli(["diff", a, b, "--json"]).stdout)
+    by_uid = {o["uid"]: o for o in data["operators"]}
+    assert (by_uid["timed"]["timers_added"], by_uid["timed"]["timers_removed"]) == (1, 1)
+    assert by_uid["ops"]["state_rows"] == {"items": {"added": 2, "removed": 1, "changed": 0},
+                                           "rates": {"added": 1, "removed": 0, "changed": 1}}  # fmt: skip
+
+
 @pytest.mark.parametrize("fmt", ["parquet", "csv"])
 def test_export(cli, runtime_sp, tmp_path, fmt):
     out = tmp_path / f"out-{fmt}"

@@ -121,7 +121,7 @@ def _decode_open(t: FlinkType, buf: np.ndarray, starts: np.ndarray, limits: np.n
         return got
     stats.states[label] = "per-record"
     r = reader(t)
-    mv = memoryview(buf)
+    mv = buf.data
     vals, ends = [], np.empty(len(starts), np.int64)
     for i, (s, e) in enumerate(zip(starts.tolist(), limits.tolist())):
         inp = DataInput(mv, where, pos=s, end=e)
@@ -174,7 +174,7 @@ def _decode_list(t: FlinkType, buf: np.ndarray, vp: np.ndarray, vlen: np.ndarray
                     return pa.ListArray.from_arrays(pa.array(first, pa.int32()), got[0])
     stats.states[label] = "per-record"
     r = reader(elem)
-    mv = memoryview(buf)
+    mv = buf.data
     out = []
     for s, n in zip(vp.tolist(), vlen.tolist()):
         inp = DataInput(mv, where, pos=s, end=s + n)
@@ -315,7 +315,7 @@ def decode(lay: KeyedLayout, buf: np.ndarray, located: Located, stream_of_chain:
             nst = meta.serializers.get("NAMESPACE_SERIALIZER")
             nsw = 16 if nst is not None and nst.kind == "window" else 1
             ns_arr = None
-            if nsw == 16:
+            if nst is not None and nsw == 16:
                 ns_arr, _ = _decode_open(nst, buf, kend, kend_all, where, stats, f"{name} (ns)")
             nsend = kend + nsw
             if meta.keyed_kind != "map" and not np.array_equal(nsend, kend_all):

@@ -13,7 +13,7 @@ state run has 0x80 in its first key byte and is followed by the next state id or
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -33,16 +33,12 @@ class DecodeStats:
     strided_entries: int = 0
     scanned_entries: int = 0
     chained_entries: int = 0
-    states: dict[str, str] | None = None
-
-    def __post_init__(self) -> None:
-        if self.states is None:
-            self.states = {}
+    states: dict[str, str] = field(default_factory=dict)
 
     def describe(self) -> str:
         where = (f"entries located: {self.strided_entries} strided, {self.scanned_entries} scanned, "
                  f"{self.chained_entries} chained")
-        return where + "; " + ", ".join(f"{k}: {v}" for k, v in sorted(self.states.items()))  # type: ignore[union-attr]
+        return where + "; " + ", ".join(f"{k}: {v}" for k, v in sorted(self.states.items()))
 
 
 @dataclass(frozen=True)

@@ -223,7 +223,7 @@ def states(lay: KeyedLayout, types: dict[str, str]) -> list[tuple[str, str, str,
         )
     from statekit.format.flink.keyed import state_ddl
 
-    out = []
+    out: list[tuple[str, str, str, bool]] = []
     for s in lay.states:
         coded = s.name.startswith(PREFIX)
         name = s.name[len(PREFIX):] if coded else s.name

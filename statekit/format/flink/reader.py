@@ -28,6 +28,7 @@ from statekit.format.flink.metadata import (
     CheckpointMetadata,
     IncrementalKeyedHandle,
     KeyedHandle,
+    KeyGroupsHandle,
     OperatorState,
     StreamHandle,
     read_metadata,
@@ -156,6 +157,7 @@ class FlinkStateReader:
         compressed: list[bool] = []
         sid_maps = []
         for hi_, h in enumerate(handles):
+            assert isinstance(h, KeyGroupsHandle)  # every handle is canonical here (checked above)
             proxy = self.proxy(h)
             size = self.files.size(h.delegate)
             nz = sorted({o for o in h.offsets if o})
@@ -230,7 +232,7 @@ class FlinkStateReader:
             else:
                 with open(self.files.path(h), "rb") as f:
                     f.seek(lo)
-                    if f.readinto(memoryview(buf[pos : pos + hi - lo])) != hi - lo:
+                    if f.readinto(buf[pos : pos + hi - lo].data) != hi - lo:
                         raise CorruptSavepointError(f"{self.root}: state file {h.path!r} is shorter than expected.")
             pos += hi - lo
         return buf, bases

@@ -287,7 +287,7 @@ def write_key_groups(f: BinaryIO, runs: list[Run], start: int, end: int, pos: in
         ends = b[1:] - 1
         ends = ends[b[1:] > b[:-1]]
         data[r.entries.offsets[ends] + 4] |= 0x80  # the last entry of each state run: its first key byte
-        bounds.append((r.sid.to_bytes(2, "big"), b.tolist(), r.entries.offsets, memoryview(data)))
+        bounds.append((r.sid.to_bytes(2, "big"), b.tolist(), r.entries.offsets, data.data))
     for i in range(n):
         first = True
         for sid, b, offs, mv in bounds:
