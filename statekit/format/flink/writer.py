@@ -344,7 +344,7 @@ def _write_primitive_key_groups(f: BinaryIO, layout: KeyedLayoutOut, keyed: pa.T
             ends = np.asarray(bounds[i + 1 : j + 1]) - lo
             ends = ends[ends > np.asarray(bounds[i:j]) - lo]
             data[(ends - 1) * w + 4] |= 0x80  # each state run's last entry: its first key byte
-            encoded.append((memoryview(data), w))
+            encoded.append((data.data, w))
         for g in range(i, j):
             a, z = bounds[g] - lo, bounds[g + 1] - lo
             if a == z:
