@@ -20,8 +20,8 @@ import time
 from pathlib import Path
 
 import numpy as np
-
 from baselines import dict_loop, rocksdict_loop  # bench/ is on sys.path when run as a script
+
 from statekit.runtime import KeyedProcessFunction, StreamExecutionEnvironment
 from statekit.state import ValueStateDescriptor
 

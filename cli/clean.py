@@ -50,6 +50,7 @@ def clean(
                                "before writers held a lock (make sure no such writer still runs)."),
     json: bool = JSON,
 ) -> None:
+    """List (or with --apply remove) what killed writers and jobs left behind."""
     if not path.is_dir():
         fail(f"{path} is not a directory.")
     from statekit.runtime.storage import discard_checkpoint
@@ -84,6 +85,7 @@ clean.__doc__ = HELP
 
 
 def register(app: typer.Typer) -> None:
+    """Add the clean command to the app."""
     app.command("clean", help=HELP, short_help="List or remove what killed writers and jobs left behind.")(clean)
 
 

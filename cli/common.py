@@ -87,6 +87,7 @@ def open_savepoint(path: Path):
 
 
 def check_format(fmt: str, allowed: tuple[str, ...] = ("table", "json", "csv")) -> str:
+    """Return fmt lower-cased, or exit with a usage error naming the allowed formats."""
     fmt = fmt.lower()
     if fmt not in allowed:
         fail(f"--format must be one of {', '.join(allowed)}, not {fmt!r}.")
@@ -94,6 +95,7 @@ def check_format(fmt: str, allowed: tuple[str, ...] = ("table", "json", "csv")) 
 
 
 def debug_enabled() -> bool:
+    """Whether tracebacks are shown (--debug or STATEKIT_DEBUG=1)."""
     return bool(STATE.get("debug")) or os.environ.get("STATEKIT_DEBUG") == "1"
 
 

@@ -49,4 +49,5 @@ def convert(
 
 
 def register(app: typer.Typer) -> None:
+    """Add the convert command to the app."""
     app.command(name="convert")(convert)

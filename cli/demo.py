@@ -28,4 +28,5 @@ def demo(
 
 
 def register(app: typer.Typer) -> None:
+    """Add the demo command to the app."""
     app.command("demo")(demo)

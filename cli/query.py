@@ -29,6 +29,7 @@ def query(
     fmt: str = FORMAT,
     json: bool = JSON,
 ) -> None:
+    """Run SQL over a savepoint's tables."""
     fmt = "json" if json else check_format(fmt)
     engine = engine.lower()
     if engine == "duckdb":
@@ -124,4 +125,5 @@ def _quiet_jvm():
 
 
 def register(app: typer.Typer) -> None:
+    """Add the query command to the app."""
     app.command("query", help=HELP, short_help="SQL over a savepoint's tables (DuckDB; Spark with --engine spark).")(query)

@@ -237,5 +237,6 @@ def export(
 
 
 def register(app: typer.Typer) -> None:
+    """Add the read-only commands (inspect, show, get, check, diff, export) to the app."""
     for fn in (inspect, show, get, check, diff, export):
         app.command(fn.__name__)(fn)

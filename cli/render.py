@@ -50,6 +50,7 @@ def cell(value: Any) -> str:
 
 
 def dumps(data: Any) -> str:
+    """JSON text of data (made JSON-safe by jsonable), indented."""
     return json.dumps(jsonable(data), ensure_ascii=False, indent=2)
 
 
@@ -119,6 +120,7 @@ def _escape(text: str) -> str:
 
 # -- savepoint summaries --------------------------------------------------------------------------
 def human_bytes(n: float) -> str:
+    """A byte count for people (B, KiB, MiB, GiB)."""
     for unit in ("B", "KiB", "MiB", "GiB"):
         if n < 1024 or unit == "GiB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
@@ -137,12 +139,14 @@ def summary(sp) -> dict[str, Any]:
 
 
 def summary_line(sp) -> str:
+    """One line describing a savepoint: path, kind, checkpoint id, job, format, operators."""
     s = summary(sp)
     return (f"{s['path']}  {s['kind']} #{s['checkpoint_id']}  job={s['job_name'] or '-'}  "
             f"format {s['format']}  {s['operators']} operator(s)")
 
 
 def operator_rows(sp) -> tuple[list[list[str]], list[str]]:
+    """Rows and column names listing a savepoint's operators."""
     columns = ["uid", "uid hash", "parallelism", "key type", "files", "size"]
     rows = [[op.uid or "-", op.uid_hash, f"{op.parallelism} / {op.max_parallelism}", op.key_type or "-",
              str(len(op.files)), human_bytes(op.total_bytes)] for op in sp.operators]
@@ -150,6 +154,7 @@ def operator_rows(sp) -> tuple[list[list[str]], list[str]]:
 
 
 def state_rows(sp) -> tuple[list[list[str]], list[str]]:
+    """Rows and column names listing every state of every operator."""
     rows = []
     for op in sp.operators:
         for s in op.keyed_states:
@@ -161,6 +166,7 @@ def state_rows(sp) -> tuple[list[list[str]], list[str]]:
 
 
 def problem_rows(report) -> tuple[list[list[str]], list[str]]:
+    """Rows and column names of a check report's problems."""
     return [[p.kind, p.path, p.message] for p in report.problems], ["kind", "file", "problem"]
 
 

@@ -146,8 +146,8 @@ def rekey(
         return
     import pyarrow as pa
 
-    from statekit.savepoint.patch import Rekey
     from statekit.query import key_mapping
+    from statekit.savepoint.patch import Rekey
 
     with progress("evaluating the new keys"):
         keys = [sp.keyed_table(op).column("key")]
@@ -273,6 +273,7 @@ def bootstrap(
 
 
 def register(app: typer.Typer) -> None:
+    """Add the repair commands (set, delete-key, rm-state, rekey, ...) to the app."""
     app.command("set")(set_value)
     app.command("delete-key")(delete_key)
     app.command("rm-state")(rm_state)

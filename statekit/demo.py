@@ -156,7 +156,10 @@ def run_demo(out: Path, *, use_spark: bool = True, console: Console | None = Non
     second = transactions(50_000, 10_000, users)
     run_accounts_job(sp3, out / "savepoint-4", second, parallelism=3, source_uid="transactions-day-2")
     expected = sum(a for u, a in first + second if u == "user-0042")
-    got = Savepoint.open(out / "savepoint-4").get("accounts", "user-0042")["balance"]
+    row = Savepoint.open(out / "savepoint-4").get("accounts", "user-0042")
+    if row is None:
+        raise SystemExit("demo: user-0042 has no state in the restored job's savepoint")
+    got = row["balance"]
     console.print(f"[bold]6. restored[/] at parallelism 3 and processed {len(second):,} more: user-0042 balance "
                   f"{got:.1f} (expected {expected:.1f}) {'OK' if abs(got - expected) < 1e-6 else 'MISMATCH'}")
     if abs(got - expected) > 1e-6:

@@ -24,8 +24,8 @@ def export(path: str | os.PathLike, out: str | os.PathLike, *, format: Literal["
     import pyarrow.csv as pcsv
     import pyarrow.parquet as pq
 
-    from statekit.savepoint import Savepoint
     from statekit.query import tables
+    from statekit.savepoint import Savepoint
 
     if format not in ("parquet", "csv", "delta"):
         raise InvalidArgumentError(f"format must be 'parquet', 'csv' or 'delta', not {format!r}.")

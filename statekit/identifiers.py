@@ -162,7 +162,7 @@ class OperatorIdentifier:
     @classmethod
     def for_uid_hash(cls, uid_hash: Union[str, bytes]) -> OperatorIdentifier:
         """The operator whose uid hash is ``uid_hash``: 32 hex characters or 16 bytes."""
-        return cls(uid_hash=uid_hash)
+        return cls(uid_hash=_normalise_hash(uid_hash))
 
     @classmethod
     def coerce(cls, op: Union[OperatorIdentifier, str]) -> OperatorIdentifier:

@@ -137,7 +137,7 @@ class KeyGroupRange:
         return self.end - self.start + 1
 
     def __contains__(self, key_group: object) -> bool:
-        return isinstance(key_group, numbers.Integral) and self.start <= key_group <= self.end
+        return isinstance(key_group, numbers.Integral) and self.start <= int(key_group) <= self.end
 
     def __iter__(self) -> Iterator[int]:
         return iter(range(self.start, self.end + 1))

@@ -6,7 +6,7 @@ import functools
 import math
 import numbers
 import struct
-from typing import Any, Union
+from typing import Any, Callable, Union
 
 import numpy as np
 import pyarrow as pa
@@ -288,7 +288,7 @@ def _cast(arr: pa.Array, target: pa.DataType, kind: Kind) -> pa.Array:
     if arr.type == target:
         return arr
     is_float = pa.types.is_floating
-    same_family = {"boolean": pa.types.is_boolean, "double": is_float, "float": is_float}
+    same_family: dict[Kind, Callable[[pa.DataType], bool]] = {"boolean": pa.types.is_boolean, "double": is_float, "float": is_float}
     if not same_family.get(kind, pa.types.is_integer)(arr.type):
         raise StateTypeError(
             f"keys of arrow type {arr.type} do not fit key type {kind}; "
@@ -364,7 +364,7 @@ def _hash_arrow(arr: pa.Array, kind: Kind) -> np.ndarray:
 
 _FLOATS = (float, np.floating)
 # Python classes each kind accepts (integer kinds: numbers.Integral), as the scalar path does
-_PY_CLASSES = {"string": str, "boolean": (bool, np.bool_), "double": _FLOATS, "float": _FLOATS}
+_PY_CLASSES: dict[Kind, type | tuple[type, ...]] = {"string": str, "boolean": (bool, np.bool_), "double": _FLOATS, "float": _FLOATS}
 
 
 def _from_python(values: list, kind: Kind) -> pa.Array:

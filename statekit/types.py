@@ -145,7 +145,7 @@ class _DdlParser:
             return pa.map_(key, value)
         if name == "struct":
             self.take("<")
-            fields = []
+            fields: list[pa.Field] = []
             if self.peek() != ">":
                 while True:
                     fname = self.take().strip("`")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Literal, Sequence
+from typing import Any, Callable, Iterable, Iterator, Literal, Sequence, TypeVar
 
 import pyarrow as pa
 
@@ -19,6 +19,11 @@ from statekit.state.descriptors import (
     OperatorStateInfo,
     StateInfo,
 )
+from statekit.state.handles import BroadcastState, ListState
+
+T = TypeVar("T")
+K = TypeVar("K")
+V = TypeVar("V")
 
 BackendName = Literal["heap", "rocksdb"]
 
@@ -101,6 +106,10 @@ class KeyedStateBackend(ABC):
         Same name with a different kind or type raises `StateTypeError`.
         """
 
+    @abstractmethod
+    def merge_namespaces(self, state_name: str, sources: Iterable[Any], target: Any) -> None:
+        """Merge the current key's state in `sources` into `target` and clear the sources (session windows)."""
+
     # -- iteration (windows, reader functions, apply-to-all-keys) ----------------------------------
     @abstractmethod
     def keys(self, state_name: str, namespace: Any = VOID_NAMESPACE) -> Iterator[Any]:
@@ -131,15 +140,17 @@ class OperatorStateStore(ABC):
     """Operator (non-keyed) state of one subtask: list, union list and broadcast state."""
 
     @abstractmethod
-    def get_list_state(self, descriptor: ListStateDescriptor) -> Any:
+    def get_list_state(self, descriptor: ListStateDescriptor[T]) -> ListState[T]:
         """List state redistributed by even split on rescale."""
 
     @abstractmethod
-    def get_union_list_state(self, descriptor: ListStateDescriptor) -> Any:
+    def get_union_list_state(self, descriptor: ListStateDescriptor[T]) -> ListState[T]:
         """List state of which every subtask receives the union on restore."""
 
     @abstractmethod
-    def get_broadcast_state(self, descriptor: BroadcastStateDescriptor | MapStateDescriptor) -> Any:
+    def get_broadcast_state(
+        self, descriptor: BroadcastStateDescriptor[K, V] | MapStateDescriptor[K, V]
+    ) -> BroadcastState[K, V]:
         """Map-like broadcast state; every subtask holds the same copy."""
 
     @abstractmethod

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 import threading
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from typing import Any, Callable, Generic, Iterable, Iterator, Sequence, TypeVar, cast
 
 import pyarrow as pa
 
@@ -13,7 +13,16 @@ from statekit.backends.ttl import TtlListState, TtlMapState, TtlValueState
 from statekit.errors import InvalidArgumentError, NullKeyError, StateAccessError, StateTypeError
 from statekit.format.keyed_dicts import dicts_to_keyed_table, keyed_table_to_dicts
 from statekit.format.ttl import ttl_export, ttl_import
-from statekit.state.descriptors import KeyedStateDescriptor, StateInfo
+from statekit.state.descriptors import (
+    AggregatingStateDescriptor,
+    KeyedStateDescriptor,
+    ListStateDescriptor,
+    MapStateDescriptor,
+    ReducingStateDescriptor,
+    StateInfo,
+    ValueStateDescriptor,
+)
+from statekit.state.functions import as_reduce_function
 from statekit.state.handles import AggregatingState, ListState, MapState, ReducingState, ValueState
 
 __all__ = ["HeapKeyedStateBackend", "SlotBackend"]
@@ -305,7 +314,10 @@ class AggregatingOverValue(AggregatingState):
 # --- the registry, scope and merging shared by the heap and RocksDB backends ---------------------
 
 
-class SlotBackend(KeyedStateBackend):
+S = TypeVar("S", bound=Slot)
+
+
+class SlotBackend(KeyedStateBackend, Generic[S]):
     """Registration, key/namespace scope, restore bookkeeping and namespace merging over `Slot` stores.
 
     Subclasses say how to store (`_new_slot`) and how to snapshot, restore and iterate.
@@ -316,7 +328,7 @@ class SlotBackend(KeyedStateBackend):
         self._key: Any = NO_KEY
         self._kg = -1
         self._ns: Any = VOID_NAMESPACE
-        self._slots: dict[str, Slot] = {}
+        self._slots: dict[str, S] = {}
         self._handles: dict[str, tuple[KeyedStateDescriptor, Any]] = {}
         # restored state not registered yet: name → (info, {ns: {key: plain value}})
         self._pending: dict[str, tuple[StateInfo, dict[Any, dict[Any, Any]]]] = {}
@@ -363,8 +375,7 @@ class SlotBackend(KeyedStateBackend):
         if pending is not None:
             _check_compatible(pending[0], info, "was restored")
             del self._pending[name]
-        kind = descriptor.kind
-        default = descriptor.default if kind == "value" and descriptor.ttl is None else None  # type: ignore[attr-defined]
+        default = descriptor.default if isinstance(descriptor, ValueStateDescriptor) and descriptor.ttl is None else None
         slot = self._new_slot(info, descriptor.ttl, default)
         if pending is not None:
             slot.load(self._to_stored(info, descriptor.ttl, pending[1]))
@@ -373,21 +384,24 @@ class SlotBackend(KeyedStateBackend):
         self._handles[name] = (descriptor, handle)
         return handle
 
-    def _new_slot(self, info: StateInfo, ttl: Any, default: Any) -> Slot:
+    def _new_slot(self, info: StateInfo, ttl: Any, default: Any) -> S:
         raise NotImplementedError
 
     def _wrap(self, descriptor: KeyedStateDescriptor, slot: Slot) -> Any:
-        ttl, kind = descriptor.ttl, descriptor.kind  # type: ignore[attr-defined]
-        if kind == "list":
+        ttl = descriptor.ttl
+        if isinstance(descriptor, ListStateDescriptor):
             return TtlListState(slot, ttl, self.clock) if ttl else slot
-        if kind == "map":
+        if isinstance(descriptor, MapStateDescriptor):
             return TtlMapState(slot, ttl, self.clock) if ttl else slot
-        if kind == "value":
-            return TtlValueState(slot, ttl, self.clock, descriptor.default) if ttl else slot  # type: ignore[attr-defined]
-        inner = TtlValueState(slot, ttl, self.clock) if ttl else slot
-        if kind == "reducing":
-            return ReducingOverValue(inner, descriptor.reduce_function.reduce)  # type: ignore[attr-defined]
-        return AggregatingOverValue(inner, descriptor.aggregate_function)  # type: ignore[attr-defined]
+        if isinstance(descriptor, ValueStateDescriptor):
+            return TtlValueState(slot, ttl, self.clock, descriptor.default) if ttl else slot
+        # Reducing and aggregating state are stored in a value slot (`_new_slot` makes one for every
+        # kind but list and map) and folded by the wrapper.
+        inner = TtlValueState(slot, ttl, self.clock) if ttl else cast(ValueState, slot)
+        if isinstance(descriptor, ReducingStateDescriptor):
+            return ReducingOverValue(inner, as_reduce_function(descriptor.reduce_function).reduce)
+        assert isinstance(descriptor, AggregatingStateDescriptor), descriptor
+        return AggregatingOverValue(inner, descriptor.aggregate_function)
 
     def _to_stored(self, info: StateInfo, ttl: Any, by_ns: dict[Any, dict[Any, Any]]) -> dict[Any, dict[Any, Any]]:
         if ttl is None:
@@ -525,7 +539,7 @@ def _check_compatible(old: StateInfo, new: StateInfo, how: str) -> None:
 # --- the heap backend ----------------------------------------------------------------------------------
 
 
-class HeapKeyedStateBackend(SlotBackend):
+class HeapKeyedStateBackend(SlotBackend[Slot]):
     """Keyed state in Python dicts; snapshots are shallow copies, tables are built off the hot path.
 
     Examples

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pickle
-from typing import Any, Iterable
+from typing import Any, Iterable, TypeVar
 
 import pyarrow as pa
 
@@ -22,6 +22,10 @@ from statekit.state.handles import BroadcastState, ListState, ReadOnlyBroadcastS
 from statekit.types import is_pickled, parse_ddl, to_arrow_array
 
 __all__ = ["DefaultOperatorStateStore", "OperatorBroadcastState", "OperatorListState"]
+
+T = TypeVar("T")
+K = TypeVar("K")
+V = TypeVar("V")
 
 
 class OperatorListState(ListState):
@@ -146,10 +150,10 @@ class DefaultOperatorStateStore(OperatorStateStore):
         self._states: dict[str, tuple[OperatorStateInfo, Any]] = {}
         self._restored: dict[str, tuple[OperatorStateInfo, pa.Table]] = {}
 
-    def get_list_state(self, descriptor: ListStateDescriptor) -> ListState:
+    def get_list_state(self, descriptor: ListStateDescriptor[T]) -> ListState[T]:
         return self._list(descriptor, "split")
 
-    def get_union_list_state(self, descriptor: ListStateDescriptor) -> ListState:
+    def get_union_list_state(self, descriptor: ListStateDescriptor[T]) -> ListState[T]:
         return self._list(descriptor, "union")
 
     def _list(self, descriptor: ListStateDescriptor, redistribution: str) -> ListState:
@@ -158,7 +162,9 @@ class DefaultOperatorStateStore(OperatorStateStore):
         info = operator_list_info(descriptor, redistribution)  # type: ignore[arg-type]
         return self._register(info, OperatorListState)
 
-    def get_broadcast_state(self, descriptor: BroadcastStateDescriptor | MapStateDescriptor) -> BroadcastState:
+    def get_broadcast_state(
+        self, descriptor: BroadcastStateDescriptor[K, V] | MapStateDescriptor[K, V]
+    ) -> BroadcastState[K, V]:
         if isinstance(descriptor, MapStateDescriptor):
             descriptor = BroadcastStateDescriptor(descriptor.name, descriptor.key_type, descriptor.value_type)
         if not isinstance(descriptor, BroadcastStateDescriptor):

@@ -16,7 +16,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence
 
 import pyarrow as pa
 from rocksdict import Checkpoint, Options, Rdict, WriteBatch, WriteOptions
@@ -35,7 +35,7 @@ from statekit.format.rocksdb_native import (
     vector_entries,
 )
 from statekit.keygroups import assign_key_groups
-from statekit.state.descriptors import KeyedStateDescriptor, StateInfo
+from statekit.state.descriptors import KeyedStateDescriptor, StateInfo, ValueStateDescriptor
 from statekit.state.handles import ListState, MapState, ValueState
 from statekit.types import to_ddl
 
@@ -70,6 +70,8 @@ class _RocksSlot(Slot):
     ``_rc`` clean entries read from RocksDB; misses go to the column family."""
 
     __slots__ = ("_cf", "_cfh", "_rc", "_rc_by_ns", "_codec", "_ukc", "_limit")
+    if TYPE_CHECKING:
+        _b: RocksDBKeyedStateBackend
 
     def __init__(self, backend: "RocksDBKeyedStateBackend", info: StateInfo, ttl: Any, default: Any = None) -> None:
         super().__init__(backend, info, ttl, default)
@@ -287,7 +289,7 @@ class RocksMapState(_RocksSlot, MapState):
         m = {}
         n = len(dbkey)
         for k, raw in self._cf.items(from_key=dbkey):
-            if not k.startswith(dbkey):
+            if not k.startswith(dbkey):  # type: ignore[union-attr, arg-type]  # raw mode: keys are bytes (the stub lists every mode's types)
                 break
             m[decode_uk(k, n)[0]] = decode(raw)
         return m or None
@@ -370,7 +372,7 @@ class RocksMapState(_RocksSlot, MapState):
 # --- the backend -----------------------------------------------------------------------------------------
 
 
-class RocksDBKeyedStateBackend(SlotBackend):
+class RocksDBKeyedStateBackend(SlotBackend[_RocksSlot]):
     """Keyed state in RocksDB (rocksdict, raw mode) under ``directory/db``, one column family per state.
 
     Parameters
@@ -383,6 +385,9 @@ class RocksDBKeyedStateBackend(SlotBackend):
         on `close`. An existing ``directory/db`` (a previous attempt's working copy) is discarded:
         state comes back through `restore`.
     """
+
+    if TYPE_CHECKING:
+        directory: Path  # set in __init__ (a temporary directory when none is given)
 
     def __init__(self, *, cache_entries: int = _DEFAULT_CACHE_ENTRIES, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -397,7 +402,7 @@ class RocksDBKeyedStateBackend(SlotBackend):
         self.directory.mkdir(parents=True, exist_ok=True)
         self._db = Rdict(str(self._path), _options())
         self._wo = WriteOptions()
-        self._wo.disable_wal = True
+        self._wo.disable_wal = True  # type: ignore[method-assign, assignment]  # a property at runtime; the stub says method
         self._cache_entries = max(1, int(cache_entries))
         self._kenc, self._kdec = key_codec(self.key_type)
         self._cfs: dict[str, tuple[Rdict, Any]] = {}
@@ -422,31 +427,33 @@ class RocksDBKeyedStateBackend(SlotBackend):
         wb = WriteBatch(raw_mode=True)
         n = 0
         for slot in self._slots.values():
-            n += slot._flush_into(wb)  # type: ignore[attr-defined]
+            n += slot._flush_into(wb)
         if n:
             self._db.write(wb, self._wo)
         for slot in self._slots.values():
-            slot._after_flush()  # type: ignore[attr-defined]
+            slot._after_flush()
 
     # -- registration of restored state --------------------------------------------------------------------
     def get_state(self, descriptor: KeyedStateDescriptor) -> Any:
-        name = getattr(descriptor, "name", None)
-        slot = self._slots.get(name)  # type: ignore[arg-type]
-        if slot is not None and name not in self._handles and isinstance(descriptor, KeyedStateDescriptor):
+        if not isinstance(descriptor, KeyedStateDescriptor):
+            return super().get_state(descriptor)  # raises the error naming the descriptor
+        name = descriptor.name
+        slot = self._slots.get(name)
+        if slot is not None and name not in self._handles:
             # restored before registration: keep the column family when it is stored the same way
             info = descriptor.info()
             _check_compatible(slot.info, info, "was restored")
-            if (slot.ttl is None) == (descriptor.ttl is None):  # type: ignore[attr-defined]
-                slot.info, slot.ttl = info, descriptor.ttl  # type: ignore[attr-defined]
-                if descriptor.kind == "value" and descriptor.ttl is None:  # type: ignore[attr-defined]
-                    slot._default = descriptor.default  # type: ignore[attr-defined]
+            if (slot.ttl is None) == (descriptor.ttl is None):
+                slot.info, slot.ttl = info, descriptor.ttl
+                if isinstance(descriptor, ValueStateDescriptor) and descriptor.ttl is None:
+                    slot._default = descriptor.default
                 handle = self._wrap(descriptor, slot)
-                self._handles[name] = (descriptor, handle)  # type: ignore[index]
+                self._handles[name] = (descriptor, handle)
                 return handle
-            self._pending[name] = (slot.info, self._plain(slot))  # type: ignore[index]
-            del self._slots[name]  # type: ignore[arg-type]
+            self._pending[name] = (slot.info, self._plain(slot))
+            del self._slots[name]
             self._db.drop_column_family(name)
-            del self._cfs[name]  # type: ignore[arg-type]
+            del self._cfs[name]
         return super().get_state(descriptor)
 
     def restore(self, tables: Sequence[pa.Table], infos: Sequence[StateInfo]) -> None:
@@ -468,7 +475,7 @@ class RocksDBKeyedStateBackend(SlotBackend):
                     continue
                 if slot is None:
                     slot = self._slots[info.name] = self._new_slot(info, None, None)
-                slot._load_encoded(*encoded)  # type: ignore[attr-defined]
+                slot._load_encoded(*encoded)
             if not rest:
                 continue
             parsed, _ = keyed_table_to_dicts(
@@ -491,7 +498,8 @@ class RocksDBKeyedStateBackend(SlotBackend):
         self._flush()
         cf = self._cfs[slot.info.name][0]
         rs: Any = slot
-        by_ns = decode_entries(cf.items(), slot.info, self._kdec, rs._codec, rs._ukc)
+        # raw mode yields (bytes, bytes); rocksdict's stub types RdictItems as iterating over itself
+        by_ns = decode_entries(cf.items(), slot.info, self._kdec, rs._codec, rs._ukc)  # type: ignore[arg-type]
         export = self._export(slot, self.clock())
         if export is None:
             return by_ns
@@ -555,7 +563,7 @@ class RocksDBKeyedStateBackend(SlotBackend):
         # rocksdict's snapshot iterators do not read at the snapshot, so the consistent copy is a
         # private checkpoint (memtable flush + hard links) plus a shallow copy of the write-back
         # cache; materialize() overlays the cache on the checkpoint and removes the checkpoint
-        private = self.directory / "snapshots" / f"chk-{checkpoint_id}-{next(self._seq)}"  # type: ignore[operator]
+        private = self.directory / "snapshots" / f"chk-{checkpoint_id}-{next(self._seq)}"
         overlay = {s.info.name: {ns: dict(d) for ns, d in s._by_ns.items() if d} for s in self._slots.values()}
         self._checkpoint(private, checkpoint_id, now, flush=False)
         states = [(s.info, s.ttl is not None, self._export(s, now)) for s in self._slots.values()]

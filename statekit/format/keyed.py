@@ -45,6 +45,7 @@ def keyed_schema(
 
 
 def timers_schema(key_type: str, *, namespace_type: str | None = None) -> pa.Schema:
+    """The timers table's schema for a key type (and a namespace type for windows)."""
     fields = [pa.field("key_group", pa.int32(), nullable=False), pa.field("key", parse_ddl(key_type), nullable=False)]
     if namespace_type is not None:
         fields.append(pa.field("namespace", parse_ddl(namespace_type)))
@@ -210,10 +211,9 @@ def drop_unset_rows(table: pa.Table, kg: np.ndarray, state_names: Sequence[str])
     """Drop rows where every state is null (the format keeps only rows with some state set)."""
     if not state_names or all(table.column(n).null_count == 0 for n in state_names):
         return table, kg
-    mask = None
-    for n in state_names:
-        valid = pc.is_valid(table.column(n))
-        mask = valid if mask is None else pc.or_(mask, valid)
+    mask = pc.is_valid(table.column(state_names[0]))
+    for n in state_names[1:]:
+        mask = pc.or_(mask, pc.is_valid(table.column(n)))
     keep = np.asarray(mask.to_numpy(zero_copy_only=False), dtype=bool)
     return table.filter(mask), kg[keep]
 

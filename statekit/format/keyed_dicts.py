@@ -99,10 +99,10 @@ def dicts_to_keyed_table(
                 [pa.array(starts, pa.int64()), pa.array(ends, pa.int64())], fields=list(NAMESPACE_ARROW), mask=mask
             )
         )
-    for info, rows, values in columns:
-        if rows is not None and (len(rows) != n or rows != list(range(n))):
+    for info, at_rows, values in columns:
+        if at_rows is not None and (len(at_rows) != n or at_rows != list(range(n))):
             full: list[Any] = [None] * n
-            for i, v in zip(rows, values):
+            for i, v in zip(at_rows, values):
                 full[i] = v
             values = full
         elif len(values) != n:

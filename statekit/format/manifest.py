@@ -10,7 +10,7 @@ import posixpath
 import stat
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeGuard
 
 from statekit.errors import (
     CorruptSavepointError,
@@ -91,7 +91,13 @@ class FileEntry:
         )
 
     def covers(self, key_group: int) -> bool:
-        return self.key_group_start is not None and self.key_group_start <= key_group <= self.key_group_end
+        start, end = self.key_group_start, self.key_group_end
+        return start is not None and end is not None and start <= key_group <= end
+
+    def overlaps(self, start: int, end: int) -> bool:
+        """Whether the file's key groups meet ``[start, end]`` (files without key groups meet none)."""
+        s, e = self.key_group_start, self.key_group_end
+        return s is not None and e is not None and s <= end and e >= start
 
 
 @dataclass(frozen=True)
@@ -162,6 +168,16 @@ class OperatorMetadata:
     @property
     def display_name(self) -> str:
         return self.uid or self.uid_hash
+
+    @property
+    def keyed_key_type(self) -> str:
+        """The key type of a keyed operator; `UnknownStateError` for an operator without keyed state."""
+        if self.key_type is None:
+            raise UnknownStateError(
+                f"operator {self.display_name!r} is not keyed (no key type): it has no keyed table or timers; "
+                "read its operator state instead."
+            )
+        return self.key_type
 
     def files_of(self, table: TableName, state: str | None = None) -> list[FileEntry]:
         return [f for f in self.files if f.table == table and (state is None or f.state == state)]
@@ -385,7 +401,7 @@ def parse_manifest(raw: Any, path: Path) -> Manifest:
     return manifest
 
 
-def _is_int(v: Any) -> bool:
+def _is_int(v: Any) -> TypeGuard[int]:
     return type(v) is int
 
 
@@ -437,7 +453,8 @@ def _check_flink(path: Path, op: OperatorMetadata, where: str, keyed: set[str], 
         for group, known in ((fl.states, keyed), (fl.operator_states, set(operator))):
             for name, raw in group:
                 meta = read_meta_info(DataInput(raw, f"{path}: {where} flink serializers of {name!r}"))
-                if meta.name != name or name not in known:
+                # a PyFlink state is carried under its stored name, ``python-state-`` + the state's
+                if meta.name != name or (name not in known and name.removeprefix("python-state-") not in known):
                     raise _fail(path, f"{where}: carried Flink serializers of {name!r} match no state of the operator")
         for raw in fl.timers:
             if not read_meta_info(DataInput(raw, f"{path}: {where} flink timer serializers")).is_timer:
@@ -502,16 +519,16 @@ def _validate(manifest: Manifest, path: Path) -> None:
             t = _check_ddl(path, st.type, f"{where}: keyed state {st.name!r}")
             _check_state_type(path, t, st.kind, st.pickled, f"{where}: keyed state {st.name!r}")
         op_states: dict[str, str] = {}
-        for st in op.operator_states:
-            if not isinstance(st.name, str) or not st.name or st.name in op_states:
-                raise _fail(path, f"{where} has an operator state named {st.name!r} (empty, not text or twice)")
-            if st.redistribution not in REDISTRIBUTIONS:
-                raise _fail(path, f"{where}: operator state {st.name!r} has unknown redistribution {st.redistribution!r}")
-            t = _check_ddl(path, st.type, f"{where}: operator state {st.name!r}")
-            _check_state_type(path, t, "value", st.pickled, f"{where}: operator state {st.name!r}")
-            if st.redistribution == "broadcast":
-                _check_ddl(path, st.key_type, f"{where}: the keys of broadcast state {st.name!r}")
-            op_states[st.name] = st.redistribution
+        for ost in op.operator_states:
+            if not isinstance(ost.name, str) or not ost.name or ost.name in op_states:
+                raise _fail(path, f"{where} has an operator state named {ost.name!r} (empty, not text or twice)")
+            if ost.redistribution not in REDISTRIBUTIONS:
+                raise _fail(path, f"{where}: operator state {ost.name!r} has unknown redistribution {ost.redistribution!r}")
+            t = _check_ddl(path, ost.type, f"{where}: operator state {ost.name!r}")
+            _check_state_type(path, t, "value", ost.pickled, f"{where}: operator state {ost.name!r}")
+            if ost.redistribution == "broadcast":
+                _check_ddl(path, ost.key_type, f"{where}: the keys of broadcast state {ost.name!r}")
+            op_states[ost.name] = ost.redistribution
         if op.flink is not None:
             _check_flink(path, op, where, names, op_states)
         native_dirs: dict[int, str] = {}

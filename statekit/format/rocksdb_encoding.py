@@ -136,7 +136,7 @@ def _ordered_struct(t: pa.StructType) -> tuple[Callable[[Any], bytes], Reader]:
         return b"".join(b"\x00" if f is None else b"\x01" + c[0](f) for f, c in zip(fields, codecs))
 
     def dec(buf: bytes, pos: int) -> tuple[tuple, int]:
-        out = []
+        out: list[Any] = []
         for _, d in codecs:
             if buf[pos] == 0:
                 out.append(None)
@@ -162,6 +162,7 @@ def encode_namespace(ns: Any) -> bytes:
 
 
 def decode_namespace(buf: bytes, pos: int) -> tuple[Any, int]:
+    """Decode a namespace at pos (None or a window's start and end); returns it and the next position."""
     if buf[pos] == 0:
         return None, pos + 1
     start, end = _NS.unpack_from(buf, pos + 1)
@@ -372,8 +373,8 @@ class ValueCodec:
         if plain and t in _FIXED:
             s = struct.Struct(_FIXED[t])  # fast path: one pack/unpack, no bytearray
             unpack = s.unpack
-            self.encode = s.pack
-            self.decode = lambda b: unpack(b)[0]
+            self.encode: Callable[[Any], bytes] = s.pack
+            self.decode: Callable[[bytes], Any] = lambda b: unpack(b)[0]
             return
         if plain and pa.types.is_string(t):
             self.encode = lambda v: v.encode("utf-8", "surrogatepass")

@@ -132,7 +132,9 @@ def _range_items(cf: Rdict, key_groups: KeyGroupRange | None) -> Iterator[tuple[
     start = None if key_groups is None else KEY_GROUP_PREFIX[key_groups.start]
     stop = None if key_groups is None else (key_groups.end + 1).to_bytes(2, "big")
     last = None
-    for k, v in cf.items() if start is None else cf.items(from_key=start):
+    # raw mode: keys and values are bytes (rocksdict's stub lists the types of every mode)
+    items: Iterable[tuple[bytes, bytes]] = cf.items() if start is None else cf.items(from_key=start)  # type: ignore[assignment]
+    for k, v in items:
         if stop is not None and k >= stop:
             return  # reached the bound, so nothing before it was skipped
         last = k

@@ -6,7 +6,6 @@ from statekit.runtime.broadcast import (
     BroadcastStream,
     KeyedBroadcastProcessFunction,
 )
-from statekit.runtime.storage import latest_checkpoint
 from statekit.runtime.clock import ManualClock, SystemClock
 from statekit.runtime.config import (
     CheckpointConfig,
@@ -54,6 +53,7 @@ from statekit.runtime.functions import (
 from statekit.runtime.job import JobClient, JobExecutionResult
 from statekit.runtime.sinks import Encoder, FileSink, read_file_sink
 from statekit.runtime.sources import FileSource, SourceContext
+from statekit.runtime.storage import latest_checkpoint
 from statekit.runtime.watermarks import MAX_WATERMARK, MIN_WATERMARK, TimestampAssigner, WatermarkStrategy
 from statekit.runtime.window_evictors import CountEvictor, Evictor, TimeEvictor, TimestampedValue
 from statekit.runtime.windows import (

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Any, Iterable, TypeVar
 
 from statekit.errors import InvalidArgumentError, JobError, StateAccessError
 from statekit.runtime.functions import RichFunction
 from statekit.runtime.operators import KeyedOperatorMixin, StreamOperator
 from statekit.state.descriptors import BroadcastStateDescriptor, MapStateDescriptor
+from statekit.state.handles import BroadcastState, ReadOnlyBroadcastState
+
+K = TypeVar("K")
+V = TypeVar("V")
 
 
 class BroadcastProcessFunction(RichFunction):
@@ -99,7 +103,11 @@ class _Context:
     def current_watermark(self) -> int:
         return self._op.current_watermark
 
-    def get_broadcast_state(self, state_descriptor: Any) -> Any:
+    def get_broadcast_state(
+        self, state_descriptor: BroadcastStateDescriptor[K, V] | MapStateDescriptor[K, V]
+    ) -> BroadcastState[K, V] | ReadOnlyBroadcastState[K, V]:
+        # One context class serves both sides: the broadcast side gets the writable state, the element
+        # side its read-only view (both have the same methods; writes on the view raise).
         """The broadcast state of `state_descriptor` (one of those passed to ``broadcast``); read-only for elements."""
         op = self._op
         name = state_descriptor.name

@@ -7,7 +7,7 @@ import shutil
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from statekit.format.keyed import NAMESPACE_ARROW, NAMESPACE_TYPE, timers_table
 from statekit.identifiers import OperatorIdentifier
@@ -31,6 +31,7 @@ class OperatorSnapshot:
 
 @dataclass
 class PendingCheckpoint:
+    """A checkpoint that was triggered and whose snapshot has not completed yet."""
     checkpoint_id: int
     kind: str
     path: Path
@@ -39,7 +40,7 @@ class PendingCheckpoint:
     aborted: bool = False
 
 
-def write_snapshot(path: Path, checkpoint_id: int, kind: str, job_name: str, operators: list[OperatorSnapshot]) -> Path:
+def write_snapshot(path: Path, checkpoint_id: int, kind: Literal["savepoint", "checkpoint"], job_name: str, operators: list[OperatorSnapshot]) -> Path:
     """Write the snapshots as one savepoint-format directory (atomically: manifest last, then rename).
 
     This is the asynchronous part: keyed tables are materialised here, off the processing thread.
@@ -173,7 +174,7 @@ class CheckpointCoordinator:
         self.next_id = cid + 1
         return cid
 
-    def submit(self, checkpoint_id: int, kind: str, operators: list[OperatorSnapshot], path: Path | None = None) -> PendingCheckpoint:
+    def submit(self, checkpoint_id: int, kind: Literal["savepoint", "checkpoint"], operators: list[OperatorSnapshot], path: Path | None = None) -> PendingCheckpoint:
         """Write `operators` in the background; ``kind`` is ``checkpoint`` or ``savepoint``."""
         now = self.clock.now()
         if kind == "checkpoint":

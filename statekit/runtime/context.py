@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from statekit.errors import StateAccessError
 from statekit.format.keyed import EVENT, PROCESSING
@@ -14,9 +14,16 @@ from statekit.state.descriptors import (
     ReducingStateDescriptor,
     ValueStateDescriptor,
 )
+from statekit.state.handles import AggregatingState, ListState, MapState, ReducingState, ValueState
 
 if TYPE_CHECKING:  # pragma: no cover
     from statekit.runtime.operators import StreamOperator
+
+T = TypeVar("T")
+K = TypeVar("K")
+V = TypeVar("V")
+IN = TypeVar("IN")
+OUT = TypeVar("OUT")
 
 
 class RuntimeContext:
@@ -67,23 +74,25 @@ class RuntimeContext:
             )
         return op.backend.get_state(descriptor)
 
-    def get_state(self, state_descriptor: ValueStateDescriptor) -> Any:
+    def get_state(self, state_descriptor: ValueStateDescriptor[T]) -> ValueState[T]:
         """A `ValueState` handle: ``value()``, ``update(v)``, ``clear()``."""
         return self._register(state_descriptor, ValueStateDescriptor)
 
-    def get_list_state(self, state_descriptor: ListStateDescriptor) -> Any:
+    def get_list_state(self, state_descriptor: ListStateDescriptor[T]) -> ListState[T]:
         """A `ListState` handle: ``get()``, ``add(v)``, ``add_all(vs)``, ``update(vs)``, ``clear()``."""
         return self._register(state_descriptor, ListStateDescriptor)
 
-    def get_map_state(self, state_descriptor: MapStateDescriptor) -> Any:
+    def get_map_state(self, state_descriptor: MapStateDescriptor[K, V]) -> MapState[K, V]:
         """A `MapState` handle: ``get/put/put_all/contains/remove/keys/values/items/is_empty/clear``."""
         return self._register(state_descriptor, MapStateDescriptor)
 
-    def get_reducing_state(self, state_descriptor: ReducingStateDescriptor) -> Any:
+    def get_reducing_state(self, state_descriptor: ReducingStateDescriptor[T]) -> ReducingState[T]:
         """A `ReducingState` handle: ``get()``, ``add(v)``, ``clear()``."""
         return self._register(state_descriptor, ReducingStateDescriptor)
 
-    def get_aggregating_state(self, state_descriptor: AggregatingStateDescriptor) -> Any:
+    def get_aggregating_state(
+        self, state_descriptor: AggregatingStateDescriptor[IN, Any, OUT]
+    ) -> AggregatingState[IN, OUT]:
         """An `AggregatingState` handle: ``get()``, ``add(v)``, ``clear()``."""
         return self._register(state_descriptor, AggregatingStateDescriptor)
 

@@ -362,11 +362,12 @@ class ConnectedStreams:
     def _op(self, kind: str, fn: Any, name: str) -> DataStream:
         if isinstance(self.first, KeyedStream) != isinstance(self.second, KeyedStream):
             raise InvalidArgumentError("connect a keyed stream only with another keyed stream (or key_by both sides)")
-        if self._is_keyed:
-            kt1, kt2 = self.first._key_type, self.second._key_type
+        first, second = self.first, self.second
+        if isinstance(first, KeyedStream) and isinstance(second, KeyedStream):
+            kt1, kt2 = first._key_type, second._key_type
             if kt1 is not None and kt2 is not None and kt1 != kt2:
                 raise InvalidArgumentError(f"connected keyed streams must share a key type, got {kt1} and {kt2}")
-            edges = [self.first._edge(0), self.second._edge(1)]
+            edges = [first._edge(0), second._edge(1)]
             t = self._env._add(kind, name, fn, edges, KeyedTwoInputOperator, keyed=True, key_type=kt1 or kt2)
         else:
             e1, e2 = self.first._edge(), self.second._edge()

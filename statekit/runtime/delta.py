@@ -38,6 +38,7 @@ class DeltaFile:
 
 @dataclass(frozen=True)
 class DeltaSnapshot:
+    """The files of one Delta table version and its partition columns."""
     version: int
     files: list[DeltaFile]
     partition_columns: list[str]

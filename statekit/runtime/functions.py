@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
+
+if TYPE_CHECKING:  # pragma: no cover
+    from statekit.runtime.context import RuntimeContext
 
 
 class Function:
@@ -13,7 +16,7 @@ class Function:
 class RichFunction(Function):
     """A function with a lifecycle: `open` receives the `RuntimeContext`, where state is declared."""
 
-    def open(self, runtime_context: Any) -> None:
+    def open(self, runtime_context: RuntimeContext) -> None:
         """Declare state and set up; called once per subtask before any element."""
 
     def close(self) -> None:

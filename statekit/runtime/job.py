@@ -12,7 +12,7 @@ import time
 import weakref
 from concurrent.futures import Future
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from statekit.errors import (
     JobError,
@@ -347,7 +347,8 @@ class Execution:
         self._drive()
 
     def _drive(self) -> None:
-        hold_end = self.runner.final_savepoint is not None
+        final_savepoint = self.runner.final_savepoint
+        hold_end = final_savepoint is not None
         active = [s for s in self.sources]
         c = self.coordinator
         cfg = c.config
@@ -366,11 +367,11 @@ class Execution:
                     if not hold_end:
                         src.end_input()
                 self._between_elements()
-        if hold_end:
+        if final_savepoint is not None:  # hold_end
             # Stop-with-savepoint without drain: the state as it stands at the end of the input,
             # pending event-time timers included; no end-of-input watermark fires them afterwards,
             # so restoring the savepoint and feeding more input continues exactly where this left off.
-            self.take_savepoint(self.runner.final_savepoint, wait=True)
+            self.take_savepoint(final_savepoint, wait=True)
         # Checkpoints in flight complete (and are notified) before the operators finish, so
         # transactional sinks commit them in order and then flush the rest.
         self._complete_pending(wait=True)
@@ -399,7 +400,7 @@ class Execution:
         self.next_proc = min(nxt) if nxt else None
 
     # -- checkpoints ----------------------------------------------------------------------------------
-    def trigger(self, kind: str, path: Path | None = None) -> Any:
+    def trigger(self, kind: Literal["savepoint", "checkpoint"], path: Path | None = None) -> Any:
         """Take the synchronous snapshot of every subtask and hand the write to the coordinator."""
         c = self.coordinator
         cid = c.allocate_id()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import copy
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from statekit.backends.base import create_keyed_backend
 from statekit.errors import JobError, RestoreError, StateTypeError
@@ -48,8 +48,15 @@ class StreamOperator:
     """
 
     is_keyed = False
-    current_key: Any = None  # keyed operators read these from their backend (see KeyedOperatorMixin)
-    current_key_group = -1
+
+    # Keyed operators read these from their backend (see KeyedOperatorMixin).
+    @property
+    def current_key(self) -> Any:
+        return None
+
+    @property
+    def current_key_group(self) -> int:
+        return -1
 
     def __init__(self, transformation: Any, subtask_index: int, parallelism: int, max_parallelism: int, job: Any) -> None:
         self.transformation = transformation
@@ -170,9 +177,9 @@ class StreamOperator:
         keyed = self.backend.snapshot(checkpoint_id, **self.job.native_snapshot_args(self)) if self.backend is not None else None
         timers = self.timer_service.snapshot() if self.timer_service is not None else []
         op_states = self._operator_state_store.snapshot() if self._operator_state_store is not None else {}
-        snap = SubtaskSnapshot(self.subtask_index, keyed, timers, op_states, self.backend_key_type())
-        snap.key_group_range = getattr(self, "key_group_range", None)
-        return snap
+        return SubtaskSnapshot(
+            self.subtask_index, keyed, timers, op_states, self.backend_key_type(), getattr(self, "key_group_range", None)
+        )
 
     def snapshot_internal_state(self, checkpoint_id: int) -> None:
         """Hook for runtime-owned state."""
@@ -210,12 +217,15 @@ class SubtaskSnapshot:
 
     __slots__ = ("subtask", "keyed", "timers", "operator_states", "key_type", "key_group_range")
 
-    def __init__(self, subtask: int, keyed: Any, timers: list, operator_states: dict, key_type: Any) -> None:
+    def __init__(
+        self, subtask: int, keyed: Any, timers: list, operator_states: dict, key_type: Any, key_group_range: Any = None
+    ) -> None:
         self.subtask = subtask
         self.keyed = keyed
         self.timers = timers
         self.operator_states = operator_states
         self.key_type = key_type
+        self.key_group_range = key_group_range
 
 
 class KeyedOperatorMixin:
@@ -228,6 +238,20 @@ class KeyedOperatorMixin:
     """
 
     is_keyed = True
+    if TYPE_CHECKING:  # what the mixin uses of the StreamOperator it is mixed into
+        transformation: Any
+        name: str
+        subtask_index: int
+        parallelism: int
+        max_parallelism: int
+        job: Any
+        clock: Any
+        backend: Any
+        timer_service: InternalTimerService | None
+        current_namespace: Any
+        ctx: ProcessContext
+        key_group_range: Any
+        _pending_restore: Any
 
     # The current key lives in the backend only: the per-element path sets it there once
     # (`set_current_key`) and does not mirror it here. Its key group, needed only to register a
@@ -257,6 +281,14 @@ class KeyedOperatorMixin:
             kg = assign_to_key_group(key, self.max_parallelism, self.key_type)
             self._remember_key_group(key, kg)
         return kg
+
+    @property
+    def timers(self) -> InternalTimerService:
+        """The timer service, which exists once the backend does (`setup_keyed`)."""
+        ts = self.timer_service
+        if ts is None:
+            raise JobError(f"{self.name!r} used its timers before its keyed backend was set up")
+        return ts
 
     def _remember_key_group(self, key: Any, kg: int) -> None:
         cache = self.__dict__.setdefault("_key_groups", {})
@@ -359,7 +391,7 @@ class KeyedOperatorMixin:
             if restore.keyed_tables:
                 self.backend.restore(restore.keyed_tables, restore.keyed_infos)
             if restore.timers:
-                self.timer_service.restore(restore.timers)
+                self.timers.restore(restore.timers)
         StreamOperator.initialize(self, restore)  # type: ignore[arg-type]
 
     def set_key(self, key: Any, kg: int) -> None:

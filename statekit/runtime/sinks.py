@@ -8,10 +8,10 @@ from pathlib import Path
 from typing import Any
 
 from statekit.errors import InvalidArgumentError
-from statekit.tempdirs import pid_alive
 from statekit.runtime.context import SinkContext
 from statekit.runtime.operators import StreamOperator, method_or_callable
 from statekit.state.descriptors import ListStateDescriptor
+from statekit.tempdirs import pid_alive
 
 
 class SinkOperator(StreamOperator):
@@ -183,7 +183,7 @@ class FileSinkOperator(StreamOperator):
         f.write("\n")
 
     def _roll(self, checkpoint_id: int) -> str | None:
-        if self.file is None:
+        if self.file is None or self.inprogress is None:  # both are set together when a file opens
             return None
         self.file.flush()
         os.fsync(self.file.fileno())
@@ -234,7 +234,7 @@ def dead_inprogress(directory: Path, tag: str | None = None) -> list[Path]:
     Their content was never covered by a checkpoint (that would have made it ``.pending``), so a
     restore replays it: they are garbage once their writer is dead.
     """
-    out = []
+    out: list[Path] = []
     prefix = ".inprogress-" + (f"{tag}-" if tag is not None else "")
     try:
         names = [n for n in os.listdir(directory) if n.startswith(prefix)]
@@ -248,6 +248,7 @@ def dead_inprogress(directory: Path, tag: str | None = None) -> list[Path]:
 
 
 def remove_dead_inprogress(directory: Path, tag: str | None = None) -> list[Path]:
+    """Remove the in-progress files that dead writers left in directory; returns what was removed."""
     removed = dead_inprogress(directory, tag)
     for path in removed:
         try:

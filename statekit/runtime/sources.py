@@ -5,10 +5,10 @@ from __future__ import annotations
 import csv
 import inspect
 import itertools
-from itertools import islice
 import json
 import logging
 import threading
+from itertools import islice
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -105,10 +105,10 @@ class FileSource:
                     if skip >= n:  # whole row groups are skipped without being read
                         skip -= n
                         continue
-                    rows = pf.read_row_group(rg).to_pylist()
+                    group = pf.read_row_group(rg).to_pylist()
                     if partition_values:
-                        rows = [{**row, **partition_values} for row in rows]
-                    yield from rows[skip:]
+                        group = [{**row, **partition_values} for row in group]
+                    yield from group[skip:]
                     skip = 0
             else:
                 with open(path, newline="" if self.format == "csv" else None, encoding="utf-8") as f:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from statekit.errors import JobError
 from statekit.runtime.operators import KeyedOperatorMixin, StreamOperator, method_or_callable
@@ -108,6 +108,7 @@ class _FusedKeyedOperator(KeyedOperatorMixin, StreamOperator):
     """
 
     fusable = True
+    call: Callable[[Any, Any], None]  # set by each subclass's __init__
 
     def process_keyed(self, value: Any, ts: Any, key: Any, kg: int) -> None:
         backend = self.backend

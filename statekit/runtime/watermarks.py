@@ -5,10 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Callable
 
+from statekit.errors import InvalidArgumentError
+
 #: Flink's Long.MIN_VALUE / Long.MAX_VALUE watermarks: "nothing yet" and "end of input".
 MIN_WATERMARK = -(2**63)
 MAX_WATERMARK = 2**63 - 1
-from statekit.errors import InvalidArgumentError
 
 
 class TimestampAssigner:

@@ -159,17 +159,17 @@ class _TriggerContext:
 
     def register_event_time_timer(self, time: int) -> None:
         op = self._op
-        op.timer_service.register_event_time_timer(time, op._key, op._kg, tuple(self.window))
+        op.timers.register_event_time_timer(time, op._key, op._kg, tuple(self.window))
 
     def register_processing_time_timer(self, time: int) -> None:
         op = self._op
-        op.timer_service.register_processing_time_timer(time, op._key, op._kg, tuple(self.window))
+        op.timers.register_processing_time_timer(time, op._key, op._kg, tuple(self.window))
 
     def delete_event_time_timer(self, time: int) -> None:
-        self._op.timer_service.delete_event_time_timer(time, self._op._key, tuple(self.window))
+        self._op.timers.delete_event_time_timer(time, self._op._key, tuple(self.window))
 
     def delete_processing_time_timer(self, time: int) -> None:
-        self._op.timer_service.delete_processing_time_timer(time, self._op._key, tuple(self.window))
+        self._op.timers.delete_processing_time_timer(time, self._op._key, tuple(self.window))
 
     def get_partitioned_state(self, descriptor: Any) -> Any:
         backend = self._op.backend
@@ -239,8 +239,8 @@ class WindowOperator(KeyedOperatorMixin, StreamOperator):
 
     def initialize_internal_state(self, restored: bool) -> None:
         fns, opts = self.fns, self.transformation.options
-        self.evictor = copy.deepcopy(opts["evictor"]) if opts.get("evictor") is not None else None
-        self.stamps = None
+        self.evictor: Any = copy.deepcopy(opts["evictor"]) if opts.get("evictor") is not None else None
+        self.stamps: Any = None
         if self.evictor is not None:
             # As Flink's EvictingWindowOperator: every element is kept (with its timestamp) and the
             # function runs over what the evictor leaves when the window fires.
@@ -269,12 +269,9 @@ class WindowOperator(KeyedOperatorMixin, StreamOperator):
         self._key, self._kg = key, kg
         windows = self.assigner.assign_windows(value, ts, self)
         accepted = False
-        for window in windows:
-            if self.merging:
-                window = self._merge(window)
-                if window is None:
-                    continue
-            elif self._is_late(window):
+        for assigned in windows:
+            window = self._merge(assigned) if self.merging else assigned  # None: merged into a late window
+            if window is None or (not self.merging and self._is_late(window)):
                 continue
             accepted = True
             backend.set_current_namespace(window)
@@ -307,9 +304,9 @@ class WindowOperator(KeyedOperatorMixin, StreamOperator):
             return  # a global window is never cleaned up (Flink: cleanup time Long.MAX_VALUE)
         t = self._cleanup_time(window)
         if self.event_time:
-            self.timer_service.register_event_time_timer(t, self._key, self._kg, tuple(window))
+            self.timers.register_event_time_timer(t, self._key, self._kg, tuple(window))
         else:
-            self.timer_service.register_processing_time_timer(t, self._key, self._kg, tuple(window))
+            self.timers.register_processing_time_timer(t, self._key, self._kg, tuple(window))
 
     def _merge(self, window: TimeWindow) -> TimeWindow | None:
         """Add a new session window for the current key, merging it with the windows it touches.
@@ -352,9 +349,9 @@ class WindowOperator(KeyedOperatorMixin, StreamOperator):
     def _delete_cleanup_timer(self, window: TimeWindow) -> None:
         t = self._cleanup_time(window)
         if self.event_time:
-            self.timer_service.delete_event_time_timer(t, self._key, tuple(window))
+            self.timers.delete_event_time_timer(t, self._key, tuple(window))
         else:
-            self.timer_service.delete_processing_time_timer(t, self._key, tuple(window))
+            self.timers.delete_processing_time_timer(t, self._key, tuple(window))
 
     # -- timers -----------------------------------------------------------------------------------------
     def _fire(self, timer: tuple, domain: str) -> None:

@@ -146,7 +146,7 @@ def _check_file(report: CheckReport, root: Path, op: OperatorMetadata, entry: Fi
     if entry.table in ("keyed", "timers") and table.num_rows:
         kg = np.asarray(table.column("key_group").to_numpy(), dtype=np.int32)
         try:
-            actual = K.compute_key_groups(table.column("key"), op.max_parallelism, op.key_type)
+            actual = K.compute_key_groups(table.column("key"), op.max_parallelism, op.keyed_key_type)
         except StatekitError as exc:
             report.add("unreadable", entry.path, f"key groups of its keys cannot be computed ({exc})")
             return
@@ -165,14 +165,14 @@ def _expected_schema(op: OperatorMetadata, entry: FileEntry) -> pa.Schema | None
     from statekit.types import parse_ddl
 
     if entry.table == "keyed":
-        return K.keyed_schema(op.key_type, op.keyed_states, namespace_type=op.namespace_type)
+        return K.keyed_schema(op.keyed_key_type, op.keyed_states, namespace_type=op.namespace_type)
     if entry.table == "timers":
-        return K.timers_schema(op.key_type, namespace_type=op.namespace_type)
+        return K.timers_schema(op.keyed_key_type, namespace_type=op.namespace_type)
     info = next((s for s in op.operator_states if s.name == entry.state), None)
     if info is None:
         return None
     if entry.table == "broadcast":
-        return pa.schema([("key", parse_ddl(info.key_type)), ("value", parse_ddl(info.type))])
+        return pa.schema([("key", parse_ddl(info.broadcast_key_type)), ("value", parse_ddl(info.type))])
     return pa.schema([("subtask", pa.int32()), ("idx", pa.int64()), ("value", parse_ddl(info.type))])
 
 
@@ -220,8 +220,8 @@ def _check_flink(root: Path, report: CheckReport, deep: bool) -> CheckReport:
     handles: list[StreamHandle] = []
     for op in sp.flink.metadata.operators:
         for st in op.subtasks:
-            for h in (st.managed_keyed, st.managed_operator):
-                d = getattr(h, "delegate", None)
+            for state in (st.managed_keyed, st.managed_operator):
+                d: StreamHandle | None = getattr(state, "delegate", None)  # native RocksDB handles have none
                 if d is not None and d.kind != "bytes":
                     handles.append(d)
     for h in handles:

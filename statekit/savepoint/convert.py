@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Iterable
 
 from statekit.errors import InvalidArgumentError, NotASavepointError
+from statekit.format.flink import pyflink
 from statekit.format.manifest import FlinkSerializers, OperatorMetadata
 from statekit.identifiers import OperatorIdentifier
 from statekit.savepoint.flink import FlinkSavepoint, is_flink_savepoint
@@ -81,9 +82,7 @@ def write_flink_operator(b: SavepointBuilder, sp: FlinkSavepoint, meta: Operator
     w = b.add_operator(ident, name=name or meta.name, parallelism=meta.parallelism,
                        max_parallelism=meta.max_parallelism, key_type=meta.key_type,
                        keyed_states=meta.keyed_states, namespace_type=meta.namespace_type,
-                       # a PyFlink operator's stored form (Row key, coder bytes) is not what is
-                       # written here, so its Flink serializers are not carried
-                       flink=None if sp.is_pyflink(meta.identifier) else flink_serializers(sp, meta))
+                       flink=flink_serializers(sp, meta))
     if meta.key_type is not None:
         # a PyFlink key group belongs to the Row-wrapped key: the unwrapped key gets statekit's own
         keep = _keeps_key_groups(meta.key_type) and not sp.is_pyflink(meta.identifier)
@@ -107,8 +106,11 @@ def flink_serializers(sp: FlinkSavepoint, meta: OperatorMetadata) -> FlinkSerial
     ops = tuple((n, m.raw) for n, m in sp.flink.operator_states(fop).items() if n in known)
     if lay is None:
         return FlinkSerializers(operator_states=ops)
-    # only states statekit lists under Flink's own name (PyFlink's python-state-* are renamed; not carried)
+    # only states statekit lists, under their stored names (PyFlink's python-state-<name>: `write_flink` writes
+    # them back in PyFlink's layout)
     names = {s.name for s in meta.keyed_states}
+    if sp.is_pyflink(meta.identifier):
+        names = {pyflink.PREFIX + n for n in names} | names
     return FlinkSerializers(lay.key_type.raw, tuple((s.name, s.raw) for s in lay.states if s.name in names),
                             tuple(t.raw for t in lay.timers), ops)
 

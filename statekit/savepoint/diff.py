@@ -18,6 +18,7 @@ from statekit.format.keyed import same_type
 from statekit.format.manifest import OperatorMetadata
 from statekit.identifiers import OperatorIdentifier
 from statekit.savepoint.reader import Savepoint
+from statekit.state.descriptors import OperatorStateInfo, StateInfo
 from statekit.types import parse_ddl
 
 __all__ = ["CHANGES", "OperatorDiff", "SavepointDiff", "check_same_keys", "diff", "keyed_changes"]
@@ -270,8 +271,10 @@ def _operator_diff(sa: Savepoint, sb: Savepoint, ma: OperatorMetadata, mb: Opera
         va, vb = getattr(ma, name), getattr(mb, name)
         if va != vb:
             d.settings[name] = (va, vb)
-    states_a = {s.name: s for s in [*ma.keyed_states, *ma.operator_states]}
-    states_b = {s.name: s for s in [*mb.keyed_states, *mb.operator_states]}
+    all_a: list[StateInfo | OperatorStateInfo] = [*ma.keyed_states, *ma.operator_states]
+    all_b: list[StateInfo | OperatorStateInfo] = [*mb.keyed_states, *mb.operator_states]
+    states_a = {s.name: s for s in all_a}
+    states_b = {s.name: s for s in all_b}
     d.states_removed = [s for s in states_a if s not in states_b]
     d.states_added = [s for s in states_b if s not in states_a]
     d.states_changed = [s for s in states_a if s in states_b and states_a[s] != states_b[s]]

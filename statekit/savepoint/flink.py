@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -20,13 +20,13 @@ from statekit.format.flink import pyflink
 from statekit.format.flink.keyed import DecodeStats, KeyedResult, state_ddl
 from statekit.format.flink.lookup import lookup
 from statekit.format.flink.metadata import OperatorState
-from statekit.format.flink.values import encode_key
 from statekit.format.flink.reader import FlinkStateReader
+from statekit.format.flink.values import encode_key
 from statekit.format.manifest import Manifest, OperatorMetadata
 from statekit.identifiers import OperatorIdentifier
 from statekit.keygroups import KeyGroupRange, assign_to_key_group
 from statekit.savepoint.reader import OpLike, Savepoint, _same_key, _same_ns
-from statekit.state.descriptors import OperatorStateInfo, StateInfo
+from statekit.state.descriptors import OperatorStateInfo, Redistribution, StateInfo, as_state_kind
 from statekit.types import parse_ddl
 
 
@@ -42,11 +42,12 @@ def _operator_metadata(reader: FlinkStateReader, op: OperatorState,
         keyed = tuple(StateInfo(s.name, s.keyed_kind or "value", state_ddl(s)) for s in lay.states)
         if pyflink.is_pyflink(lay, declared=pyflink_types is not None):  # key unwrapped, Python states decoded
             key_type = pyflink.key_ddl(lay)
-            keyed = tuple(StateInfo(n, k, t, pickled=p) for n, k, t, p in pyflink.states(lay, pyflink_types or {}))
+            keyed = tuple(StateInfo(n, as_state_kind(k), t, pickled=p)
+                          for n, k, t, p in pyflink.states(lay, pyflink_types or {}))
     op_states = []
     for name, meta in reader.operator_states(op).items():
         mode = (meta.options.get("OPERATOR_STATE_DISTRIBUTION_MODE") or "").upper()
-        red = "broadcast" if meta.backend_type == "BROADCAST" or mode == "BROADCAST" else \
+        red: Redistribution = "broadcast" if meta.backend_type == "BROADCAST" or mode == "BROADCAST" else \
             "union" if mode == "UNION" else "split"
         if red == "broadcast":
             op_states.append(OperatorStateInfo(name, red, meta.value_type.ddl(),
@@ -90,14 +91,14 @@ class FlinkSavepoint(Savepoint):
         """``pyflink_types``: per operator (uid or uid hash) the PyFlink type of each Python state, e.g.
         ``{"counter": {"count": "LONG", "recent": "LIST(STRING)", "per_kind": "MAP(STRING, LONG)"}}``
         (`statekit.format.flink.pyflink.parse_type`); PyFlink keeps them in the job, not the savepoint."""
-        reader = FlinkStateReader(path)
+        reader = FlinkStateReader(Path(path))
         md = reader.metadata
         by_hash = {_uid_hash(op): types for op, types in (pyflink_types or {}).items()}
         unknown = set(by_hash) - {op.operator_id for op in md.operators}
         if unknown:
             raise InvalidArgumentError(f"pyflink_types names operators {sorted(unknown)} the savepoint does not have")
         ops = tuple(_operator_metadata(reader, op, by_hash.get(op.operator_id)) for op in md.operators)
-        kind = "checkpoint" if md.path.name.startswith("chk-") else "savepoint"
+        kind: Literal["checkpoint", "savepoint"] = "checkpoint" if md.path.name.startswith("chk-") else "savepoint"
         manifest = Manifest(checkpoint_id=md.checkpoint_id, kind=kind, created_at="", job_name=None, operators=ops)
         sp = cls(Path(path), reader, manifest, trust_pickled=trust_pickled)
         sp._pyflink = by_hash
@@ -186,6 +187,10 @@ class FlinkSavepoint(Savepoint):
         lay = self.flink.layout(self.flink_operator(op)) if meta.key_type is not None else None
         return lay is not None and pyflink.is_pyflink(lay, declared=meta.uid_hash in self._pyflink)
 
+    def pyflink_types(self, op: OpLike) -> dict[str, str]:
+        """The PyFlink types this savepoint was opened with for `op` (``pyflink_types=``), empty when none."""
+        return dict(self._pyflink.get(self.operator(op).uid_hash, {}))
+
     def _read_keyed(self, op: OpLike, key_groups: tuple[int, int] | None = None) -> KeyedResult:
         """Keyed and timer tables as stored, then (PyFlink operators) the key unwrapped and values decoded."""
         meta = self.operator(op)
@@ -211,7 +216,7 @@ class FlinkSavepoint(Savepoint):
         vtype = parse_ddl(info.type)
         if info.redistribution == "broadcast":
             entries = value.entries or []
-            table = pa.table({"key": pa.array([k for k, _ in entries], parse_ddl(info.key_type)),
+            table = pa.table({"key": pa.array([k for k, _ in entries], parse_ddl(info.broadcast_key_type)),
                               "value": pa.array([v for _, v in entries], vtype)})
             return info, table
         subtask, idx, vals = [], [], []
@@ -240,6 +245,7 @@ class FlinkSavepoint(Savepoint):
 
 
 def is_flink_savepoint(path: str | os.PathLike[str]) -> bool:
+    """Whether path is a Flink savepoint (a directory with Flink's binary _metadata)."""
     from statekit.format.flink.metadata import is_flink_metadata
 
     return is_flink_metadata(Path(path))

@@ -19,6 +19,7 @@ import numpy as np
 import pyarrow as pa
 
 from statekit.errors import InvalidArgumentError, ParallelismError, StateTypeError
+from statekit.format.flink import pyflink_out
 from statekit.format.flink.serializers import FlinkType
 from statekit.format.flink.serializers_out import (
     FlinkPojo,
@@ -86,13 +87,14 @@ def _from_manifest(meta: OperatorMetadata) -> Carried:
     assert fl is not None
     where = f"operator {meta.display_name!r} (carried Flink serializers)"
     key = read_versioned(DataInput(fl.key, where), "the key serializer") if fl.key is not None else None
-    if key is not None and key.kind in ("pojo", "row", "binary") and meta.key_type is not None:
+    states = {n: read_meta_info(DataInput(b, where)) for n, b in fl.states}
+    if key is not None and key.kind in ("pojo", "row", "binary") and meta.key_type is not None \
+            and not _carried_pyflink(key, states):
         raise StateTypeError(
             f"operator {meta.display_name!r} has {key.serializer} keys, whose key groups come from the key class's "
             "hashCode(); after a conversion to statekit's format statekit cannot place them as Flink does. Write the "
             "Flink savepoint straight from the Flink one (write_flink on it, with uids=/max_parallelism=/rekey=)."
         )
-    states = {n: read_meta_info(DataInput(b, where)) for n, b in fl.states}
     timers = tuple(read_meta_info(DataInput(b, where)) for b in fl.timers)
     ops = {n: read_meta_info(DataInput(b, where)) for n, b in fl.operator_states}
     ns = None
@@ -101,6 +103,82 @@ def _from_manifest(meta: OperatorMetadata) -> Carried:
         if t is not None and t.kind == "window":
             ns = t
     return Carried(key, states, timers, ns, ops)
+
+
+def _carried_pyflink(key: FlinkType | None, states: Mapping[str, Any]) -> bool:
+    """Whether carried serializers are a PyFlink operator's (one-field Row key, ``python-state-`` states)."""
+    return (key is not None and key.kind == "row" and len(key.children) == 1
+            and any(n.startswith(pyflink_out.PREFIX) for n in states))
+
+
+def pyflink_types(sp: Savepoint, meta: OperatorMetadata, carried: Carried | None,
+                  declared: Mapping[str, str] | None) -> dict[str, str] | None:
+    """The PyFlink types of `meta`'s states when it is written as a PyFlink operator (declared for it, read from
+    a PyFlink savepoint, or carried from one through statekit's format), else None."""
+    from statekit.savepoint.flink import FlinkSavepoint
+
+    if declared is not None:
+        return dict(declared)
+    if meta.key_type is None:
+        return None
+    if isinstance(sp, FlinkSavepoint):
+        return sp.pyflink_types(meta.identifier) if sp.is_pyflink(meta.identifier) else None
+    if carried is not None and _carried_pyflink(carried.key, carried.states):
+        return {}
+    return None
+
+
+def pyflink_keyed(meta: OperatorMetadata, carried: Carried | None, types: Mapping[str, str], keyed: pa.Table,
+                  timers: pa.Table, max_parallelism: int) -> tuple[KeyedLayoutOut, pa.Table, pa.Table]:
+    """Layout, keyed table and timers of a PyFlink operator (see `statekit.format.flink.pyflink_out`): key groups
+    of the Row-wrapped key, keys wrapped, states coded (or passed through when stored and undeclared)."""
+    from statekit.format.flink.keyed import state_ddl
+    from statekit.format.flink.pyflink import parse_type
+
+    op = meta.display_name
+    assert meta.key_type is not None
+    if meta.namespace_type is not None:
+        raise StateTypeError(f"operator {op!r}: statekit writes PyFlink state without window namespaces only.")
+    unknown = set(types) - {s.name for s in meta.keyed_states}
+    if unknown:
+        raise InvalidArgumentError(f"PyFlink types name states {sorted(unknown)} that operator {op!r} does not have.")
+    key = carried.key if carried is not None and carried.key is not None else pyflink_out.key_serializer(meta.key_type)
+    kg = pa.array(pyflink_out.key_groups(keyed.column("key"), meta.key_type, max_parallelism))
+    cols: dict[str, Any] = {"key_group": kg, "key": pyflink_out.wrap_keys(keyed.column("key"))}
+    states = []
+    for s in meta.keyed_states:
+        what = f"PyFlink state {s.name!r} of operator {op!r}"
+        name = pyflink_out.stored_name(s.name)
+        got = carried.states.get(name) if carried is not None else None
+        spec = types.get(s.name)
+        kind = "map" if s.kind == "map" else "list"
+        if spec is None and got is not None and s.type == state_ddl(got):  # still the stored coder bytes
+            col = keyed.column(s.name)
+        else:
+            if spec is None and got is not None and "struct<" in s.type:
+                raise StateTypeError(
+                    f"{what} was read from a PyFlink savepoint as {s.type}, which PyFlink codes as a ROW or a TUPLE "
+                    f"(different bytes); declare which: pyflink={{{op!r}: {{{s.name!r}: 'ROW(...)' or 'TUPLE(...)'}}}}."
+                )
+            t = parse_type(spec) if spec is not None else pyflink_out.infer_type(s.kind, s.type, what)
+            if (t.kind == "map") != (kind == "map") or (t.kind == "list") != (s.kind == "list"):
+                raise StateTypeError(f"{what} is a {s.kind} state but is declared {spec!r}.")
+            pyflink_out.check_fits(s.type, t, what)
+            col = pyflink_out.encode_column(keyed.column(s.name), t, what)
+        value = pyflink_out.MAP_STATE if kind == "map" else pyflink_out.LIST_STATE
+        raw = got.raw if got is not None else keyed_meta_info(name, kind, value)
+        states.append(KeyedStateOut(name, kind, value, raw, name))
+        cols[name] = col
+    if timers.num_rows:
+        timers = timers.set_column(timers.schema.get_field_index("key_group"), "key_group",
+                                   pa.array(pyflink_out.key_groups(timers.column("key"), meta.key_type, max_parallelism)))
+        timers = timers.set_column(timers.schema.get_field_index("key"), "key",
+                                   pyflink_out.wrap_keys(timers.column("key")))
+    if carried is not None and carried.timers:
+        timer_meta = tuple((t.timer_domain, t.raw) for t in carried.timers)
+    else:  # PyFlink registers both queues
+        timer_meta = tuple((d, timer_meta_info(d, key)) for d in ("processing", "event"))
+    return KeyedLayoutOut(key, tuple(states), timer_meta, max_parallelism), pa.table(cols), timers
 
 
 def _hint(hints: TypeHints | None, meta: OperatorMetadata, name: str) -> Hint | None:
@@ -251,9 +329,12 @@ def _rekeyed(sp: Savepoint, meta: OperatorMetadata, new_key: Any, key_type: str 
 def operator_data(sp: Savepoint, meta: OperatorMetadata, *, hints: TypeHints | None = None,
                   uid: str | None = None, uid_hash: str | None = None, name: str | None = None,
                   max_parallelism: int | None = None, parallelism: int | None = None,
-                  new_key: Any = None, new_key_type: str | None = None) -> OperatorData:
-    """What to write for operator `meta` of `sp`, optionally under another identity / max parallelism / keys."""
+                  new_key: Any = None, new_key_type: str | None = None,
+                  pyflink: Mapping[str, str] | None = None) -> OperatorData:
+    """What to write for operator `meta` of `sp`, optionally under another identity / max parallelism / keys
+    (`pyflink`: the PyFlink types of its states, to write it as a PyFlink job's operator)."""
     carried = carried_serializers(sp, meta)
+    py = pyflink_types(sp, meta, carried, pyflink)
     maxp = max_parallelism or meta.max_parallelism
     par = parallelism or meta.parallelism
     if maxp < par:
@@ -275,6 +356,11 @@ def operator_data(sp: Savepoint, meta: OperatorMetadata, *, hints: TypeHints | N
             meta = replace(meta, key_type=new_type)
             key_type = new_type
         has_timers = timers.num_rows > 0
+        if py is not None:
+            data.layout, keyed, timers = pyflink_keyed(meta, carried, py, keyed, timers, maxp)
+            data.keyed, data.timers = keyed, timers if has_timers else None
+            data.operator_states = with_operator_data(sp, meta, operator_state_layouts(meta, carried, hints))
+            return data
         data.layout = keyed_layout(meta, carried, hints, max_parallelism=maxp, has_timers=has_timers)
         if maxp != meta.max_parallelism or new_key is not None:
             keyed = rehash(keyed, key_type, maxp, data.layout)
@@ -289,7 +375,8 @@ def write_flink(source: str | os.PathLike[str] | Savepoint, target: str | os.Pat
                 types: TypeHints | None = None, uids: Mapping[str, str] | None = None,
                 remove: Sequence[str] = (), max_parallelism: int | Mapping[str, int] | None = None,
                 rekey: Mapping[str, Any] | None = None, key_types: Mapping[str, str] | None = None,
-                job_max_parallelism: int | None = None, checkpoint_id: int | None = None) -> Path:
+                job_max_parallelism: int | None = None, checkpoint_id: int | None = None,
+                pyflink: Mapping[str, Mapping[str, str]] | None = None) -> Path:
     """Write savepoint `source` (statekit or Flink) as a canonical Flink savepoint at `target`.
 
     Serializers read from a Flink savepoint are reused unchanged; other state maps its DDL types
@@ -301,8 +388,11 @@ def write_flink(source: str | os.PathLike[str] | Savepoint, target: str | os.Pat
     of an operator through a function of the old key or a ``key``/``new_key`` table (`key_types`
     gives the new key's DDL type). `job_max_parallelism` is the max parallelism the restoring job
     declares (``env.setMaxParallelism``): Flink then requires it of every operator in the savepoint,
-    so a savepoint that does not match is refused (`ParallelismError`) instead of written. The source
-    is never modified; `target` must not exist.
+    so a savepoint that does not match is refused (`ParallelismError`) instead of written. `pyflink`
+    names operators to write as a PyFlink job keeps them (``{uid: {state: PyFlink type}}``, types as
+    `statekit.format.flink.pyflink.parse_type` reads them, ``{}`` to infer every one from its column);
+    operators read from a PyFlink savepoint are written that way anyway. The source is never
+    modified; `target` must not exist.
     """
     from statekit.keygroups import check_max_parallelism
 
@@ -311,7 +401,7 @@ def write_flink(source: str | os.PathLike[str] | Savepoint, target: str | os.Pat
     per_op = dict(max_parallelism) if isinstance(max_parallelism, Mapping) else {}
     for v in ([max_parallelism] if isinstance(max_parallelism, int) else list(per_op.values())):
         check_max_parallelism(v)
-    named = [*uids, *remove, *rekey, *per_op, *(types or {})]
+    named = [*uids, *remove, *rekey, *per_op, *(types or {}), *(pyflink or {})]
     ops = []
     used: set[str] = set()
 
@@ -331,7 +421,8 @@ def write_flink(source: str | os.PathLike[str] | Savepoint, target: str | os.Pat
         pick(types or {}, meta)
         ops.append(operator_data(
             sp, meta, hints=types, uid=new_uid, uid_hash=ident.uid_hash if ident else None,
-            name=new_uid, max_parallelism=maxp, new_key=pick(rekey, meta), new_key_type=pick(key_types, meta)))
+            name=new_uid, max_parallelism=maxp, new_key=pick(rekey, meta), new_key_type=pick(key_types, meta),
+            pyflink=pick(pyflink or {}, meta)))
     unknown = sorted(set(named) - used)
     if unknown:
         listing = ", ".join(m.uid or m.uid_hash for m in sp.operators)
@@ -349,4 +440,4 @@ def write_flink(source: str | os.PathLike[str] | Savepoint, target: str | os.Pat
 
 
 __all__ = ["TypeHints", "carried_serializers", "keyed_layout", "operator_data", "operator_state_layouts",
-           "with_operator_data", "write_flink"]
+           "pyflink_keyed", "pyflink_types", "with_operator_data", "write_flink"]

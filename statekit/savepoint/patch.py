@@ -56,17 +56,20 @@ class RemoveState:
 
 @dataclass(frozen=True)
 class RenameOperator:
+    """Give an operator a new identifier (uid or uid hash); its state moves with it."""
     op: OpLike
     new: OpLike
 
 
 @dataclass(frozen=True)
 class RemoveOperator:
+    """Remove an operator and all of its state."""
     op: OpLike
 
 
 @dataclass(frozen=True)
 class SetMaxParallelism:
+    """Change an operator's max parallelism (its key groups are redistributed)."""
     op: OpLike
     max_parallelism: int
 
@@ -125,7 +128,7 @@ def patch_keyed(table: pa.Table, *, drop_states: Sequence[str] = (), delete_keys
             if row is None:
                 field_names = [f.name for f in table.schema.field("key").type] if struct_key else None
                 row = {c: None for c in table.column_names}
-                row["key"] = dict(zip(field_names, key)) if struct_key else key
+                row["key"] = dict(zip(field_names, key)) if field_names is not None else key
             new_rows.append({**row, **values})
         table = pa.concat_tables([table.filter(pc.invert(mask)), pa.Table.from_pylist(new_rows, schema=table.schema)])
     return table
@@ -178,14 +181,14 @@ def repair(source: str | os.PathLike, target: str | os.PathLike, edits: Sequence
         return plan
     with SavepointBuilder(target, checkpoint_id=sp.checkpoint_id, job_name=sp.job_name) as builder:
         for m in sp.operators:
-            e = per_op.get(m.uid_hash)
-            if e is None:
+            op_edits = per_op.get(m.uid_hash)
+            if op_edits is None:
                 link_operator(builder, sp, m, m.identifier)
-            elif not e.removed:
-                ident = e.new_ident or m.identifier
-                name = (e.new_ident.uid or m.name) if e.new_ident else m.name
-                if e.rewrites:
-                    _rewrite(builder, sp, e, ident, name)
+            elif not op_edits.removed:
+                ident = op_edits.new_ident or m.identifier
+                name = (op_edits.new_ident.uid or m.name) if op_edits.new_ident else m.name
+                if op_edits.rewrites:
+                    _rewrite(builder, sp, op_edits, ident, name)
                 else:
                     link_operator(builder, sp, m, ident, name=name)
     plan.written = True
@@ -219,7 +222,7 @@ def _plan_edit(sp: Savepoint, e: _OperatorEdits, edit: Edit, changes: list[str],
         changes.append(f"operator {name}: max parallelism {m.max_parallelism} -> {edit.max_parallelism}; keyed "
                        "table and timers re-hashed into the new key groups")
     elif isinstance(edit, RemoveState):
-        names = [s.name for s in (*m.keyed_states, *m.operator_states)]
+        names = [s.name for s in m.keyed_states] + [s.name for s in m.operator_states]
         if edit.state not in names:
             raise UnknownStateError(f"operator {name} has no state {edit.state!r}; its states are: "
                                     f"{', '.join(names) or 'none'}.")

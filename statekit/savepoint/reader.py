@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Literal, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -91,10 +91,9 @@ class Savepoint:
     def keyed_files(self, op: OpLike, *, key_groups: KeyGroupRange | None = None) -> list[FileEntry]:
         """Files of `op`'s keyed table (or native RocksDB files), optionally only those overlapping `key_groups`."""
         meta = self.operator(op)
-        table = "rocksdb" if meta.is_native else "keyed"
-        files = meta.files_of(table)
+        files = meta.files_of("rocksdb" if meta.is_native else "keyed")
         if key_groups is not None:
-            files = [f for f in files if f.key_group_start <= key_groups.end and f.key_group_end >= key_groups.start]
+            files = [f for f in files if f.overlaps(key_groups.start, key_groups.end)]
         return files
 
     def read_file(self, entry: FileEntry) -> pa.Table:
@@ -141,7 +140,7 @@ class Savepoint:
     def keyed_schema(self, op: OpLike, *, with_key_group: bool = True) -> pa.Schema:
         meta = self.operator(op)
         return K.keyed_schema(
-            meta.key_type, meta.keyed_states, namespace_type=meta.namespace_type, with_key_group=with_key_group
+            meta.keyed_key_type, meta.keyed_states, namespace_type=meta.namespace_type, with_key_group=with_key_group
         )
 
     def keyed_table(
@@ -175,7 +174,7 @@ class Savepoint:
         parts = []
         for subtask, entries in sorted(by_subtask.items()):
             if key_groups is not None and not any(
-                e.key_group_start <= key_groups.end and e.key_group_end >= key_groups.start for e in entries
+                e.overlaps(key_groups.start, key_groups.end) for e in entries
             ):
                 continue
             for e in entries:
@@ -184,13 +183,13 @@ class Savepoint:
             parts.append(
                 native_to_arrow(
                     directory,
-                    key_type=parse_ddl(meta.key_type),
+                    key_type=parse_ddl(meta.keyed_key_type),
                     infos=meta.keyed_states,
                     max_parallelism=meta.max_parallelism,
                     key_groups=key_groups,
                 )
             )
-        expected = K.keyed_schema(meta.key_type, meta.keyed_states, namespace_type=meta.namespace_type)
+        expected = K.keyed_schema(meta.keyed_key_type, meta.keyed_states, namespace_type=meta.namespace_type)
         parts = [self._check_schema(p, expected, f"native RocksDB state of {meta.display_name}") for p in parts]
         return pa.concat_tables(parts) if parts else expected.empty_table()
 
@@ -253,9 +252,9 @@ class Savepoint:
     def _operator_state_table(self, op: OpLike, name: str, redistribution: str | None) -> tuple[OperatorStateInfo, pa.Table]:
         meta = self.operator(op)
         info = meta.operator_state(name, redistribution=redistribution)
-        sub = "broadcast" if info.redistribution == "broadcast" else "operator"
+        sub: Literal["broadcast", "operator"] = "broadcast" if info.redistribution == "broadcast" else "operator"
         if info.redistribution == "broadcast":
-            expected = pa.schema([pa.field("key", parse_ddl(info.key_type), nullable=False),
+            expected = pa.schema([pa.field("key", parse_ddl(info.broadcast_key_type), nullable=False),
                                   pa.field("value", parse_ddl(info.type))])
         else:
             expected = pa.schema([pa.field("subtask", pa.int32()), pa.field("idx", pa.int64()),

@@ -72,7 +72,7 @@ class OperatorWriter:
         self.dir = f"op-{ident.uid_hash}"
         self._keyed: list[pa.Table] = []
         self._timers: list[pa.Table] = []
-        self._operator_states: list[tuple[OperatorStateInfo, pa.Table | None]] = []
+        self._operator_states: list[tuple[OperatorStateInfo, pa.Table]] = []
         self._native: list[tuple[int, Path, KeyGroupRange, list[str]]] = []
         self._preset_files: list[FileEntry] = []
         self._linked_states: list[OperatorStateInfo] = []
@@ -261,7 +261,7 @@ class OperatorWriter:
     def _write_keyed_files(self, root: Path, pool: ThreadPoolExecutor) -> list[Future[FileEntry]]:
         what = f"keyed table of operator {self.identifier}"
         schema = K.keyed_schema(
-            self.key_type, self.keyed_states, namespace_type=self.namespace_type, with_key_group=False
+            self._require_keyed("a keyed table"), self.keyed_states, namespace_type=self.namespace_type, with_key_group=False
         )
         names = [s.name for s in self.keyed_states]
         futures = []
@@ -281,7 +281,7 @@ class OperatorWriter:
 
     def _write_timer_files(self, root: Path, pool: ThreadPoolExecutor) -> list[Future[FileEntry]]:
         what = f"timers of operator {self.identifier}"
-        schema = K.timers_schema(self.key_type, namespace_type=self.namespace_type)
+        schema = K.timers_schema(self._require_keyed("timers"), namespace_type=self.namespace_type)
         schema = schema.remove(0)
         futures = []
         for i, (table, kg) in enumerate(self._prepared(self._timers, schema, what)):

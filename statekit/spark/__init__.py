@@ -48,14 +48,16 @@ SQL view recipe that does.
 from statekit.spark.bootstrap import (
     BootstrapTransformation,
     BroadcastStateBootstrapFunction,
+    KeyedBootstrapContext,
     KeyedStateBootstrapFunction,
+    OperatorBootstrapContext,
     OperatorTransformation,
     StateBootstrapFunction,
 )
-from statekit.spark.diff import diff, diff_operators
 from statekit.spark.datasource import StatekitDataSource, StatekitMetadataDataSource, register_data_sources
-from statekit.spark.history import append_state_history
+from statekit.spark.diff import diff, diff_operators
 from statekit.spark.filters import RANGE_ENUMERATION_LIMIT
+from statekit.spark.history import append_state_history
 from statekit.spark.reader import SavepointReader
 from statekit.spark.reader_function import KeyedStateReaderFunction, ReaderContext
 from statekit.spark.session import prepare_session, spark_session
@@ -66,8 +68,10 @@ __all__ = [
     "RANGE_ENUMERATION_LIMIT",
     "BootstrapTransformation",
     "BroadcastStateBootstrapFunction",
+    "KeyedBootstrapContext",
     "KeyedStateBootstrapFunction",
     "KeyedStateReaderFunction",
+    "OperatorBootstrapContext",
     "OperatorTransformation",
     "ReaderContext",
     "SavepointReader",

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import functools
 import pickle
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator, TypeVar
 
 import pyarrow as pa
 from pyspark.sql import DataFrame, Row
@@ -37,7 +37,16 @@ from statekit.keygroups import KeyGroupRange, check_max_parallelism
 from statekit.savepoint import SavepointBuilder
 from statekit.spark import parts as P
 from statekit.spark.reader_function import no_gc
-from statekit.state.descriptors import BroadcastStateDescriptor, KeyedStateDescriptor, MapStateDescriptor
+from statekit.state.descriptors import (
+    AggregatingStateDescriptor,
+    BroadcastStateDescriptor,
+    KeyedStateDescriptor,
+    ListStateDescriptor,
+    MapStateDescriptor,
+    ReducingStateDescriptor,
+    ValueStateDescriptor,
+)
+from statekit.state.handles import AggregatingState, ListState, MapState, ReducingState, ValueState
 from statekit.types import parse_ddl, to_arrow_array, to_ddl
 
 __all__ = [
@@ -47,6 +56,12 @@ __all__ = [
     "OperatorTransformation",
     "StateBootstrapFunction",
 ]
+
+T = TypeVar("T")
+K = TypeVar("K")
+V = TypeVar("V")
+IN = TypeVar("IN")
+OUT = TypeVar("OUT")
 
 _KEY = "__statekit_key"
 #: Rows per Arrow IPC blob an executor sends back (keeps each Spark binary value small).
@@ -162,7 +177,7 @@ class KeyedBootstrapContext:
         self._opened = False
         self._timers = TimerService(self)
 
-    def get_state(self, descriptor: KeyedStateDescriptor) -> Any:
+    def _get(self, descriptor: KeyedStateDescriptor) -> Any:
         if self._opened:
             raise StateAccessError(
                 f"state {getattr(descriptor, 'name', descriptor)!r} registered outside open(); register every "
@@ -170,7 +185,26 @@ class KeyedBootstrapContext:
             )
         return self._backend.get_state(descriptor)
 
-    get_list_state = get_map_state = get_reducing_state = get_aggregating_state = get_state
+    # Typed per kind (as RuntimeContext); the backend picks the handle from the descriptor's kind.
+    def get_state(self, descriptor: ValueStateDescriptor[T]) -> ValueState[T]:
+        """Register a value state in open() and return its handle."""
+        return self._get(descriptor)
+
+    def get_list_state(self, descriptor: ListStateDescriptor[T]) -> ListState[T]:
+        """Register a list state in open() and return its handle."""
+        return self._get(descriptor)
+
+    def get_map_state(self, descriptor: MapStateDescriptor[K, V]) -> MapState[K, V]:
+        """Register a map state in open() and return its handle."""
+        return self._get(descriptor)
+
+    def get_reducing_state(self, descriptor: ReducingStateDescriptor[T]) -> ReducingState[T]:
+        """Register a reducing state in open() and return its handle."""
+        return self._get(descriptor)
+
+    def get_aggregating_state(self, descriptor: AggregatingStateDescriptor[IN, Any, OUT]) -> AggregatingState[IN, OUT]:
+        """Register an aggregating state in open() and return its handle."""
+        return self._get(descriptor)
 
     def get_current_key(self) -> Any:
         return self._backend.get_current_key()

@@ -63,8 +63,16 @@ def key_pruning(filters: Sequence[Any], key_type: str | None) -> KeyPruning:
         Equality and IN filters are handled exactly; range filters narrow the keys but are left to
         Spark as well.
     """
-    from pyspark.sql.datasource import EqualNullSafe, EqualTo, GreaterThan, GreaterThanOrEqual, In, IsNotNull
-    from pyspark.sql.datasource import LessThan, LessThanOrEqual
+    from pyspark.sql.datasource import (
+        EqualNullSafe,
+        EqualTo,
+        GreaterThan,
+        GreaterThanOrEqual,
+        In,
+        IsNotNull,
+        LessThan,
+        LessThanOrEqual,
+    )
 
     if key_type is None:
         return KeyPruning(None, ())

@@ -63,7 +63,7 @@ def _fragments(layout: KeyedLayoutOut, key_type: str, scratch: str, what: str):
                 bounds = np.flatnonzero(np.diff(r.key_groups)) + 1
                 starts = np.concatenate([[0], bounds])
                 ends = np.concatenate([bounds, [len(r.key_groups)]])
-                f.write(memoryview(r.entries.data))
+                f.write(r.entries.data.data)
                 rows["fragment"] += [name] * len(starts)
                 rows["sid"] += [r.sid] * len(starts)
                 rows["key_group"] += r.key_groups[starts].tolist()
@@ -117,7 +117,7 @@ def _assemble(layout: KeyedLayoutOut, scratch: str, staging: str, runs: list[tup
                     if len(pieces) > 1:  # within one fragment keys are unique (checked when it was written)
                         keys_seen.append(data.reshape(-1, w)[:, 4:klen])
                     data[len(data) - w + 4] |= 0x80  # the run's last entry: its first key byte
-                    out.write(memoryview(data))
+                    out.write(data.data)
                     pos += len(data)
                 if not first:
                     out.write(END_OF_KEY_GROUP)

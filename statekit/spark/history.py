@@ -13,8 +13,8 @@ from pyspark.sql import functions as F
 
 from statekit.errors import InvalidArgumentError, OutputExistsError
 from statekit.identifiers import OperatorIdentifier
-from statekit.spark.reader import SavepointReader
 from statekit.query import database_name, tables
+from statekit.spark.reader import SavepointReader
 
 __all__ = ["HISTORY_COLUMNS", "append_state_history", "export"]
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator, TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -32,6 +32,12 @@ from statekit.state.handles import AggregatingState, ListState, MapState, Reduci
 from statekit.types import parse_ddl, to_ddl
 
 __all__ = ["KeyedStateReaderFunction", "ReaderContext", "iter_output", "open_function", "run_rows"]
+
+T = TypeVar("T")
+K = TypeVar("K")
+V = TypeVar("V")
+IN = TypeVar("IN")
+OUT = TypeVar("OUT")
 
 
 class KeyedStateReaderFunction:
@@ -83,20 +89,22 @@ class ReaderContext:
         self.registered[info.name] = (info, descriptor)
         return handle_cls(self, info.name)
 
-    def get_state(self, descriptor: ValueStateDescriptor) -> ValueState:
+    def get_state(self, descriptor: ValueStateDescriptor[T]) -> ValueState[T]:
         """Register a value state and return its read-only handle."""
         return self._register(descriptor, _Value)
 
-    def get_list_state(self, descriptor: ListStateDescriptor) -> ListState:
+    def get_list_state(self, descriptor: ListStateDescriptor[T]) -> ListState[T]:
         return self._register(descriptor, _List)
 
-    def get_map_state(self, descriptor: MapStateDescriptor) -> MapState:
+    def get_map_state(self, descriptor: MapStateDescriptor[K, V]) -> MapState[K, V]:
         return self._register(descriptor, _Map)
 
-    def get_reducing_state(self, descriptor: ReducingStateDescriptor) -> ReducingState:
+    def get_reducing_state(self, descriptor: ReducingStateDescriptor[T]) -> ReducingState[T]:
         return self._register(descriptor, _Reducing)
 
-    def get_aggregating_state(self, descriptor: AggregatingStateDescriptor) -> AggregatingState:
+    def get_aggregating_state(
+        self, descriptor: AggregatingStateDescriptor[IN, Any, OUT]
+    ) -> AggregatingState[IN, OUT]:
         return self._register(descriptor, _Aggregating)
 
     # -- per key --------------------------------------------------------------------------------

@@ -32,4 +32,13 @@ __all__ = [
     "ValueStateDescriptor",
     "operator_list_info",
 ]
-from statekit.state.handles import AggregatingState, BroadcastState, ListState, MapState, ReadOnlyBroadcastState, ReducingState, State, ValueState  # noqa: E402,F401
+from statekit.state.handles import (  # noqa: E402,F401
+    AggregatingState,
+    BroadcastState,
+    ListState,
+    MapState,
+    ReadOnlyBroadcastState,
+    ReducingState,
+    State,
+    ValueState,
+)

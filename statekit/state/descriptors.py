@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import builtins
 import dataclasses
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, ClassVar, Literal, Union
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Generic, Literal, Protocol, Union
 
 import pyarrow as pa
+from typing_extensions import TypeVar  # PEP 696 defaults: a descriptor whose type is a DDL string is [Any]
 
 from statekit.errors import InvalidArgumentError, StateTypeError
 from statekit.state.functions import AggregateFunction, ReduceFunction, as_reduce_function
-from statekit.types import TypeLike, is_pickled, parse_ddl, to_arrow, to_ddl
+from statekit.types import PickledType, TypeLike, is_pickled, parse_ddl, to_arrow, to_ddl
 
 __all__ = [
     "AggregatingStateDescriptor",
@@ -27,7 +29,27 @@ __all__ = [
     "ValueStateDescriptor",
 ]
 
+T = TypeVar("T", default=Any)
+K = TypeVar("K", default=Any)
+V = TypeVar("V", default=Any)
+IN = TypeVar("IN", default=Any)
+ACC = TypeVar("ACC", default=Any)
+OUT = TypeVar("OUT", default=Any)
+
+
+
+class _ArrowType(Protocol):
+    """What mypy needs to know of a pyarrow type (pyarrow ships no stubs, so ``pa.DataType`` is Any to it)."""
+
+    def equals(self, other: Any, /, *args: Any, **kwargs: Any) -> bool: ...
+
+
+#: A declared state type other than a Python type: a DDL string, a pyarrow type or `PICKLED`. Kept apart
+#: from ``type[T]`` (and free of Any) so that mypy infers T from ``int``, ``str``, ``list[int]``...
+Declared = Union[str, PickledType, _ArrowType]
+
 StateKind = Literal["value", "list", "map", "reducing", "aggregating"]
+STATE_KINDS: tuple[StateKind, ...] = ("value", "list", "map", "reducing", "aggregating")
 Redistribution = Literal["split", "union", "broadcast"]
 
 
@@ -155,6 +177,13 @@ class OperatorStateInfo:
     key_type: str | None = None  # broadcast only
     pickled: bool = False
 
+    @property
+    def broadcast_key_type(self) -> str:
+        """The key type of broadcast state (list and union states have none)."""
+        if self.key_type is None:
+            raise StateTypeError(f"operator state {self.name!r} is {self.redistribution} state, not broadcast: it has no keys.")
+        return self.key_type
+
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"name": self.name, "redistribution": self.redistribution, "type": self.type}
         if self.key_type is not None:
@@ -166,6 +195,14 @@ class OperatorStateInfo:
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> "OperatorStateInfo":
         return cls(d["name"], d["redistribution"], d["type"], d.get("key_type"), bool(d.get("pickled", False)))
+
+
+def as_state_kind(kind: str) -> StateKind:
+    """`kind` checked to be one of `STATE_KINDS` (for kinds read from a file or declared as text)."""
+    for k in STATE_KINDS:
+        if k == kind:
+            return k
+    raise StateTypeError(f"unknown keyed state kind {kind!r}; the kinds are {', '.join(STATE_KINDS)}.")
 
 
 def _check_name(name: Any) -> None:
@@ -191,11 +228,14 @@ class KeyedStateDescriptor:
     """Common base of the keyed state descriptors."""
 
     kind: ClassVar[StateKind]
+    if TYPE_CHECKING:  # fields of every subclass (declared there, to keep their constructor order)
+        name: str
+        ttl: StateTtlConfig | None
     #: The field holding the declared type of the stored values (elements for lists, values for maps).
     _value_field: ClassVar[str] = "type"
 
     def _post(self) -> None:
-        _check_name(self.name)  # type: ignore[attr-defined]
+        _check_name(self.name)
         _arrow_or_pickled(getattr(self, self._value_field))
 
     def _declared_value_type(self) -> TypeLike:
@@ -212,8 +252,8 @@ class KeyedStateDescriptor:
         return is_pickled(self._declared_value_type())
 
     def info(self) -> StateInfo:
-        ttl = self.ttl.ttl_ms if self.ttl is not None else None  # type: ignore[attr-defined]
-        return StateInfo(self.name, self.kind, to_ddl(self.column_type), self.pickled, ttl)  # type: ignore[attr-defined]
+        ttl = self.ttl.ttl_ms if self.ttl is not None else None
+        return StateInfo(self.name, self.kind, to_ddl(self.column_type), self.pickled, ttl)
 
     def with_ttl(self, ttl: StateTtlConfig | None):
         """A copy of this descriptor with `ttl` (descriptors are immutable)."""
@@ -225,12 +265,16 @@ class KeyedStateDescriptor:
 
 
 @dataclass(frozen=True)
-class ValueStateDescriptor(KeyedStateDescriptor):
-    """A single value per key: ``ValueStateDescriptor("count", "bigint", default=0)``."""
+class ValueStateDescriptor(KeyedStateDescriptor, Generic[T]):
+    """A single value per key: ``ValueStateDescriptor("count", "bigint", default=0)``.
+
+    Typed code gets a ``ValueState[T]`` from ``get_state``: T comes from a Python type (``int``), from
+    `default`, or is written out (``ValueStateDescriptor[int]("count", "bigint")``); otherwise it is Any.
+    """
 
     name: str
-    type: TypeLike
-    default: Any = None
+    type: builtins.type[T] | Declared
+    default: T | None = None
     ttl: StateTtlConfig | None = field(default=None, kw_only=True)
     kind: ClassVar[StateKind] = "value"
 
@@ -239,11 +283,11 @@ class ValueStateDescriptor(KeyedStateDescriptor):
 
 
 @dataclass(frozen=True)
-class ListStateDescriptor(KeyedStateDescriptor):
-    """A list of elements per key; column type ``array<T>``."""
+class ListStateDescriptor(KeyedStateDescriptor, Generic[T]):
+    """A list of elements per key; column type ``array<T>``; ``get_list_state`` returns ``ListState[T]``."""
 
     name: str
-    element_type: TypeLike
+    element_type: builtins.type[T] | Declared
     ttl: StateTtlConfig | None = field(default=None, kw_only=True)
     kind: ClassVar[StateKind] = "list"
     _value_field: ClassVar[str] = "element_type"
@@ -257,12 +301,15 @@ class ListStateDescriptor(KeyedStateDescriptor):
 
 
 @dataclass(frozen=True)
-class MapStateDescriptor(KeyedStateDescriptor):
-    """A map per key; column type ``map<K,V>``. Map keys must have a declared (non-pickled) type."""
+class MapStateDescriptor(KeyedStateDescriptor, Generic[K, V]):
+    """A map per key; column type ``map<K,V>``. Map keys must have a declared (non-pickled) type.
+
+    ``get_map_state`` returns ``MapState[K, V]``.
+    """
 
     name: str
-    key_type: TypeLike
-    value_type: TypeLike
+    key_type: builtins.type[K] | Declared
+    value_type: builtins.type[V] | Declared
     ttl: StateTtlConfig | None = field(default=None, kw_only=True)
     kind: ClassVar[StateKind] = "map"
     _value_field: ClassVar[str] = "value_type"
@@ -279,12 +326,12 @@ class MapStateDescriptor(KeyedStateDescriptor):
 
 
 @dataclass(frozen=True)
-class ReducingStateDescriptor(KeyedStateDescriptor):
-    """A value per key that is folded with `reduce_function` on every ``add``."""
+class ReducingStateDescriptor(KeyedStateDescriptor, Generic[T]):
+    """A value per key folded with `reduce_function` on every ``add``; ``get_reducing_state`` returns ``ReducingState[T]``."""
 
     name: str
-    reduce_function: Union[ReduceFunction, Any]
-    type: TypeLike
+    reduce_function: ReduceFunction[T] | Callable[[T, T], T]
+    type: builtins.type[T] | Declared
     ttl: StateTtlConfig | None = field(default=None, kw_only=True)
     kind: ClassVar[StateKind] = "reducing"
 
@@ -298,12 +345,15 @@ class ReducingStateDescriptor(KeyedStateDescriptor):
 
 
 @dataclass(frozen=True)
-class AggregatingStateDescriptor(KeyedStateDescriptor):
-    """A per-key accumulator driven by an `AggregateFunction`; the column holds the accumulator."""
+class AggregatingStateDescriptor(KeyedStateDescriptor, Generic[IN, ACC, OUT]):
+    """A per-key accumulator driven by an `AggregateFunction`; the column holds the accumulator.
+
+    ``get_aggregating_state`` returns ``AggregatingState[IN, OUT]`` (the function's input and result types).
+    """
 
     name: str
-    aggregate_function: AggregateFunction
-    accumulator_type: TypeLike
+    aggregate_function: AggregateFunction[IN, ACC, OUT]
+    accumulator_type: builtins.type[ACC] | Declared
     ttl: StateTtlConfig | None = field(default=None, kw_only=True)
     kind: ClassVar[StateKind] = "aggregating"
     _value_field: ClassVar[str] = "accumulator_type"
@@ -317,15 +367,15 @@ class AggregatingStateDescriptor(KeyedStateDescriptor):
 
 
 @dataclass(frozen=True)
-class BroadcastStateDescriptor:
+class BroadcastStateDescriptor(Generic[K, V]):
     """Broadcast (map) state shared by all subtasks: same name/key/value shape as `MapStateDescriptor`.
 
     PyFlink passes a `MapStateDescriptor` to ``broadcast()``; both are accepted there.
     """
 
     name: str
-    key_type: TypeLike
-    value_type: TypeLike
+    key_type: builtins.type[K] | Declared
+    value_type: builtins.type[V] | Declared
 
     def __post_init__(self) -> None:
         _check_name(self.name)

@@ -6,6 +6,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from statekit.runtime.clock import ManualClock
 from statekit.state.functions import AggregateFunction
 
@@ -26,13 +28,13 @@ EDGE_KEYS: dict[str, list] = {
 }
 
 
-class ClickCounter(AggregateFunction):
+class ClickCounter(AggregateFunction[Any, int, int]):
     """Counts a window's elements (the State Processor API docs' click-counter example)."""
 
     def create_accumulator(self) -> int:
         return 0
 
-    def add(self, value, accumulator: int) -> int:
+    def add(self, value: Any, accumulator: int) -> int:
         return accumulator + 1
 
     def get_result(self, accumulator: int) -> int:

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from jobs import build, events
+
 from statekit.runtime import StreamExecutionEnvironment
 
 N = 300

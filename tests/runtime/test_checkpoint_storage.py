@@ -11,9 +11,9 @@ import threading
 from pathlib import Path
 
 import pytest
-
 from jobs import build, events
 from storage_child import N, env_on
+
 from statekit.errors import CheckpointStorageInUseError
 from statekit.runtime import MapFunction, latest_checkpoint
 from statekit.savepoint import Savepoint, check

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from test_sources_sinks import FailOnceAt
 
 from statekit.errors import SourceError
 from statekit.runtime import FileSource, RestartStrategies, StreamExecutionEnvironment
-
-from test_sources_sinks import FailOnceAt
 
 pytestmark = pytest.mark.spark
 

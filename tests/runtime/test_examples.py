@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from statekit import Types
 from statekit.runtime import (
     CheckpointedFunction,
     CheckpointListener,
@@ -15,7 +16,6 @@ from statekit.runtime import (
     SourceFunction,
     StreamExecutionEnvironment,
 )
-from statekit import Types
 from statekit.state.descriptors import ListStateDescriptor, ValueStateDescriptor
 
 

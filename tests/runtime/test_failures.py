@@ -11,8 +11,8 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from jobs import build, events, make_env, run_to_files
+
 from statekit.runtime import latest_checkpoint, read_file_sink
 from statekit.savepoint import Savepoint
 

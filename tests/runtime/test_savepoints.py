@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import pytest
-
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from jobs import SumCount, events
+
 from statekit.errors import NotASavepointError, RestoreError, SavepointExistsError
 from statekit.identifiers import OperatorIdentifier
 from statekit.runtime import (
@@ -176,10 +178,6 @@ def test_parallelism_above_max_is_refused(backend, tmp_path):
     env.from_collection(["a"]).uid("src").key_by(lambda w: w).process(Count()).uid("count")
     with pytest.raises(RestoreError, match="exceeds"):
         env.execute("c", restore_from=tmp_path / "sp")
-
-
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

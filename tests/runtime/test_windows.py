@@ -7,18 +7,18 @@ import pytest
 from statekit.errors import InvalidArgumentError
 from statekit.runtime import (
     AggregateFunction,
-    ProcessAllWindowFunction,
     CountTrigger,
     EventTimeSessionWindows,
     ManualClock,
     MapFunction,
     OutputTag,
+    ProcessAllWindowFunction,
     ProcessWindowFunction,
     SlidingEventTimeWindows,
     StreamExecutionEnvironment,
+    Trigger,
     TumblingEventTimeWindows,
     TumblingProcessingTimeWindows,
-    Trigger,
     WatermarkStrategy,
 )
 from statekit.savepoint import Savepoint

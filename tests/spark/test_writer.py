@@ -160,7 +160,7 @@ def test_operator_list_and_broadcast_state(spark, tmp_path):
     sp = Savepoint.open(tmp_path / "sp")
     info, lists = sp.operator_state_lists("src", "buffer")
     assert info.redistribution == "split" and len(lists) == 2 and sorted(sum(lists, [])) == list(range(10))
-    assert sorted(sp.operator_state_lists("src", "offsets")[1], key=lambda l: l[0]) == [[0], [1]]
+    assert sorted(sp.operator_state_lists("src", "offsets")[1], key=lambda row: row[0]) == [[0], [1]]
     reader = SavepointReader.read(spark, tmp_path / "sp")
     assert sorted(tuple(r) for r in reader.read_broadcast_state("rates", "rates").collect()) == [("EUR", 1.3), ("USD", 1.0)]
 

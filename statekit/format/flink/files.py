@@ -116,7 +116,7 @@ class StateFiles:
                 buf[pos : pos + n] = np.frombuffer(h.data or b"", np.uint8)
             else:
                 with open(self.path(h), "rb") as f:
-                    got = f.readinto(memoryview(buf[pos : pos + n]))
+                    got = f.readinto(buf[pos : pos + n].data)
                 if got != n:
                     raise CorruptSavepointError(f"{self.root}: state file {h.path!r} changed while being read.")
             pos += n

@@ -23,11 +23,19 @@ import pyarrow as pa
 from statekit.errors import CorruptSavepointError, UnsupportedFormatError
 from statekit.format.flink.binary import DataInput
 from statekit.format.flink.files import StateFiles
+from statekit.format.flink.locate import DecodeStats, Entries, Located, Run, corrupt
 from statekit.format.flink.metadata import KeyGroupsHandle
 from statekit.format.flink.proxy import KeyedProxy, StateMeta, read_keyed_proxy
 from statekit.format.flink.serializers import FlinkType
-from statekit.format.flink.locate import DecodeStats, Entries, Located, Run, corrupt
-from statekit.format.flink.values import FIXED_DTYPES, bulk, decode_records, gather_fixed, gather_ranges, reader, to_arrow
+from statekit.format.flink.values import (
+    FIXED_DTYPES,
+    bulk,
+    decode_records,
+    gather_fixed,
+    gather_ranges,
+    reader,
+    to_arrow,
+)
 from statekit.types import parse_ddl
 
 __all__ = ["DecodeStats", "Entries", "KeyedLayout", "KeyedResult", "decode", "layout", "read_proxy", "state_ddl"]
@@ -67,6 +75,7 @@ def read_proxy(files: StateFiles, h: KeyGroupsHandle) -> KeyedProxy:
 
 
 def layout(proxies: list[KeyedProxy], max_parallelism: int, where: str) -> KeyedLayout:
+    """The table layout (key type, namespace type, state columns) shared by an operator's keyed streams."""
     if not proxies:
         raise ValueError("no keyed streams")
     key_type = proxies[0].key_type
@@ -112,7 +121,7 @@ def _decode_open(t: FlinkType, buf: np.ndarray, starts: np.ndarray, limits: np.n
         return got
     stats.states[label] = "per-record"
     r = reader(t)
-    mv = memoryview(buf)
+    mv = buf.data
     vals, ends = [], np.empty(len(starts), np.int64)
     for i, (s, e) in enumerate(zip(starts.tolist(), limits.tolist())):
         inp = DataInput(mv, where, pos=s, end=e)
@@ -165,7 +174,7 @@ def _decode_list(t: FlinkType, buf: np.ndarray, vp: np.ndarray, vlen: np.ndarray
                     return pa.ListArray.from_arrays(pa.array(first, pa.int32()), got[0])
     stats.states[label] = "per-record"
     r = reader(elem)
-    mv = memoryview(buf)
+    mv = buf.data
     out = []
     for s, n in zip(vp.tolist(), vlen.tolist()):
         inp = DataInput(mv, where, pos=s, end=s + n)
@@ -180,6 +189,7 @@ def _decode_list(t: FlinkType, buf: np.ndarray, vp: np.ndarray, vlen: np.ndarray
 
 @dataclass(frozen=True)
 class KeyedResult:
+    """The rows of one keyed operator: its keyed table and its timers table."""
     table: pa.Table  # key_group, key, [namespace], one column per state
     timers: pa.Table  # key_group, key, [namespace], timestamp, domain
 
@@ -286,7 +296,7 @@ def decode(lay: KeyedLayout, buf: np.ndarray, located: Located, stream_of_chain:
     """Turn located entries into the keyed and timers tables."""
     P = lay.prefix_bytes
     groups = group_entries(located, stream_of_chain, sid_maps, where)
-    key_t, ns_t = lay.key_type, lay.namespace_type
+    key_t = lay.key_type
     timer_tables = []
     for name, g in groups.items():
         if g.meta.is_timer:
@@ -305,7 +315,7 @@ def decode(lay: KeyedLayout, buf: np.ndarray, located: Located, stream_of_chain:
             nst = meta.serializers.get("NAMESPACE_SERIALIZER")
             nsw = 16 if nst is not None and nst.kind == "window" else 1
             ns_arr = None
-            if nsw == 16:
+            if nst is not None and nsw == 16:
                 ns_arr, _ = _decode_open(nst, buf, kend, kend_all, where, stats, f"{name} (ns)")
             nsend = kend + nsw
             if meta.keyed_kind != "map" and not np.array_equal(nsend, kend_all):
@@ -373,7 +383,7 @@ def _rows(buf: np.ndarray, row_keys: list) -> tuple[np.ndarray, int, np.ndarray]
     """Row id of every entry (states concatenated), the row count, and each row's first entry."""
     lens = [rk[3] - rk[2] for rk in row_keys]
     n0 = len(row_keys[0][1])
-    same = all(len(rk[1]) == n0 for rk in row_keys) and all(np.array_equal(lens[0], l) for l in lens)
+    same = all(len(rk[1]) == n0 for rk in row_keys) and all(np.array_equal(lens[0], ln) for ln in lens)
     if same and len(row_keys) > 1:
         w = int(lens[0][0]) if n0 and (lens[0] == lens[0][0]).all() else None
         if w is not None:
@@ -381,7 +391,7 @@ def _rows(buf: np.ndarray, row_keys: list) -> tuple[np.ndarray, int, np.ndarray]
             same = all(np.array_equal(base, gather_fixed(buf, rk[2], w)) for rk in row_keys[1:])
         else:
             base = gather_ranges(buf, row_keys[0][2], lens[0])
-            same = all(np.array_equal(base, gather_ranges(buf, rk[2], l)) for rk, l in zip(row_keys[1:], lens[1:]))
+            same = all(np.array_equal(base, gather_ranges(buf, rk[2], ln)) for rk, ln in zip(row_keys[1:], lens[1:]))
     if same:
         ids = np.arange(n0, dtype=np.int64)
         return np.tile(ids, len(row_keys)), n0, ids

@@ -13,7 +13,7 @@ state run has 0x80 in its first key byte and is followed by the next state id or
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -33,16 +33,12 @@ class DecodeStats:
     strided_entries: int = 0
     scanned_entries: int = 0
     chained_entries: int = 0
-    states: dict[str, str] | None = None
-
-    def __post_init__(self) -> None:
-        if self.states is None:
-            self.states = {}
+    states: dict[str, str] = field(default_factory=dict)
 
     def describe(self) -> str:
         where = (f"entries located: {self.strided_entries} strided, {self.scanned_entries} scanned, "
                  f"{self.chained_entries} chained")
-        return where + "; " + ", ".join(f"{k}: {v}" for k, v in sorted(self.states.items()))  # type: ignore[union-attr]
+        return where + "; " + ", ".join(f"{k}: {v}" for k, v in sorted(self.states.items()))
 
 
 @dataclass(frozen=True)
@@ -106,12 +102,14 @@ class Entries:
 
 @dataclass
 class Located:
+    """Where a key group's entries lie: strided runs, walked entries and scanned pieces."""
     runs: list[Run]  # strided runs
     chained: Entries  # walked entries, any state
     pieces: list[tuple[int, int, Entries]] | None = None  # scanned: (chain, state id, that state run's entries)
 
 
 def corrupt(where: str, why: str) -> CorruptSavepointError:
+    """The error for a key group whose lengths or offsets point outside its bytes."""
     return CorruptSavepointError(
         f"{where}: {why}. The key group is damaged (a bad length or offset); the savepoint cannot be read. "
         "Take a new savepoint or restore this one from a copy."

@@ -52,7 +52,7 @@ def lookup(fr: Any, op: OperatorState, key_bytes: bytes, kg: int, stats: DecodeS
     n = len(key_bytes)
     out: dict[str, Any] = {}
     found = False
-    mv = memoryview(buf)
+    mv = buf.data
     for name, g in groups.items():
         meta = g.meta
         if meta.is_timer:

@@ -128,6 +128,7 @@ class OperatorStreamHandle:
 
 @dataclass(frozen=True)
 class SubtaskState:
+    """The state handles of one subtask of an operator: managed/raw operator and keyed streams."""
     index: int
     managed_operator: OperatorStreamHandle | None = None
     raw_operator: OperatorStreamHandle | None = None
@@ -185,6 +186,7 @@ def read_metadata(path: str | Path) -> CheckpointMetadata:
 
 
 def parse_metadata(data: bytes, root: Path) -> CheckpointMetadata:
+    """Parse a Flink checkpoint _metadata file (the bytes of root/_metadata)."""
     inp = DataInput(data, f"{root / METADATA_NAME}")
     if len(data) < 8 or int.from_bytes(data[:4], "big") != MAGIC:
         raise NotASavepointError(

@@ -13,11 +13,12 @@ from dataclasses import dataclass, field
 from statekit.errors import CorruptSavepointError, UnsupportedFormatError
 from statekit.format.flink.binary import DataInput
 from statekit.format.flink.serializers import FlinkType, read_top_level
+from statekit.state.descriptors import StateKind
 
 PROXY_VERSION = 6
 #: StateMetaInfoSnapshot.BackendStateType ordinals
 BACKEND_STATE_TYPES = ("KEY_VALUE", "OPERATOR", "BROADCAST", "PRIORITY_QUEUE", "KEY_VALUE_V2")
-KEYED_KINDS = {"VALUE": "value", "LIST": "list", "MAP": "map", "REDUCING": "reducing",
+KEYED_KINDS: dict[str, StateKind] = {"VALUE": "value", "LIST": "list", "MAP": "map", "REDUCING": "reducing",
                "AGGREGATING": "aggregating"}
 TIMER_PREFIX = "_timer_state/"
 EVENT_TIMER_PREFIX = "_timer_state/event_"
@@ -35,7 +36,7 @@ class StateMeta:
     raw: bytes = b""  # the meta info's exact bytes, for writers
 
     @property
-    def keyed_kind(self) -> str | None:
+    def keyed_kind(self) -> StateKind | None:
         """value | list | map | reducing | aggregating for keyed states, None for timers and operator state."""
         kind = self.options.get("KEYED_STATE_TYPE")
         return KEYED_KINDS.get(kind) if kind else None
@@ -55,6 +56,7 @@ class StateMeta:
 
 @dataclass(frozen=True)
 class KeyedProxy:
+    """The header of a keyed state stream: key serializer and the states it holds."""
     compressed: bool
     key_type: FlinkType
     states: tuple[StateMeta, ...]
@@ -63,6 +65,7 @@ class KeyedProxy:
 
 @dataclass(frozen=True)
 class OperatorProxy:
+    """The header of an operator state stream: its list/union and broadcast states."""
     compressed: bool
     states: tuple[StateMeta, ...]  # list/union states, then broadcast states
     end: int
@@ -78,6 +81,7 @@ def _version(inp: DataInput, what: str) -> None:
 
 
 def read_keyed_proxy(inp: DataInput) -> KeyedProxy:
+    """Read the header of a keyed state stream: compression flag, key serializer and state metas."""
     _version(inp, "keyed backend proxy")
     compressed = inp.bool("the compression flag")
     key_type = read_top_level(inp, "the key serializer")
@@ -89,9 +93,10 @@ def read_keyed_proxy(inp: DataInput) -> KeyedProxy:
 
 
 def read_operator_proxy(inp: DataInput) -> OperatorProxy:
+    """Read the header of an operator state stream: compression flag and state metas."""
     _version(inp, "operator backend proxy")
     compressed = inp.bool("the compression flag")
-    states = []
+    states: list[StateMeta] = []
     for what in ("list states", "broadcast states"):
         n = inp.i16(f"the number of {what}")
         if n < 0:

@@ -198,6 +198,7 @@ def is_pyflink(lay: KeyedLayout, declared: bool = False) -> bool:
 
 
 def key_ddl(lay: KeyedLayout) -> str:
+    """The DDL type of the user key of a PyFlink keyed layout."""
     return lay.key_type.children[0].ddl()
 
 
@@ -222,7 +223,7 @@ def states(lay: KeyedLayout, types: dict[str, str]) -> list[tuple[str, str, str,
         )
     from statekit.format.flink.keyed import state_ddl
 
-    out = []
+    out: list[tuple[str, str, str, bool]] = []
     for s in lay.states:
         coded = s.name.startswith(PREFIX)
         name = s.name[len(PREFIX):] if coded else s.name

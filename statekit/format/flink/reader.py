@@ -22,12 +22,13 @@ from statekit.errors import CorruptSavepointError, StatekitError, UnsupportedFor
 from statekit.format.flink import keyed as K
 from statekit.format.flink.binary import DataInput
 from statekit.format.flink.checkpoints import is_heap_stream, read_heap
-from statekit.format.flink.locate import DecodeStats, Located, corrupt, locate
 from statekit.format.flink.files import StateFiles
+from statekit.format.flink.locate import DecodeStats, Located, corrupt, locate
 from statekit.format.flink.metadata import (
     CheckpointMetadata,
     IncrementalKeyedHandle,
     KeyedHandle,
+    KeyGroupsHandle,
     OperatorState,
     StreamHandle,
     read_metadata,
@@ -156,6 +157,7 @@ class FlinkStateReader:
         compressed: list[bool] = []
         sid_maps = []
         for hi_, h in enumerate(handles):
+            assert isinstance(h, KeyGroupsHandle)  # every handle is canonical here (checked above)
             proxy = self.proxy(h)
             size = self.files.size(h.delegate)
             nz = sorted({o for o in h.offsets if o})
@@ -230,15 +232,15 @@ class FlinkStateReader:
             else:
                 with open(self.files.path(h), "rb") as f:
                     f.seek(lo)
-                    if f.readinto(memoryview(buf[pos : pos + hi - lo])) != hi - lo:
+                    if f.readinto(buf[pos : pos + hi - lo].data) != hi - lo:
                         raise CorruptSavepointError(f"{self.root}: state file {h.path!r} is shorter than expected.")
             pos += hi - lo
         return buf, bases
 
     def _unframe_key_groups(self, buf, starts, limits, seg_of_chain, compressed, where):
         pieces, new_starts, new_limits, pos = [], [], [], 0
-        for s, l, seg in zip(starts.tolist(), limits.tolist(), seg_of_chain.tolist()):
-            data = buf[s:l].tobytes()
+        for s, lim, seg in zip(starts.tolist(), limits.tolist(), seg_of_chain.tolist()):
+            data = buf[s:lim].tobytes()
             if compressed[seg]:
                 data, _ = unframe_snappy(data, f"{where} (Snappy key group at {s})")
             pieces.append(np.frombuffer(data, np.uint8))

@@ -196,7 +196,7 @@ def _pojo(inp: DataInput, start: int, cls: str, version: int) -> FlinkType:
         missing = [n for n, t in fields if t is None]
         raw = bytes(inp.data[start : inp.pos])
         return FlinkType("binary", cls, version, raw, type_class=f"{type_class} (fields {missing} absent)")
-    return FlinkType("pojo", cls, version, bytes(inp.data[start : inp.pos]), tuple(t for _, t in fields), names,
+    return FlinkType("pojo", cls, version, bytes(inp.data[start : inp.pos]), tuple(t for _, t in fields if t is not None), names,
                      type_class)
 
 

@@ -136,6 +136,7 @@ def _composite(kind: str, children: tuple[FlinkType, ...], *, cls: str | None = 
 
 
 def void_namespace() -> FlinkType:
+    """The serializer snapshot of the VoidNamespace (state outside windows)."""
     return _simple("void")
 
 
@@ -145,10 +146,12 @@ def timer_type(key: FlinkType, namespace: FlinkType | None = None) -> FlinkType:
 
 
 def list_of(elem: FlinkType) -> FlinkType:
+    """The serializer snapshot of a list of elem."""
     return _composite("list", (elem,))
 
 
 def map_of(key: FlinkType, value: FlinkType) -> FlinkType:
+    """The serializer snapshot of a map of key and value."""
     return _composite("map", (key, value))
 
 

@@ -99,7 +99,7 @@ def reader(t: FlinkType) -> Reader:
 
 def decode_records(t: FlinkType, buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, where: str) -> pa.Array:
     """Per-record fallback: each value spans exactly [start, end); opaque types become the raw bytes."""
-    mv = memoryview(buf)
+    mv = buf.data
     if not t.decodable:
         return pa.array([bytes(mv[s:e]) for s, e in zip(starts.tolist(), ends.tolist())], pa.binary())
     r = reader(t)
@@ -113,6 +113,7 @@ def decode_records(t: FlinkType, buf: np.ndarray, starts: np.ndarray, ends: np.n
 
 
 def to_arrow(values: list[Any], t: FlinkType) -> pa.Array:
+    """Python values of Flink type t as an Arrow array of its DDL type."""
     return pa.array(values, parse_ddl(t.ddl()))
 
 
@@ -124,15 +125,15 @@ def gather_ranges(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> n
     pos = 0
     itype = np.int32 if len(buf) < (1 << 31) else np.int64
     for c in range(0, len(starts), GATHER_CHUNK):
-        s = starts[c : c + GATHER_CHUNK].astype(itype)
-        n = lengths[c : c + GATHER_CHUNK].astype(itype)
+        s: np.ndarray = starts[c : c + GATHER_CHUNK].astype(itype)
+        n: np.ndarray = lengths[c : c + GATHER_CHUNK].astype(itype)
         m = int(n.sum())
         if m == 0:
             continue
         excl = np.empty_like(n)
         excl[0] = 0
         np.cumsum(n[:-1], out=excl[1:])
-        idx = np.repeat(s - excl, n) + np.arange(m, dtype=itype)
+        idx: np.ndarray = np.repeat(s - excl, n) + np.arange(m, dtype=itype)
         np.take(buf, idx, out=out[pos : pos + m])
         pos += m
     return out

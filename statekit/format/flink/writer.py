@@ -31,7 +31,7 @@ from statekit.format.flink.metadata import (
 )
 from statekit.format.flink.proxy import PROXY_VERSION
 from statekit.format.flink.serializers import FlinkType
-from statekit.format.flink.serializers_out import DataOutput, java_utf, top_level
+from statekit.format.flink.serializers_out import DataOutput, top_level
 from statekit.format.flink.values_out import Encoded, concat, encode, join_runs, nullable_values
 from statekit.keygroups import key_group_range
 
@@ -104,6 +104,7 @@ class SubtaskOut:
 
 @dataclass
 class OperatorOut:
+    """One operator of a Flink savepoint being written: identity, parallelism and its subtasks."""
     uid: str | None
     uid_hash: str
     name: str
@@ -243,7 +244,7 @@ def write_key_groups(f: BinaryIO, runs: list[Run], start: int, end: int, pos: in
         ends = b[1:] - 1
         ends = ends[b[1:] > b[:-1]]
         data[r.entries.offsets[ends] + 4] |= 0x80  # the last entry of each state run: its first key byte
-        bounds.append((r.sid.to_bytes(2, "big"), b.tolist(), r.entries.offsets, memoryview(data)))
+        bounds.append((r.sid.to_bytes(2, "big"), b.tolist(), r.entries.offsets, data.data))
     for i in range(n):
         first = True
         for sid, b, offs, mv in bounds:
