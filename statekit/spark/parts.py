@@ -56,6 +56,7 @@ __all__ = [
     "plan_for",
     "task_table",
     "write_buckets",
+    "write_grouped_parts",
     "write_keyed_parts",
     "write_table_files",
 ]
@@ -313,6 +314,22 @@ def write_keyed_parts(df: DataFrame, key_col: str, plan: PartPlan, task: TaskFun
             yield _entries_batch(entries)
 
     return entries_from(bucketed.mapInArrow(write, PART_SCHEMA))
+
+
+def write_grouped_parts(df: DataFrame, plan: PartPlan) -> list[FileEntry]:
+    """Write a keyed table whose Spark partitions already hold disjoint key-group ranges; no shuffle.
+
+    `df` has ``key``, ``key_group`` (of `plan`'s max parallelism), [``namespace``] and the state
+    columns, and each partition holds whole key groups that no other partition holds: a
+    savepoint's keyed table as statekit's data source reads it (one task per group of files),
+    transformed row by row. File names carry their key-group range, so tasks never collide.
+    """
+    def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        entries = write_task_output(task_table(batches), None, plan)
+        if entries:
+            yield _entries_batch(entries)
+
+    return entries_from(df.mapInArrow(write, PART_SCHEMA))
 
 
 def entries_from(parts: DataFrame) -> list[FileEntry]:

@@ -77,7 +77,9 @@ def evolve_with_spark(spark: SparkSession, builder: SavepointBuilder, source: Sa
     """Write operator `meta` with the evolved keyed table `keyed` (key, [namespace], the states of `infos`).
 
     As `statekit.savepoint.evolve.write_evolved`, but executors write the parts: timers and
-    operator state are carried over, rows left with no state set are dropped.
+    operator state are carried over, rows left with no state set are dropped. A `keyed` with a
+    ``key_group`` column is grouped by key group already (see `parts.write_grouped_parts`): it is
+    written without a shuffle, and must keep the source's max parallelism.
     """
     from statekit.spark.reader import SavepointReader
 
@@ -90,8 +92,15 @@ def evolve_with_spark(spark: SparkSession, builder: SavepointBuilder, source: Sa
     plan = _plan(spark, builder, writer)
     entries = []
     if names:  # a table of keys without state is no state at all
-        keep = ["key", *(["namespace"] if "namespace" in keyed.columns else []), *names]
-        entries += P.write_keyed_parts(keyed.select(*[F.col(f"`{c}`") for c in keep]), "key", plan)
+        grouped = "key_group" in keyed.columns
+        keep = [*(["key_group"] if grouped else []), "key", *(["namespace"] if "namespace" in keyed.columns else []),
+                *names]  # fmt: skip
+        keyed = keyed.select(*[F.col(f"`{c}`") for c in keep])
+        if grouped:
+            assert mp == meta.max_parallelism, "key groups of another max parallelism"
+            entries += P.write_grouped_parts(keyed, plan)
+        else:
+            entries += P.write_keyed_parts(keyed, "key", plan)
     if meta.files_of("timers"):
         entries += P.write_keyed_parts(SavepointReader(spark, source).read_timers(meta.identifier), "key", plan,
                                        timers=True)  # fmt: skip

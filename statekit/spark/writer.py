@@ -287,8 +287,12 @@ class SavepointWriter:
         entry.transforms.append(step)
         return self
 
-    def _evolved_frame(self, entry: _Entry) -> DataFrame:
-        """The entry's keyed table after its state transforms, a Spark DataFrame (Python functions per Arrow batch)."""
+    def _evolved_frame(self, entry: _Entry, *, grouped: bool) -> DataFrame:
+        """The entry's keyed table after its state transforms, a Spark DataFrame (Python functions per Arrow batch).
+
+        `grouped`: read through statekit's data source with ``key_group`` (one task per group of
+        files, so partitions hold disjoint key-group ranges and the result is written without a shuffle).
+        """
         from pyspark.sql.types import StructType
 
         from statekit.savepoint.evolve import apply_python_transforms
@@ -296,7 +300,9 @@ class SavepointWriter:
 
         assert self.source is not None and entry.existing is not None
         meta = entry.existing
-        df = SavepointReader(self.spark, self.source).read_keyed_state(meta.identifier)
+        reader = SavepointReader(self.spark, self.source)
+        df = reader.read_keyed_state(meta.identifier, with_key_group=True, engine="statekit") if grouped \
+            else reader.read_keyed_state(meta.identifier)  # fmt: skip
         done: list[StateTransform] = []
         for t in entry.transforms:
             infos = {s.name: s for s in evolve_states(meta, [*done, t])}
@@ -316,8 +322,14 @@ class SavepointWriter:
 
             def run(batches: Any, step: Any = step, step_infos: Any = step_infos, order: Any = order) -> Any:
                 for b in batches:
-                    out = apply_python_transforms(pa.Table.from_batches([b]), [step], step_infos).select(order)
-                    yield from out.to_batches()
+                    table = pa.Table.from_batches([b])
+                    kg = table.column("key_group") if "key_group" in table.column_names else None
+                    if kg is not None:  # the function sees key, [namespace] and the states, as documented
+                        table = table.drop_columns(["key_group"])
+                    out = apply_python_transforms(table, [step], step_infos)
+                    if kg is not None:
+                        out = out.append_column("key_group", kg)
+                    yield from out.select(order).to_batches()
 
             df = df.mapInArrow(run, schema)
         return df
@@ -442,7 +454,9 @@ class SavepointWriter:
                     assert src is not None
                     name = entry.ident.uid or meta.name if entry.ident.uid_hash != meta.uid_hash else None
                     if entry.transforms:  # executors write the parts (as for rekey and max parallelism)
-                        evolve_with_spark(self.spark, builder, src, meta, entry.ident, self._evolved_frame(entry),
+                        grouped = entry.max_parallelism in (None, meta.max_parallelism)  # same key groups
+                        evolve_with_spark(self.spark, builder, src, meta, entry.ident,
+                                          self._evolved_frame(entry, grouped=grouped),
                                           evolve_states(meta, entry.transforms), max_parallelism=entry.max_parallelism,
                                           name=name)  # fmt: skip
                     elif entry.new_key is not None:
