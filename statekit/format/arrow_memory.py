@@ -64,3 +64,8 @@ def to_numpy(arr: pa.Array | pa.ChunkedArray) -> np.ndarray:
         bits = np.frombuffer(arr.buffers()[1], np.uint8)
         return np.unpackbits(bits, count=arr.offset + len(arr), bitorder="little")[arr.offset:].astype(bool)
     return np.frombuffer(arr.buffers()[1], dt, count=arr.offset + len(arr))[arr.offset:]
+
+
+def empty_table(schema: pa.Schema) -> pa.Table:
+    """A table of `schema` with no rows (``Schema.empty_table`` imports pandas)."""
+    return pa.Table.from_batches([], schema=schema)

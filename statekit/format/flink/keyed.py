@@ -21,7 +21,7 @@ import numpy as np
 import pyarrow as pa
 
 from statekit.errors import CorruptSavepointError, UnsupportedFormatError
-from statekit.format.arrow_memory import allocate, arrow_type, primitive
+from statekit.format.arrow_memory import allocate, arrow_type, empty_table, primitive
 from statekit.format.flink.binary import DataInput
 from statekit.format.flink.columns import decode_exact, decode_list, decode_nullable, decode_open
 from statekit.format.flink.files import StateFiles
@@ -448,7 +448,7 @@ def keyed_schema_of(lay: KeyedLayout) -> pa.Schema:
 
 
 def _empty_keyed(lay: KeyedLayout) -> pa.Table:
-    return keyed_schema_of(lay).empty_table()
+    return empty_table(keyed_schema_of(lay))
 
 
 def _empty_timers(lay: KeyedLayout) -> pa.Table:
@@ -456,4 +456,4 @@ def _empty_timers(lay: KeyedLayout) -> pa.Table:
     if lay.namespace_type is not None:
         fields.append(pa.field("namespace", parse_ddl(lay.namespace_type.ddl())))
     fields += [pa.field("timestamp", pa.int64()), pa.field("domain", pa.string())]
-    return pa.schema(fields).empty_table()
+    return empty_table(pa.schema(fields))
