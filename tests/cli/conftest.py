@@ -60,3 +60,9 @@ def tree_digest(root: Path) -> str:
             h.update(str(p.relative_to(root)).encode())
             h.update(p.read_bytes())
     return h.hexdigest()
+
+
+@pytest.fixture
+def digest():
+    """`tree_digest` for test modules (conftest is not importable under importlib mode)."""
+    return tree_digest

@@ -125,8 +125,15 @@ def test_get_answers_as_the_library(cli, runtime_sp):
     assert _json(cli(["get", runtime_sp, "--uid", "accounts", "--key", "7", "--json"])) == _norm(sp.get("accounts", 7))
     one = _json(cli(["get", runtime_sp, "--uid", "accounts", "--key", "7", "--state", "stats", "--json"]))
     assert one == _norm(sp.get("accounts", 7)["stats"])
-    by_hash = cli(["get", runtime_sp, "--uid", sp.operator("accounts").uid_hash, "--hash", "--key", "7", "--json"])
+    by_hash = cli(["get", runtime_sp, "--hash", sp.operator("accounts").uid_hash, "--key", "7", "--json"])
     assert _json(by_hash) == _norm(sp.get("accounts", 7))
+    both = cli(["get", runtime_sp, "--uid", "accounts", "--hash", sp.operator("accounts").uid_hash, "--key", "7"])
+    neither = cli(["get", runtime_sp, "--key", "7"])
+    bad_hash = cli(["get", runtime_sp, "--hash", "not-a-hash", "--key", "7"])
+    for result in (both, neither, bad_hash):
+        assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+        assert len(result.stderr.strip().splitlines()) == 1 or not result.stderr, result.output
+    assert "--uid" in neither.output and "--hash" in neither.output
     missing = cli(["get", runtime_sp, "--uid", "accounts", "--key", "999"])
     assert missing.exit_code == 1 and "key not found" in missing.output
 
@@ -325,7 +332,7 @@ def test_set_struct_map_and_list_values(runtime_sp, tmp_path):
         {"edit": "set", "uid": "accounts", "key": 1000, "state": "history", "value": [1, 2]},
         {"edit": "delete-key", "uid": "accounts", "keys": [2, 3]},
         {"edit": "rm-state", "uid": "offsets", "state": "items"},
-        {"edit": "rename-uid", "from": "tx-source", "to": "tx-source-v2"},
+        {"edit": "rename-uid", "uid": "tx-source", "new_uid": "tx-source-v2"},
     ]), "--apply"])
     assert r.exit_code == 0, r.output
     sp = Savepoint.open(t)
@@ -348,7 +355,8 @@ def _plan(tmp_path: Path, edits: list) -> Path:
 
 def test_noop_repairs_say_so_and_write_nothing(cli, runtime_sp, tmp_path):
     target = tmp_path / "same"
-    for args in (["rename-uid", runtime_sp, target, "--from", "accounts", "--to", "accounts", "--apply"],
+    for args in (["rename-uid", runtime_sp, target, "--uid", "accounts", "--new-uid", "accounts", "--apply"],
+                 ["rename-uid", runtime_sp, target, "--from", "accounts", "--to", "accounts", "--apply"],
                  ["set-max-parallelism", runtime_sp, target, "--uid", "accounts", "--max", "128", "--apply"],
                  ["delete-key", runtime_sp, target, "--uid", "accounts", "--key", "12345", "--apply"]):
         result = cli(args)
