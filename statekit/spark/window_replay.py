@@ -15,7 +15,8 @@ over the runtime's heap backend, so the savepoint holds exactly what the runtime
   trigger's states) is written, and so are the timers it registered and did not delete, plus each
   window's cleanup timer (end + allowed lateness; none for the global window).
 
-No timer fires during the replay (watermark `MIN_LONG`); they fire in the restored job.
+No timer fires during the replay (the watermark stays `MIN_LONG`, and processing-time timers never
+fire, as with Flink's ``NeverFireProcessingTimeService``); they fire in the restored job.
 """
 
 from __future__ import annotations

@@ -11,8 +11,10 @@ from statekit.runtime import (
     CountEvictor,
     CountTrigger,
     EventTimeSessionWindows,
+    EventTimeTrigger,
     Evictor,
     GlobalWindows,
+    ProcessingTimeTrigger,
     ProcessWindowFunction,
     PurgingTrigger,
     StreamExecutionEnvironment,
@@ -85,6 +87,7 @@ FUNCTIONS = {  # (bootstrap side, job side); with an evictor the buffer is what 
 TUMBLING = lambda: TumblingEventTimeWindows.of(100)  # noqa: E731
 CASES = {  # name: (assigner, trigger, evictor, function)
     "count": (TUMBLING, lambda: CountTrigger.of(5), None, "process"),
+    "event-time": (lambda: EventTimeSessionWindows.with_gap(3), EventTimeTrigger.create, None, "process"),
     "purging": (TUMBLING, lambda: PurgingTrigger.of(CountTrigger.of(5)), None, "reduce"),
     "custom": (TUMBLING, OverBudget, None, "aggregate"),
     "continuous": (TUMBLING, lambda: ContinuousEventTimeTrigger.of(10), None, "process"),
@@ -94,11 +97,14 @@ CASES = {  # name: (assigner, trigger, evictor, function)
     "custom-evictor": (TUMBLING, OverBudget, KeepEven, "process"),
     "count-evictor-aggregate": (TUMBLING, lambda: CountTrigger.of(6), lambda: CountEvictor.of(2), "aggregate"),
 }
+STATE_ONLY = {  # processing-time timers fire by the restored job's wall clock: compared as state only
+    "processing-time": (TUMBLING, ProcessingTimeTrigger.create, None, "reduce"),
+}
 
 
-def _job(elements, case, source="history", **run):
-    assigner, trigger, evictor, kind = CASES[case]
-    env = StreamExecutionEnvironment(parallelism=2)
+def _job(elements, case, source="history", clock=None, **run):
+    assigner, trigger, evictor, kind = {**CASES, **STATE_ONLY}[case]
+    env = StreamExecutionEnvironment(parallelism=2, clock=clock)
     keyed = env.from_collection(elements).uid(source).assign_timestamps_and_watermarks(LAGGING_WM).key_by(
         lambda v: v % 3, key_type="bigint")  # fmt: skip
     windows = keyed.window(assigner()).trigger(trigger())
@@ -108,7 +114,7 @@ def _job(elements, case, source="history", **run):
 
 
 def _bootstrap(spark, case, path):
-    assigner, trigger, evictor, kind = CASES[case]
+    assigner, trigger, evictor, kind = {**CASES, **STATE_ONLY}[case]
     rows = spark.createDataFrame([(v % 3, v, v // 10) for v in HIST], "k long, v long, ts long").repartition(3)
     windows = OperatorTransformation.bootstrap_with(rows).key_by("k").window(assigner(), timestamp="ts").trigger(trigger())
     if evictor is not None:
@@ -151,6 +157,19 @@ def test_triggered_windows_bootstrap_as_the_window_operator_holds_them(spark, tm
     # (a new source: the live savepoint's source offsets are not restored)
     restored = _job(LATER, case, "later", restore_from=tmp_path / "boot")
     assert restored and restored == _job(LATER, case, "later", restore_from=tmp_path / "live", allow_non_restored_state=True)
+
+
+def test_processing_time_trigger_timers_as_the_window_operator_holds_them(spark, tmp_path):
+    """Flink's ProcessingTimeTrigger registers a processing-time timer at the window's end; a bootstrap never fires
+    processing-time timers (Flink's NeverFireProcessingTimeService), so it writes them beside the event-time cleanup
+    timers, as the runtime's operator holds them while its clock has not reached them."""
+    from statekit.runtime import ManualClock
+
+    _bootstrap(spark, "processing-time", tmp_path / "boot")
+    _job(HIST, "processing-time", clock=ManualClock(0), final_savepoint=tmp_path / "live")
+    booted = _window_state(tmp_path / "boot")
+    assert booted == _window_state(tmp_path / "live")
+    assert {t[4] for t in booted[2]} == {"event", "processing"}
 
 
 def test_count_and_purging_triggers_state_as_flink_states_it(spark, tmp_path):
