@@ -32,7 +32,7 @@ import os
 import struct
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Iterable, Iterator, Literal
 
 import numpy as np
 import pyarrow as pa
@@ -75,7 +75,7 @@ PART_SCHEMA = StructType([
 #: A task's function: the batches of one task's rows (with `KEY_GROUP`) -> (keyed table, timers table).
 #: Either may be None. Tables hold ``key`` (and ``namespace``) and state columns, resp. timer columns;
 #: a ``key_group`` column, when present, must hold the keys' key groups (else they are computed).
-TaskFunction = Callable[[Iterator[pa.RecordBatch]], "tuple[pa.Table | None, pa.Table | None]"]
+TaskFunction = Callable[[Iterable[pa.RecordBatch]], "tuple[pa.Table | None, pa.Table | None]"]
 
 
 @dataclass(frozen=True)
@@ -145,7 +145,7 @@ def _with_buckets(df: DataFrame, key_col: str, plan: PartPlan) -> DataFrame:
     key_type, max_parallelism = plan.key_type, plan.max_parallelism
     lookup = np.asarray(partition_values(plan.buckets), dtype=np.int32)
 
-    def add(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    def add(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
             kg = K.compute_key_groups(batch.column(key_col), max_parallelism, key_type)
             yield pa.RecordBatch.from_arrays(
@@ -158,7 +158,7 @@ def _with_buckets(df: DataFrame, key_col: str, plan: PartPlan) -> DataFrame:
     return df.mapInArrow(add, schema).repartition(plan.buckets, F.col(_PART)).drop(_PART)
 
 
-def write_table_files(table: pa.Table, kg: np.ndarray, plan: PartPlan, *, table_name: str, name: str,
+def write_table_files(table: pa.Table, kg: np.ndarray, plan: PartPlan, *, table_name: Literal["keyed", "timers"], name: str,
                       check_unique: Callable[[pa.Table], None] | None = None) -> list[FileEntry]:  # fmt: skip
     """Write one bucket's rows (any order) as files split at key-group boundaries; return their entries.
 
@@ -238,18 +238,18 @@ def write_task_output(keyed: pa.Table | None, timers: pa.Table | None, plan: Par
     return entries
 
 
-def task_table(batches: Iterator[pa.RecordBatch], key_col: str = "key") -> pa.Table | None:
+def task_table(batches: Iterable[pa.RecordBatch], key_col: str = "key") -> pa.Table | None:
     """A task's rows as one table with ``key`` and ``key_group`` named as the layout names them, or None."""
-    batches = list(batches)
-    if not batches or not any(b.num_rows for b in batches):
+    got = list(batches)
+    if not got or not any(b.num_rows for b in got):
         return None
-    table = pa.Table.from_batches(batches)
+    table = pa.Table.from_batches(got)
     return table.rename_columns(["key" if n == key_col else "key_group" if n == KEY_GROUP else n
                                  for n in table.column_names])  # fmt: skip
 
 
 def _identity(key_col: str, *, timers: bool = False) -> TaskFunction:
-    def rows(batches: Iterator[pa.RecordBatch]) -> tuple[pa.Table | None, pa.Table | None]:
+    def rows(batches: Iterable[pa.RecordBatch]) -> tuple[pa.Table | None, pa.Table | None]:
         table = task_table(batches, key_col)
         return (None, table) if timers else (table, None)
 
@@ -269,7 +269,7 @@ def write_keyed_parts(df: DataFrame, key_col: str, plan: PartPlan, task: TaskFun
     fn = task or _identity(key_col, timers=timers)
     bucketed = _with_buckets(df, key_col, plan)
 
-    def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    def write(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         keyed, timers = fn(batches)
         entries = write_task_output(keyed, timers, plan, check_unique)
         if entries:

@@ -115,6 +115,8 @@ def _rule(spark: SparkSession) -> Any:
     """A new rule instance from statekit's class loader in `spark`'s JVM (created once per JVM)."""
     gateway = spark.sparkContext._gateway
     jvm = spark._jvm
+    if gateway is None or jvm is None:  # a session always has both (Optional only in PySpark's annotations)
+        raise RuntimeError("the Spark session has no JVM gateway; is it stopped?")
     entry = _loaders.get(id(gateway))
     if entry is None:
         classes = compiled_classes(spark.version)

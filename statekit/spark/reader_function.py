@@ -163,7 +163,10 @@ class _Value(_Handle, ValueState):
 
     def value(self) -> Any:
         v = self._ctx._value(self._name)
-        return self._ctx.registered[self._name][1].default if v is None else v
+        if v is not None:
+            return v
+        d = self._ctx.registered[self._name][1]
+        return d.default if isinstance(d, ValueStateDescriptor) else None
 
     def update(self, value: Any) -> None:
         raise _read_only(f"update() on {self._name!r}")
@@ -203,7 +206,9 @@ class _Aggregating(_Appending, AggregatingState):
         acc = self._ctx._value(self._name)
         if acc is None:
             return None
-        return self._ctx.registered[self._name][1].aggregate_function.get_result(acc)
+        d = self._ctx.registered[self._name][1]
+        assert isinstance(d, AggregatingStateDescriptor)  # registered by get_aggregating_state
+        return d.aggregate_function.get_result(acc)
 
 
 class _Map(_Handle, MapState):
@@ -279,7 +284,7 @@ def open_function(fn: KeyedStateReaderFunction, meta: OperatorMetadata, *, trust
 
 def timers_in_range(sp: Savepoint, meta: OperatorMetadata, spec: TableSpec, lo: int, hi: int) -> pa.Table | None:
     """The operator's timers in key groups `lo`..`hi` (with ``key_group``), or None when it has none there."""
-    files = tuple(f for f in meta.files_of("timers") if f.key_group_start <= hi and f.key_group_end >= lo)
+    files = tuple(f for f in meta.files_of("timers") if f.overlaps(lo, hi))
     if not files:
         return None
     tspec = TableSpec(spec.path, spec.uid_hash, "timers", with_key_group=True)

@@ -8,7 +8,7 @@ state (small, not keyed) is carried over as `statekit.savepoint.transforms` carr
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from typing import Any, Iterable
 
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
@@ -69,7 +69,7 @@ def rehash_with_spark(spark: SparkSession, builder: SavepointBuilder, source: Sa
 
 def _collision_task(namespaced: bool, what: str) -> P.TaskFunction:
     """A task's re-keyed rows as the keyed table, refusing two old keys that became one (named)."""
-    def rows(batches: Iterator[pa.RecordBatch]) -> tuple[pa.Table | None, None]:
+    def rows(batches: Iterable[pa.RecordBatch]) -> tuple[pa.Table | None, None]:
         table = P.task_table(batches)
         if table is None:
             return None, None

@@ -22,7 +22,7 @@ the wall clock at bootstrap) and custom triggers (their state and timers) are re
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterable
 
 import pyarrow as pa
 from pyspark.sql import functions as F
@@ -41,6 +41,7 @@ from statekit.state.descriptors import (
     ListStateDescriptor,
     MapStateDescriptor,
     ReducingStateDescriptor,
+    StateInfo,
 )
 from statekit.state.functions import AggregateFunction, as_reduce_function
 from statekit.types import parse_ddl, to_arrow_array, to_ddl
@@ -136,7 +137,7 @@ class WindowedBootstrap:
         if value is not None and not isinstance(value, str) and not callable(value):
             raise InvalidArgumentError(f"value= takes a column name or a function of the row, not {value!r}.")
         stamps = ListStateDescriptor(TIMESTAMPS, "bigint") if self._evictor is not None else None
-        infos = (desc.info(),) if stamps is None else (desc.info(), stamps.info())
+        infos: tuple[StateInfo, ...] = (desc.info(),) if stamps is None else (desc.info(), stamps.info())
         if self.assigner.is_merging():  # session windows: the active windows per key, as the operator keeps them
             infos += (MapStateDescriptor(SESSIONS, "bigint", "bigint").info(),)
         return B.BootstrapTransformation(lambda *a: _write_windows(self, desc, value, infos, stamps, *a), infos)
@@ -170,7 +171,7 @@ def _write_windows(w: WindowedBootstrap, desc: KeyedStateDescriptor, value: Any,
         timers.add((key, window.start, window.end, window.max_timestamp()))
         timers.add((key, window.start, window.end, cleanup_time(window, lateness, True)))
 
-    def _assign(batches: Iterator[pa.RecordBatch], backend: Any, contents: Any, stamp_state: Any, timers: set,
+    def _assign(batches: Iterable[pa.RecordBatch], backend: Any, contents: Any, stamp_state: Any, timers: set,
                 pending: dict) -> None:  # fmt: skip
         for batch in batches:
             keys = batch.column(key_col).to_pylist()
@@ -208,7 +209,7 @@ def _write_windows(w: WindowedBootstrap, desc: KeyedStateDescriptor, value: Any,
                 backend.set_current_namespace(None)
                 sessions.put(window.start, window.end)
 
-    def bootstrap(batches: Iterator[pa.RecordBatch]) -> tuple[pa.Table | None, pa.Table | None]:
+    def bootstrap(batches: Iterable[pa.RecordBatch]) -> tuple[pa.Table | None, pa.Table | None]:
         backend = B._backend(key_type, max_parallelism)
         contents = backend.get_state(desc)
         stamps = backend.get_state(stamps_desc) if stamps_desc is not None else None

@@ -1,7 +1,9 @@
-"""What tests of stateful code keep needing: a manual clock and small functions from Flink's documentation.
+"""What tests of stateful code keep needing: operator test harnesses, a manual clock and small functions.
 
 `ManualClock` is the runtime's clock that moves only when told (``clock.advance(ms)``); pass it as
 ``StreamExecutionEnvironment(clock=...)`` or as a backend's ``clock=`` so timers and TTL never sleep.
+The harnesses (`ProcessFunctionTestHarnesses`, `KeyedOneInputStreamOperatorTestHarness`) drive one
+real runtime operator by hand: elements, watermarks, processing time, output, keyed state, snapshots.
 """
 
 from __future__ import annotations
@@ -10,8 +12,23 @@ from typing import Any
 
 from statekit.runtime.clock import ManualClock
 from statekit.state.functions import AggregateFunction
+from statekit.testing.harness import (
+    KeyedOneInputStreamOperatorTestHarness,
+    OneInputStreamOperatorTestHarness,
+    ProcessFunctionTestHarnesses,
+    StreamRecord,
+    Watermark,
+)
 
-__all__ = ["ClickCounter", "ManualClock"]
+__all__ = [
+    "ClickCounter",
+    "KeyedOneInputStreamOperatorTestHarness",
+    "ManualClock",
+    "OneInputStreamOperatorTestHarness",
+    "ProcessFunctionTestHarnesses",
+    "StreamRecord",
+    "Watermark",
+]
 
 
 class ClickCounter(AggregateFunction[Any, int, int]):
