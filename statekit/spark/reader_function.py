@@ -8,15 +8,16 @@ states set, with handles scoped to that key and the key's timers on the context.
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 from typing import Any, Callable, Iterable, Iterator, TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from statekit import serde
 from statekit.errors import StateAccessError, StateTypeError, UntrustedPicklePayloadError
 from statekit.format.keyed import same_type
+from statekit.format.values import state_value_decoder
 from statekit.savepoint import OperatorMetadata, Savepoint
 from statekit.spark.scan import ScanTask, TableSpec, read_task_table, task_range
 from statekit.state.descriptors import (
@@ -253,18 +254,14 @@ def python_key(key: Any) -> Any:
     return tuple(key.values()) if isinstance(key, dict) else key
 
 
+@functools.lru_cache(maxsize=256)
+def _decoder(info: StateInfo) -> Callable[[Any], Any]:
+    return state_value_decoder(info, trusted=True)  # trust was checked when the state was registered
+
+
 def decode_value(info: StateInfo, value: Any) -> Any:
-    if value is None:
-        return None
-    if info.pickled:
-        if info.kind == "list":
-            return serde.loads_many(value, trusted=True)
-        if info.kind == "map":
-            return {k: serde.loads(v, trusted=True) for k, v in value}
-        return serde.loads(value, trusted=True)
-    if info.kind == "map":
-        return dict(value)  # Arrow maps come back as lists of (key, value) pairs
-    return value
+    """A stored value as the handle holds it (`state_value_decoder`)."""
+    return _decoder(info)(value)
 
 
 def open_function(fn: KeyedStateReaderFunction, meta: OperatorMetadata, *, trust_pickled: bool) -> ReaderContext:
@@ -339,12 +336,13 @@ def iter_output(
     if mask is not None and table.num_rows:
         table = table.filter(mask)
     columns = [table.column(n).to_pylist() for n in names]
+    decoders = [state_value_decoder(info, trusted=True) for info in infos]  # trust checked at registration
     empty: tuple[list[int], list[int]] = ([], [])
     try:
         for i, key in enumerate(table.column("key").to_pylist()):
             key = python_key(key)
             ctx.current_key = key
-            ctx._values = {n: decode_value(info, col[i]) for n, info, col in zip(names, infos, columns)}
+            ctx._values = {n: dec(col[i]) for n, dec, col in zip(names, decoders, columns)}
             ctx._timers = timers.get(key, empty)
             out = fn.read_key(key, ctx)
             if out is not None:
