@@ -4,6 +4,7 @@
 ``StreamExecutionEnvironment(clock=...)`` or as a backend's ``clock=`` so timers and TTL never sleep.
 The harnesses (`ProcessFunctionTestHarnesses`, `KeyedOneInputStreamOperatorTestHarness`) drive one
 real runtime operator by hand: elements, watermarks, processing time, output, keyed state, snapshots.
+`tree_digest` proves an operation left a directory (a savepoint) untouched.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from typing import Any
 
 from statekit.runtime.clock import ManualClock
 from statekit.state.functions import AggregateFunction
+from statekit.testing.files import tree_digest
 from statekit.testing.harness import (
     KeyedOneInputStreamOperatorTestHarness,
     OneInputStreamOperatorTestHarness,
@@ -28,6 +30,7 @@ __all__ = [
     "ProcessFunctionTestHarnesses",
     "StreamRecord",
     "Watermark",
+    "tree_digest",
 ]
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import os
 import subprocess
 import sys
@@ -48,15 +47,3 @@ def cli(request):
     """Call as ``cli([...])``: the same command through both front doors."""
     return run_runner if request.param == "runner" else run_executable
 
-
-def tree_digest(root: Path) -> str:
-    """A digest of every file's relative path and bytes under `root` (to prove nothing was touched)."""
-    h = hashlib.sha256()
-    for dirpath, dirs, names in sorted(os.walk(root)):
-        dirs.sort()
-        h.update(str(Path(dirpath).relative_to(root)).encode())
-        for n in sorted(names):
-            p = Path(dirpath) / n
-            h.update(str(p.relative_to(root)).encode())
-            h.update(p.read_bytes())
-    return h.hexdigest()

@@ -23,8 +23,9 @@ from statekit.runtime import (
 )
 from statekit.savepoint import Savepoint, SavepointBuilder, check
 from statekit.state.descriptors import ListStateDescriptor, MapStateDescriptor, ValueStateDescriptor
+from statekit.testing import tree_digest
 
-from .conftest import run_executable, run_runner, tree_digest
+from .conftest import run_executable, run_runner
 
 RULES = MapStateDescriptor("rules", "string", "bigint")
 
