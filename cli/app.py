@@ -1,7 +1,7 @@
 """The `statekit` command: inspect, query, check and repair savepoints from the shell."""
 
-from __future__ import annotations
-
+# No `from __future__ import annotations` here: typer reads the commands' signatures with
+# typing.get_type_hints, which compiles every string annotation - ~0.1 s of each run's start-up.
 import importlib
 from typing import Optional
 
@@ -10,6 +10,7 @@ from typer.core import TyperGroup
 from typer.exceptions import TyperException
 
 from statekit_cli.common import EXIT_PROBLEMS, STATE, debug_enabled, err, error_line, exit_code_for
+from statekit_cli.params import light_coercion
 
 # One line per command module. A module either defines `register(app)` or decorates
 # `statekit_cli.app.app` itself; both are imported here, after `app` exists.
@@ -28,6 +29,16 @@ class StatekitGroup(TyperGroup):
 
     def list_commands(self, ctx) -> list[str]:
         return list(self.commands)  # in registration order, grouped by module
+
+    def parse_args(self, ctx, args):
+        light_coercion(self.get_params(ctx))
+        return super().parse_args(ctx, args)
+
+    def get_command(self, ctx, cmd_name):
+        command = super().get_command(ctx, cmd_name)
+        if command is not None:
+            light_coercion(command.get_params(ctx))
+        return command
 
     def invoke(self, ctx):
         try:
@@ -51,7 +62,7 @@ app = typer.Typer(
     cls=StatekitGroup,
     help=(
         "The state of stream-processing jobs as data: inspect, query, check and repair savepoints.\n\n"
-        "Operators are named by --uid (or their uid hash with --hash); keys by --key, parsed as the "
+        "Operators are named by --uid UID (or by their uid hash, --hash HASH); keys by --key, parsed as the "
         "operator's key type. Repairs read SOURCE and write a new TARGET, and only with --apply.\n\n"
         "Exit codes: 0 ok; 1 problems found, not found, or a repair refused; 2 bad usage."
     ),

@@ -1,7 +1,6 @@
 """`statekit clean`: list (and with --apply remove) what killed writers and jobs left under a directory."""
 
-from __future__ import annotations
-
+# No `from __future__ import annotations`: see statekit_cli.app (typer's start-up cost).
 import os
 from pathlib import Path
 
@@ -70,13 +69,13 @@ def clean(
                 p.unlink(missing_ok=True)
                 removed += 1
     if json:
-        import json as _json
+        from statekit_cli.render import dumps
 
-        out().print_json(_json.dumps({"leftovers": [{"kind": k, "path": str(p)} for k, p in found],
-                                      "removed": removed if apply else 0}))
+        out().print(dumps({"leftovers": [{"kind": k, "path": str(p)} for k, p in found],
+                           "removed": removed if apply else 0}), markup=False)
         return
     for kind, p in found:
-        out().print(f"{kind:<11} {p}", markup=False, highlight=False)
+        out().print(f"{kind:<11} {p}", markup=False)
     verb = f"removed {removed}" if apply else "nothing removed (pass --apply to remove them)"
     err().print(f"{len(found)} leftover(s); {verb}", markup=False, style="dim")
 

@@ -17,18 +17,55 @@ EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE = 0, 1, 2
 STATE: dict[str, Any] = {"debug": False}
 
 
-def out():
-    """The console for answers (stdout); plain text when stdout is not a terminal."""
+#: Environment variables with which rich treats a pipe as a terminal (colours, tables).
+_FORCE_TERMINAL = ("FORCE_COLOR", "FORCE_TERMINAL", "TTY_COMPATIBLE", "TTY_INTERACTIVE")
+
+
+class PlainConsole:
+    """What the commands use of a rich `Console`, for a stream that is not a terminal: text as given,
+    without markup, styles, emoji codes or wrapping - and without importing rich (a quarter of the
+    start-up of a one-key `statekit get` into a pipe)."""
+
+    is_terminal = False
+
+    def __init__(self, stream) -> None:
+        self._stream = stream
+
+    @property
+    def width(self) -> int:
+        try:
+            return int(os.environ.get("COLUMNS", "80"))
+        except ValueError:
+            return 80
+
+    def print(self, *objects: Any, markup: Optional[bool] = None, style: Any = None, end: str = "\n",
+              **_: Any) -> None:
+        if markup:
+            raise ValueError("PlainConsole prints text as given; pass markup=False")
+        try:
+            self._stream.write(" ".join(str(o) for o in objects) + end)
+            self._stream.flush()
+        except BrokenPipeError:  # the reader went away (`statekit show ... | head`): stop quietly
+            os.dup2(os.open(os.devnull, os.O_WRONLY), self._stream.fileno())
+            raise typer.Exit(EXIT_OK) from None
+
+
+def _console(stream, stderr: bool):
+    if not stream.isatty() and not any(os.environ.get(v) for v in _FORCE_TERMINAL):
+        return PlainConsole(stream)
     from rich.console import Console
 
-    return Console(highlight=False, soft_wrap=True)
+    return Console(stderr=stderr, highlight=False, soft_wrap=True)
+
+
+def out():
+    """The console for answers (stdout); plain text when stdout is not a terminal."""
+    return _console(sys.stdout, False)
 
 
 def err():
-    """The console for errors, hints and progress (stderr)."""
-    from rich.console import Console
-
-    return Console(stderr=True, highlight=False, soft_wrap=True)
+    """The console for errors, hints and progress (stderr); plain text when stderr is not a terminal."""
+    return _console(sys.stderr, True)
 
 
 def interactive() -> bool:
@@ -55,14 +92,23 @@ def error_line(exc: BaseException) -> str:
 
 def fail(message: str, code: int = EXIT_USAGE) -> None:
     """Print one error line to stderr and exit with `code`."""
-    err().print(f"[bold red]error:[/] {message}", markup=True)
+    console = err()
+    if console.is_terminal:
+        from rich.markup import escape
+
+        console.print(f"[bold red]error:[/] {escape(message)}", markup=True)
+    else:
+        console.print(f"error: {message}", markup=False)
     raise typer.Exit(code)
 
 
 # -- options shared by several commands (one spelling everywhere) ------------------------------------
-UID = typer.Option(..., "--uid", help="Operator uid (or its 32-hex uid hash with --hash).")
-OPTIONAL_UID = typer.Option(None, "--uid", help="Only this operator (uid, or uid hash with --hash).")
-HASH = typer.Option(False, "--hash", help="--uid is a 32-hex uid hash, not a uid.")
+UID = typer.Option(None, "--uid", metavar="UID", show_default=False,
+                   help="The operator's uid (or give its uid hash with --hash).")
+OPTIONAL_UID = typer.Option(None, "--uid", metavar="UID", help="Only this operator, by uid (or by uid hash with --hash).",
+                            show_default=False)
+HASH = typer.Option(None, "--hash", metavar="HASH", show_default=False,
+                    help="The operator's uid hash (32 hex characters), instead of --uid.")
 KEY = typer.Option(..., "--key", help="The key, parsed as the operator's key type (JSON for struct keys).")
 JSON = typer.Option(False, "--json", help="Print the answer as JSON (what the library returns).")
 FORMAT = typer.Option("table", "--format", help="table, json or csv.", case_sensitive=False)
@@ -72,11 +118,19 @@ TARGET = typer.Argument(..., help="New savepoint to write (must not exist).", sh
 PATH = typer.Argument(..., help="Savepoint or checkpoint directory.", show_default=False)
 
 
-def operator_id(uid: str, by_hash: bool):
-    """The `OperatorIdentifier` an ``--uid``/``--hash`` pair names."""
+def operator_id(uid: Optional[str], uid_hash: Optional[str], *, required: bool = True,
+                uid_option: str = "--uid", hash_option: str = "--hash"):
+    """The `OperatorIdentifier` named by ``--uid UID`` or ``--hash HASH`` (exactly one of them; neither
+    gives None when not `required`). A malformed hash is an `InvalidArgumentError` (exit 2)."""
     from statekit.identifiers import OperatorIdentifier
 
-    return OperatorIdentifier.for_uid_hash(uid) if by_hash else OperatorIdentifier.for_uid(uid)
+    if uid is not None and uid_hash is not None:
+        fail(f"name the operator by {uid_option} or by {hash_option}, not both.")
+    if uid is None and uid_hash is None:
+        if required:
+            fail(f"name the operator: {uid_option} UID, or {hash_option} HASH (its 32-hex uid hash).")
+        return None
+    return OperatorIdentifier.for_uid_hash(uid_hash) if uid_hash is not None else OperatorIdentifier.for_uid(uid)
 
 
 def open_savepoint(path: Path):
@@ -105,11 +159,24 @@ def progress(description: str, total: Optional[float] = None):
 
     Silent when stderr is not a terminal (pipes, files, the test runner).
     """
+    if not sys.stderr.isatty():
+        yield _NoProgress(), 0
+        return
     from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
     columns = [SpinnerColumn(), TextColumn("{task.description}")]
     if total is not None:
         columns += [BarColumn(), TextColumn("{task.completed:,.0f}/{task.total:,.0f}")]
     columns.append(TimeElapsedColumn())
-    with Progress(*columns, console=err(), transient=True, disable=not sys.stderr.isatty()) as bar:
+    with Progress(*columns, console=err(), transient=True) as bar:
         yield bar, bar.add_task(description, total=total)
+
+
+class _NoProgress:
+    """The progress display where there is none to show (stderr is not a terminal)."""
+
+    def update(self, task: int, **_: Any) -> None:
+        pass
+
+    def advance(self, task: int, advance: float = 1) -> None:
+        pass

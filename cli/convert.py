@@ -1,14 +1,13 @@
 """`statekit convert`: a real Flink savepoint rewritten as a statekit savepoint, or any savepoint written as a Flink one (`--to flink`)."""
 
-from __future__ import annotations
-
+# No `from __future__ import annotations`: see statekit_cli.app (typer's start-up cost).
 from pathlib import Path
 from typing import List, Optional
 
 import typer
-from rich.console import Console
 
 from statekit.errors import StatekitError
+from statekit_cli import common
 
 
 def convert(
@@ -42,10 +41,10 @@ def convert(
             raise typer.BadParameter(f"--to must be 'statekit' or 'flink', not {to!r}.")
         sp = Savepoint.open(path)
     except StatekitError as exc:
-        Console(stderr=True).print(f"[bold red]error:[/] {type(exc).__name__}: {exc}", highlight=False)
-        raise typer.Exit(code=2)
+        common.err().print(f"error: {type(exc).__name__}: {exc}", markup=False)
+        raise typer.Exit(code=common.EXIT_USAGE)
     ops = ", ".join(m.uid or m.uid_hash for m in sp.operators)
-    Console().print(f"[green]converted[/] {source} -> {path} ({to}): {len(sp.operators)} operator(s): {ops}")
+    common.out().print(f"converted {source} -> {path} ({to}): {len(sp.operators)} operator(s): {ops}", markup=False)
 
 
 def register(app: typer.Typer) -> None:

@@ -1,7 +1,6 @@
 """`statekit demo`: the end-to-end demo, writing only into a new, empty or earlier-demo directory."""
 
-from __future__ import annotations
-
+# No `from __future__ import annotations`: see statekit_cli.app (typer's start-up cost).
 from pathlib import Path
 
 import typer

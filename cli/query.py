@@ -1,7 +1,6 @@
 """`statekit query`: SQL over a savepoint on embedded DuckDB (default) or on Spark (--engine spark)."""
 
-from __future__ import annotations
-
+# No `from __future__ import annotations`: see statekit_cli.app (typer's start-up cost).
 import threading
 from pathlib import Path
 from typing import Optional

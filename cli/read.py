@@ -1,7 +1,6 @@
 """Read commands: inspect, show, get, check, diff, export. None of them writes into a savepoint."""
 
-from __future__ import annotations
-
+# No `from __future__ import annotations`: see statekit_cli.app (typer's start-up cost).
 from pathlib import Path
 from typing import Optional
 
@@ -46,8 +45,8 @@ def inspect(path: Path = PATH, json: bool = JSON) -> None:
 
 def show(
     path: Path = PATH,
-    uid: str = UID,
-    by_hash: bool = HASH,
+    uid: Optional[str] = UID,
+    uid_hash: Optional[str] = HASH,
     table: str = typer.Option("keyed", "--table", help="keyed, timers, or an operator state name."),
     key: Optional[str] = typer.Option(None, "--key", help="Only this key (parsed as the key type)."),
     limit: int = typer.Option(20, "--limit", min=0, help="At most this many rows."),
@@ -60,7 +59,7 @@ def show(
 
     fmt = "json" if json else check_format(fmt)
     sp = open_savepoint(path)
-    op = operator_id(uid, by_hash)
+    op = operator_id(uid, uid_hash)
     meta = sp.operator(op)
     if key is not None:
         k = parse_key(key, meta.key_type)
@@ -98,7 +97,7 @@ def _head(sp, op, meta, table: str, limit: int):
         for entry in files:
             if got >= limit:
                 break
-            t = sp.read_file(entry).drop_columns(["key_group"])
+            t = sp.read_file(entry, max_rows=limit - got).drop_columns(["key_group"])
             parts.append(t)
             got += t.num_rows
         if parts:
@@ -123,8 +122,8 @@ def _table(sp, op, meta, table: str):
 
 def get(
     path: Path = PATH,
-    uid: str = UID,
-    by_hash: bool = HASH,
+    uid: Optional[str] = UID,
+    uid_hash: Optional[str] = HASH,
     key: str = KEY,
     state: Optional[str] = typer.Option(None, "--state", help="Only this state's value."),
     json: bool = JSON,
@@ -133,7 +132,7 @@ def get(
     from statekit_cli.render import cell, dumps, emit_table, parse_key
 
     sp = open_savepoint(path)
-    op = operator_id(uid, by_hash)
+    op = operator_id(uid, uid_hash)
     meta = sp.operator(op)
     k = parse_key(key, meta.key_type)
     if state is not None:
@@ -184,16 +183,16 @@ def diff(
     a: Path = typer.Argument(..., help="The savepoint before.", show_default=False),
     b: Path = typer.Argument(..., help="The savepoint after.", show_default=False),
     uid: Optional[str] = OPTIONAL_UID,
-    by_hash: bool = HASH,
+    uid_hash: Optional[str] = HASH,
     show_keys: int = typer.Option(5, "--show", min=0, help="List up to N keys added, removed and changed."),
     json: bool = JSON,
 ) -> None:
-    """What differs from A to B: operators, settings, states, and keys added/removed/changed. Exit 1 if any."""
+    """What differs from A to B: operators, settings, states, keys, timers and operator state rows. Exit 1 if any."""
     from statekit.savepoint.diff import diff as run_diff
     from statekit_cli.render import cell, dumps, emit_table
 
     with progress("comparing"):
-        d = run_diff(a, b, op=None if uid is None else operator_id(uid, by_hash), examples=show_keys)
+        d = run_diff(a, b, op=operator_id(uid, uid_hash, required=False), examples=show_keys)
     console = out()
     if json:
         console.print(dumps(d.to_json()), markup=False)
@@ -213,6 +212,13 @@ def diff(
                     shown = ", ".join(cell(k) for k in o.examples[kind])
                     more = " ..." if count > len(o.examples[kind]) else ""
                     rows.append([name, f"{count} key(s) {kind}", shown + more])
+            for kind, count in (("added", o.timers_added), ("removed", o.timers_removed)):
+                if count:
+                    picked = [r for r in o.timers.to_pylist() if r["change"] == kind][:show_keys] if o.timers else []
+                    shown = ", ".join(f"{cell(r['key'])}@{r['timestamp']} {r['domain']}" for r in picked)
+                    rows.append([name, f"{count} timer(s) {kind}", shown + (" ..." if count > len(picked) else "")])
+            for state, counts in o.state_row_counts().items():
+                rows += [[name, f"state {state}: {n} row(s) {kind}", ""] for kind, n in counts.items() if n]
         emit_table(console, rows, ["operator", "difference", "detail"], title=f"{a} -> {b}", identity=("operator",))
     if not d.same:
         raise typer.Exit(EXIT_PROBLEMS)
@@ -223,14 +229,14 @@ def export(
     target: Path = typer.Argument(..., help="Output directory (must not exist): <database>/<table>.", show_default=False),
     fmt: str = typer.Option("parquet", "--format", help="parquet, csv or delta (delta uses Spark)."),
     uid: Optional[str] = OPTIONAL_UID,
-    by_hash: bool = HASH,
+    uid_hash: Optional[str] = HASH,
 ) -> None:
     """Copy every table of a savepoint (or one operator's) out as Parquet, CSV or Delta tables."""
     from statekit.export import export as run_export
 
     fmt = check_format(fmt, ("parquet", "csv", "delta"))
     with progress(f"exporting as {fmt}"):
-        written = run_export(path, target, format=fmt, op=None if uid is None else operator_id(uid, by_hash))
+        written = run_export(path, target, format=fmt, op=operator_id(uid, uid_hash, required=False))
     console = out()
     for name, rows in written.items():
         console.print(f"{target / name}  {rows} rows", markup=False)

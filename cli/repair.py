@@ -1,7 +1,6 @@
 """Repairs: each reads SOURCE and writes a new savepoint TARGET, only with --apply (default: a dry run)."""
 
-from __future__ import annotations
-
+# No `from __future__ import annotations`: see statekit_cli.app (typer's start-up cost).
 import json as jsonlib
 from pathlib import Path
 from typing import List, Optional
@@ -41,16 +40,16 @@ def run_repair(source: Path, target: Path, edits: list, apply: bool) -> None:
         err().print("dry run: nothing written; pass --apply to write the new savepoint", markup=False)
 
 
-def _key(sp_path: Path, uid: str, by_hash: bool, text: str):
+def _key(sp_path: Path, uid: Optional[str], uid_hash: Optional[str], text: str):
     from statekit_cli.render import parse_key
 
     sp = open_savepoint(sp_path)
-    op = operator_id(uid, by_hash)
+    op = operator_id(uid, uid_hash)
     return op, parse_key(text, sp.operator(op).key_type)
 
 
 def set_value(
-    source: Path = SOURCE, target: Path = TARGET, uid: str = UID, by_hash: bool = HASH, key: str = KEY,
+    source: Path = SOURCE, target: Path = TARGET, uid: Optional[str] = UID, uid_hash: Optional[str] = HASH, key: str = KEY,
     state: str = typer.Option(..., "--state", help="Name of the keyed state to set."),
     value: str = typer.Option(..., "--value", help='The new value as JSON: 42, "text", [1,2], {"k": 1.5}, null.'),
     apply: bool = APPLY,
@@ -59,7 +58,7 @@ def set_value(
     from statekit.savepoint.patch import SetValue
     from statekit_cli.render import parse_json_value
 
-    op, k = _key(source, uid, by_hash, key)
+    op, k = _key(source, uid, uid_hash, key)
     meta = open_savepoint(source).operator(op)
     info = meta.keyed_state(state)
     v = parse_json_value(value, info.type, f"--value for state {state!r} of {meta.display_name}")
@@ -67,7 +66,7 @@ def set_value(
 
 
 def delete_key(
-    source: Path = SOURCE, target: Path = TARGET, uid: str = UID, by_hash: bool = HASH,
+    source: Path = SOURCE, target: Path = TARGET, uid: Optional[str] = UID, uid_hash: Optional[str] = HASH,
     keys: List[str] = typer.Option(..., "--key", help="Key to delete (repeat for several)."),
     apply: bool = APPLY,
 ) -> None:
@@ -75,59 +74,74 @@ def delete_key(
     from statekit.savepoint.patch import DeleteKeys
     from statekit_cli.render import parse_key
 
-    op = operator_id(uid, by_hash)
+    op = operator_id(uid, uid_hash)
     key_type = open_savepoint(source).operator(op).key_type
     run_repair(source, target, [DeleteKeys(op, tuple(parse_key(k, key_type) for k in keys))], apply)
 
 
 def rm_state(
-    source: Path = SOURCE, target: Path = TARGET, uid: str = UID, by_hash: bool = HASH,
+    source: Path = SOURCE, target: Path = TARGET, uid: Optional[str] = UID, uid_hash: Optional[str] = HASH,
     states: List[str] = typer.Option(..., "--state", help="State to remove (repeat for several)."),
     apply: bool = APPLY,
 ) -> None:
     """Remove keyed or operator states of an operator (a restored job starts them empty)."""
     from statekit.savepoint.patch import RemoveState
 
-    op = operator_id(uid, by_hash)
+    op = operator_id(uid, uid_hash)
     run_repair(source, target, [RemoveState(op, s) for s in states], apply)
 
 
 def rename_uid(
-    source: Path = SOURCE, target: Path = TARGET,
-    old: str = typer.Option(..., "--from", help="Current uid of the operator."),
-    new: str = typer.Option(..., "--to", help="New uid."),
+    source: Path = SOURCE, target: Path = TARGET, uid: Optional[str] = UID, uid_hash: Optional[str] = HASH,
+    new_uid: Optional[str] = typer.Option(None, "--new-uid", metavar="UID", help="The new uid.", show_default=False),
+    new_hash: Optional[str] = typer.Option(None, "--new-hash", metavar="HASH", show_default=False,
+                                           help="The new uid hash (32 hex characters), instead of --new-uid."),
+    old_alias: Optional[str] = typer.Option(None, "--from", hidden=True, help="Old spelling of --uid."),
+    new_alias: Optional[str] = typer.Option(None, "--to", hidden=True, help="Old spelling of --new-uid."),
     apply: bool = APPLY,
 ) -> None:
-    """Give an operator a new uid; its state is carried over unchanged (files hard-linked)."""
+    """Give an operator a new uid (the library's change_operator_identifier); its state is carried over
+    unchanged (files hard-linked). The operator is --uid OLD or --hash OLDHASH; the new one --new-uid NEW
+    or --new-hash NEWHASH."""
     from statekit.savepoint.patch import RenameOperator
 
+    if old_alias is not None:  # `--from OLD --to NEW`, the spelling before --uid/--new-uid
+        if uid is not None or uid_hash is not None:
+            fail("give the operator by --uid or --hash (--from is their old spelling), not both.")
+        uid = old_alias
+    if new_alias is not None:
+        if new_uid is not None or new_hash is not None:
+            fail("give the new uid by --new-uid or --new-hash (--to is their old spelling), not both.")
+        new_uid = new_alias
+    old = operator_id(uid, uid_hash)
+    new = operator_id(new_uid, new_hash, uid_option="--new-uid", hash_option="--new-hash")
     run_repair(source, target, [RenameOperator(old, new)], apply)
 
 
-def remove_operator(source: Path = SOURCE, target: Path = TARGET, uid: str = UID, by_hash: bool = HASH,
+def remove_operator(source: Path = SOURCE, target: Path = TARGET, uid: Optional[str] = UID, uid_hash: Optional[str] = HASH,
                     apply: bool = APPLY) -> None:
     """Drop an operator and all its state."""
     from statekit.savepoint.patch import RemoveOperator
 
-    run_repair(source, target, [RemoveOperator(operator_id(uid, by_hash))], apply)
+    run_repair(source, target, [RemoveOperator(operator_id(uid, uid_hash))], apply)
 
 
 def set_max_parallelism(
-    source: Path = SOURCE, target: Path = TARGET, uid: str = UID, by_hash: bool = HASH,
+    source: Path = SOURCE, target: Path = TARGET, uid: Optional[str] = UID, uid_hash: Optional[str] = HASH,
     max_parallelism: int = typer.Option(..., "--max", help="New max parallelism (1..32768)."),
     apply: bool = APPLY,
 ) -> None:
     """Re-hash an operator's keyed state and timers into a new max parallelism."""
     from statekit.savepoint.patch import SetMaxParallelism
 
-    run_repair(source, target, [SetMaxParallelism(operator_id(uid, by_hash), max_parallelism)], apply)
+    run_repair(source, target, [SetMaxParallelism(operator_id(uid, uid_hash), max_parallelism)], apply)
 
 
 LOCAL_REKEY_LIMIT = 2 << 30  # keyed bytes on disk above which `auto` re-keys with Spark
 
 
 def rekey(
-    source: Path = SOURCE, target: Path = TARGET, uid: str = UID, by_hash: bool = HASH,
+    source: Path = SOURCE, target: Path = TARGET, uid: Optional[str] = UID, uid_hash: Optional[str] = HASH,
     expr: str = typer.Option(..., "--expr", help="SQL over the column key giving the new key, e.g. upper(key)."),
     engine: str = typer.Option("auto", "--engine", help="auto (local unless the state is over 2 GiB), local, spark."),
     apply: bool = APPLY,
@@ -136,7 +150,7 @@ def rekey(
 
     Two keys with state becoming one key is refused (naming both); merge their state first.
     """
-    op = operator_id(uid, by_hash)
+    op = operator_id(uid, uid_hash)
     sp = open_savepoint(source)
     meta = sp.operator(op)
     if engine not in ("auto", "local", "spark"):
@@ -190,9 +204,11 @@ def repair_plan(
     The plan is a JSON list of edits:
 
     {"edit": "set", "uid": U, "key": K, "state": S, "value": V} | {"edit": "delete-key", "uid": U, "keys": [K, ...]}
-    | {"edit": "rm-state", "uid": U, "state": S} | {"edit": "rename-uid", "from": U, "to": U2}
+    | {"edit": "rm-state", "uid": U, "state": S} | {"edit": "rename-uid", "uid": U, "new_uid": U2}
     | {"edit": "remove-operator", "uid": U} | {"edit": "set-max-parallelism", "uid": U, "max": N}
-    | {"edit": "rekey", "uid": U, "expr": SQL}   ("hash": true names the operator by uid hash)
+    | {"edit": "rekey", "uid": U, "expr": SQL}
+
+    An operator may be named by "hash": H (its uid hash) instead of "uid", and a new uid by "new_hash".
     """
     from statekit.errors import InvalidArgumentError
     from statekit.savepoint import patch as P
@@ -208,11 +224,14 @@ def repair_plan(
     edits = []
     for i, item in enumerate(items):
         kind = item.get("edit")
+        if kind not in ("set", "delete-key", "rm-state", "rename-uid", "remove-operator", "set-max-parallelism",
+                        "rekey"):
+            raise InvalidArgumentError(f"--plan {plan}: edit {i + 1} has unknown \"edit\": {kind!r}.")
         try:
+            op = _plan_operator(item, "uid", "hash", "from")
             if kind == "rename-uid":
-                edits.append(P.RenameOperator(item["from"], item["to"]))
+                edits.append(P.RenameOperator(op, _plan_operator(item, "new_uid", "new_hash", "to")))
                 continue
-            op = operator_id(item["uid"], bool(item.get("hash")))
             meta = sp.operator(op)
 
             def key(k):
@@ -242,6 +261,30 @@ def repair_plan(
         except KeyError as exc:
             raise InvalidArgumentError(f"--plan {plan}: edit {i + 1} ({kind}) lacks the field {exc}.") from None
     run_repair(source, target, edits, apply)
+
+
+def _plan_operator(item: dict, uid_field: str, hash_field: str, old_field: str):
+    """The operator an edit of a plan names: by uid or uid hash (``"hash": true`` beside a "uid" holding
+    the hash, and "from"/"to" for rename-uid, are the spellings of earlier versions)."""
+    from statekit.errors import InvalidArgumentError
+    from statekit.identifiers import OperatorIdentifier
+
+    uid, uid_hash = item.get(uid_field, item.get(old_field)), item.get(hash_field)
+    if uid_hash is True:
+        uid, uid_hash = None, uid
+    elif uid_hash is False:
+        uid_hash = None
+    if (uid is None) == (uid_hash is None):
+        raise InvalidArgumentError(f"an edit names its operator by exactly one of \"{uid_field}\" and "
+                                   f"\"{hash_field}\"; got {_json_text(item)}.")
+    for value in (uid, uid_hash):
+        if value is not None and not isinstance(value, str):
+            raise InvalidArgumentError(f"\"{uid_field}\"/\"{hash_field}\" must be text; got {_json_text(item)}.")
+    return OperatorIdentifier.for_uid_hash(uid_hash) if uid_hash is not None else OperatorIdentifier.for_uid(uid)
+
+
+def _json_text(item: dict) -> str:
+    return jsonlib.dumps(item, ensure_ascii=False)[:200]
 
 
 def bootstrap(

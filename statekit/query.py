@@ -143,7 +143,7 @@ def _register(con, sp, qualified: str, meta, kind: str, state: str | None, keys:
 def statekit_files(sp) -> bool:
     """Whether `sp` is a statekit savepoint (whose keyed and timer tables are Parquet files in place);
     other formats (Flink's) are read through the `Savepoint` API as Arrow."""
-    from statekit.savepoint import Savepoint
+    from statekit.savepoint.reader import Savepoint
 
     return type(sp) is Savepoint
 

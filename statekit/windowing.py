@@ -187,6 +187,59 @@ class CountTrigger(Trigger):
         ctx.get_partitioned_state(self.state_desc).clear()
 
 
+class ContinuousEventTimeTrigger(Trigger):
+    """Fires every `interval` ms of event time within the window, and at its end (Flink's
+    ``ContinuousEventTimeTrigger``); the next fire time is per-window keyed state ``fire-time``."""
+
+    def __init__(self, interval: int) -> None:
+        self.interval = _positive("interval", interval)
+        self.state_desc = ReducingStateDescriptor("fire-time", min, "bigint")
+
+    @staticmethod
+    def of(interval: int) -> "ContinuousEventTimeTrigger":
+        return ContinuousEventTimeTrigger(interval)
+
+    def _register_next(self, time: int, window: TimeWindow, ctx: Any) -> None:
+        next_fire = min(time + self.interval, window.max_timestamp())
+        ctx.get_partitioned_state(self.state_desc).add(next_fire)
+        ctx.register_event_time_timer(next_fire)
+
+    def on_element(self, element: Any, timestamp: Any, window: TimeWindow, ctx: Any) -> TriggerResult:
+        if window.max_timestamp() <= ctx.get_current_watermark():
+            return TriggerResult.FIRE  # the watermark is already past the window
+        ctx.register_event_time_timer(window.max_timestamp())
+        if ctx.get_partitioned_state(self.state_desc).get() is None:
+            rem = abs(timestamp) % self.interval  # Java's %: the sign of the dividend
+            self._register_next(timestamp - (rem if timestamp >= 0 else -rem), window, ctx)
+        return TriggerResult.CONTINUE
+
+    def on_event_time(self, time: int, window: TimeWindow, ctx: Any) -> TriggerResult:
+        if time == window.max_timestamp():
+            return TriggerResult.FIRE
+        state = ctx.get_partitioned_state(self.state_desc)
+        if state.get() == time:
+            state.clear()
+            self._register_next(time, window, ctx)
+            return TriggerResult.FIRE
+        return TriggerResult.CONTINUE
+
+    def can_merge(self) -> bool:
+        return True
+
+    def on_merge(self, window: TimeWindow, ctx: Any) -> None:
+        ctx.merge_partitioned_state(self.state_desc)
+        next_fire = ctx.get_partitioned_state(self.state_desc).get()
+        if next_fire is not None:
+            ctx.register_event_time_timer(next_fire)
+
+    def clear(self, window: TimeWindow, ctx: Any) -> None:
+        state = ctx.get_partitioned_state(self.state_desc)
+        next_fire = state.get()
+        if next_fire is not None:
+            ctx.delete_event_time_timer(next_fire)
+            state.clear()
+
+
 class PurgingTrigger(Trigger):
     """Turns every FIRE of the nested trigger into FIRE_AND_PURGE."""
 
@@ -218,6 +271,31 @@ class PurgingTrigger(Trigger):
 
     def clear(self, window: TimeWindow, ctx: Any) -> None:
         self.nested.clear(window, ctx)
+
+
+class TimestampedValue:
+    """A window's buffered element with its timestamp (None when it had none), as evictors see it."""
+
+    __slots__ = ("value", "timestamp")
+
+    def __init__(self, value: Any, timestamp: int | None) -> None:
+        self.value = value
+        self.timestamp = timestamp
+
+    def __repr__(self) -> str:
+        return f"TimestampedValue(value={self.value!r}, timestamp={self.timestamp!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, TimestampedValue) and (self.value, self.timestamp) == (other.value, other.timestamp)
+
+    def get_value(self) -> Any:
+        return self.value
+
+    def get_timestamp(self) -> int | None:
+        return self.timestamp
+
+    def has_timestamp(self) -> bool:
+        return self.timestamp is not None
 
 
 # -- assigners -----------------------------------------------------------------------------------------
@@ -374,6 +452,7 @@ class _NeverTrigger(Trigger):
 
 __all__ = [
     "GLOBAL_WINDOW",
+    "ContinuousEventTimeTrigger",
     "CountTrigger",
     "EventTimeSessionWindows",
     "EventTimeTrigger",
@@ -385,6 +464,7 @@ __all__ = [
     "SlidingEventTimeWindows",
     "SlidingProcessingTimeWindows",
     "TimeWindow",
+    "TimestampedValue",
     "Trigger",
     "TriggerResult",
     "TumblingEventTimeWindows",

@@ -8,10 +8,9 @@ import stat
 import zlib
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator, Literal
+from typing import TYPE_CHECKING, Iterator, Literal
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from statekit.errors import (
     ChecksumMismatchError,
@@ -22,8 +21,15 @@ from statekit.errors import (
 )
 from statekit.format.manifest import FileEntry, safe_relative_path
 
+if TYPE_CHECKING:
+    import pyarrow.parquet as pq
+# pyarrow.parquet (and the file systems it loads) is imported where files are written or parsed:
+# reading a manifest (`statekit inspect`) does without it.
+
 CHECKSUM_ALGORITHM = "crc32"
-#: Row groups small enough that a single-key lookup decodes little more than its key group.
+#: Row groups small enough that a single-key lookup decodes little more than its key group. Tables with a
+#: ``key_group`` column are also cut where key groups change (`row_group_bounds`), so that a lookup
+#: decodes only its own key group's row groups, selected by their ``key_group`` statistics.
 ROW_GROUP_ROWS = 128 * 1024
 
 
@@ -38,11 +44,24 @@ def write_parquet(table: pa.Table, full_path: Path) -> tuple[int, str]:
     The file is encoded in memory first so the checksum covers the bytes on disk without reading
     them back. It is fsynced, so that once the manifest naming it is durable, so is the file.
     """
+    import pyarrow.parquet as pq
+
     sink = pa.BufferOutputStream()
     # Dictionary encoding pays off for text; on numbers it only costs time (even on key_group, whose
     # sorted runs snappy compresses almost as well: ~17% less encoding CPU for ~0.7% more bytes).
     dictionary = [f.name for f in table.schema if _is_text(f.type)]
-    pq.write_table(table, sink, row_group_size=ROW_GROUP_ROWS, compression="snappy", use_dictionary=dictionary)
+    bounds = None
+    if "key_group" in table.column_names and table.num_rows:
+        from statekit.format.keyed import column_values
+
+        kg = column_values(table.column("key_group"))
+        bounds = None if kg is None else row_group_bounds(kg, ROW_GROUP_ROWS)
+    if bounds is None:
+        pq.write_table(table, sink, row_group_size=ROW_GROUP_ROWS, compression="snappy", use_dictionary=dictionary)
+    else:
+        with pq.ParquetWriter(sink, table.schema, compression="snappy", use_dictionary=dictionary) as writer:
+            for start, end in bounds:
+                writer.write_table(table.slice(start, end - start), row_group_size=end - start)
     buf = sink.getvalue()
     full_path.parent.mkdir(parents=True, exist_ok=True)
     with open(full_path, "xb") as fh:  # always a new file: never through a name that exists (a link)
@@ -50,6 +69,36 @@ def write_parquet(table: pa.Table, full_path: Path) -> tuple[int, str]:
         fh.flush()
         os.fsync(fh.fileno())
     return buf.size, checksum(buf)
+
+
+def row_group_bounds(kg, max_rows: int) -> list[tuple[int, int]]:
+    """Row ranges ``[start, end)`` of the row groups of rows with key groups `kg` (grouped, ascending):
+    cut where the key group changes, consecutive small key groups sharing a row group of at most
+    `max_rows` rows, a larger key group split into row groups of `max_rows`.
+
+    >>> import numpy as np
+    >>> row_group_bounds(np.array([0, 0, 1, 2, 2, 2, 2, 2, 3]), 3)
+    [(0, 3), (3, 6), (6, 8), (8, 9)]
+    """
+    import numpy as np
+
+    n = len(kg)
+    out: list[tuple[int, int]] = []
+    start = last = 0  # `last`: the latest key-group boundary at or after `start`
+    for b in [*(np.flatnonzero(np.diff(kg)) + 1).tolist(), n]:
+        if b - start <= max_rows:
+            last = b
+            continue
+        if last > start:
+            out.append((start, last))
+            start = last
+        while b - start > max_rows:
+            out.append((start, start + max_rows))
+            start += max_rows
+        last = b
+    if start < n:
+        out.append((start, n))
+    return out
 
 
 #: Why a hard link may fail where a copy works: another file system, no hard links there, link limit.
@@ -235,15 +284,52 @@ def read_verified_bytes(root: Path, entry: FileEntry) -> pa.Buffer:
     return data
 
 
-def read_parquet_verified(root: Path, entry: FileEntry, *, filters=None, columns=None) -> pa.Table:
-    """A verified file parsed as an Arrow table (optionally filtered by row-group statistics)."""
+def read_parquet_verified(root: Path, entry: FileEntry, *, columns=None, key_group: int | None = None,
+                          max_rows: int | None = None) -> pa.Table:
+    """A verified file parsed as an Arrow table.
+
+    The whole file is checksummed first (a damaged byte anywhere raises `ChecksumMismatchError`);
+    then only the row groups needed are decoded: with `key_group`, those whose ``key_group``
+    statistics may hold it (the caller filters the rows); with `max_rows`, the leading ones that
+    hold at least that many rows. Read through `ParquetFile`, not `pq.read_table`, whose dataset
+    layer costs a pandas import per process.
+    """
+    import pyarrow.parquet as pq
+
     buf = read_verified_bytes(root, entry)
     try:
-        return pq.read_table(pa.BufferReader(buf), filters=filters, columns=columns)
+        pf = pq.ParquetFile(pa.BufferReader(buf))
+        if key_group is None and max_rows is None:
+            return pf.read(columns=columns)
+        md = pf.metadata
+        if key_group is not None:
+            groups = row_groups_holding(md, key_group)
+        else:
+            groups, rows, wanted = [], 0, max_rows or 0
+            while len(groups) < md.num_row_groups and rows < wanted:
+                rows += md.row_group(len(groups)).num_rows
+                groups.append(len(groups))
+        if not groups:
+            return pf.schema_arrow.empty_table() if columns is None else pf.schema_arrow.empty_table().select(columns)
+        return pf.read_row_groups(groups, columns=columns)
     except (pa.ArrowException, OSError) as exc:  # any decoding failure of a file that passed its checksum
         raise CorruptSavepointError(
             f"{root}: file {entry.path} is not readable Parquet ({exc}). Restore it or use another savepoint."
         ) from None
+
+
+def row_groups_holding(metadata: "pq.FileMetaData", key_group: int) -> list[int]:
+    """Indexes of the row groups whose ``key_group`` column statistics do not rule out `key_group`
+    (all of them when the file has no such column or no statistics)."""
+    leaf = next((j for j in range(metadata.num_columns) if metadata.schema.column(j).path == "key_group"), None)
+    if leaf is None:
+        return list(range(metadata.num_row_groups))
+    out = []
+    for i in range(metadata.num_row_groups):
+        st = metadata.row_group(i).column(leaf).statistics
+        if st is None or not st.has_min_max or st.min <= key_group <= st.max:
+            out.append(i)
+    return out
 
 
 def fsync_dir(directory: Path) -> None:

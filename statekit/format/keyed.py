@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Sequence
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from statekit.errors import DuplicateKeyError, InvalidArgumentError, NullKeyError, StateTypeError
 from statekit.keygroups import assign_key_groups
@@ -30,6 +28,24 @@ SESSIONS = "session-windows"
 NO_TIMESTAMP = -(2**63)
 #: Below this many rows the key-group hash runs on one thread; above, on two halves in parallel.
 PARALLEL_HASH_ROWS = 1_000_000
+
+
+#: numpy dtypes of the fixed-width Arrow types `column_values` reads.
+_NUMPY_DTYPES = {"int8": "i1", "int16": "i2", "int32": "i4", "int64": "i8", "uint8": "u1", "uint16": "u2",
+                 "uint32": "u4", "uint64": "u8", "float": "f4", "double": "f8"}
+
+
+def column_values(col: pa.ChunkedArray | pa.Array) -> np.ndarray | None:
+    """A column of integers or floats without nulls as numpy values, read from its Arrow buffers; None
+    for other columns. (pyarrow's ``to_numpy`` imports pandas on first use, about a second of start-up
+    that a one-key read such as ``statekit get`` must not pay.)"""
+    dtype = _NUMPY_DTYPES.get(str(col.type))
+    if dtype is None or col.null_count:
+        return None
+    chunks = col.chunks if isinstance(col, pa.ChunkedArray) else [col]
+    dt = np.dtype(dtype)
+    parts = [np.frombuffer(c.buffers()[1], dtype=dt, count=len(c), offset=c.offset * dt.itemsize) for c in chunks]
+    return np.concatenate(parts) if len(parts) != 1 else parts[0]
 
 
 def keyed_schema(
@@ -196,6 +212,8 @@ def compute_key_groups(keys: pa.ChunkedArray | pa.Array, max_parallelism: int, k
     n = len(keys)
     if n < PARALLEL_HASH_ROWS:
         return np.asarray(assign_key_groups(keys, max_parallelism, key_type), dtype=np.int32)
+    from concurrent.futures import ThreadPoolExecutor  # here: a one-key read loads this module without it
+
     half = n // 2
     with ThreadPoolExecutor(2) as pool:
         parts = list(
@@ -211,6 +229,8 @@ def drop_unset_rows(table: pa.Table, kg: np.ndarray, state_names: Sequence[str])
     """Drop rows where every state is null (the format keeps only rows with some state set)."""
     if not state_names or all(table.column(n).null_count == 0 for n in state_names):
         return table, kg
+    import pyarrow.compute as pc  # here: reading one key (statekit get) uses this module without compute
+
     mask = pc.is_valid(table.column(state_names[0]))
     for n in state_names[1:]:
         mask = pc.or_(mask, pc.is_valid(table.column(n)))
@@ -253,6 +273,8 @@ def _surely_unique(col: pa.ChunkedArray) -> bool:
         keys = np.sort(col.to_numpy())
         return not bool(np.any(keys[1:] == keys[:-1]))
     if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t) or pa.types.is_boolean(t):
+        import pyarrow.compute as pc
+
         return len(pc.unique(col)) == len(col)
     return False  # floats (NaN, -0.0) and nested keys take the exact path
 

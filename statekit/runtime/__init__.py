@@ -65,6 +65,7 @@ from statekit.runtime.windows import (
 )
 from statekit.state.functions import AggregateFunction, ReduceFunction
 from statekit.windowing import (
+    ContinuousEventTimeTrigger,
     CountTrigger,
     EventTimeSessionWindows,
     EventTimeTrigger,
@@ -100,6 +101,7 @@ __all__ = [
     "CollectResult",
     "ConnectedStreams",
     "CountEvictor",
+    "ContinuousEventTimeTrigger",
     "CountTrigger",
     "DataStream",
     "DataStreamSink",

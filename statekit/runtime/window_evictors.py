@@ -2,29 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from statekit.errors import InvalidArgumentError
+from statekit.windowing import TimestampedValue  # shared with the Spark window bootstrap
 
 __all__ = ["CountEvictor", "Evictor", "TimeEvictor", "TimestampedValue"]
-
-
-@dataclass
-class TimestampedValue:
-    """A buffered element with its timestamp (None when the element had none)."""
-
-    value: Any
-    timestamp: int | None
-
-    def get_value(self) -> Any:
-        return self.value
-
-    def get_timestamp(self) -> int | None:
-        return self.timestamp
-
-    def has_timestamp(self) -> bool:
-        return self.timestamp is not None
 
 
 class Evictor:

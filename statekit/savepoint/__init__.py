@@ -9,23 +9,45 @@ A savepoint is a directory::
       op-<uid_hash>/operator/<state>/...  operator list / union state: subtask, idx, value
       op-<uid_hash>/broadcast/<state>/... broadcast state: key, value
       op-<uid_hash>/rocksdb/subtask-N/... native RocksDB checkpoint files (checkpoints only)
+
+The names below are imported on first use, so that ``from statekit.savepoint import Savepoint``
+(e.g. ``statekit inspect``) does not load the writer, `check`, `diff` and the keyed-table layout.
 """
 
-from statekit.format.manifest import (
-    FORMAT,
-    FORMAT_VERSION,
-    MANIFEST_NAME,
-    SUPPORTED_FEATURES,
-    SUPPORTED_VERSIONS,
-    FileEntry,
-    Manifest,
-    OperatorMetadata,
-)
-from statekit.savepoint.check import CheckReport, Problem, check
-from statekit.savepoint.diff import OperatorDiff, SavepointDiff, diff
-from statekit.savepoint.reader import Savepoint
-from statekit.savepoint.redistribute import redistribute_list_state
-from statekit.savepoint.writer import OperatorWriter, SavepointBuilder
+from __future__ import annotations
+
+import importlib
+import sys
+import types
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from statekit.format.manifest import (
+        FORMAT,
+        FORMAT_VERSION,
+        MANIFEST_NAME,
+        SUPPORTED_FEATURES,
+        SUPPORTED_VERSIONS,
+        FileEntry,
+        Manifest,
+        OperatorMetadata,
+    )
+    from statekit.savepoint.check import CheckReport, Problem, check
+    from statekit.savepoint.diff import OperatorDiff, SavepointDiff, diff
+    from statekit.savepoint.reader import Savepoint
+    from statekit.savepoint.redistribute import redistribute_list_state
+    from statekit.savepoint.writer import OperatorWriter, SavepointBuilder
+
+#: Where each public name lives.
+_HOMES = {
+    **dict.fromkeys(("FORMAT", "FORMAT_VERSION", "MANIFEST_NAME", "SUPPORTED_FEATURES", "SUPPORTED_VERSIONS",
+                     "FileEntry", "Manifest", "OperatorMetadata"), "statekit.format.manifest"),
+    **dict.fromkeys(("CheckReport", "Problem", "check"), "statekit.savepoint.check"),
+    **dict.fromkeys(("OperatorDiff", "SavepointDiff", "diff"), "statekit.savepoint.diff"),
+    "Savepoint": "statekit.savepoint.reader",
+    "redistribute_list_state": "statekit.savepoint.redistribute",
+    **dict.fromkeys(("OperatorWriter", "SavepointBuilder"), "statekit.savepoint.writer"),
+}
 
 __all__ = [
     "FORMAT",
@@ -47,3 +69,31 @@ __all__ = [
     "diff",
     "redistribute_list_state",
 ]
+assert sorted(__all__) == sorted(_HOMES)
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'statekit.savepoint' has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value  # once: later lookups do not come here
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_HOMES))
+
+
+class _Package(types.ModuleType):
+    """The functions `check` and `diff` share their names with their modules: importing the module
+    ``statekit.savepoint.check`` must not make ``statekit.savepoint.check`` the module (as the eager
+    imports of the past guaranteed, the package attribute stays the function)."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in ("check", "diff") and isinstance(value, types.ModuleType):
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package

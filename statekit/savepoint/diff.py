@@ -1,12 +1,15 @@
-"""`diff(a, b)`: what differs between two savepoints - operators, states, settings and keyed rows.
+"""`diff(a, b)`: what differs between two savepoints - operators, states, settings, keyed rows, timers and operator state rows.
 
-The keyed rows are compared with an Arrow hash join (`keyed_changes`); `statekit.spark.diff` gives
-the same rows with a Spark join, and the ``statekit diff`` command prints this module's result.
+The keyed rows are compared with an Arrow hash join (`keyed_changes`), timers as sets
+(`timer_changes`), list and union state as multisets of elements and broadcast state by key
+(`state_row_changes`); `statekit.spark.diff` gives the same rows with Spark, and the ``statekit
+diff`` command prints this module's result.
 """
 
 from __future__ import annotations
 
 import os
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,7 +24,8 @@ from statekit.savepoint.reader import Savepoint
 from statekit.state.descriptors import OperatorStateInfo, StateInfo
 from statekit.types import parse_ddl
 
-__all__ = ["CHANGES", "OperatorDiff", "SavepointDiff", "check_same_keys", "diff", "keyed_changes"]
+__all__ = ["CHANGES", "OperatorDiff", "SavepointDiff", "check_same_keys", "diff", "keyed_changes", "state_row_changes",
+           "timer_changes"]
 
 #: Values of the ``change`` column of a keyed diff.
 CHANGES = ("added", "removed", "changed")
@@ -48,6 +52,13 @@ class OperatorDiff:
     keys_changed: int = 0
     examples: dict[str, list[Any]] = field(default_factory=lambda: {"added": [], "removed": [], "changed": []})
     keyed: pa.Table | None = field(default=None, repr=False)
+    #: timers added or removed (`timer_changes`), None when not compared
+    timers: pa.Table | None = field(default=None, repr=False)
+    timers_added: int = 0
+    timers_removed: int = 0
+    #: per operator state (list, union, broadcast) of both sides: its rows added, removed or changed
+    #: (`state_row_changes`); only states with differences
+    state_rows: dict[str, pa.Table] = field(default_factory=dict, repr=False)
 
     @property
     def name(self) -> str:
@@ -56,7 +67,13 @@ class OperatorDiff:
     @property
     def empty(self) -> bool:
         return not (self.settings or self.states_added or self.states_removed or self.states_changed
-                    or self.keys_added or self.keys_removed or self.keys_changed)  # fmt: skip
+                    or self.keys_added or self.keys_removed or self.keys_changed
+                    or self.timers_added or self.timers_removed or self.state_rows)  # fmt: skip
+
+    def state_row_counts(self) -> dict[str, dict[str, int]]:
+        """``{state: {"added": n, "removed": n, "changed": n}}`` for the operator states that differ."""
+        return {name: {kind: int(pc.sum(pc.equal(t.column("change"), kind)).as_py() or 0) for kind in CHANGES}
+                for name, t in self.state_rows.items()}  # fmt: skip
 
     def to_json(self) -> dict[str, Any]:
         return {"uid": self.uid, "uid_hash": self.uid_hash,
@@ -64,6 +81,8 @@ class OperatorDiff:
                 "states_added": self.states_added, "states_removed": self.states_removed,
                 "states_changed": self.states_changed, "keys_added": self.keys_added,
                 "keys_removed": self.keys_removed, "keys_changed": self.keys_changed,
+                "timers_added": self.timers_added, "timers_removed": self.timers_removed,
+                "state_rows": self.state_row_counts(),
                 "examples": {kind: [list(k) if isinstance(k, tuple) else k for k in keys]
                              for kind, keys in self.examples.items()}}  # fmt: skip
 
@@ -200,6 +219,75 @@ def keyed_changes(a: pa.Table, b: pa.Table, states_a: list[str], states_b: list[
     return pa.concat_tables(parts)
 
 
+def timer_changes(a: pa.Table, b: pa.Table) -> pa.Table:
+    """Timers in `b` and not in `a` (``added``) or in `a` and not in `b` (``removed``).
+
+    Both tables hold ``key``, [``namespace``], ``timestamp``, ``domain`` (a savepoint's timers
+    table); a timer is the whole row, so the result holds those columns and ``change``.
+    """
+    ma, names = _match_columns(a, "__ra")
+    mb, _ = _match_columns(b, "__rb")
+    # a timer is its key and namespace (the match columns) plus its time and domain
+    ma = ma.append_column("__ts", a.column("timestamp")).append_column("__domain", a.column("domain"))
+    mb = mb.append_column("__ts", b.column("timestamp")).append_column("__domain", b.column("domain"))
+    keys = [*names, "__ts", "__domain"]
+    joined = ma.join(mb, keys=keys, join_type="full outer", use_threads=True)
+    parts = []
+    for kind, src, col in (("removed", a, "__rb"), ("added", b, "__ra")):
+        rows = joined.filter(pc.is_null(joined.column(col)))
+        idx = rows.column("__ra" if kind == "removed" else "__rb").combine_chunks()
+        cols = {c: pc.take(src.column(c), idx) for c in src.column_names if c != "key_group"}
+        cols["change"] = pa.array([kind] * rows.num_rows, pa.string())
+        parts.append(pa.table(cols))
+    return pa.concat_tables(parts)
+
+
+def _frozen(value: Any) -> Any:
+    """A hashable form of an Arrow value as `to_pylist` gives it (structs as dicts, lists, maps as pairs)."""
+    if isinstance(value, dict):
+        return tuple((k, _frozen(v)) for k, v in value.items())
+    if isinstance(value, list):
+        return tuple(_frozen(v) for v in value)
+    return value
+
+
+def state_row_changes(a: pa.Table, b: pa.Table, *, broadcast: bool) -> pa.Table:
+    """The rows of one operator state that differ between `a` and `b` (the savepoints' tables of it).
+
+    List and union state (``value``) compare as multisets of elements - their order and subtasks
+    change with any rescale - giving ``value`` and ``change`` (``added`` | ``removed``), one row per
+    element more on one side. Broadcast state (``key``, ``value``) compares by key, giving ``key``,
+    ``change`` (``added`` | ``removed`` | ``changed``), ``old`` and ``new``.
+    """
+    if broadcast:
+        def entries(t: pa.Table) -> dict[Any, tuple[Any, Any]]:
+            keys, values = t.column("key").to_pylist(), t.column("value").to_pylist()
+            return {_frozen(k): (k, v) for k, v in zip(keys, values)}
+
+        old, new = entries(a), entries(b)
+        rows = [(old[k][0], "removed", old[k][1], None) for k in old if k not in new]
+        rows += [(new[k][0], "added", None, new[k][1]) for k in new if k not in old]
+        rows += [(new[k][0], "changed", old[k][1], new[k][1]) for k in new
+                 if k in old and _frozen(old[k][1]) != _frozen(new[k][1])]  # fmt: skip
+        key, change, before, after = (list(c) for c in zip(*rows)) if rows else ([], [], [], [])
+        return pa.table({"key": pa.array(key, b.schema.field("key").type), "change": pa.array(change, pa.string()),
+                         "old": pa.array(before, a.schema.field("value").type),
+                         "new": pa.array(after, b.schema.field("value").type)})  # fmt: skip
+    va, vb = a.column("value").to_pylist(), b.column("value").to_pylist()
+    ca, cb = Counter(map(_frozen, va)), Counter(map(_frozen, vb))
+    values, changes = [], []
+    for kind, side, mine, other in (("removed", va, ca, cb), ("added", vb, cb, ca)):
+        extra = mine - other
+        for v in side:  # in the side's order, each element as many times as it is in excess
+            f = _frozen(v)
+            if extra[f] > 0:
+                extra[f] -= 1
+                values.append(v)
+                changes.append(kind)
+    return pa.table({"value": pa.array(values, b.schema.field("value").type),
+                     "change": pa.array(changes, pa.string())})  # fmt: skip
+
+
 def diff(
     a: Savepoint | str | os.PathLike[str],
     b: Savepoint | str | os.PathLike[str],
@@ -225,9 +313,11 @@ def diff(
     -------
     SavepointDiff
         Operators are matched by uid hash. For operators in both: changed settings (parallelism,
-        max parallelism, key type), states added/removed/changed (kind or type), and the keyed
-        diff - rows added, removed or changed with their old and new states (`keyed_changes`).
-        Keyed files with the same checksums in both are not read.
+        max parallelism, key type), states added/removed/changed (kind or type), the keyed
+        diff - rows added, removed or changed with their old and new states (`keyed_changes`) -,
+        timers added or removed (`timer_changes`) and the rows of each list, union and broadcast
+        state of both sides added, removed or changed (`state_row_changes`). Files with the same
+        checksums in both are not read.
 
     Raises
     ------
@@ -278,10 +368,17 @@ def _operator_diff(sa: Savepoint, sb: Savepoint, ma: OperatorMetadata, mb: Opera
     d.states_removed = [s for s in states_a if s not in states_b]
     d.states_added = [s for s in states_b if s not in states_a]
     d.states_changed = [s for s in states_a if s in states_b and states_a[s] != states_b[s]]
-    if not rows or ma.key_type is None:
+    if not rows:
         return d
-    if [f.checksum for f in ma.files_of("keyed")] == [f.checksum for f in mb.files_of("keyed")] and \
-            ma.keyed_states == mb.keyed_states and not ma.is_native and not mb.is_native:
+    _operator_state_rows(sa, sb, ma, mb, d)
+    if ma.key_type is None:
+        return d
+    if not _same_files(ma, mb, "timers"):
+        d.timers = timers = timer_changes(sa.timers(ma.identifier), sb.timers(mb.identifier))
+        change = timers.column("change")
+        d.timers_added = int(pc.sum(pc.equal(change, "added")).as_py() or 0)
+        d.timers_removed = timers.num_rows - d.timers_added
+    if _same_files(ma, mb, "keyed") and ma.keyed_states == mb.keyed_states:
         return d  # same files: same keys and values
     d.keyed = keyed = keyed_changes(
         sa.keyed_table(ma.identifier), sb.keyed_table(mb.identifier),
@@ -297,6 +394,33 @@ def _operator_diff(sa: Savepoint, sb: Savepoint, ma: OperatorMetadata, mb: Opera
             keys = [(k, _display_key(ns)) for k, ns in zip(keys, head.column("namespace").to_pylist())]
         d.examples[kind] = sorted(keys, key=repr)
     return d
+
+
+def _same_files(ma: OperatorMetadata, mb: OperatorMetadata, table: Any, state: str | None = None) -> bool:
+    """Both sides list the same files (by checksum) for `table`: same rows, nothing to read."""
+    if ma.is_native or mb.is_native:
+        return False  # native RocksDB files hold every table
+    fa, fb = ma.files_of(table, state), mb.files_of(table, state)
+    return bool(fa) and [f.checksum for f in fa] == [f.checksum for f in fb]
+
+
+def _operator_state_rows(sa: Savepoint, sb: Savepoint, ma: OperatorMetadata, mb: OperatorMetadata,
+                         d: OperatorDiff) -> None:  # fmt: skip
+    """Compare the rows of each operator state both sides hold with the same redistribution."""
+    infos_b = {s.name: s for s in mb.operator_states}
+    for info in ma.operator_states:
+        other = infos_b.get(info.name)
+        if other is None or other.redistribution != info.redistribution:
+            continue
+        broadcast = info.redistribution == "broadcast"
+        table = "broadcast" if broadcast else "operator"
+        if _same_files(ma, mb, table, info.name):
+            continue
+        read = {"broadcast": "broadcast_state", "union": "union_state"}.get(info.redistribution, "list_state")
+        changes = state_row_changes(getattr(sa, read)(ma.identifier, info.name), getattr(sb, read)(mb.identifier, info.name),
+                                    broadcast=broadcast)  # fmt: skip
+        if changes.num_rows:
+            d.state_rows[info.name] = changes
 
 
 def _display_key(key: Any) -> Any:

@@ -187,9 +187,9 @@ def repair(source: str | os.PathLike, target: str | os.PathLike, edits: Sequence
             elif not op_edits.removed:
                 ident = op_edits.new_ident or m.identifier
                 name = (op_edits.new_ident.uid or m.name) if op_edits.new_ident else m.name
-                if op_edits.rewrites:
+                if op_edits.rewrites and not _rewrite_key_groups(builder, sp, op_edits, ident, name):
                     _rewrite(builder, sp, op_edits, ident, name)
-                else:
+                elif not op_edits.rewrites:
                     link_operator(builder, sp, m, ident, name=name)
     plan.written = True
     return plan
@@ -230,7 +230,7 @@ def _plan_edit(sp: Savepoint, e: _OperatorEdits, edit: Edit, changes: list[str],
         changes.append(f"operator {name}: remove state {edit.state!r}")
     elif isinstance(edit, DeleteKeys):
         _require_keyed(m, "it has no keys")
-        present = [k for k in edit.keys if sp.get(m.identifier, k) is not None]
+        present = [k for k in edit.keys if _has_state(sp, m, k)]
         for k in edit.keys:
             if k not in present:
                 noops.append(f"operator {name}: key {k!r} has no state")
@@ -240,8 +240,13 @@ def _plan_edit(sp: Savepoint, e: _OperatorEdits, edit: Edit, changes: list[str],
     elif isinstance(edit, SetValue):
         _require_keyed(m, "it has no keyed state")
         if m.namespace_type is not None:
-            raise InvalidArgumentError(f"operator {name} keeps window state (namespaces); setting one key's value "
-                                       "is not supported there. Use Spark's window bootstrap.")
+            # A window operator's value belongs to a (key, window) pair, kept live by the window's firing and
+            # cleanup timers and read by the window function in its own accumulator shape: a value set for a
+            # key alone has no meaning there, and one set for a new window would never fire.
+            raise InvalidArgumentError(f"operator {name} keeps window state: its values belong to (key, window) "
+                                       "pairs with the windows' timers, so `set` of one key's value is refused. "
+                                       "Write the windows with Spark's window bootstrap (OperatorTransformation"
+                                       ".bootstrap_with(df).key_by(...).window(...)), or delete-key the key.")
         info = m.keyed_state(edit.state)
         value = _fit(edit.value, info.type, f"state {edit.state!r} of {name}")
         current = sp.get(m.identifier, edit.key)
@@ -265,6 +270,21 @@ def _plan_edit(sp: Savepoint, e: _OperatorEdits, edit: Edit, changes: list[str],
         raise InvalidArgumentError(f"unknown edit {edit!r}")
 
 
+def _has_state(sp: Savepoint, m: OperatorMetadata, key: Any) -> bool:
+    """Whether `key` has a row in `m`'s keyed table (in any window, for window operators) or a timer."""
+    if m.namespace_type is None and sp.get(m.identifier, key) is not None:
+        return True
+    from statekit.keygroups import KeyGroupRange, assign_to_key_group
+
+    kg = assign_to_key_group(key, m.max_parallelism, m.key_type)
+    if m.namespace_type is not None:
+        table = sp.keyed_table(m.identifier, key_groups=KeyGroupRange(kg, kg))
+        if table.num_rows and pc.any(key_mask(table.column("key"), [key])).as_py():
+            return True
+    timers = sp.timers(m.identifier)
+    return bool(timers.num_rows) and bool(pc.any(key_mask(timers.column("key"), [key])).as_py())
+
+
 def _require_keyed(m: OperatorMetadata, why: str) -> None:
     if m.key_type is None:
         raise InvalidArgumentError(f"operator {m.display_name} has no keyed state; {why}.")
@@ -278,6 +298,89 @@ def _fit(value: Any, ddl: str, what: str) -> Any:
         return pa.array([value], parse_ddl(ddl))[0].as_py()
     except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError, ValueError) as exc:
         raise StateTypeError(f"{what}: {value!r} does not fit the declared type {ddl} ({exc}).") from None
+
+
+def _rewrite_key_groups(builder: SavepointBuilder, sp: Savepoint, e: _OperatorEdits, ident: OperatorIdentifier,
+                        name: str) -> bool:
+    """Apply set/delete-key edits by rewriting only the files of their keys' key groups (keyed files,
+    and the timer files of deleted keys), every other file of the operator linked; False (nothing
+    done) when the edits change more than keys - states, key groups, keys - or the operator's
+    keyed table is not a set of statekit files, which `_rewrite` then rewrites whole.
+    """
+    from statekit.keygroups import assign_to_key_group
+    from statekit.savepoint.transforms import link_operator
+
+    m = e.meta
+    keyed = m.files_of("keyed")
+    if e.drop_states or e.max_parallelism or e.mapping is not None or m.keyed_format != "parquet" or not keyed:
+        return False
+    ranges = {f.path: (f.key_group_start, f.key_group_end) for f in keyed}
+    if any(s is None or t is None for s, t in ranges.values()):  # not written by statekit's writers
+        return False
+    kg_of = {}
+    for key in (*e.delete_keys, *(k for k, _, _ in e.set_values)):
+        kg_of[_hashable(key)] = assign_to_key_group(key, m.max_parallelism, m.key_type)
+    owner: dict[str, set[int]] = {}  # file path -> the edited key groups it holds (or will hold)
+    for kg in set(kg_of.values()):
+        f = next((f for f in keyed if f.covers(kg)), None)
+        if f is None:  # a key group without rows so far: the nearest file takes it, its range widened
+            f = min(keyed, key=lambda f: min(abs((f.key_group_start or 0) - kg), abs((f.key_group_end or 0) - kg)))
+        owner.setdefault(f.path, set()).add(kg)
+    deleted_kgs = {kg_of[_hashable(k)] for k in e.delete_keys}
+    rewrite = {}
+    for f in m.files:
+        if f.table == "keyed" and f.path in owner:
+            kgs = owner[f.path]
+            rewrite[f.path] = _keyed_file_rewrite(sp, e, f, kgs, [k for k in e.delete_keys if kg_of[_hashable(k)] in kgs],
+                                                  [v for v in e.set_values if kg_of[_hashable(v[0])] in kgs])
+        elif f.table == "timers" and e.delete_keys and any(f.covers(kg) for kg in deleted_kgs):
+            rewrite[f.path] = _timer_file_rewrite(sp, e, f)
+    link_operator(builder, sp, m, ident, name=name, rewrite=rewrite)
+    return True
+
+
+def _keyed_file_rewrite(sp: Savepoint, e: _OperatorEdits, f, kgs: set[int], deletes: list, sets: list):
+    from statekit.format import keyed as K
+    from statekit.format.files import write_parquet
+    from statekit.format.manifest import FileEntry, safe_relative_path
+
+    m = e.meta
+
+    def write(staging: Path, rel: str) -> list:
+        table = sp._check_schema(sp.read_file(f), sp.keyed_schema(m.identifier), f"file {f.path}")
+        table = patch_keyed(table.drop_columns(["key_group"]), delete_keys=deletes, set_values=sets)
+        kg = K.compute_key_groups(table.column("key"), m.max_parallelism, m.keyed_key_type)
+        table, kg = K.drop_unset_rows(table, kg, [s.name for s in m.keyed_states])
+        if not table.num_rows:
+            return []
+        order = K.key_group_order(kg)  # a new key's row joins its key group's rows
+        if order is not None:
+            table, kg = K.take_rows(table, order), kg[order]
+        K.check_unique_keys(table, has_namespace=m.namespace_type is not None,
+                            what=f"keyed table of operator {m.display_name}")
+        nbytes, digest = write_parquet(K.with_key_group_column(table, kg), safe_relative_path(staging, rel))
+        # the range may widen (a key group new to the operator); the file keeps its name, the manifest says
+        start, end = min(f.key_group_start, *kgs), max(f.key_group_end, *kgs)
+        return [FileEntry(rel, "keyed", table.num_rows, nbytes, digest, None, start, end, f.subtask)]
+
+    return write
+
+
+def _timer_file_rewrite(sp: Savepoint, e: _OperatorEdits, f):
+    from dataclasses import replace as replace_entry
+
+    from statekit.format.files import write_parquet
+    from statekit.format.manifest import safe_relative_path
+
+    def write(staging: Path, rel: str) -> list:
+        table = sp.read_file(f)
+        kept = table.filter(pc.invert(key_mask(table.column("key"), e.delete_keys)))
+        if not kept.num_rows:
+            return []
+        nbytes, digest = write_parquet(kept, safe_relative_path(staging, rel))
+        return [replace_entry(f, path=rel, rows=kept.num_rows, bytes=nbytes, checksum=digest)]
+
+    return write
 
 
 def _rewrite(builder: SavepointBuilder, sp: Savepoint, e: _OperatorEdits, ident: OperatorIdentifier,

@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import os
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Literal, Sequence
+from typing import TYPE_CHECKING, Any, Literal, Sequence
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from statekit.errors import (
     CorruptSavepointError,
@@ -16,14 +14,18 @@ from statekit.errors import (
     SchemaMismatchError,
     UntrustedPicklePayloadError,
 )
-from statekit.format import keyed as K
 from statekit.format.files import read_parquet_verified, read_verified_bytes
 from statekit.format.manifest import FileEntry, Manifest, OperatorMetadata, load_manifest, safe_relative_path
 from statekit.format.values import state_value_decoder
 from statekit.identifiers import OperatorIdentifier
 from statekit.keygroups import KeyGroupRange, assign_to_key_group
-from statekit.state.descriptors import OperatorStateInfo
 from statekit.types import parse_ddl
+
+if TYPE_CHECKING:
+    from statekit.state.descriptors import OperatorStateInfo
+
+# pyarrow.compute, the keyed-table layout (statekit.format.keyed) and thread pools are imported where
+# they are used: opening a savepoint and reading one key (`statekit get`) start without them.
 
 OpLike = OperatorIdentifier | str
 
@@ -96,13 +98,16 @@ class Savepoint:
             files = [f for f in files if f.overlaps(key_groups.start, key_groups.end)]
         return files
 
-    def read_file(self, entry: FileEntry) -> pa.Table:
-        """One verified Parquet file of this savepoint."""
-        return self._read_one(entry)
+    def read_file(self, entry: FileEntry, *, max_rows: int | None = None) -> pa.Table:
+        """One verified Parquet file of this savepoint (with `max_rows`: decoding only the leading row
+        groups that hold at least that many rows; the whole file is still checksummed)."""
+        return self._read_one(entry) if max_rows is None else self._read_one(entry, max_rows=max_rows)
 
     def _read_files(self, entries: Sequence[FileEntry], **kw: Any) -> list[pa.Table]:
         if len(entries) <= 1:
             return [self._read_one(e, **kw) for e in entries]
+        from concurrent.futures import ThreadPoolExecutor
+
         with ThreadPoolExecutor(min(4, len(entries))) as pool:
             return list(pool.map(lambda e: self._read_one(e, **kw), entries))
 
@@ -116,6 +121,8 @@ class Savepoint:
         return table
 
     def _check_schema(self, table: pa.Table, expected: pa.Schema, where: str) -> pa.Table:
+        from statekit.format import keyed as K
+
         if table.num_columns != len(expected) or any(
             a.name != b.name or not K.same_type(a.type, b.type) for a, b in zip(table.schema, expected)
         ):
@@ -138,6 +145,8 @@ class Savepoint:
 
     # -- keyed state -------------------------------------------------------------------------------
     def keyed_schema(self, op: OpLike, *, with_key_group: bool = True) -> pa.Schema:
+        from statekit.format import keyed as K
+
         meta = self.operator(op)
         return K.keyed_schema(
             meta.keyed_key_type, meta.keyed_states, namespace_type=meta.namespace_type, with_key_group=with_key_group
@@ -161,11 +170,14 @@ class Savepoint:
             ]
             table = pa.concat_tables(parts) if parts else expected.empty_table()
         if key_groups is not None:
+            import pyarrow.compute as pc
+
             kg = table.column("key_group")
             table = table.filter(pc.and_(pc.greater_equal(kg, key_groups.start), pc.less_equal(kg, key_groups.end)))
         return table if with_key_group else table.drop_columns(["key_group"])
 
     def _native_table(self, meta: OperatorMetadata, key_groups: KeyGroupRange | None) -> pa.Table:
+        from statekit.format import keyed as K
         from statekit.format.rocksdb_native import native_to_arrow  # RocksDB is only needed for native checkpoints
 
         by_subtask: dict[int, list[FileEntry]] = {}
@@ -194,7 +206,11 @@ class Savepoint:
         return pa.concat_tables(parts) if parts else expected.empty_table()
 
     def get(self, op: OpLike, key: Any, *, namespace: Any = None) -> dict[str, Any] | None:
-        """The states of one key as Python values, or None; reads only the file(s) of its key group."""
+        """The states of one key as Python values, or None.
+
+        Reads only the file(s) of its key group, checksummed whole, and decodes only the row groups whose
+        ``key_group`` statistics may hold the key group.
+        """
         meta = self.operator(op)
         if meta.key_type is None:
             return None
@@ -204,19 +220,16 @@ class Savepoint:
                 "call get() without namespace=."
             )
         kg = assign_to_key_group(key, meta.max_parallelism, meta.key_type)
-        rng = KeyGroupRange(kg, kg)
         if meta.is_native:
-            table = self._native_table(meta, rng)
+            rows = self._native_table(meta, KeyGroupRange(kg, kg)).to_pylist()
         else:
             expected = self.keyed_schema(op)
-            files = [f for f in self.keyed_files(op) if f.covers(kg)]
-            filters = [("key_group", "=", kg)]
-            if not pa.types.is_struct(parse_ddl(meta.key_type)):
-                filters.append(("key", "=", key))
-            parts = [self._check_schema(t, expected, f"file {e.path}") for e, t in
-                     zip(files, self._read_files(files, filters=filters))]
-            table = pa.concat_tables(parts) if parts else expected.empty_table()
-        rows = [r for r in table.to_pylist() if _same_key(r["key"], key) and _same_ns(r.get("namespace"), namespace)]
+            rows = []
+            for e in self.keyed_files(op):
+                if e.covers(kg):
+                    table = self._check_schema(self._read_one(e, key_group=kg), expected, f"file {e.path}")
+                    rows += _rows_of_key(table, kg, key, struct_key=pa.types.is_struct(expected.field("key").type))
+        rows = [r for r in rows if _same_key(r["key"], key) and _same_ns(r.get("namespace"), namespace)]
         if not rows:
             return None
         return decode_row(rows[0], meta, trusted=self.trust_pickled)
@@ -227,12 +240,14 @@ class Savepoint:
         meta = self.operator(op)
         if meta.key_type is None:
             return pa.table({})
+        from statekit.format import keyed as K
+
         expected = K.timers_schema(meta.key_type, namespace_type=meta.namespace_type)
         files = meta.files_of("timers")
         parts = [self._check_schema(t, expected, f"file {e.path}") for e, t in zip(files, self._read_files(files))]
         return pa.concat_tables(parts) if parts else expected.empty_table()
 
-    def _operator_state_table(self, op: OpLike, name: str, redistribution: str | None) -> tuple[OperatorStateInfo, pa.Table]:
+    def _operator_state_table(self, op: OpLike, name: str, redistribution: str | None) -> tuple["OperatorStateInfo", pa.Table]:
         meta = self.operator(op)
         info = meta.operator_state(name, redistribution=redistribution)
         sub: Literal["broadcast", "operator"] = "broadcast" if info.redistribution == "broadcast" else "operator"
@@ -266,7 +281,7 @@ class Savepoint:
         _, table = self._operator_state_table(op, name, "broadcast")
         return table
 
-    def operator_state_lists(self, op: OpLike, name: str) -> tuple[OperatorStateInfo, list[list[Any]]]:
+    def operator_state_lists(self, op: OpLike, name: str) -> tuple["OperatorStateInfo", list[list[Any]]]:
         """A list state as it was snapshotted: one Python list per subtask (for restores)."""
         info, table = self._operator_state_table(op, name, None)
         meta = self.operator(op)
@@ -294,6 +309,38 @@ def decode_row(row: dict[str, Any], meta: OperatorMetadata, *, trusted: bool) ->
             )
         out[s.name] = state_value_decoder(s, trusted=trusted)(value)
     return out
+
+
+def _rows_of_key(table: pa.Table, kg: int, key: Any, *, struct_key: bool) -> list[dict[str, Any]]:
+    """The rows of `table` in key group `kg` whose key may equal `key`, as Python dicts.
+
+    Found with numpy on the few row groups read, without pyarrow.compute (or the pandas that
+    pyarrow's ``to_numpy`` loads): `get` stays a light process.
+    """
+    import numpy as np
+
+    from statekit.format.keyed import column_values
+
+    kgs = column_values(table.column("key_group")) if table.num_rows else None
+    if kgs is None:
+        return []
+    hit = np.flatnonzero(kgs == kg)
+    if not len(hit):
+        return []
+    lo, hi = int(hit[0]), int(hit[-1]) + 1  # a key group's rows are contiguous; `hit` still guards the order
+    keys = table.column("key").slice(lo, hi - lo)
+    values = None if struct_key else column_values(keys)
+    if values is not None:
+        try:
+            same = np.asarray(values == key, dtype=bool)
+        except (TypeError, ValueError, OverflowError):  # a key no value of the column can equal
+            return []
+        if same.shape != (hi - lo,):
+            return []
+    else:
+        same = np.array([struct_key or v == key for v in keys.to_pylist()], dtype=bool)
+    rows = hit[same[hit - lo]]
+    return [table.slice(int(i), 1).to_pylist()[0] for i in rows]
 
 
 def _same_key(a: Any, b: Any) -> bool:

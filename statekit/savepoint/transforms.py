@@ -44,17 +44,27 @@ class TransformPlan:
         return "\n".join([f"{verb} {self.target} from {self.source}:"] + [f"  - {c}" for c in self.changes])
 
 
+#: Writes the replacement of one file: called with the staging directory and the file's path in the
+#: target, it writes there (or nowhere) and returns the entries of what it wrote.
+FileRewrite = Callable[[Path, str], "list[FileEntry]"]
+
+
 def link_operator(builder: SavepointBuilder, source: Savepoint, meta: OperatorMetadata,
-                   ident: OperatorIdentifier, *, name: str | None = None) -> None:
+                   ident: OperatorIdentifier, *, name: str | None = None,
+                   rewrite: dict[str, FileRewrite] | None = None) -> None:
     """Carry an operator over unchanged (possibly under a new identifier), its files hard-linked or copied.
 
     Every file is created new in the builder's staging directory (`place_file`), so nothing is ever
     written through a name shared with the source. A source directory keeps its file names in the
     target (a native RocksDB directory stays a RocksDB directory); source directories that would
-    land on the same target directory get distinct ones.
+    land on the same target directory get distinct ones. `rewrite` maps the paths of files that
+    change (e.g. the one file of a key group a repair edits) to the function that writes their
+    replacement under the same target name; every other file is linked.
     """
     refuse_target_inside(source.path, builder.path)
     if meta.keyed_format == "flink":
+        if rewrite:
+            raise InvalidArgumentError(f"operator {meta.display_name} holds Flink state; rewrite it as a whole.")
         # a Flink savepoint's state is not in statekit files: carrying it means writing it decoded
         # (linking its files would leave the operator empty in the target - silent data loss)
         from statekit.savepoint.convert import write_flink_operator
@@ -70,6 +80,9 @@ def link_operator(builder: SavepointBuilder, source: Savepoint, meta: OperatorMe
     with storage_errors(builder.path):
         staging = builder.staging
         for f, rel in zip(meta.files, _target_names(writer.dir, [f.path for f in meta.files])):
+            if rewrite and f.path in rewrite:
+                entries += rewrite[f.path](staging, rel)
+                continue
             dst = safe_relative_path(staging, rel)
             dst.parent.mkdir(parents=True, exist_ok=True)
             place_file(safe_relative_path(source.path, f.path), dst, expected_size=f.bytes)

@@ -94,6 +94,17 @@ class OperatorWriter:
             raise InvalidArgumentError(f"write_keyed() takes a pyarrow.Table, got {type(table).__name__}.")
         self._keyed.append(table)
 
+    def declare_keyed_states(self, states: Sequence[StateInfo]) -> None:
+        """Declare the keyed states once they are known, when user code registers them while the
+        tables are written (a bootstrap function's ``open`` run in Spark tasks); before the commit."""
+        self._require_keyed("keyed state")
+        infos = tuple(states)
+        for s in infos:
+            parse_ddl(s.type)
+        if len({s.name for s in infos}) != len(infos):
+            raise InvalidArgumentError(f"operator {self.identifier}: two keyed states share a name in {[s.name for s in infos]}.")
+        self.keyed_states = infos
+
     def write_timers(self, table: pa.Table) -> None:
         """Add timers: ``key``, optional ``key_group``/``namespace``, ``timestamp``, ``domain``."""
         self._require_keyed("timers")

@@ -282,11 +282,7 @@ class OneInputOperatorTransformation:
             raise InvalidArgumentError(
                 f"{fn!r} is not a StateBootstrapFunction or BroadcastStateBootstrapFunction."
             )
-        if isinstance(fn, StateBootstrapFunction):  # registration errors surface on the driver, typed
-            ctx = OperatorBootstrapContext(DefaultOperatorStateStore(), 0)
-            _copy(fn).initialize_state(ctx)
-            if not ctx._store.snapshot():
-                raise InvalidArgumentError(f"{type(fn).__name__}.initialize_state registered no list state.")
+        # As in Flink, the function's initialize_state/open run only in the tasks (never on the driver).
         return BootstrapTransformation(lambda *a: _write_operator_state(self, fn, *a), None)
 
 
@@ -301,18 +297,15 @@ class KeyedOperatorTransformation:
     def transform(self, fn: KeyedStateBootstrapFunction) -> "BootstrapTransformation":
         if not isinstance(fn, KeyedStateBootstrapFunction):
             raise InvalidArgumentError(f"{fn!r} is not a KeyedStateBootstrapFunction.")
-        # Open a copy on the driver: registration errors surface here, typed, and give the declared states.
-        backend = _backend(self.key_type, 128)
-        probe = _copy(fn)
-        probe.open(KeyedBootstrapContext(backend))
-        probe.close()
-        infos = backend.state_infos()  # may be empty: a function may only register timers (as in Flink)
-        return BootstrapTransformation(lambda *a: _write_keyed_function(self, fn, infos, *a), infos)
+        # As in Flink, the function is opened only in the tasks: the states it registers there are
+        # reported with the written files and declared when the operator is written.
+        return BootstrapTransformation(lambda *a: _write_keyed_function(self, fn, *a), None)
 
-    def window(self, assigner: Any, *, timestamp: str, allowed_lateness: int = 0) -> Any:
+    def window(self, assigner: Any, *, timestamp: str | None = None, allowed_lateness: int = 0) -> Any:
         """Pending event-time windows (Flink's window bootstrap): rows go to `assigner`'s windows by
-        their `timestamp` column (epoch milliseconds or a Spark timestamp); finish with ``reduce``,
-        ``aggregate`` or ``process`` exactly as the job defines its window (`statekit.spark.window_bootstrap`).
+        their `timestamp` column (epoch milliseconds or a Spark timestamp; optional for `GlobalWindows`);
+        add the job's ``trigger``/``evictor`` and finish with ``reduce``, ``aggregate``, ``process`` or
+        ``apply`` exactly as the job defines its window (`statekit.spark.window_bootstrap`).
 
         >>> (OperatorTransformation.bootstrap_with(clicks).key_by("user")            # doctest: +SKIP
         ...     .window(TumblingEventTimeWindows.of(60_000), timestamp="ts")
@@ -364,12 +357,6 @@ class BootstrapTransformation:
 
 
 # --- execution ---------------------------------------------------------------------------------------
-
-
-def _copy(fn: Any) -> Any:
-    from pyspark import cloudpickle
-
-    return pickle.loads(cloudpickle.dumps(fn))
 
 
 def _backend(key_type: str, max_parallelism: int) -> HeapKeyedStateBackend:
@@ -454,20 +441,19 @@ def part_plan(df: DataFrame, builder: SavepointBuilder, writer: Any) -> P.PartPl
                                                                 writer.max_parallelism))  # fmt: skip
 
 
-def _write_keyed_function(t: KeyedOperatorTransformation, fn: KeyedStateBootstrapFunction, infos: Any,
+def _write_keyed_function(t: KeyedOperatorTransformation, fn: KeyedStateBootstrapFunction,
                           builder: SavepointBuilder, ident: OperatorIdentifier, max_parallelism: int) -> None:
     key_type = t.key_type
     arrow_key = parse_ddl(key_type)
     to_key = python_converter(arrow_key, hashable=True)
     parallelism = _parallelism(t.source, max_parallelism)
     keyed, key_col = keyed_frame(t.source.df, t.key, key_type)
-    writer = builder.add_operator(ident, parallelism=parallelism, max_parallelism=max_parallelism,
-                                  key_type=key_type, keyed_states=infos)
+    writer = builder.add_operator(ident, parallelism=parallelism, max_parallelism=max_parallelism, key_type=key_type)
 
-    def bootstrap(batches: Iterable[pa.RecordBatch]) -> tuple[pa.Table | None, pa.Table | None]:
+    def bootstrap(batches: Iterable[pa.RecordBatch]) -> tuple[pa.Table | None, pa.Table | None, Any]:
         backend = _backend(key_type, max_parallelism)
         ctx = KeyedBootstrapContext(backend)
-        fn.open(ctx)
+        _call_if(fn, "open", ctx)
         ctx._opened = True
         with no_gc():  # the backend grows by one entry per key: generational GC passes would dominate
             for batch in batches:
@@ -475,27 +461,24 @@ def _write_keyed_function(t: KeyedOperatorTransformation, fn: KeyedStateBootstra
                 for k, row in zip(keys, _rows(batch, (_KEY, P.KEY_GROUP))):
                     backend.set_current_key(k if to_key is None else to_key(k), -1)
                     _call(fn.process_element(row, ctx))
-        fn.close()
+        _call_if(fn, "close")
         table = backend.snapshot(0).table()
-        _check_infos(table, infos, ident)
         timers = None
         if ctx._timers.timers:
             k, ts, dom = zip(*ctx._timers.timers)
             timers = pa.table({"key": to_arrow_array(list(k), arrow_key, what="timer key"),
                                "timestamp": pa.array(ts, pa.int64()), "domain": pa.array(dom, pa.string())})
-        return (table if table.num_rows else None), timers
+        # the states registered in open() (none for a timers-only function, as in Flink)
+        return (table if table.num_rows else None), timers, backend.state_infos()
 
-    writer.add_files(P.write_keyed_parts(keyed, key_col, part_plan(keyed, builder, writer), bootstrap))
+    write_discovered(keyed, key_col, builder, writer, bootstrap)
 
 
-def _check_infos(table: pa.Table, infos: Any, ident: OperatorIdentifier) -> None:
-    names = [c for c in table.column_names if c not in ("key_group", "key", "namespace")]
-    declared = [i.name for i in infos]
-    if names != declared:
-        raise StateTypeError(
-            f"operator {ident}: a bootstrap task registered states {names}, but open() on the driver registered "
-            f"{declared}; open(ctx) must register the same states every time."
-        )
+def write_discovered(df: DataFrame, key_col: str, builder: SavepointBuilder, writer: Any, task: Any) -> None:
+    """Write `writer`'s keyed parts with a task function reporting its states; declare the merged states."""
+    entries, infos = P.write_discovered_parts(df, key_col, part_plan(df, builder, writer), task)
+    writer.declare_keyed_states(infos)
+    writer.add_files(entries)
 
 
 def _write_keyed_columns(t: KeyedOperatorTransformation, pairs: list, infos: Any, builder: SavepointBuilder,
@@ -547,6 +530,11 @@ def _write_operator_state(t: OneInputOperatorTransformation, fn: Any, builder: S
             yield from _blobs(name, subtask, table, always=True)
 
     results = _collect(df.mapInArrow(bootstrap, _BLOBS))
+    if not broadcast and not results and df.rdd.getNumPartitions():  # tasks ran, none registered a state
+        raise InvalidArgumentError(
+            f"operator {ident}: {type(fn).__name__}.initialize_state registered no list state; register it with "
+            "ctx.get_operator_state_store().get_list_state(ListStateDescriptor(...))."
+        )
     writer = builder.add_operator(ident, parallelism=parallelism, max_parallelism=max_parallelism)
     states: dict[str, tuple[Any, list[list[pa.Table]]]] = {}
     for name, subtask, table in results:

@@ -24,13 +24,19 @@ see (as for reading it with Spark).
 
 To reuse it for another operator layout (e.g. a Flink-format writer), give `write_keyed_parts` a
 `PartPlan` and a task function; `write_table_files` is the per-bucket file writer.
+
+When the states are known only once user code runs (a bootstrap function's ``open``, a window
+trigger's state), `write_discovered_parts` lets each task report the states it registered beside its
+files; the driver merges the reports (`merge_states`) and declares them, so user code runs only in
+the tasks, as in Flink.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Literal
 
@@ -40,11 +46,12 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
 
-from statekit.errors import InvalidArgumentError
+from statekit.errors import InvalidArgumentError, StateTypeError
 from statekit.format import keyed as K
 from statekit.format.files import write_parquet
 from statekit.format.manifest import FileEntry
 from statekit.savepoint.writer import OperatorWriter, SavepointBuilder
+from statekit.state.descriptors import StateInfo
 
 __all__ = [
     "KEY_GROUP",
@@ -52,10 +59,12 @@ __all__ = [
     "PartPlan",
     "TaskFunction",
     "entries_from",
+    "merge_states",
     "partition_values",
     "plan_for",
     "task_table",
     "write_buckets",
+    "write_discovered_parts",
     "write_keyed_parts",
     "write_table_files",
 ]
@@ -64,16 +73,20 @@ __all__ = [
 KEY_GROUP = "__statekit_kg"
 _PART = "__statekit_part"
 
-#: One row per written file, as executors return them.
+#: One row per written file, as executors return them; a task that reports its states adds one row
+#: with table `STATES` (``states``: the states as JSON, ``rows``: how many keyed files it wrote,
+#: ``key_group_start``: its partition).
 PART_SCHEMA = StructType([
     StructField("path", StringType(), False), StructField("table", StringType(), False),
     StructField("rows", LongType(), False), StructField("bytes", LongType(), False),
     StructField("checksum", StringType(), False), StructField("key_group_start", IntegerType(), False),
-    StructField("key_group_end", IntegerType(), False),
+    StructField("key_group_end", IntegerType(), False), StructField("states", StringType(), True),
 ])  # fmt: skip
+STATES = "__states"
 
-#: A task's function: the batches of one task's rows (with `KEY_GROUP`) -> (keyed table, timers table).
-#: Either may be None. Tables hold ``key`` (and ``namespace``) and state columns, resp. timer columns;
+#: A task's function: the batches of one task's rows (with `KEY_GROUP`) -> (keyed table, timers table),
+#: or (keyed, timers, states) when the task reports the `StateInfo`s it registered (`write_discovered_parts`).
+#: Either table may be None. Tables hold ``key`` (and ``namespace``) and state columns, resp. timer columns;
 #: a ``key_group`` column, when present, must hold the keys' key groups (else they are computed).
 TaskFunction = Callable[[Iterable[pa.RecordBatch]], "tuple[pa.Table | None, pa.Table | None]"]
 
@@ -87,7 +100,7 @@ class PartPlan:
     key_type: str
     max_parallelism: int
     buckets: int
-    keyed_schema: pa.Schema  #: without ``key_group``, as `K.keyed_schema(..., with_key_group=False)`
+    keyed_schema: pa.Schema | None  #: without ``key_group`` (`K.keyed_schema(..., with_key_group=False)`); None: the task's
     namespace_type: str | None
     rows_per_file: int
     what: str  #: how errors name the operator
@@ -212,8 +225,20 @@ def _entries_batch(entries: list[FileEntry]) -> pa.RecordBatch:
             "checksum": pa.array([e.checksum for e in entries], pa.string()),
             "key_group_start": pa.array([e.key_group_start for e in entries], pa.int32()),
             "key_group_end": pa.array([e.key_group_end for e in entries], pa.int32()),
+            "states": pa.nulls(len(entries), pa.string()),
         }
     )
+
+
+def _states_batch(infos: tuple[StateInfo, ...], keyed_files: int) -> pa.RecordBatch:
+    from pyspark import TaskContext
+
+    task = TaskContext.get()
+    return pa.RecordBatch.from_pydict({
+        "path": [""], "table": [STATES], "rows": pa.array([keyed_files], pa.int64()), "bytes": pa.array([0], pa.int64()),
+        "checksum": [""], "key_group_start": pa.array([task.partitionId() if task else 0], pa.int32()),
+        "key_group_end": pa.array([0], pa.int32()), "states": [json.dumps([i.to_json() for i in infos])],
+    })  # fmt: skip
 
 
 def write_task_output(keyed: pa.Table | None, timers: pa.Table | None, plan: PartPlan,
@@ -221,9 +246,12 @@ def write_task_output(keyed: pa.Table | None, timers: pa.Table | None, plan: Par
     """Executor side: conform one task's keyed table and timers to the layout and write their files."""
     entries: list[FileEntry] = []
     if keyed is not None and keyed.num_rows:
+        schema = plan.keyed_schema
+        if schema is None:  # a task function of `write_discovered_parts` returned no states
+            raise InvalidArgumentError(f"{plan.what}: the task wrote keyed rows without reporting their states.")
         keyed, kg = _key_groups(keyed, plan)
-        keyed = K.conform(keyed, plan.keyed_schema, what=plan.what)
-        names = [f.name for f in plan.keyed_schema if f.name not in ("key", "namespace")]
+        keyed = K.conform(keyed, schema, what=plan.what)
+        names = [f.name for f in schema if f.name not in ("key", "namespace")]
         keyed, kg = K.drop_unset_rows(keyed, kg, names)
         has_ns = plan.namespace_type is not None
         unique = check_unique or (lambda t: K.check_unique_keys(t, has_namespace=has_ns, what=plan.what))
@@ -266,28 +294,94 @@ def write_keyed_parts(df: DataFrame, key_col: str, plan: PartPlan, task: TaskFun
     ``timers=True`` the timers table's; with `task`, each Spark task hands its rows (batches with
     `KEY_GROUP`) to ``task`` and writes what it returns.
     """
-    fn = task or _identity(key_col, timers=timers)
+    return _run(df, key_col, plan, task or _identity(key_col, timers=timers), check_unique)[0]
+
+
+def write_discovered_parts(df: DataFrame, key_col: str, plan: PartPlan, task: TaskFunction, *,
+                           check_unique: Callable[[pa.Table], None] | None = None,
+                           ) -> tuple[list[FileEntry], tuple[StateInfo, ...]]:  # fmt: skip
+    """As `write_keyed_parts` for a task function that returns ``(keyed, timers, states)``: each task
+    writes its files with the states it registered, and the driver merges the tasks' reports
+    (`merge_states`). Returns the files' entries and the operator's states, to declare on its writer."""
+    entries, reports = _run(df, key_col, replace(plan, keyed_schema=None), task, check_unique)
+    return entries, merge_states(reports, plan.what)
+
+
+def _run(df: DataFrame, key_col: str, plan: PartPlan, fn: TaskFunction,
+         check_unique: Callable[[pa.Table], None] | None) -> tuple[list[FileEntry], list]:  # fmt: skip
     bucketed = _with_buckets(df, key_col, plan)
 
     def write(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        keyed, timers = fn(batches)
-        entries = write_task_output(keyed, timers, plan, check_unique)
+        out = fn(batches)
+        task_plan = plan
+        if len(out) == 3:  # the task's own states give its files' columns
+            infos = tuple(out[2])
+            task_plan = replace(plan, keyed_schema=K.keyed_schema(plan.key_type, infos, with_key_group=False,
+                                                                  namespace_type=plan.namespace_type))  # fmt: skip
+        entries = write_task_output(out[0], out[1], task_plan, check_unique)
+        if len(out) == 3:
+            yield _states_batch(infos, sum(e.table == "keyed" for e in entries))
         if entries:
             yield _entries_batch(entries)
 
-    return entries_from(bucketed.mapInArrow(write, PART_SCHEMA))
+    return _collect_parts(bucketed.mapInArrow(write, PART_SCHEMA))
+
+
+def _collect_parts(parts: DataFrame) -> tuple[list[FileEntry], list]:
+    out = parts.toArrow()
+    cols = {c: out.column(c).to_pylist() for c in out.column_names}
+    entries, reports = [], []
+    for p, t, r, b, c, s, e, st in zip(cols["path"], cols["table"], cols["rows"], cols["bytes"], cols["checksum"],
+                                       cols["key_group_start"], cols["key_group_end"], cols["states"]):  # fmt: skip
+        if t == STATES:
+            reports.append((s, r, tuple(StateInfo.from_json(d) for d in json.loads(st))))
+        else:
+            entries.append(FileEntry(p, t, r, b, c, None, s, e))
+    return sorted(entries, key=lambda e: e.path), sorted(reports, key=lambda rep: rep[0])
 
 
 def entries_from(parts: DataFrame) -> list[FileEntry]:
     """Run the writing job and return the `FileEntry` of every file it wrote (small rows, one per file)."""
-    out = parts.toArrow()
-    cols = {c: out.column(c).to_pylist() for c in out.column_names}
-    entries = [
-        FileEntry(p, t, r, b, c, None, s, e)
-        for p, t, r, b, c, s, e in zip(cols["path"], cols["table"], cols["rows"], cols["bytes"], cols["checksum"],
-                                       cols["key_group_start"], cols["key_group_end"])
-    ]  # fmt: skip
-    return sorted(entries, key=lambda e: e.path)
+    return _collect_parts(parts)[0]
+
+
+def merge_states(reports: list[tuple[int, int, tuple[StateInfo, ...]]], what: str) -> tuple[StateInfo, ...]:
+    """One operator's states from its tasks' reports ``(task, keyed files written, states)``.
+
+    The union, in the order the first tasks registered them. A state registered differently by two
+    tasks raises `StateTypeError`; so do two tasks that wrote keyed files with different states
+    (every file must hold the columns the manifest declares).
+
+    >>> a, b = StateInfo("n", "value", "bigint"), StateInfo("s", "list", "string")
+    >>> [i.name for i in merge_states([(0, 1, (a, b)), (1, 0, ()), (2, 2, (a, b))], "op")]
+    ['n', 's']
+    >>> merge_states([(0, 1, (a,)), (1, 1, (StateInfo("n", "value", "int"),))], "op")
+    Traceback (most recent call last):
+    ...
+    statekit.errors.StateTypeError: op: state 'n' was registered as value<bigint> in one task and as value<int> in another; register each state with one descriptor.
+    """
+    merged: dict[str, StateInfo] = {}
+    for _, _, infos in reports:
+        for info in infos:
+            known = merged.setdefault(info.name, info)
+            if known != info:
+                raise StateTypeError(
+                    f"{what}: state {info.name!r} was registered as {_shown(known)} in one task and as "
+                    f"{_shown(info)} in another; register each state with one descriptor."
+                )
+    names = list(merged)
+    for _, files, infos in reports:
+        if files and [i.name for i in infos] != names:
+            raise StateTypeError(
+                f"{what}: a task registered states {[i.name for i in infos]} where others registered {names}; "
+                "register the same states, in the same order, in every task (a function's open(ctx))."
+            )
+    return tuple(merged.values())
+
+
+def _shown(info: StateInfo) -> str:
+    extra = (", pickled" if info.pickled else "") + (f", ttl {info.ttl_ms} ms" if info.ttl_ms is not None else "")
+    return f"{info.kind}<{info.type}{extra}>"
 
 
 def plan_for(writer: OperatorWriter, builder: SavepointBuilder, *, buckets: int) -> PartPlan:

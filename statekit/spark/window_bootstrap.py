@@ -14,10 +14,18 @@ function (``window-contents`` list state plus ``window-timestamps``), and the ev
 run when the window fires; the bootstrap writes that buffer, so a restored job evicts and
 reduces/aggregates/processes the bootstrapped and live elements together.
 
-Bootstrap supports event-time assigners with their default trigger: tumbling, sliding and session
-windows (each key's elements merged into sessions as the operator's merging window set would, the
-active sessions in map state ``session-windows``). Processing-time windows (their windows depend on
-the wall clock at bootstrap) and custom triggers (their state and timers) are refused.
+Bootstrap supports event-time assigners (tumbling, sliding and session windows, each key's elements
+merged into sessions as the operator's merging window set would, the active sessions in map state
+``session-windows``) and `GlobalWindows`. Processing-time assigners are refused: their windows depend
+on the wall clock at bootstrap.
+
+With the job's trigger (``.window(...).trigger(CountTrigger.of(100))``, `PurgingTrigger`,
+`ContinuousEventTimeTrigger`, `EventTimeTrigger`, `ProcessingTimeTrigger` or a custom `Trigger`),
+each key's history is replayed through it in timestamp order as the job's window operator would see
+it (`statekit.spark.window_replay`): the trigger's own state and the timers it registered are written
+with the windows, a window whose trigger purged it keeps only what came after, and a FIRE emits
+nothing (as Flink's bootstrap, whose output is discarded). The trigger's states are discovered in
+the Spark tasks, as a bootstrap function's are.
 """
 
 from __future__ import annotations
@@ -35,6 +43,7 @@ from statekit.savepoint import SavepointBuilder
 from statekit.spark import bootstrap as B
 from statekit.spark import parts as P
 from statekit.spark.reader_function import no_gc
+from statekit.spark.window_replay import WindowReplay
 from statekit.state.descriptors import (
     AggregatingStateDescriptor,
     KeyedStateDescriptor,
@@ -45,7 +54,7 @@ from statekit.state.descriptors import (
 )
 from statekit.state.functions import AggregateFunction, as_reduce_function
 from statekit.types import parse_ddl, to_arrow_array, to_ddl
-from statekit.windowing import TimeWindow, WindowAssigner, cleanup_time
+from statekit.windowing import GlobalWindows, TimeWindow, Trigger, WindowAssigner, cleanup_time
 
 __all__ = ["WindowedBootstrap"]
 
@@ -55,17 +64,19 @@ _TS = "__statekit_ts"
 class WindowedBootstrap:
     """`KeyedOperatorTransformation.window(...)`: finish with `reduce`, `aggregate` or `process`."""
 
-    def __init__(self, keyed: B.KeyedOperatorTransformation, assigner: WindowAssigner, timestamp: str,
+    def __init__(self, keyed: B.KeyedOperatorTransformation, assigner: WindowAssigner, timestamp: str | None,
                  allowed_lateness: int) -> None:  # fmt: skip
         if not isinstance(assigner, WindowAssigner):
             raise InvalidArgumentError(f"window(...) needs a WindowAssigner, got {assigner!r}.")
-        if not assigner.is_event_time():
+        if not assigner.is_event_time() and not isinstance(assigner, GlobalWindows):
             raise InvalidArgumentError(
                 f"{type(assigner).__name__} assigns windows by the wall clock; bootstrap builds event-time windows "
                 "from a timestamp column (use the event-time assigner of the same size)."
             )
         df = keyed.source.df
-        if timestamp not in df.columns:
+        if timestamp is None and assigner.is_event_time():
+            raise InvalidArgumentError(f"{type(assigner).__name__} needs each row's event time: pass window(timestamp=column).")
+        if timestamp is not None and timestamp not in df.columns:
             raise InvalidArgumentError(f"window(timestamp={timestamp!r}): no such column; the DataFrame has {df.columns}.")
         if allowed_lateness < 0:
             raise InvalidArgumentError(f"allowed_lateness must be >= 0 ms, got {allowed_lateness}.")
@@ -74,6 +85,21 @@ class WindowedBootstrap:
         self.timestamp = timestamp
         self.allowed_lateness = allowed_lateness
         self._evictor: Any = None
+        self._trigger: Trigger | None = None
+
+    def trigger(self, trigger: Trigger) -> "WindowedBootstrap":
+        """The job's trigger (`CountTrigger`, `PurgingTrigger`, `ContinuousEventTimeTrigger`, a custom
+        `Trigger`): the history is replayed through it, and its state and timers are written with the
+        windows (`statekit.spark.window_replay`)."""
+        if not isinstance(trigger, Trigger):
+            raise InvalidArgumentError(f"trigger(...) needs a Trigger such as CountTrigger.of(10), got {trigger!r}.")
+        if self.assigner.is_merging() and not trigger.can_merge():
+            raise InvalidArgumentError(
+                f"trigger {type(trigger).__name__} cannot merge session windows (can_merge() is False); the job "
+                "would refuse it too. Use a trigger that can merge."
+            )
+        self._trigger = trigger
+        return self
 
     def evictor(self, evictor: Any) -> "WindowedBootstrap":
         """The job's evictor (`CountEvictor`, `TimeEvictor`, a custom one): the windows then buffer every
@@ -140,21 +166,30 @@ class WindowedBootstrap:
         infos: tuple[StateInfo, ...] = (desc.info(),) if stamps is None else (desc.info(), stamps.info())
         if self.assigner.is_merging():  # session windows: the active windows per key, as the operator keeps them
             infos += (MapStateDescriptor(SESSIONS, "bigint", "bigint").info(),)
+        trigger = self._trigger
+        if trigger is None and isinstance(self.assigner, GlobalWindows):
+            trigger = self.assigner.get_default_trigger()  # fires never: elements are only kept
+        if trigger is not None:  # the trigger's states are known once it runs: discovered in the tasks
+            return B.BootstrapTransformation(lambda *a: _write_windows(self, desc, value, infos, stamps, *a,
+                                                                       trigger=trigger), None)  # fmt: skip
         return B.BootstrapTransformation(lambda *a: _write_windows(self, desc, value, infos, stamps, *a), infos)
 
 
 def _write_windows(w: WindowedBootstrap, desc: KeyedStateDescriptor, value: Any, infos: Any,
                    stamps_desc: ListStateDescriptor | None, builder: SavepointBuilder, ident: OperatorIdentifier,
-                   max_parallelism: int) -> None:  # fmt: skip
+                   max_parallelism: int, *, trigger: Trigger | None = None) -> None:  # fmt: skip
     t = w.keyed
     df, key_type = t.source.df, t.key_type
-    ts_col = df.schema[w.timestamp]
-    millis = F.unix_millis(F.col(w.timestamp)) if isinstance(ts_col.dataType, (TimestampType, TimestampNTZType)) \
-        else F.col(w.timestamp).cast("bigint")  # fmt: skip
+    if w.timestamp is None:  # global windows without event time: elements carry no timestamp
+        millis = F.lit(None).cast("bigint")
+    else:
+        ts_col = df.schema[w.timestamp]
+        millis = F.unix_millis(F.col(w.timestamp)) if isinstance(ts_col.dataType, (TimestampType, TimestampNTZType)) \
+            else F.col(w.timestamp).cast("bigint")  # fmt: skip
     df = df.withColumn(_TS, millis)
     keyed, key_col = B.keyed_frame(df, t.key, key_type)
     # The task closure must not hold `w`: it reaches the DataFrame, which cannot be shipped to executors.
-    assigner, lateness, ts_name = w.assigner, w.allowed_lateness, w.timestamp
+    assigner, lateness, ts_name, evictor = w.assigner, w.allowed_lateness, w.timestamp, w._evictor
     arrow_key = parse_ddl(key_type)
     to_key = B.python_converter(arrow_key, hashable=True)
     parallelism = B._parallelism(t.source, max_parallelism)
@@ -177,11 +212,11 @@ def _write_windows(w: WindowedBootstrap, desc: KeyedStateDescriptor, value: Any,
             keys = batch.column(key_col).to_pylist()
             stamps = batch.column(_TS).to_pylist()
             for k, ts, row in zip(keys, stamps, B._rows(batch, (B._KEY, _TS, P.KEY_GROUP))):
-                if ts is None:
+                if ts is None and ts_name is not None:
                     raise InvalidArgumentError(f"row {row} has a null {ts_name!r}: every element needs a timestamp.")
                 element = row if value is None else row[value] if isinstance(value, str) else value(row)
                 key = k if to_key is None else to_key(k)  # hashable (struct keys become tuples)
-                if merging:  # sessions are known only once every element of the key is seen
+                if merging or trigger is not None:  # replayed per key once every element of the key is seen
                     pending.setdefault(key, []).append((ts, element))
                     continue
                 backend.set_current_key(key, -1)
@@ -209,6 +244,17 @@ def _write_windows(w: WindowedBootstrap, desc: KeyedStateDescriptor, value: Any,
                 backend.set_current_namespace(None)
                 sessions.put(window.start, window.end)
 
+    def _timers(timers: Any) -> pa.Table | None:
+        if not timers:
+            return None
+        k, starts, ends, ts, domains = zip(*timers)  # the part writer orders timers by key group
+        return pa.table({
+            "key": to_arrow_array(list(k), arrow_key, what="timer key"),
+            "namespace": pa.array([{"start": s, "end": e} for s, e in zip(starts, ends)], NAMESPACE_ARROW),
+            "timestamp": pa.array(ts, pa.int64()),
+            "domain": pa.array(domains, pa.string()),
+        })  # fmt: skip
+
     def bootstrap(batches: Iterable[pa.RecordBatch]) -> tuple[pa.Table | None, pa.Table | None]:
         backend = B._backend(key_type, max_parallelism)
         contents = backend.get_state(desc)
@@ -220,17 +266,27 @@ def _write_windows(w: WindowedBootstrap, desc: KeyedStateDescriptor, value: Any,
             if merging:
                 _sessions(backend, contents, stamps, timers, pending)
         table = backend.snapshot(0).table()
-        if not timers:
-            return (table if table.num_rows else None), None
-        k, starts, ends, ts = zip(*timers)  # the part writer orders timers by key group
-        return (table if table.num_rows else None), pa.table({
-            "key": to_arrow_array(list(k), arrow_key, what="timer key"),
-            "namespace": pa.array([{"start": s, "end": e} for s, e in zip(starts, ends)], NAMESPACE_ARROW),
-            "timestamp": pa.array(ts, pa.int64()),
-            "domain": pa.array(["event"] * len(ts), pa.string()),
-        })  # fmt: skip
+        return (table if table.num_rows else None), _timers([(*t, "event") for t in timers])
+
+    def replayed(batches: Iterable[pa.RecordBatch]) -> tuple[pa.Table | None, pa.Table | None, Any]:
+        backend = B._backend(key_type, max_parallelism)
+        contents = backend.get_state(desc)
+        stamps = backend.get_state(stamps_desc) if stamps_desc is not None else None
+        replay = WindowReplay(backend, contents, stamps, assigner, trigger, evictor, lateness)
+        pending: dict[Any, list] = {}
+        with no_gc():
+            _assign(batches, backend, contents, stamps, set(), pending)
+            for key, elements in pending.items():
+                if ts_name is not None:  # Spark gives no row order: each key's history in event-time order
+                    elements.sort(key=lambda e: e[0])
+                replay.add(key, elements)
+        table = backend.snapshot(0).table()
+        return (table if table.num_rows else None), _timers(list(replay.timers)), backend.state_infos()
 
     writer = builder.add_operator(ident, name="WindowBootstrap", parallelism=parallelism,
-                                  max_parallelism=max_parallelism, key_type=key_type, keyed_states=infos,
-                                  namespace_type=NAMESPACE_TYPE)  # fmt: skip
+                                  max_parallelism=max_parallelism, key_type=key_type,
+                                  keyed_states=infos if trigger is None else (), namespace_type=NAMESPACE_TYPE)  # fmt: skip
+    if trigger is not None:
+        B.write_discovered(keyed, key_col, builder, writer, replayed)
+        return
     writer.add_files(P.write_keyed_parts(keyed, key_col, B.part_plan(keyed, builder, writer), bootstrap))

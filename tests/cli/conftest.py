@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from statekit.testing import tree_digest
+
 EXECUTABLE = Path(sys.executable).parent / "statekit"
 
 
@@ -47,3 +49,9 @@ def cli(request):
     """Call as ``cli([...])``: the same command through both front doors."""
     return run_runner if request.param == "runner" else run_executable
 
+
+
+@pytest.fixture
+def digest():
+    """`statekit.testing.tree_digest` for test modules (conftest is not importable under importlib mode)."""
+    return tree_digest

@@ -8,6 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 from statekit.demo import write_demo_savepoint
+from statekit.identifiers import OperatorIdentifier
 from statekit.testing import tree_digest
 from statekit_cli.app import app
 
@@ -75,12 +76,13 @@ def test_not_a_savepoint(tmp_path):
 
 def test_repairs_default_to_dry_run_then_apply(savepoint, tmp_path):
     target = tmp_path / "renamed"
-    dry = runner.invoke(app, ["rename-uid", str(savepoint), str(target), "--from", "accounts", "--to", "acc2"],
+    dry = runner.invoke(app, ["rename-uid", str(savepoint), str(target), "--uid", "accounts", "--new-uid", "acc2"],
                         env={"COLUMNS": "200"})
     assert dry.exit_code == 0, dry.output
     assert "dry run" in dry.output and "would write" in dry.output and not target.exists()
-    applied = runner.invoke(app, ["rename-uid", str(savepoint), str(target), "--from", "accounts", "--to", "acc2",
-                                  "--apply"], env={"COLUMNS": "200"})
+    applied = runner.invoke(app, ["rename-uid", str(savepoint), str(target), "--hash",
+                                  OperatorIdentifier.for_uid("accounts").uid_hash, "--new-uid", "acc2", "--apply"],
+                            env={"COLUMNS": "200"})
     assert applied.exit_code == 0, applied.output
     assert runner.invoke(app, ["check", str(target)]).exit_code == 0
     rescaled = tmp_path / "rescaled"

@@ -126,8 +126,15 @@ def test_get_answers_as_the_library(cli, runtime_sp):
     assert _json(cli(["get", runtime_sp, "--uid", "accounts", "--key", "7", "--json"])) == _norm(sp.get("accounts", 7))
     one = _json(cli(["get", runtime_sp, "--uid", "accounts", "--key", "7", "--state", "stats", "--json"]))
     assert one == _norm(sp.get("accounts", 7)["stats"])
-    by_hash = cli(["get", runtime_sp, "--uid", sp.operator("accounts").uid_hash, "--hash", "--key", "7", "--json"])
+    by_hash = cli(["get", runtime_sp, "--hash", sp.operator("accounts").uid_hash, "--key", "7", "--json"])
     assert _json(by_hash) == _norm(sp.get("accounts", 7))
+    both = cli(["get", runtime_sp, "--uid", "accounts", "--hash", sp.operator("accounts").uid_hash, "--key", "7"])
+    neither = cli(["get", runtime_sp, "--key", "7"])
+    bad_hash = cli(["get", runtime_sp, "--hash", "not-a-hash", "--key", "7"])
+    for result in (both, neither, bad_hash):
+        assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+        assert len(result.stderr.strip().splitlines()) == 1 or not result.stderr, result.output
+    assert "--uid" in neither.output and "--hash" in neither.output
     missing = cli(["get", runtime_sp, "--uid", "accounts", "--key", "999"])
     assert missing.exit_code == 1 and "key not found" in missing.output
 
@@ -205,6 +212,35 @@ def test_diff(cli, runtime_sp, tmp_path):
     from statekit.savepoint.diff import diff
 
     assert data == _norm(diff(runtime_sp, tmp_path / "changed2").to_json())
+
+
+def test_diff_of_timers_and_operator_state_rows(cli, tmp_path):
+    from statekit.state import OperatorStateInfo
+
+    def write(path, timers, items, rates):
+        with SavepointBuilder(path, checkpoint_id=1) as b:
+            op = b.add_operator("timed", key_type="bigint", keyed_states=[ValueStateDescriptor("n", "bigint")])
+            op.write_keyed(pa.table({"key": [1], "n": [1]}))
+            op.write_timers(pa.table({"key": [1] * len(timers), "timestamp": timers, "domain": ["event"] * len(timers)}))
+            ops = b.add_operator("ops")
+            ops.write_list_state(OperatorStateInfo("items", "split", "bigint"), [items])
+            ops.write_broadcast_state(OperatorStateInfo("rates", "broadcast", "double", key_type="string"), rates)
+        return path
+
+    a = write(tmp_path / "a", [10, 20], [1, 2], {"EUR": 1.1})
+    b = write(tmp_path / "b", [10, 30], [2, 2, 3], {"EUR": 1.2, "USD": 1.0})
+    shown = cli(["diff", a, b])
+    assert shown.exit_code == 1, shown.output
+    plain = " ".join(shown.stdout.split())
+    for text in ("1 timer(s) added", "1@30 event", "1 timer(s) removed", "1@20 event",
+                 "state items: 2 row(s) added", "state items: 1 row(s) removed",
+                 "state rates: 1 row(s) added", "state rates: 1 row(s) changed"):  # fmt: skip
+        assert text in plain, (text, shown.stdout)
+    data = json.loads(cli(["diff", a, b, "--json"]).stdout)
+    by_uid = {o["uid"]: o for o in data["operators"]}
+    assert (by_uid["timed"]["timers_added"], by_uid["timed"]["timers_removed"]) == (1, 1)
+    assert by_uid["ops"]["state_rows"] == {"items": {"added": 2, "removed": 1, "changed": 0},
+                                           "rates": {"added": 1, "removed": 0, "changed": 1}}  # fmt: skip
 
 
 @pytest.mark.parametrize("fmt", ["parquet", "csv"])
@@ -297,7 +333,7 @@ def test_set_struct_map_and_list_values(runtime_sp, tmp_path):
         {"edit": "set", "uid": "accounts", "key": 1000, "state": "history", "value": [1, 2]},
         {"edit": "delete-key", "uid": "accounts", "keys": [2, 3]},
         {"edit": "rm-state", "uid": "offsets", "state": "items"},
-        {"edit": "rename-uid", "from": "tx-source", "to": "tx-source-v2"},
+        {"edit": "rename-uid", "uid": "tx-source", "new_uid": "tx-source-v2"},
     ]), "--apply"])
     assert r.exit_code == 0, r.output
     sp = Savepoint.open(t)
@@ -320,7 +356,8 @@ def _plan(tmp_path: Path, edits: list) -> Path:
 
 def test_noop_repairs_say_so_and_write_nothing(cli, runtime_sp, tmp_path):
     target = tmp_path / "same"
-    for args in (["rename-uid", runtime_sp, target, "--from", "accounts", "--to", "accounts", "--apply"],
+    for args in (["rename-uid", runtime_sp, target, "--uid", "accounts", "--new-uid", "accounts", "--apply"],
+                 ["rename-uid", runtime_sp, target, "--from", "accounts", "--to", "accounts", "--apply"],
                  ["set-max-parallelism", runtime_sp, target, "--uid", "accounts", "--max", "128", "--apply"],
                  ["delete-key", runtime_sp, target, "--uid", "accounts", "--key", "12345", "--apply"]):
         result = cli(args)

@@ -7,6 +7,7 @@ import pytest
 from statekit.errors import InvalidArgumentError
 from statekit.runtime import (
     AggregateFunction,
+    ContinuousEventTimeTrigger,
     CountTrigger,
     EventTimeSessionWindows,
     ManualClock,
@@ -237,6 +238,20 @@ def test_custom_trigger_replaces_the_default(backend):
     data = [("a", 1), ("a", 2), ("a", 3), ("a", 4), ("a", 5), ("a", 15)]
     out = keyed(backend, data).window(TumblingEventTimeWindows.of(10)).trigger(EveryTwo()).reduce(add, output_type=PAIR)
     assert list(out.execute_and_collect()) == [("a", 3), ("a", 10)]  # 1+2, then 1+2+3+4; 5 and 15 never fire
+
+
+def test_continuous_event_time_trigger_fires_every_interval_and_at_the_end(backend):
+    """Flink's ContinuousEventTimeTrigger: the first element sets the next fire time to the interval boundary after
+    it (state "fire-time"); each fire sets the next, capped at the window's end, where the window fires too."""
+    data = [("a", 5), ("a", 40), ("a", 70), ("a", 95), ("a", 130)]
+    out = keyed(backend, data, parallelism=1).window(TumblingEventTimeWindows.of(100)).trigger(ContinuousEventTimeTrigger.of(30))
+    fired = list(out.process(Collect(), element_type=PAIR).execute_and_collect())
+    assert fired == [("a", 0, 100, [5, 40]),  # at 30 (the watermark reached 39 with 40)
+                     ("a", 0, 100, [5, 40, 70]), ("a", 0, 100, [5, 40, 70, 95]),  # at 60, 90
+                     ("a", 0, 100, [5, 40, 70, 95]),  # at 99, the window's end
+                     ("a", 100, 200, [130]), ("a", 100, 200, [130]), ("a", 100, 200, [130])]  # 150, 180, 199
+    with pytest.raises(InvalidArgumentError, match="interval"):
+        ContinuousEventTimeTrigger.of(0)
 
 
 def test_inferred_key_type(backend):

@@ -101,3 +101,62 @@ def test_window_namespaces_and_a_changed_state_type(tmp_path):
     assert w.keyed.select(["key", "namespace", "change"]).to_pylist() == [
         {"key": "b", "namespace": {"start": 0, "end": 10}, "change": "changed"}
     ]
+
+
+# --- timers and operator state rows -------------------------------------------------------------------
+
+ITEMS = ("items", "split", "bigint")
+NAMES = ("names", "union", "string")
+
+
+def _write_more(path, *, timers, items, names, rates, parallelism):
+    from statekit.state import OperatorStateInfo
+
+    with SavepointBuilder(path, checkpoint_id=1) as b:
+        op = b.add_operator("timed", key_type="bigint", keyed_states=[COUNT])
+        op.write_keyed(pa.table({"key": [1, 2, 3], "count": [1, 1, 1]}))
+        k, ts, dom = zip(*timers)
+        op.write_timers(pa.table({"key": list(k), "timestamp": list(ts), "domain": list(dom)}))
+        ops = b.add_operator("ops", parallelism=parallelism)
+        ops.write_list_state(OperatorStateInfo(*ITEMS), items)
+        ops.write_list_state(OperatorStateInfo(*NAMES), names)
+        ops.write_broadcast_state(OperatorStateInfo("rates", "broadcast", "double", key_type="string"), rates)
+    return path
+
+
+@pytest.fixture
+def more(tmp_path):
+    a = _write_more(tmp_path / "a", timers=[(1, 10, "event"), (1, 20, "event"), (2, 5, "processing")],
+                    items=[[1, 2], [2, 3]], names=[["x"], ["y"]], rates={"EUR": 1.1, "GBP": 1.3}, parallelism=2)  # fmt: skip
+    b = _write_more(tmp_path / "b", timers=[(1, 10, "event"), (2, 5, "event"), (3, 7, "event")],
+                    items=[[3, 2, 2, 2, 4]], names=[["x", "y"]], rates={"EUR": 1.2, "USD": 1.0}, parallelism=1)  # fmt: skip
+    return a, b
+
+
+def test_timers_added_and_removed(more):
+    """A timer is its key, namespace, time and domain: one that moved to another time or domain is one removed
+    and one added."""
+    t = diff(*more).operator("timed")
+    rows = sorted((r["change"], r["key"], r["timestamp"], r["domain"]) for r in t.timers.to_pylist())
+    assert rows == [("added", 2, 5, "event"), ("added", 3, 7, "event"),
+                    ("removed", 1, 20, "event"), ("removed", 2, 5, "processing")]  # fmt: skip
+    assert (t.timers_added, t.timers_removed) == (2, 2) and t.keys_changed == 0 and not t.empty
+
+
+def test_list_union_and_broadcast_rows_added_removed_and_changed(more):
+    """List and union state compare as multisets (a rescale moves elements between subtasks without changing
+    them), broadcast state by key."""
+    d = diff(*more)
+    ops = d.operator("ops")
+    assert set(ops.state_rows) == {"items", "rates"}  # the union state holds the same names, rescaled
+    assert sorted((r["change"], r["value"]) for r in ops.state_rows["items"].to_pylist()) == [
+        ("added", 2), ("added", 4), ("removed", 1)]  # fmt: skip
+    assert sorted(ops.state_rows["rates"].to_pylist(), key=lambda r: r["key"]) == [
+        {"key": "EUR", "change": "changed", "old": 1.1, "new": 1.2},
+        {"key": "GBP", "change": "removed", "old": 1.3, "new": None},
+        {"key": "USD", "change": "added", "old": None, "new": 1.0}]  # fmt: skip
+    assert ops.to_json()["state_rows"] == {"items": {"added": 2, "removed": 1, "changed": 0},
+                                           "rates": {"added": 1, "removed": 1, "changed": 1}}  # fmt: skip
+    assert ops.settings == {"parallelism": (2, 1)}
+    same = diff(more[0], more[0])
+    assert same.same and same.operator("ops").state_rows == {} and same.operator("timed").timers is None

@@ -193,3 +193,79 @@ def test_operator_state_write_parallelism_is_capped_at_max_parallelism(spark, tm
         table = sp.list_state(uid, "items")
         assert sorted(table.column("value").to_pylist()) == list(values)
         assert max(table.column("subtask").to_pylist()) <= 15
+
+
+# --- states are discovered in the tasks, never by opening the function on the driver ------------------
+
+DRIVER_PID = os.getpid()  # Spark's Python workers are other processes
+
+
+class Opened(KeyedStateBootstrapFunction):
+    """Records the process of every open(); refuses to be opened in the driver's process."""
+
+    def __init__(self, directory, driver_pid):
+        self.directory, self.driver_pid = str(directory), driver_pid
+
+    def open(self, ctx):
+        if os.getpid() == self.driver_pid:
+            raise RuntimeError("open() ran on the driver")
+        with open(os.path.join(self.directory, uuid.uuid4().hex), "w") as f:
+            f.write(str(os.getpid()))
+        self.total = ctx.get_state(ValueStateDescriptor("total", "bigint"))
+        self.seen = ctx.get_list_state(ListStateDescriptor("seen", "bigint"))
+
+    def process_element(self, row, ctx):
+        self.total.update((self.total.value() or 0) + row.amount)
+        self.seen.add(row.amount)
+
+
+def test_keyed_functions_are_opened_only_in_tasks(spark, tmp_path):
+    """Flink: a KeyedStateBootstrapFunction is opened by the tasks that run it, never by the client; the
+    states it registers there are the operator's states."""
+    (tmp_path / "opens").mkdir()
+    amounts = spark.createDataFrame([(i % 5, i) for i in range(20)], "user long, amount long").repartition(3)
+    t = OperatorTransformation.bootstrap_with(amounts).key_by("user").transform(Opened(tmp_path / "opens", DRIVER_PID))
+    assert list((tmp_path / "opens").iterdir()) == []  # building the transformation opens nothing
+    SavepointWriter.new_savepoint(spark).with_operator("totals", t).write(tmp_path / "sp")
+    pids = {p.read_text() for p in (tmp_path / "opens").iterdir()}
+    assert pids and str(DRIVER_PID) not in pids
+    sp = Savepoint.open(tmp_path / "sp")
+    assert [(s.name, s.kind, s.type) for s in sp.operator("totals").keyed_states] == [
+        ("total", "value", "bigint"), ("seen", "list", "array<bigint>")]  # fmt: skip
+    assert check(tmp_path / "sp").ok
+    assert _restored_totals(tmp_path / "sp") == {u: sum(i for i in range(20) if i % 5 == u) + 1 for u in range(5)}
+
+
+class ByTask(KeyedStateBootstrapFunction):
+    """Registers states that depend on the task: what the driver must refuse when it merges the reports."""
+
+    def __init__(self, mode):
+        self.mode = mode
+
+    def open(self, ctx):
+        from pyspark import TaskContext
+
+        odd = TaskContext.get().partitionId() % 2
+        self.value = "1" if odd and self.mode == "types" else 1
+        if self.mode == "types":
+            self.n = ctx.get_state(ValueStateDescriptor("n", "string" if odd else "bigint"))
+        else:
+            self.n = ctx.get_state(ValueStateDescriptor("n", "bigint"))
+            if odd:
+                ctx.get_state(ValueStateDescriptor("extra", "bigint"))
+
+    def process_element(self, row, ctx):
+        self.n.update(self.value)
+
+
+@pytest.mark.parametrize("mode, message", [("types", "registered as value<bigint> in one task and as value<string>|"
+                                                      "registered as value<string> in one task and as value<bigint>"),
+                                           ("sets", "register the same states")])
+def test_tasks_registering_conflicting_states_are_refused(spark, tmp_path, mode, message):
+    from statekit.errors import StateTypeError
+
+    rows = spark.createDataFrame([(i, i) for i in range(64)], "user long, amount long")
+    t = OperatorTransformation.bootstrap_with(rows).key_by("user").transform(ByTask(mode))
+    with pytest.raises(StateTypeError, match=message):
+        SavepointWriter.new_savepoint(spark).with_operator("n", t).write(tmp_path / "sp")
+    assert not (tmp_path / "sp").exists() and list(tmp_path.iterdir()) == []

@@ -48,3 +48,25 @@ def test_spark_diff_equals_the_local_diff(spark, tmp_path):
     other = _write(tmp_path / "c", keys=["1"], count=[1], seen=[None], attrs=[None], key_type="string")
     with pytest.raises(KeyTypeMismatchError):
         diff(a, other, "counter", spark=spark)
+
+
+def test_spark_diff_of_timers_and_operator_state_rows_equals_the_local_diff(spark, tmp_path):
+    """table="timers" and table=<operator state> give the rows of the local diff's timers and state rows."""
+    from test_diff import _write_more
+
+    a = _write_more(tmp_path / "a", timers=[(1, 10, "event"), (1, 20, "event"), (2, 5, "processing")],
+                    items=[[1, 2], [2, 3]], names=[["x"], ["y"]], rates={"EUR": 1.1, "GBP": 1.3}, parallelism=2)  # fmt: skip
+    b = _write_more(tmp_path / "b", timers=[(1, 10, "event"), (2, 5, "event"), (3, 7, "event")],
+                    items=[[3, 2, 2, 2, 4]], names=[["x", "z", "y"]], rates={"EUR": 1.2, "USD": 1.0}, parallelism=1)  # fmt: skip
+    local = local_diff(a, b)
+
+    def rows(df_or_table):
+        got = df_or_table.collect() if hasattr(df_or_table, "collect") else df_or_table.to_pylist()
+        return sorted((tuple(sorted((r.asDict() if hasattr(r, "asDict") else r).items())) for r in got), key=repr)
+
+    timers = diff(a, b, "timed", table="timers", spark=spark)
+    assert rows(timers) == rows(local.operator("timed").timers) and len(rows(timers)) == 4
+    for name in ("items", "names", "rates"):
+        got = diff(a, b, "ops", table=name, spark=spark)
+        assert rows(got) == rows(local.operator("ops").state_rows[name]), name
+    assert rows(diff(a, b, "ops", table="names", spark=spark)) == [(("change", "added"), ("value", "z"))]

@@ -126,3 +126,16 @@ def test_moving_a_state_to_another_operator_split_and_merge(spark, source, tmp_p
      .write(tmp_path / "merged"))  # fmt: skip
     back = Savepoint.open(tmp_path / "merged")
     assert back.get("users", 1) == {"count": 5, "last": "x", "profile": {"name": "ann"}}
+    # the merged operator restores into a job keyed as both were, holding both operators' states
+    assert _restore(tmp_path / "merged", [1, 2, 3], Merged()) == [
+        (1, 5, "x", {"name": "ann"}), (2, 7, None, {"name": "bob"}), (3, None, "z", None)]  # fmt: skip
+
+
+class Merged(KeyedProcessFunction):
+    def open(self, rc):
+        self.count = rc.get_state(ValueStateDescriptor("count", "int"))
+        self.last = rc.get_state(ValueStateDescriptor("last", "string"))
+        self.profile = rc.get_state(ValueStateDescriptor("profile", "struct<name:string>"))
+
+    def process_element(self, value, ctx):
+        yield ctx.get_current_key(), self.count.value(), self.last.value(), self.profile.value()

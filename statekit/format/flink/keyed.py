@@ -21,21 +21,15 @@ import numpy as np
 import pyarrow as pa
 
 from statekit.errors import CorruptSavepointError, UnsupportedFormatError
+from statekit.format.arrow_memory import allocate, arrow_type, empty_table, primitive
 from statekit.format.flink.binary import DataInput
+from statekit.format.flink.columns import decode_exact, decode_list, decode_nullable, decode_open
 from statekit.format.flink.files import StateFiles
 from statekit.format.flink.locate import DecodeStats, Entries, Located, Run, corrupt
 from statekit.format.flink.metadata import KeyGroupsHandle
 from statekit.format.flink.proxy import KeyedProxy, StateMeta, read_keyed_proxy
 from statekit.format.flink.serializers import FlinkType
-from statekit.format.flink.values import (
-    FIXED_DTYPES,
-    bulk,
-    decode_records,
-    gather_fixed,
-    gather_ranges,
-    reader,
-    to_arrow,
-)
+from statekit.format.flink.values import FIXED_DTYPES, bulk, gather_fixed, gather_ranges, ranges_equal
 from statekit.types import parse_ddl
 
 __all__ = ["DecodeStats", "Entries", "KeyedLayout", "KeyedResult", "decode", "layout", "read_proxy", "state_ddl"]
@@ -108,85 +102,6 @@ def layout(proxies: list[KeyedProxy], max_parallelism: int, where: str) -> Keyed
     return KeyedLayout(key_type, tuple(states.values()), tuple(timers.values()), ns, prefix_bytes(max_parallelism))
 
 
-# -- decoding ---------------------------------------------------------------------------------------
-def _decode_open(t: FlinkType, buf: np.ndarray, starts: np.ndarray, limits: np.ndarray, where: str,
-                 stats: DecodeStats, label: str) -> tuple[pa.Array, np.ndarray]:
-    """Values of `t` at `starts` whose ends are not known in advance (keys, namespaces)."""
-    try:
-        got = bulk(t, buf, starts)
-    except IndexError:
-        got = None
-    if got is not None and (got[1] <= limits).all():
-        stats.states.setdefault(label, "bulk")
-        return got
-    stats.states[label] = "per-record"
-    r = reader(t)
-    mv = buf.data
-    vals, ends = [], np.empty(len(starts), np.int64)
-    for i, (s, e) in enumerate(zip(starts.tolist(), limits.tolist())):
-        inp = DataInput(mv, where, pos=s, end=e)
-        vals.append(r(inp))
-        ends[i] = inp.pos
-    return to_arrow(vals, t), ends
-
-
-def _decode_exact(t: FlinkType, buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, where: str,
-                  stats: DecodeStats, label: str) -> pa.Array:
-    """Values of `t` spanning exactly [starts, ends); opaque serializers give the raw bytes."""
-    if not t.decodable:
-        stats.states[label] = f"raw bytes ({t.serializer})"
-        data = gather_ranges(buf, starts, ends - starts)
-        offsets = np.zeros(len(starts) + 1, np.int64)
-        np.cumsum(ends - starts, out=offsets[1:])
-        return pa.Array.from_buffers(pa.large_binary(), len(starts), [None, pa.py_buffer(offsets), pa.py_buffer(data)]).cast(pa.binary())
-    try:
-        got = bulk(t, buf, starts)
-    except IndexError:
-        got = None
-    if got is not None and np.array_equal(got[1], ends):
-        stats.states.setdefault(label, "bulk")
-        return got[0]
-    stats.states[label] = "per-record"
-    return decode_records(t, buf, starts, ends, where)
-
-
-def _decode_list(t: FlinkType, buf: np.ndarray, vp: np.ndarray, vlen: np.ndarray, where: str,
-                 stats: DecodeStats, label: str) -> pa.Array:
-    """ListState values: elements separated by one ',' byte (ListDelimitedSerializer)."""
-    elem = t.children[0] if t.kind == "list" else t
-    if not elem.decodable:
-        return _decode_exact(FlinkType("binary", elem.snapshot_class, 0, b""), buf, vp, vp + vlen, where, stats, label)
-    w = elem.fixed_size
-    if w is not None and len(vp):
-        counts, rem = np.divmod(vlen + 1, w + 1)
-        if not rem.any() and counts.min() > 0:
-            total = int(counts.sum())
-            row = np.repeat(np.arange(len(vp)), counts)
-            first = np.zeros(len(vp) + 1, np.int64)
-            np.cumsum(counts, out=first[1:])
-            j = np.arange(total) - first[row][:total]
-            starts = vp[row] + j * (w + 1)
-            commas = starts[j < counts[row] - 1] + w
-            if (buf[commas] == 0x2C).all():
-                got = bulk(elem, buf, starts)
-                if got is not None:
-                    stats.states.setdefault(label, "bulk")
-                    return pa.ListArray.from_arrays(pa.array(first, pa.int32()), got[0])
-    stats.states[label] = "per-record"
-    r = reader(elem)
-    mv = buf.data
-    out = []
-    for s, n in zip(vp.tolist(), vlen.tolist()):
-        inp = DataInput(mv, where, pos=s, end=s + n)
-        items = [r(inp)]
-        while inp.pos < s + n:
-            if inp.u8("a list delimiter") != 0x2C:
-                raise inp.fail("list elements are not separated by ','")
-            items.append(r(inp))
-        out.append(items)
-    return pa.array(out, pa.list_(parse_ddl(elem.ddl())))
-
-
 @dataclass(frozen=True)
 class KeyedResult:
     """The rows of one keyed operator: its keyed table and its timers table."""
@@ -243,48 +158,109 @@ def group_entries(located: Located, stream_of_chain: np.ndarray, sid_maps: list[
     return groups
 
 
-def _strided_state(lay: KeyedLayout, buf: np.ndarray, g: _Group, chain_kg: np.ndarray) -> list | None:
-    """Per run (key groups, keys, values) as numpy arrays copied out of strided views, if the state allows it."""
-    P, kt, vt, meta = lay.prefix_bytes, lay.key_type, g.meta.value_type, g.meta
-    ns = meta.serializers.get("NAMESPACE_SERIALIZER")
-    wk, wv = FIXED_DTYPES.get(kt.kind), FIXED_DTYPES.get(vt.kind)
-    if (len(g.chained) or g.pieces or not g.runs or wk is None or wv is None or meta.keyed_kind not in ("value", "reducing", "aggregating")
-            or (ns is not None and ns.kind != "void")):
-        return None
-    wk_, wv_ = np.dtype(wk).itemsize, np.dtype(wv).itemsize
-    if any(r.klen != P + wk_ + 1 or r.vlen != wv_ for r in g.runs):
-        return None
-    nk, nv = np.dtype(wk).newbyteorder("="), np.dtype(wv).newbyteorder("=")
-    # astype straight from the unaligned big-endian strided views is numpy's fastest path here; the
-    # parts stay separate chunks (no concatenation copy). A run lies in one key group (the reader checked
-    # every entry's prefix), so its key-group column is a constant.
-    return [(np.full(r.count, chain_kg[r.chain], np.int32), r.field(buf, 4 + P, wk).astype(nk),
-             r.field(buf, 8 + r.klen, wv).astype(nv)) for r in g.runs]
+def _direct_state(lay: KeyedLayout, g: _Group) -> bool:
+    """Whether a state can be cut straight into columns: one value per key, no namespace."""
+    ns = g.meta.serializers.get("NAMESPACE_SERIALIZER")
+    return g.meta.keyed_kind in ("value", "reducing", "aggregating") and (ns is None or ns.kind == "void")
+
+
+def _strided_runs(lay: KeyedLayout, g: _Group) -> bool:
+    """Whether every entry of the state is in a strided run of fixed-width keys and values."""
+    wk, wv = FIXED_DTYPES.get(lay.key_type.kind), FIXED_DTYPES.get(g.meta.value_type.kind)
+    if len(g.chained) or g.pieces or not g.runs or wk is None or wv is None or not _direct_state(lay, g):
+        return False
+    return all(r.klen == lay.prefix_bytes + np.dtype(wk).itemsize + 1 and r.vlen == np.dtype(wv).itemsize
+               for r in g.runs)
 
 
 def _strided_table(lay: KeyedLayout, buf: np.ndarray, groups: dict[str, _Group], chain_kg: np.ndarray,
                    stats: DecodeStats) -> pa.Table | None:
     """The keyed table straight from strided views: every state fixed-width, every state listing the same keys."""
     keyed = [g for g in groups.values() if not g.meta.is_timer]
-    if not keyed or lay.namespace_type is not None:
+    if not keyed or lay.namespace_type is not None or not all(_strided_runs(lay, g) for g in keyed):
         return None
-    cut = []
+    P, wk = lay.prefix_bytes, FIXED_DTYPES[lay.key_type.kind]
+    base = keyed[0].runs
+    for g in keyed[1:]:
+        if len(g.runs) != len(base) or any(a.count != b.count or a.chain != b.chain for a, b in zip(g.runs, base)):
+            return None
+    n = sum(r.count for r in base)
+    # Columns are written straight from the unaligned big-endian strided views into Arrow memory (one
+    # pass each). A run lies in one key group (the reader checked every entry's prefix), so its
+    # key-group column is a constant.
+    kg, kg_buf = allocate(n, np.int32)
+    key, key_buf = allocate(n, wk)
+    at = 0
+    for r in base:
+        kg[at : at + r.count] = chain_kg[r.chain]
+        key[at : at + r.count] = r.field(buf, 4 + P, wk)
+        at += r.count
+    for g in keyed[1:]:  # the same keys in the same order: then one row per entry, no join
+        at = 0
+        for r in g.runs:
+            if not np.array_equal(key[at : at + r.count], r.field(buf, 4 + P, wk)):
+                return None
+            at += r.count
+    cols = {"key_group": primitive(kg_buf, n, pa.int32()), "key": primitive(key_buf, n, arrow_type(key.dtype))}
     for g in keyed:
-        got = _strided_state(lay, buf, g, chain_kg)
-        if got is None:
+        wv = FIXED_DTYPES[g.meta.value_type.kind]
+        val, val_buf = allocate(n, wv)
+        at = 0
+        for r in g.runs:
+            val[at : at + r.count] = r.field(buf, 8 + r.klen, wv)
+            at += r.count
+        cols[g.meta.name] = primitive(val_buf, n, arrow_type(val.dtype))
+        stats.states[g.meta.name] = "strided-view"
+    stats.states["key"] = "strided-view"
+    return _with_all_states(lay, cols, n)
+
+
+def _scanned_table(lay: KeyedLayout, buf: np.ndarray, groups: dict[str, _Group], chain_kg: np.ndarray,
+                   where: str, stats: DecodeStats) -> pa.Table | None:
+    """The keyed table straight from scanned entries (variable-width keys or values) when every state lists the same keys.
+
+    Keys are decoded once, from the first state's entries; the other states are proven to hold the
+    same key bytes in the same order (compared 16 bytes at a time, no gather), so no join is needed.
+    """
+    keyed = [g for g in groups.values() if not g.meta.is_timer]
+    if (not keyed or lay.namespace_type is not None
+            or not all(g.pieces and not g.runs and not len(g.chained) and _direct_state(lay, g) for g in keyed)):
+        return None
+    base = keyed[0].pieces
+    assert base is not None
+    for g in keyed[1:]:
+        ps = g.pieces or []
+        if len(ps) != len(base) or any(len(a) != len(b) or a.chain[0] != b.chain[0] for a, b in zip(ps, base)):
             return None
-        cut.append((g, got))
-    base = cut[0][1]
-    for _, parts in cut[1:]:  # the same keys in the same order: then one row per entry, no join
-        if len(parts) != len(base) or not all(np.array_equal(a[1], b[1]) for a, b in zip(parts, base)):
+    P = lay.prefix_bytes
+    kp = np.concatenate([e.kp for e in base])
+    klen = np.concatenate([e.klen for e in base])
+    for g in keyed[1:]:
+        other = np.concatenate([e.kp for e in g.pieces or []])
+        if not (np.array_equal(klen, np.concatenate([e.klen for e in g.pieces or []]))
+                and ranges_equal(buf, kp, other, klen)):
             return None
-    cols = {"key_group": pa.chunked_array([pa.array(p[0]) for p in base], pa.int32()),
-            "key": pa.chunked_array([pa.array(p[1]) for p in base])}
-    for g, parts in cut:
-        cols[g.meta.name] = pa.chunked_array([pa.array(p[2]) for p in parts])
-        stats.states[g.meta.name] = "strided-view"  # type: ignore[index]
-    stats.states["key"] = "strided-view"  # type: ignore[index]
-    n = sum(len(p[0]) for p in base)
+    try:
+        got = bulk(lay.key_type, buf, kp + P)
+    except IndexError:
+        got = None
+    if got is None or not np.array_equal(got[1] + 1, kp + klen):  # the key, then VoidNamespace's one byte
+        return None
+    n = len(kp)
+    kg, kg_buf = allocate(n, np.int32)
+    kg[:] = np.repeat(chain_kg[[int(e.chain[0]) for e in base]], [len(e) for e in base])
+    cols = {"key_group": primitive(kg_buf, n, pa.int32()), "key": got[0]}
+    stats.states.setdefault("key", "bulk")
+    for g in keyed:
+        vp = np.concatenate([e.vp for e in g.pieces or []])
+        vlen = np.concatenate([e.vlen for e in g.pieces or []])
+        vals = decode_exact(g.meta.value_type, buf, vp, vp + vlen, where, stats, g.meta.name)
+        t = _column_type(g.meta)
+        cols[g.meta.name] = vals if vals.type == t else vals.cast(t)
+    return _with_all_states(lay, cols, n)
+
+
+def _with_all_states(lay: KeyedLayout, cols: dict[str, pa.Array], n: int) -> pa.Table:
     for meta in lay.states:
         if meta.name not in cols:
             cols[meta.name] = pa.nulls(n, _column_type(meta))
@@ -301,7 +277,11 @@ def decode(lay: KeyedLayout, buf: np.ndarray, located: Located, stream_of_chain:
     for name, g in groups.items():
         if g.meta.is_timer:
             timer_tables.append(_timers(lay, buf, g.meta, g.entries(located), where, stats))
-    table = _strided_table(lay, buf, groups, chain_kg, stats) if chain_kg is not None else None
+    table = None
+    if chain_kg is not None:
+        table = _strided_table(lay, buf, groups, chain_kg, stats)
+        if table is None:
+            table = _scanned_table(lay, buf, groups, chain_kg, where, stats)
     if table is None:
         row_keys = []
         for name, g in groups.items():
@@ -311,12 +291,12 @@ def decode(lay: KeyedLayout, buf: np.ndarray, located: Located, stream_of_chain:
             e = g.entries(located)
             kstart = e.kp + P
             kend_all = e.kp + e.klen
-            keys, kend = _decode_open(key_t, buf, kstart, kend_all, where, stats, "key")
+            keys, kend = decode_open(key_t, buf, kstart, kend_all, where, stats, "key")
             nst = meta.serializers.get("NAMESPACE_SERIALIZER")
             nsw = 16 if nst is not None and nst.kind == "window" else 1
             ns_arr = None
             if nst is not None and nsw == 16:
-                ns_arr, _ = _decode_open(nst, buf, kend, kend_all, where, stats, f"{name} (ns)")
+                ns_arr, _ = decode_open(nst, buf, kend, kend_all, where, stats, f"{name} (ns)")
             nsend = kend + nsw
             if meta.keyed_kind != "map" and not np.array_equal(nsend, kend_all):
                 raise corrupt(where, f"keys of state {name!r} do not end where their entries do")
@@ -336,17 +316,17 @@ def _timers(lay: KeyedLayout, buf: np.ndarray, meta: StateMeta, e: Entries, wher
     kstart, kend_all = e.kp + P, e.kp + e.klen
     raw = gather_fixed(buf, kstart, 8).reshape(-1).view(">i8")
     ts = raw.astype(np.int64) ^ np.int64(-(1 << 63))  # TimerSerializer flips the sign bit
-    keys, kend = _decode_open(lay.key_type, buf, kstart + 8, kend_all, where, stats, f"{name} (key)")
+    keys, kend = decode_open(lay.key_type, buf, kstart + 8, kend_all, where, stats, f"{name} (key)")
     ntype = meta.value_type.children[1] if meta.value_type.kind == "timer" else None
     cols = {"key_group": pa.array(_key_groups(buf, e.kp, P).astype(np.int32)), "key": keys}
     if lay.namespace_type is not None:
         if ntype is not None and ntype.kind == "window":
-            cols["namespace"], _ = _decode_open(ntype, buf, kend, kend_all, where, stats, f"{name} (ns)")
+            cols["namespace"], _ = decode_open(ntype, buf, kend, kend_all, where, stats, f"{name} (ns)")
         else:
             cols["namespace"] = pa.nulls(len(e), parse_ddl(lay.namespace_type.ddl()))
     cols["timestamp"] = pa.array(ts)
     cols["domain"] = pa.array([meta.timer_domain] * len(e), pa.string())
-    stats.states.setdefault(name, "bulk")  # type: ignore[union-attr]
+    stats.states.setdefault(name, "bulk")
     return pa.table(cols)
 
 
@@ -431,12 +411,12 @@ def _state_column(meta: StateMeta, buf: np.ndarray, e: Entries, nsend: np.ndarra
     if meta.keyed_kind == "map":
         t = meta.value_type
         kt, vt = t.children if t.kind == "map" else (t, t)
-        ukeys = _decode_exact(kt, buf, nsend, e.kp + e.klen, where, stats, name)
+        ukeys = decode_exact(kt, buf, nsend, e.kp + e.klen, where, stats, name)
         if (vlen < 1).any():
             raise corrupt(where, f"a map entry of state {name!r} has no null flag")
         isnull = buf[vp] != 0
-        vals = _decode_exact(vt, buf, vp + 1, vp + vlen, where, stats, name) if not isnull.any() else \
-            _nullable(vt, buf, vp, vlen, isnull, where, stats, name)
+        vals = decode_exact(vt, buf, vp + 1, vp + vlen, where, stats, name) if not isnull.any() else \
+            decode_nullable(vt, buf, vp, vlen, isnull, where, stats, name)
         order = np.argsort(rows, kind="stable")
         counts = np.bincount(rows, minlength=nrows)
         offsets = np.zeros(nrows + 1, np.int32)
@@ -449,22 +429,14 @@ def _state_column(meta: StateMeta, buf: np.ndarray, e: Entries, nsend: np.ndarra
     if not in_order and len(np.unique(rows)) != len(rows):
         raise corrupt(where, f"state {name!r} holds one key twice")
     if meta.keyed_kind == "list":
-        vals = _decode_list(meta.value_type, buf, vp, vlen, where, stats, name)
+        vals = decode_list(meta.value_type, buf, vp, vlen, where, stats, name)
     else:
-        vals = _decode_exact(meta.value_type, buf, vp, vp + vlen, where, stats, name)
+        vals = decode_exact(meta.value_type, buf, vp, vp + vlen, where, stats, name)
     if in_order:
         return vals.cast(_column_type(meta)) if vals.type != _column_type(meta) else vals
     idx = np.full(nrows, -1, np.int64)
     idx[rows] = np.arange(len(rows))
     return vals.take(pa.array(idx, mask=idx < 0)).cast(_column_type(meta))
-
-
-def _nullable(t: FlinkType, buf, vp, vlen, isnull, where, stats, name) -> pa.Array:
-    ok = np.flatnonzero(~isnull)
-    vals = _decode_exact(t, buf, vp[ok] + 1, vp[ok] + vlen[ok], where, stats, name)
-    idx = np.full(len(vp), -1, np.int64)
-    idx[ok] = np.arange(len(ok))
-    return vals.take(pa.array(idx, mask=idx < 0))
 
 
 def keyed_schema_of(lay: KeyedLayout) -> pa.Schema:
@@ -476,7 +448,7 @@ def keyed_schema_of(lay: KeyedLayout) -> pa.Schema:
 
 
 def _empty_keyed(lay: KeyedLayout) -> pa.Table:
-    return keyed_schema_of(lay).empty_table()
+    return empty_table(keyed_schema_of(lay))
 
 
 def _empty_timers(lay: KeyedLayout) -> pa.Table:
@@ -484,4 +456,4 @@ def _empty_timers(lay: KeyedLayout) -> pa.Table:
     if lay.namespace_type is not None:
         fields.append(pa.field("namespace", parse_ddl(lay.namespace_type.ddl())))
     fields += [pa.field("timestamp", pa.int64()), pa.field("domain", pa.string())]
-    return pa.schema(fields).empty_table()
+    return empty_table(pa.schema(fields))

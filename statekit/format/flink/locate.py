@@ -22,6 +22,7 @@ from statekit.format.flink.values import gather_fixed
 
 END_OF_KEY_GROUP = 0xFFFF
 _PROBE = 64  # first strided probe; grown 4x while the run goes on
+_PRUNE_ROUNDS = 4  # rounds of pruning stray candidates before pointer doubling
 _MIN_RUN = 8  # shorter runs are left to the chained walk (probing them costs more than it saves)
 
 
@@ -194,45 +195,48 @@ def _scan_region(buf: np.ndarray, p: int, lim: int, kg: int, P: int, chain: int,
     m = lim - p
     if m < 10:
         return None
-    u = np.ndarray((m - 4,), np.dtype(">u4"), buffer=buf.data, offset=p, strides=(1,))  # i32 at every byte
-    w = np.ndarray((m - 4,), np.dtype("<u4"), buffer=buf.data, offset=p, strides=(1,))  # the same, unswapped
     seg = buf[p:lim]
+    # Candidates: the key group's byte (its run-end flag aside) 4 bytes after three zero bytes and a
+    # nonzero key length byte. Filtering on the rare byte first keeps the later tests small.
     if P == 1:
-        mask = ((w & 0xFFFFFF) == 0) & (w != 0) & ((seg[4:m] & 0x7F) == kg)  # 0 < klen < 256, key group
+        c = np.flatnonzero((seg[4:] & 0x7F) == kg)
     else:
-        mask = ((w & 0xFFFFFF) == 0) & (w != 0) & ((seg[4:m] & 0x7F) == (kg >> 8))
-        mask[: m - 5] &= seg[5:m] == (kg & 0xFF)
-        mask[m - 5 :] = False
-    c = np.flatnonzero(mask)
+        c = np.flatnonzero(seg[5:] == (kg & 0xFF))
+        c = c[(seg[c + 4] & 0x7F) == kg >> 8]
+    c = c[(seg[c + 3] != 0) & (seg[c] == 0) & (seg[c + 1] == 0) & (seg[c + 2] == 0)]
     if not len(c) or c[0] != 0:
         return None
-    k = u[c].astype(np.int64)
-    q = c + 4 + k
+    k = seg[c + 3].astype(np.int64)
+    q = c + 4 + k  # the value length field
     ok = q + 4 <= m
-    c, k, q = c[ok], k[ok], q[ok]
-    qq = np.minimum(q, m - 5)
-    v = u[qq].astype(np.int64)
+    if not ok.all():
+        c, k, q = c[ok], k[ok], q[ok]
+    u = np.ndarray((m - 3,), np.dtype(">u4"), buffer=buf.data, offset=p, strides=(1,))  # an i32 at every byte
+    v = u[q].astype(np.int64)
     end = q + 4 + v
-    ok = (end <= m) & (v < 1 << 31)
-    c, k, q, v, end = c[ok], k[ok], q[ok], v[ok], end[ok]
+    ok = end <= m  # (a negative i32 read unsigned never fits)
+    if not ok.all():
+        c, k, q, v, end = c[ok], k[ok], q[ok], v[ok], end[ok]
     if not len(c) or c[0] != 0:
         return None
-    flag = (seg[c + 4] & 0x80) != 0
+    flag = seg[c + 4] >= 0x80
     nxt = end + 2 * flag
     keep = _follow(c, nxt)
     if keep is not None:
-        c, k, q, v, end, flag, nxt = c[keep], k[keep], q[keep], v[keep], end[keep], flag[keep], nxt[keep]
+        c, k, q, v, nxt, flag = c[keep], k[keep], q[keep], v[keep], nxt[keep], flag[keep]
     if nxt[-1] > m or not flag[-1]:
         return None
-    fpos = end[flag]
+    fpos = nxt[flag] - 2
     sids = seg[fpos].astype(np.int64) << 8 | seg[fpos + 1]
     if sids[-1] != END_OF_KEY_GROUP or (sids[:-1] == END_OF_KEY_GROUP).any():
         return None
-    run_of = np.cumsum(flag) - flag  # how many runs ended before each entry
-    sid_of = np.concatenate([[sid], sids[:-1]])[run_of]
     n = len(c)
-    bounds = np.concatenate([[0], np.flatnonzero(flag) + 1])
-    return Entries(np.full(n, chain, np.int64), sid_of, p + c + 4, k, p + q + 4, v), bounds.tolist()
+    ends = np.flatnonzero(flag) + 1
+    bounds = [0] + ends.tolist()
+    sid_of = np.empty(n, np.int64)
+    for i, (lo, hi) in enumerate(zip(bounds[:-1], bounds[1:])):
+        sid_of[lo:hi] = sid if i == 0 else sids[i - 1]
+    return Entries(np.full(n, chain, np.int64), sid_of, p + c + 4, k, p + q + 4, v), bounds
 
 
 def _strided(buf: np.ndarray, p: int, lim: int) -> tuple[int, int, int, int, bool] | None:
@@ -270,16 +274,27 @@ def _strided(buf: np.ndarray, p: int, lim: int) -> tuple[int, int, int, int, boo
 def _follow(c: np.ndarray, nxt: np.ndarray) -> np.ndarray | None:
     """Indexes of the candidates on the chain from candidate 0 (each candidate's successor starts at `nxt`); None: all.
 
-    Without false candidates every candidate's successor is the next one. Otherwise the path is
-    enumerated by pointer doubling: succ^(2^r) tables, then the path prefix doubled each round.
+    Without false candidates every candidate's successor is the next one. Otherwise a candidate is
+    kept while a kept candidate (or the start) points at it: a false one lies inside a true entry, so
+    no true entry points at it. A few such rounds clear the usual stray candidates; a false chain that
+    runs beside the true one (key group 0's prefix byte is the 0 of every value length) is left to
+    pointer doubling: succ^(2^r) tables, then the path from candidate 0 doubled each round.
     """
     n = len(c)
     if np.array_equal(nxt[:-1], c[1:]):
         return None
     j = np.searchsorted(c, nxt)
     j = np.where((j < n) & (c[np.minimum(j, n - 1)] == nxt), j, n)  # n: no successor among the candidates
+    keep = np.ones(n, bool)
+    for _ in range(_PRUNE_ROUNDS):
+        hit = np.zeros(n + 1, bool)
+        hit[j[keep]] = True
+        hit[0] = True
+        if np.array_equal(hit[:n], keep):
+            return np.flatnonzero(keep)
+        keep = hit[:n]
     succ = [np.append(j, n)]
-    while len(succ) < 64 and not (succ[-1][: n] == n).all():
+    while len(succ) < 64 and not (succ[-1][:n] == n).all():
         succ.append(succ[-1][succ[-1]])
     path = np.array([0])
     for table in succ:

@@ -15,13 +15,12 @@ import numpy as np
 import pyarrow as pa
 
 from statekit.errors import CorruptSavepointError
+from statekit.format.arrow_memory import allocate, arrow_type, from_numpy, primitive
 from statekit.format.flink.binary import DataInput, java_string
 from statekit.format.flink.serializers import FlinkType
 from statekit.types import parse_ddl
 
 Reader = Callable[[DataInput], Any]
-#: entries per chunk when gathering variable-length byte ranges (bounds temporary memory)
-GATHER_CHUNK = 1 << 20
 
 FIXED_DTYPES = {"long": ">i8", "int": ">i4", "short": ">i2", "byte": "i1", "double": ">f8", "float": ">f4"}
 
@@ -118,25 +117,90 @@ def to_arrow(values: list[Any], t: FlinkType) -> pa.Array:
 
 
 # -- bulk -------------------------------------------------------------------------------------------
+_INLINE = 12  # Arrow binary views hold up to 12 bytes inline; longer ones point into a data buffer
+_VIEW_BUF = 1 << 30  # a view's data buffer starts every 1 GiB and spans 2 GiB: int32 offsets reach every range
+#: per (bytes kept): a 16-byte mask keeping the first `bytes` bytes of a view
+_KEEP = ((np.arange(16)[None, :] < np.arange(17)[:, None]) * np.uint8(0xFF)).astype(np.uint8).view("V16").ravel()
+
+
+def _keep(n_bytes: np.ndarray) -> np.ndarray:
+    """(n, 2) u64 masks keeping the first `n_bytes` (0..16) bytes of 16 (a 1-D gather of 16-byte items: numpy's fast path)."""
+    return _KEEP[n_bytes].view("<u8").reshape(-1, 2)
+
+
+def binary_array(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray, type_: pa.DataType = pa.binary()) -> pa.Array:
+    """The byte ranges [starts[i], starts[i] + lengths[i]) of `buf` as one Arrow binary (or string) array.
+
+    No per-entry Python and no per-byte index: each range becomes a 16-byte Arrow binary view, cut
+    from `buf` with one overlapping-window gather (up to 12 bytes are held inline; longer ones point
+    into `buf`), and Arrow's cast concatenates the views into Arrow-owned memory. The caller checks
+    that string bytes are valid UTF-8.
+    """
+    n = len(starts)
+    view_type = pa.string_view() if type_ == pa.string() else pa.binary_view()
+    if n == 0:
+        return pa.Array.from_buffers(view_type, 0, [None, pa.allocate_buffer(0)]).cast(type_)
+    lengths = lengths.astype(np.int32, copy=False)
+    starts = starts.astype(np.int64, copy=False)
+    if int(lengths.min()) < 0 or int(starts.min()) < 0 or int((starts + lengths).max()) > len(buf):
+        raise IndexError("byte range outside the buffer")
+    size = len(buf)
+    # each view is the 16 bytes from 4 before the range: [4 bytes overwritten by the length][12 bytes of data]
+    safe = (starts >= 4) & (starts + _INLINE <= size) if size >= 16 else np.zeros(n, bool)
+    if safe.all():
+        views = np.ndarray((size - 15,), np.dtype("V16"), buffer=buf.data, strides=(1,))[starts - 4]
+    else:
+        views = np.zeros(n, np.dtype("V16"))
+        ok = np.flatnonzero(safe)
+        if len(ok):
+            views[ok] = np.ndarray((size - 15,), np.dtype("V16"), buffer=buf.data, strides=(1,))[starts[ok] - 4]
+        for i in np.flatnonzero(~safe).tolist():  # the few ranges at the buffer's edges
+            s, m = int(starts[i]), min(int(lengths[i]), _INLINE)
+            views[i] = (b"\0" * 4 + buf[s : s + m].tobytes()).ljust(16, b"\0")
+    w64 = views.view("<u8").reshape(n, 2)
+    w64 &= _keep(np.minimum(lengths, _INLINE) + 4)
+    w32 = views.view("<i4").reshape(n, 4)
+    w32[:, 0] = lengths
+    long_ = np.flatnonzero(lengths > _INLINE)  # bytes 4..8 already hold the 4-byte prefix a view carries
+    w32[long_, 2] = starts[long_] // _VIEW_BUF
+    w32[long_, 3] = starts[long_] % _VIEW_BUF
+    data = [pa.py_buffer(buf[k : k + 2 * _VIEW_BUF]) for k in range(0, max(size, 1), _VIEW_BUF)] if len(long_) else []
+    arr = pa.Array.from_buffers(view_type, n, [None, pa.py_buffer(views)] + data)
+    return arr.cast(type_)  # Arrow copies the bytes out: the result owns its memory
+
+
 def gather_ranges(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    """The bytes of every range [starts[i], starts[i] + lengths[i]) concatenated, in chunks."""
-    total = int(lengths.sum())
-    out = np.empty(total, np.uint8)
-    pos = 0
-    itype = np.int32 if len(buf) < (1 << 31) else np.int64
-    for c in range(0, len(starts), GATHER_CHUNK):
-        s: np.ndarray = starts[c : c + GATHER_CHUNK].astype(itype)
-        n: np.ndarray = lengths[c : c + GATHER_CHUNK].astype(itype)
-        m = int(n.sum())
-        if m == 0:
-            continue
-        excl = np.empty_like(n)
-        excl[0] = 0
-        np.cumsum(n[:-1], out=excl[1:])
-        idx: np.ndarray = np.repeat(s - excl, n) + np.arange(m, dtype=itype)
-        np.take(buf, idx, out=out[pos : pos + m])
-        pos += m
-    return out
+    """The bytes of every range [starts[i], starts[i] + lengths[i]) concatenated (read-only, Arrow-owned)."""
+    arr = binary_array(buf, starts, lengths)
+    total = int(lengths.sum()) if len(lengths) else 0
+    return np.frombuffer(arr.buffers()[2], np.uint8, count=total) if total else np.zeros(0, np.uint8)
+
+
+def ranges_equal(buf: np.ndarray, a: np.ndarray, b: np.ndarray, lengths: np.ndarray) -> bool:
+    """Whether the byte ranges at `a` and at `b` (same `lengths`) are equal, compared 16 bytes at a time."""
+    if not len(a):
+        return True
+    size = len(buf)
+    span = (lengths + 15) // 16 * 16  # what the 16-byte windows read
+    edge = np.flatnonzero((np.maximum(a, b) + span > size) | (size < 16))
+    for i in edge.tolist():  # the few ranges whose last window would pass the buffer's end
+        if not np.array_equal(buf[a[i] : a[i] + lengths[i]], buf[b[i] : b[i] + lengths[i]]):
+            return False
+    if len(edge) == len(a):
+        return True
+    at = np.arange(len(a)) if not len(edge) else np.flatnonzero(np.isin(np.arange(len(a)), edge, invert=True))
+    every = np.ndarray((size - 15,), np.dtype("V16"), buffer=buf.data, strides=(1,))
+    for j in range(0, int(lengths.max()), 16):
+        if j or len(edge) or lengths.min() == 0:
+            at = at[lengths[at] > j]
+            aj, bj, lj = a[at] + j, b[at] + j, lengths[at] - j
+        else:
+            aj, bj, lj = a, b, lengths  # the common case: every range, no index
+        x = every[aj].view("<u8").reshape(-1, 2) ^ every[bj].view("<u8").reshape(-1, 2)
+        x &= _keep(np.minimum(lj, 16))
+        if x.any():
+            return False
+    return True
 
 
 def gather_values(buf: np.ndarray, starts: np.ndarray, dtype: str) -> np.ndarray:
@@ -150,12 +214,54 @@ def gather_values(buf: np.ndarray, starts: np.ndarray, dtype: str) -> np.ndarray
     return every[starts].astype(dt.newbyteorder("="))
 
 
+def fixed_array(buf: np.ndarray, starts: np.ndarray, dtype: str) -> pa.Array:
+    """`gather_values` written straight into an Arrow-owned array (one pass: gather and byte swap)."""
+    dt = np.dtype(dtype)
+    if len(starts) and (int(starts.max()) + dt.itemsize > len(buf) or int(starts.min()) < 0):
+        raise IndexError("value past the end of the buffer")
+    out, data = allocate(len(starts), dt)
+    if len(starts):
+        out[:] = np.ndarray((len(buf) - dt.itemsize + 1,), dt, buffer=buf.data, strides=(1,))[starts]
+    return primitive(data, len(starts), arrow_type(dt))
+
+
 def gather_fixed(buf: np.ndarray, starts: np.ndarray, width: int) -> np.ndarray:
     """An (n, width) uint8 array of the bytes at each start (one 1-D gather per column: no n*width index)."""
     out = np.empty((len(starts), width), np.uint8)
     for j in range(width):
         out[:, j] = buf[starts + j]
     return out
+
+
+def strings(buf: np.ndarray, starts: np.ndarray) -> tuple[pa.Array, np.ndarray] | None:
+    """Flink `StringValue`s at `starts` in bulk, when every one is ASCII (then its bytes are its UTF-8), with their ends.
+
+    Encoding: varint(length + 1) (7 bits per byte, low group first; 0 = null), then each UTF-16
+    char as the same varint, so a char below 0x80 is one byte. Lengths of one or two varint bytes
+    (< 16383 chars) are read here; null or non-ASCII strings give None (the per-record decoder).
+    """
+    n = len(starts)
+    if not n:
+        return binary_array(buf, starts, starts, pa.string()), starts
+    head = buf[starts].astype(np.int32)
+    two = np.flatnonzero(head >= 0x80)
+    lengths = head & 0x7F
+    if len(two):
+        second = buf[starts[two] + 1].astype(np.int32)
+        if second.max() >= 0x80:
+            return None
+        lengths[two] |= second << 7
+    if lengths.min() == 0:  # a null string
+        return None
+    lengths -= 1
+    chars = starts + 1
+    if len(two):
+        chars[two] += 1
+    arr = binary_array(buf, chars, lengths, pa.string())
+    total = int(lengths.sum())
+    if total and np.frombuffer(arr.buffers()[2], np.uint8, count=total).max() >= 0x80:
+        return None  # a char of 0x80 or more is a multi-byte varint, not UTF-8
+    return arr, chars + lengths
 
 
 def _be32(buf: np.ndarray, at: np.ndarray) -> np.ndarray:
@@ -168,30 +274,16 @@ def bulk(t: FlinkType, buf: np.ndarray, starts: np.ndarray) -> tuple[pa.Array, n
     n = len(starts)
     if k in FIXED_DTYPES:
         w = np.dtype(FIXED_DTYPES[k]).itemsize
-        return pa.array(gather_values(buf, starts, FIXED_DTYPES[k])), starts + w
+        return fixed_array(buf, starts, FIXED_DTYPES[k]), starts + w
     if k == "boolean":
-        return pa.array(buf[starts] != 0), starts + 1
+        return from_numpy(buf[starts] != 0), starts + 1
     if k == "string":
-        head = buf[starts]
-        if n and (head.max() >= 0x80 or head.min() == 0):  # multi-byte length, or a null string
-            return None
-        lengths = head.astype(np.int64) - 1
-        data = gather_ranges(buf, starts + 1, lengths)
-        if len(data) and data.max() >= 0x80:  # a non-ASCII char: one or more bytes per char
-            return None
-        offsets = np.zeros(n + 1, np.int64)
-        np.cumsum(lengths, out=offsets[1:])
-        arr = pa.Array.from_buffers(pa.large_string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
-        return arr.cast(pa.string()), starts + 1 + lengths
+        return strings(buf, starts)
     if k == "bytes":
         lengths = _be32(buf, starts)
         if n and lengths.min() < 0:
             return None
-        data = gather_ranges(buf, starts + 4, lengths)
-        offsets = np.zeros(n + 1, np.int64)
-        np.cumsum(lengths, out=offsets[1:])
-        arr = pa.Array.from_buffers(pa.large_binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
-        return arr.cast(pa.binary()), starts + 4 + lengths
+        return binary_array(buf, starts + 4, lengths), starts + 4 + lengths
     if k == "enum":
         ordinals = _be32(buf, starts)
         if n and (ordinals.min() < 0 or ordinals.max() >= len(t.enum_values)):
