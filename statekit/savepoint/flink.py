@@ -164,7 +164,10 @@ class FlinkSavepoint(Savepoint):
             if key_bytes is not None:  # the one-key path: key bytes matched in the key group, no table built
                 found = lookup(self.flink, fop, key_bytes, kg, self.stats)
                 if found is not NotImplemented:
-                    return None if found is None else {s.name: found.get(s.name) for s in meta.keyed_states}
+                    if found is None:
+                        return None
+                    row = {s.name: found.get(s.name) for s in meta.keyed_states}
+                    return decode_row(row, meta, trusted=self.trust_pickled)
         table = self._read_keyed(op, rng).table
         ktype = table.schema.field("key").type
         if not (pa.types.is_struct(ktype) or pa.types.is_nested(ktype)):  # narrow in Arrow before making Python rows
