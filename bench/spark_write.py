@@ -5,10 +5,11 @@ Prints, in one run on one session, for the same 2M-key DataFrame (``key bigint, 
   * the columnar path, ``key_by("key").columns(ValueStateDescriptor("balance", ...))``;
   * the function path, a `KeyedStateBootstrapFunction` run once per row on the heap backend;
   * ``SavepointWriter.rekey`` of the columnar savepoint (key -> key + 10**9, key groups
-    recomputed), against reading its keyed files and writing them back re-keyed with plain Spark;
-each in rows/s and as a ratio of the baseline's time (1.0x = as fast as plain Parquet), and for
-the two bootstrap paths the growth of this Python driver's peak RSS during the write, against the
-keyed state's in-memory (Arrow) size (target: below a quarter of it; executors write the files).
+    recomputed), against reading its keyed files and writing them back re-keyed with plain Spark,
+    and with ``merge="sum"`` (key -> key & ~1: every two keys become one);
+each in rows/s and as a ratio of the baseline's time (1.0x = as fast as plain Parquet), and the
+growth of this Python driver's peak RSS during each write, against the keyed state's in-memory
+(Arrow) size (target: below a quarter of it; executors write the files).
 
 ``--large N`` instead bootstraps N keys with two bigint states through the columnar path alone,
 e.g. ``--large 30000000 --driver-memory 1g`` (it must succeed with a 1 GB driver).
@@ -119,14 +120,15 @@ def bench_state_transform(spark, out: Path, n: int, a: Path) -> None:
     expr = "CAST(balance AS BIGINT) * 100"
     base = timed(lambda: spark.read.parquet(*_keyed_paths(a)).withColumn("balance", F.expr(expr))
                  .write.parquet(str(out / "transform-baseline.parquet")))  # fmt: skip
-    t = timed(lambda: SavepointWriter.from_existing_savepoint(spark, a)
-              .with_state_transform("accounts", "balance", expr, "bigint").write(out / "transformed"))  # fmt: skip
+    t, growth = peak_rss_growth(lambda: SavepointWriter.from_existing_savepoint(spark, a)
+                                .with_state_transform("accounts", "balance", expr, "bigint").write(out / "transformed"))  # fmt: skip
     sp = Savepoint.open(out / "transformed")
     assert sp.operator("accounts").keyed_states[0].type == "bigint"
     assert sp.get("accounts", 5) == {"balance": ((5 * 7919) % 1000 - 500) * 100}
     print(f"transform baseline: read, cast, write parquet: {base:6.2f}s  {n / base / 1e6:6.2f} M rows/s")
     print(f"SavepointWriter.with_state_transform  : {t:6.2f}s  {n / t / 1e6:6.2f} M rows/s  "
-          f"ratio {base / t:.2f}x of that baseline")
+          f"ratio {base / t:.2f}x of that baseline; driver RSS +{growth / 2**20:.0f} MB for "
+          f"{n * 16 / 2**20:.0f} MB of keyed state")
 
 
 def bench_diff(spark, out: Path, n: int, a: Path, b: Path) -> None:
@@ -144,14 +146,14 @@ def bench_diff(spark, out: Path, n: int, a: Path, b: Path) -> None:
          .where("change IS NOT NULL").write.parquet(str(out / "diff-baseline.parquet")))  # fmt: skip
 
     base = timed(plain)
-    t = timed(lambda: diff(a, b, "accounts", spark=spark).write.parquet(str(out / "diff.parquet")))
+    t, growth = peak_rss_growth(lambda: diff(a, b, "accounts", spark=spark).write.parquet(str(out / "diff.parquet")))
     counts = {r.change: r["count"] for r in spark.read.parquet(str(out / "diff.parquet")).groupBy("change").count().collect()}
     assert counts == {r.change: r["count"] for r in
                       spark.read.parquet(str(out / "diff-baseline.parquet")).groupBy("change").count().collect()}
     t_local = timed(lambda: local_diff(a, b, op="accounts"))
     print(f"diff baseline: read both, outer join, write parquet: {base:6.2f}s  {n / base / 1e6:6.2f} M keys/s  {counts}")
     print(f"statekit.spark.diff (+ write parquet)  : {t:6.2f}s  {n / t / 1e6:6.2f} M keys/s  "
-          f"ratio {base / t:.2f}x of that baseline")
+          f"ratio {base / t:.2f}x of that baseline; driver RSS +{growth / 2**20:.0f} MB")
     print(f"statekit.savepoint.diff (local, Arrow) : {t_local:6.2f}s  {n / t_local / 1e6:6.2f} M keys/s  "
           f"ratio {base / t_local:.2f}x of that baseline")
 
@@ -216,9 +218,13 @@ def main() -> None:
         keyed_paths = [str(out / "columnar" / f.path) for f in Savepoint.open(out / "columnar").keyed_files("accounts")]
         t_rk_pq = timed(lambda: spark.read.parquet(*keyed_paths).withColumn("key", F.col("key") + 10**9)
                         .write.parquet(str(out / "rekey-baseline.parquet")))
-        t_rk = timed(lambda: SavepointWriter.from_existing_savepoint(spark, out / "columnar")
-                     .rekey("accounts", F.col("key") + 10**9).write(out / "rekeyed"))
+        t_rk, rss_rk = peak_rss_growth(lambda: SavepointWriter.from_existing_savepoint(spark, out / "columnar")
+                                       .rekey("accounts", F.col("key") + 10**9).write(out / "rekeyed"))
         assert Savepoint.open(out / "rekeyed").get("accounts", 10**9 + 5) == {"balance": (5 * 7919) % 1000 - 500}
+        # merge=: every two keys become one (key // 2), their balances summed by Spark
+        t_mg, rss_mg = peak_rss_growth(lambda: SavepointWriter.from_existing_savepoint(spark, out / "columnar")
+                                       .rekey("accounts", F.col("key").bitwiseAND(-2), merge="sum").write(out / "merged"))
+        assert Savepoint.open(out / "merged").get("accounts", 10) == {"balance": (10 * 7919) % 1000 - 500 + (11 * 7919) % 1000 - 500}
         print(f"{n:,} keys, {spark.sparkContext.defaultParallelism} cores")
         print(f"df.write.parquet (baseline)      : {t_pq:6.2f}s  {n / t_pq / 1e6:6.2f} M rows/s")
         print(f"bootstrap, columnar path         : {t_col:6.2f}s  {n / t_col / 1e6:6.2f} M rows/s  "
@@ -231,7 +237,9 @@ def main() -> None:
                   f"keyed state ({growth / state:.2f}x; target < 0.25x)")
         print(f"rekey baseline: read, re-key, write parquet: {t_rk_pq:6.2f}s  {n / t_rk_pq / 1e6:6.2f} M rows/s")
         print(f"SavepointWriter.rekey          : {t_rk:6.2f}s  {n / t_rk / 1e6:6.2f} M rows/s  "
-              f"ratio {t_rk_pq / t_rk:.2f}x of that baseline")
+              f"ratio {t_rk_pq / t_rk:.2f}x of that baseline; driver RSS +{rss_rk / 2**20:.0f} MB")
+        print(f"SavepointWriter.rekey(merge=)  : {t_mg:6.2f}s  {n / t_mg / 1e6:6.2f} M rows/s  "
+              f"ratio {t_rk_pq / t_mg:.2f}x of that baseline; driver RSS +{rss_mg / 2**20:.0f} MB")
     finally:
         shutil.rmtree(out, ignore_errors=True)
 

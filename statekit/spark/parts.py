@@ -46,7 +46,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
 
-from statekit.errors import InvalidArgumentError, StateTypeError
+from statekit.errors import InvalidArgumentError, NullKeyError, StateTypeError
 from statekit.format import keyed as K
 from statekit.format.files import write_parquet
 from statekit.format.manifest import FileEntry
@@ -65,6 +65,7 @@ __all__ = [
     "task_table",
     "write_buckets",
     "write_discovered_parts",
+    "write_grouped_parts",
     "write_keyed_parts",
     "write_table_files",
 ]
@@ -154,21 +155,57 @@ def partition_values(n: int) -> list[int]:
 
 
 def _with_buckets(df: DataFrame, key_col: str, plan: PartPlan) -> DataFrame:
-    """`df` with `KEY_GROUP` and the bucket's shuffle value, shuffled so that each bucket is one task."""
-    key_type, max_parallelism = plan.key_type, plan.max_parallelism
+    """`df` with `KEY_GROUP`, shuffled so that each bucket is one task.
+
+    The key group is a JVM column (`statekit.spark.keygroup_column`) when the key column has its
+    declared type and statekit's JVM classes load: then Spark hashes and shuffles without Python.
+    Otherwise a Python pass computes it (and the bucket) before the shuffle. Rows are not sorted
+    in the JVM: the writer's radix sort of key groups costs less than Spark's sort (measured).
+    """
+    from statekit.spark.keygroup_column import jvm_hashable, key_group_column
+
     lookup = np.asarray(partition_values(plan.buckets), dtype=np.int32)
+    kg_col = None
+    if jvm_hashable(df, key_col, plan.key_type):
+        kg_col = key_group_column(df.sparkSession, F.col(f"`{key_col}`"), plan.max_parallelism)
+    if kg_col is not None:
+        bucket = F.expr(f"(`{KEY_GROUP}` * {plan.buckets}) div {plan.max_parallelism}").cast("int")
+        part = F.element_at(F.array(*[F.lit(int(v)) for v in lookup]), bucket + 1)
+        return df.withColumn(KEY_GROUP, kg_col).repartition(plan.buckets, part)
+    key_type, max_parallelism = plan.key_type, plan.max_parallelism
 
     def add(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
-            kg = K.compute_key_groups(batch.column(key_col), max_parallelism, key_type)
+            keys = batch.column(key_col)
+            valid = None if not keys.null_count else np.asarray(keys.is_valid().to_numpy(zero_copy_only=False))
+            kg = np.zeros(len(keys), np.int32)
+            if valid is None:
+                kg = K.compute_key_groups(keys, max_parallelism, key_type)
+            else:  # null keys keep a null key group, refused by name after the shuffle (as on the JVM path)
+                kg[valid] = K.compute_key_groups(keys.filter(pa.array(valid)), max_parallelism, key_type)
             yield pa.RecordBatch.from_arrays(
-                list(batch.columns) + [pa.array(kg, pa.int32()), pa.array(lookup[plan.bucket_of(kg)], pa.int32())],
+                list(batch.columns) + [pa.array(kg, pa.int32(), mask=None if valid is None else ~valid),
+                                       pa.array(lookup[plan.bucket_of(kg)], pa.int32())],
                 names=batch.schema.names + [KEY_GROUP, _PART],
-            )
+            )  # fmt: skip
 
-    schema = StructType(df.schema.fields + [StructField(KEY_GROUP, IntegerType(), False),
+    schema = StructType(df.schema.fields + [StructField(KEY_GROUP, IntegerType(), True),
                                             StructField(_PART, IntegerType(), False)])  # fmt: skip
     return df.mapInArrow(add, schema).repartition(plan.buckets, F.col(_PART)).drop(_PART)
+
+
+def _refuse_null_keys(batches: Iterable[pa.RecordBatch],
+                      refuse: Callable[[pa.RecordBatch], None] | None) -> Iterator[pa.RecordBatch]:  # fmt: skip
+    """The batches, refusing null keys (the key group is null exactly for them) with `refuse` or by count."""
+    for batch in batches:
+        kg = batch.column(KEY_GROUP)
+        if kg.null_count:
+            if refuse is not None:
+                refuse(batch)
+            raise NullKeyError(
+                f"the key column holds {kg.null_count} null key(s); Flink forbids null keys. Drop or fill them."
+            )
+        yield batch
 
 
 def write_table_files(table: pa.Table, kg: np.ndarray, plan: PartPlan, *, table_name: Literal["keyed", "timers"], name: str,
@@ -286,15 +323,16 @@ def _identity(key_col: str, *, timers: bool = False) -> TaskFunction:
 
 def write_keyed_parts(df: DataFrame, key_col: str, plan: PartPlan, task: TaskFunction | None = None, *,
                       timers: bool = False, check_unique: Callable[[pa.Table], None] | None = None,
-                      ) -> list[FileEntry]:  # fmt: skip
+                      null_keys: Callable[[pa.RecordBatch], None] | None = None) -> list[FileEntry]:  # fmt: skip
     """Write an operator's keyed table (and timers) from `df` on the executors; return the files' entries.
 
     `df` holds the key in column `key_col`. Without `task`, its other columns are the keyed
     table's (``namespace`` and state columns, as `plan.keyed_schema` declares them), or with
     ``timers=True`` the timers table's; with `task`, each Spark task hands its rows (batches with
-    `KEY_GROUP`) to ``task`` and writes what it returns.
+    `KEY_GROUP`) to ``task`` and writes what it returns. A null key raises `NullKeyError`
+    (`null_keys`, given a batch holding one, may raise a better one).
     """
-    return _run(df, key_col, plan, task or _identity(key_col, timers=timers), check_unique)[0]
+    return _run(df, key_col, plan, task or _identity(key_col, timers=timers), check_unique, null_keys)[0]
 
 
 def write_discovered_parts(df: DataFrame, key_col: str, plan: PartPlan, task: TaskFunction, *,
@@ -308,11 +346,12 @@ def write_discovered_parts(df: DataFrame, key_col: str, plan: PartPlan, task: Ta
 
 
 def _run(df: DataFrame, key_col: str, plan: PartPlan, fn: TaskFunction,
-         check_unique: Callable[[pa.Table], None] | None) -> tuple[list[FileEntry], list]:  # fmt: skip
+         check_unique: Callable[[pa.Table], None] | None,
+         null_keys: Callable[[pa.RecordBatch], None] | None = None) -> tuple[list[FileEntry], list]:  # fmt: skip
     bucketed = _with_buckets(df, key_col, plan)
 
     def write(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        out = fn(batches)
+        out = fn(_refuse_null_keys(batches, null_keys))
         task_plan = plan
         if len(out) == 3:  # the task's own states give its files' columns
             infos = tuple(out[2])
@@ -338,6 +377,22 @@ def _collect_parts(parts: DataFrame) -> tuple[list[FileEntry], list]:
         else:
             entries.append(FileEntry(p, t, r, b, c, None, s, e))
     return sorted(entries, key=lambda e: e.path), sorted(reports, key=lambda rep: rep[0])
+
+
+def write_grouped_parts(df: DataFrame, plan: PartPlan) -> list[FileEntry]:
+    """Write a keyed table whose Spark partitions already hold disjoint key-group ranges; no shuffle.
+
+    `df` has ``key``, ``key_group`` (of `plan`'s max parallelism), [``namespace``] and the state
+    columns, and each partition holds whole key groups that no other partition holds: a
+    savepoint's keyed table as statekit's data source reads it (one task per group of files),
+    transformed row by row. File names carry their key-group range, so tasks never collide.
+    """
+    def write(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        entries = write_task_output(task_table(batches), None, plan)
+        if entries:
+            yield _entries_batch(entries)
+
+    return entries_from(df.mapInArrow(write, PART_SCHEMA))
 
 
 def entries_from(parts: DataFrame) -> list[FileEntry]:

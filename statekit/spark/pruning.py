@@ -23,6 +23,7 @@ import subprocess
 import tempfile
 import threading
 import warnings
+import zipfile
 from pathlib import Path
 from typing import Any, Iterable
 from urllib.parse import quote
@@ -32,7 +33,10 @@ from pyspark.sql import SparkSession
 from statekit.format.manifest import FileEntry
 from statekit.savepoint import OperatorMetadata, Savepoint
 
-__all__ = ["LITERAL_PATHS", "RULE_CLASS", "install_pruning", "pruning_unavailable", "relation_options"]
+__all__ = [
+    "LITERAL_PATHS", "RULE_CLASS", "install_pruning", "pruning_unavailable", "relation_options", "ship_classes",
+    "statekit_class",
+]  # fmt: skip
 
 JAVA_SOURCES = Path(__file__).resolve().parent / "java"
 RULE_CLASS = "io.statekit.spark.KeyGroupPruning"
@@ -111,8 +115,11 @@ def compiled_classes(spark_version: str) -> Path:
     return target
 
 
-def _rule(spark: SparkSession) -> Any:
-    """A new rule instance from statekit's class loader in `spark`'s JVM (created once per JVM)."""
+def statekit_class(spark: SparkSession, name: str) -> Any:
+    """Class `name` (of ``statekit/spark/java``) from statekit's class loader in `spark`'s driver JVM (made once per JVM).
+
+    Raises `RuntimeError` when the classes cannot be compiled (see `compiled_classes`).
+    """
     gateway = spark.sparkContext._gateway
     jvm = spark._jvm
     if gateway is None or jvm is None:  # a session always has both (Optional only in PySpark's annotations)
@@ -124,8 +131,48 @@ def _rule(spark: SparkSession) -> Any:
         urls[0] = jvm.java.io.File(str(classes)).toURI().toURL()
         entry = _loaders[id(gateway)] = (gateway, jvm.java.net.URLClassLoader(
             urls, spark._jsparkSession.getClass().getClassLoader()))  # fmt: skip
-    loader = entry[1]
-    cls = loader.loadClass(RULE_CLASS)
+    return entry[1].loadClass(name)
+
+
+def ship_classes(spark: SparkSession) -> None:
+    """Make statekit's classes loadable by `spark`'s executors (a jar added to the context, once).
+
+    Needed for objects of these classes that travel in tasks (the key-group UDF); the optimizer
+    rule runs on the driver only.
+    """
+    classes = compiled_classes(spark.version)
+    jar = classes.parent / f"{classes.name}.jar"
+    if not jar.exists():
+        fd, tmp = tempfile.mkstemp(prefix=".jar-", dir=classes.parent)
+        os.close(fd)
+        try:
+            with zipfile.ZipFile(tmp, "w") as zf:
+                for f in sorted(classes.rglob("*.class")):
+                    zf.write(f, f.relative_to(classes).as_posix())
+            os.replace(tmp, jar)  # atomic: a concurrent writer's jar has the same contents
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+    sc = spark.sparkContext._jsc.sc()
+    uri = jar.resolve().as_uri()
+    if not any(str(j).endswith("/" + jar.name) for j in _scala_seq(sc.listJars())):
+        sc.addJar(uri)
+
+
+def _scala_seq(seq: Any) -> list[Any]:
+    it, out = seq.iterator(), []
+    while it.hasNext():
+        out.append(it.next())
+    return out
+
+
+def _rule(spark: SparkSession) -> Any:
+    """A new rule instance from statekit's class loader in `spark`'s JVM."""
+    gateway = spark.sparkContext._gateway
+    jvm = spark._jvm
+    if gateway is None or jvm is None:  # a session always has both (Optional only in PySpark's annotations)
+        raise RuntimeError("the Spark session has no JVM gateway; is it stopped?")
+    cls = statekit_class(spark, RULE_CLASS)
     no_types = gateway.new_array(jvm.java.lang.Class, 0)
     return cls.getDeclaredConstructor(no_types).newInstance(gateway.new_array(jvm.java.lang.Object, 0))
 

@@ -17,12 +17,11 @@ from statekit.errors import InvalidArgumentError, UnknownOperatorError
 from statekit.identifiers import OperatorIdentifier
 from statekit.keygroups import check_max_parallelism
 from statekit.savepoint import OperatorMetadata, Savepoint, SavepointBuilder
-from statekit.savepoint.evolve import StateTransform, check_result_type, evolve_states, write_evolved
+from statekit.savepoint.evolve import StateTransform, check_result_type, evolve_states
 from statekit.savepoint.flink_out import TypeHints
-from statekit.savepoint.rekey import rekey_operator
 from statekit.savepoint.transforms import link_operator, refuse_target_inside
 from statekit.spark.bootstrap import BootstrapTransformation
-from statekit.spark.rewrite import rehash_with_spark, rekey_with_spark
+from statekit.spark.rewrite import evolve_with_spark, rehash_with_spark, rekey_with_spark
 from statekit.spark.session import prepare_session
 from statekit.types import parse_ddl
 
@@ -288,15 +287,22 @@ class SavepointWriter:
         entry.transforms.append(step)
         return self
 
-    def _evolved_table(self, entry: _Entry) -> pa.Table:
-        """The entry's keyed table after its state transforms, computed by Spark (Python functions per Arrow batch)."""
+    def _evolved_frame(self, entry: _Entry, *, grouped: bool) -> DataFrame:
+        """The entry's keyed table after its state transforms, a Spark DataFrame (Python functions per Arrow batch).
+
+        `grouped`: read through statekit's data source with ``key_group`` (one task per group of
+        files, so partitions hold disjoint key-group ranges and the result is written without a shuffle).
+        """
+
         from statekit.savepoint.evolve import apply_python_transforms
         from statekit.spark.reader import SavepointReader
         from statekit.spark.scan import struct_type
 
         assert self.source is not None and entry.existing is not None
         meta = entry.existing
-        df = SavepointReader(self.spark, self.source).read_keyed_state(meta.identifier)
+        reader = SavepointReader(self.spark, self.source)
+        df = reader.read_keyed_state(meta.identifier, with_key_group=True, engine="statekit") if grouped \
+            else reader.read_keyed_state(meta.identifier)  # fmt: skip
         done: list[StateTransform] = []
         for t in entry.transforms:
             infos = {s.name: s for s in evolve_states(meta, [*done, t])}
@@ -316,11 +322,17 @@ class SavepointWriter:
 
             def run(batches: Any, step: Any = step, step_infos: Any = step_infos, order: Any = order) -> Any:
                 for b in batches:
-                    out = apply_python_transforms(pa.Table.from_batches([b]), [step], step_infos).select(order)
-                    yield from out.to_batches()
+                    table = pa.Table.from_batches([b])
+                    kg = table.column("key_group") if "key_group" in table.column_names else None
+                    if kg is not None:  # the function sees key, [namespace] and the states, as documented
+                        table = table.drop_columns(["key_group"])
+                    out = apply_python_transforms(table, [step], step_infos)
+                    if kg is not None:
+                        out = out.append_column("key_group", kg)
+                    yield from out.select(order).to_batches()
 
             df = df.mapInArrow(run, schema)
-        return df.toArrow()
+        return df
 
     def _new_key_expr(self, entry: _Entry) -> Column:
         new_key = entry.new_key
@@ -332,39 +344,6 @@ class SavepointWriter:
             assert entry.new_key_type is not None  # rekey() refuses a function without key_type=
             expr = F.udf(new_key, entry.new_key_type)(F.col("key"))
         return expr if entry.new_key_type is None else expr.cast(entry.new_key_type)
-
-    def _key_mapping(self, entry: _Entry) -> DataFrame:
-        """``key`` -> ``new_key`` for every distinct key of the entry's keyed state and timers (a Spark DataFrame)."""
-        from statekit.spark.reader import SavepointReader
-
-        assert self.source is not None and entry.existing is not None
-        reader = SavepointReader(self.spark, self.source)
-        op = entry.existing.identifier
-        keys = reader.read_keyed_state(op).select("key")
-        meta = entry.existing
-        if meta.files_of("timers"):
-            keys = keys.union(reader.read_timers(op).select("key")).distinct()
-        elif meta.namespace_type is not None:
-            keys = keys.distinct()  # else a keyed table holds each key once already
-        return keys.select("key", self._new_key_expr(entry).alias("new_key"))
-
-    def _merged_rows(self, entry: _Entry) -> Any:
-        """What the rekey's ``merge`` gives: the function itself, or Spark's SQL aggregates per new key
-        that several old keys become (``key`` and the states)."""
-        from statekit.spark.reader import SavepointReader
-
-        merge = entry.merge
-        if merge is None or callable(merge):
-            return merge
-        assert self.source is not None and entry.existing is not None
-        states = entry.existing.keyed_states
-        aggs = {st.name: merge[st.name] if isinstance(merge, dict) else f"{merge}(`{st.name}`)" for st in states}
-        keyed = SavepointReader(self.spark, self.source).read_keyed_state(entry.existing.identifier)
-        rows = keyed.select(self._new_key_expr(entry).alias("key"), *[F.col(f"`{st.name}`") for st in states])
-        merged = rows.groupBy("key").agg(
-            F.count(F.lit(1)).alias("__rows"), *[F.expr(aggs[st.name]).cast(st.type).alias(st.name) for st in states]
-        )
-        return merged.where("__rows > 1").drop("__rows").toArrow()
 
     # -- writing -----------------------------------------------------------------------------------
     def _write_from_flink(self, path: Path) -> Path:
@@ -475,18 +454,16 @@ class SavepointWriter:
                 if meta is not None:
                     assert src is not None
                     name = entry.ident.uid or meta.name if entry.ident.uid_hash != meta.uid_hash else None
-                    if entry.transforms:
-                        write_evolved(builder, src, meta, entry.ident, self._evolved_table(entry),
-                                      evolve_states(meta, entry.transforms), max_parallelism=entry.max_parallelism,
-                                      name=name)  # fmt: skip
-                    elif entry.new_key is not None and entry.merge is None:  # executors write the parts
-                        rekey_with_spark(self.spark, builder, src, meta, entry.ident, self._key_mapping(entry),
+                    if entry.transforms:  # executors write the parts (as for rekey and max parallelism)
+                        grouped = entry.max_parallelism in (None, meta.max_parallelism)  # same key groups
+                        evolve_with_spark(self.spark, builder, src, meta, entry.ident,
+                                          self._evolved_frame(entry, grouped=grouped),
+                                          evolve_states(meta, entry.transforms), max_parallelism=entry.max_parallelism,
+                                          name=name)  # fmt: skip
+                    elif entry.new_key is not None:
+                        rekey_with_spark(self.spark, builder, src, meta, entry.ident, self._new_key_expr(entry),
                                          key_type=entry.new_key_type, max_parallelism=entry.max_parallelism,
-                                         name=name)  # fmt: skip
-                    elif entry.new_key is not None:  # merging colliding keys: the local engine's Arrow transform
-                        rekey_operator(builder, src, meta, entry.ident, self._key_mapping(entry).toArrow(),
-                                       key_type=entry.new_key_type, max_parallelism=entry.max_parallelism, name=name,
-                                       merge=self._merged_rows(entry))
+                                         name=name, merge=entry.merge)  # fmt: skip
                     elif entry.max_parallelism in (None, meta.max_parallelism):
                         link_operator(builder, src, meta, entry.ident, name=name)
                     else:

@@ -23,6 +23,7 @@ from statekit.testing.harness import (
 )
 
 __all__ = [
+    "EDGE_KEYS",
     "ClickCounter",
     "KeyedOneInputStreamOperatorTestHarness",
     "ManualClock",
@@ -32,6 +33,20 @@ __all__ = [
     "Watermark",
     "tree_digest",
 ]
+
+#: Keys of every scalar key type, edge values included (extremes, sign changes, NaN-free floats,
+#: multi-byte and astral-plane strings): what a second implementation of Flink's key-group hash
+#: (statekit's JVM classes, a user's own) must agree with `statekit.keygroups` on.
+EDGE_KEYS: dict[str, list] = {
+    "bigint": [0, -1, 1, 2**63 - 1, -(2**63), 2**31, -(2**31) - 1, *range(-200, 200, 7)],
+    "int": [0, -1, 2**31 - 1, -(2**31), *range(-500, 500, 11)],
+    "smallint": [0, -1, 32767, -32768, *range(-300, 300, 13)],
+    "tinyint": list(range(-128, 128)),
+    "string": ["", "a", "key-42", "ünïcödé", "日本語", "emoji 🎉", "\U0001F600x", *(f"user-{i}" for i in range(150))],
+    "boolean": [True, False],
+    "double": [0.0, -1.5, 1e300, -1e-300, float("inf"), float("-inf"), *(i / 7 for i in range(-100, 100, 3))],
+    "float": [0.0, -1.5, 3.25, float("inf"), *(i / 4 for i in range(-100, 100, 3))],
+}
 
 
 class ClickCounter(AggregateFunction[Any, int, int]):

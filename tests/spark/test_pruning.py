@@ -11,6 +11,7 @@ from statekit.savepoint import Savepoint, SavepointBuilder
 from statekit.spark import RANGE_ENUMERATION_LIMIT, SavepointReader
 from statekit.spark.filters import key_pruning
 from statekit.state import ValueStateDescriptor
+from statekit.testing import EDGE_KEYS
 
 pytestmark = pytest.mark.spark
 
@@ -96,18 +97,8 @@ def test_a_lookup_reads_and_verifies_only_its_files(spark, many_files, tmp_path)
         df.count()
 
 
-# Keys of every scalar key type, edge values included: a key group computed wrongly on the JVM
-# (statekit.spark.java KeyGroups) would drop the key's row from an IN query over all keys.
-EDGE_KEYS = {
-    "bigint": [0, -1, 1, 2**63 - 1, -(2**63), 2**31, -(2**31) - 1, *range(-200, 200, 7)],
-    "int": [0, -1, 2**31 - 1, -(2**31), *range(-500, 500, 11)],
-    "smallint": [0, -1, 32767, -32768, *range(-300, 300, 13)],
-    "tinyint": list(range(-128, 128)),
-    "string": ["", "a", "key-42", "ünïcödé", "日本語", "emoji 🎉", "\U0001F600x", *(f"user-{i}" for i in range(150))],
-    "boolean": [True, False],
-    "double": [0.0, -1.5, 1e300, -1e-300, float("inf"), float("-inf"), *(i / 7 for i in range(-100, 100, 3))],
-    "float": [0.0, -1.5, 3.25, float("inf"), *(i / 4 for i in range(-100, 100, 3))],
-}
+# Keys of every scalar key type, edge values included (statekit.testing.EDGE_KEYS): a key group computed
+# wrongly on the JVM (statekit.spark.java KeyGroups) would drop the key's row from an IN query over all keys.
 _ARROW = {"bigint": pa.int64(), "int": pa.int32(), "smallint": pa.int16(), "tinyint": pa.int8(), "string": pa.string(),
           "boolean": pa.bool_(), "double": pa.float64(), "float": pa.float32()}  # fmt: skip
 

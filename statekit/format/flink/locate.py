@@ -283,8 +283,11 @@ def _follow(c: np.ndarray, nxt: np.ndarray) -> np.ndarray | None:
     n = len(c)
     if np.array_equal(nxt[:-1], c[1:]):
         return None
-    j = np.searchsorted(c, nxt)
-    j = np.where((j < n) & (c[np.minimum(j, n - 1)] == nxt), j, n)  # n: no successor among the candidates
+    j = np.arange(1, n + 1)  # mostly a candidate's successor is the next candidate: search only the others
+    off = np.flatnonzero(nxt[:-1] != c[1:])
+    off = np.append(off, n - 1)
+    at = np.searchsorted(c, nxt[off])
+    j[off] = np.where((at < n) & (c[np.minimum(at, n - 1)] == nxt[off]), at, n)  # n: no successor among them
     keep = np.ones(n, bool)
     for _ in range(_PRUNE_ROUNDS):
         hit = np.zeros(n + 1, bool)

@@ -123,6 +123,10 @@ _VIEW_BUF = 1 << 30  # a view's data buffer starts every 1 GiB and spans 2 GiB: 
 _KEEP = ((np.arange(16)[None, :] < np.arange(17)[:, None]) * np.uint8(0xFF)).astype(np.uint8).view("V16").ravel()
 
 
+#: per n (0..7): a little-endian u64 mask of its first n bytes
+_LOW = np.array([(1 << (8 * n)) - 1 for n in range(8)], np.uint64)
+
+
 def _keep(n_bytes: np.ndarray) -> np.ndarray:
     """(n, 2) u64 masks keeping the first `n_bytes` (0..16) bytes of 16 (a 1-D gather of 16-byte items: numpy's fast path)."""
     return _KEEP[n_bytes].view("<u8").reshape(-1, 2)
@@ -177,28 +181,42 @@ def gather_ranges(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> n
 
 
 def ranges_equal(buf: np.ndarray, a: np.ndarray, b: np.ndarray, lengths: np.ndarray) -> bool:
-    """Whether the byte ranges at `a` and at `b` (same `lengths`) are equal, compared 16 bytes at a time."""
+    """Whether the byte ranges at `a` and at `b` (same `lengths`) are equal, compared 8 bytes at a time.
+
+    A range of 8 or more bytes is covered by 8-byte windows from its start plus one window ending at
+    its end (no masks); a shorter one by one masked window.
+    """
     if not len(a):
         return True
     size = len(buf)
-    span = (lengths + 15) // 16 * 16  # what the 16-byte windows read
-    edge = np.flatnonzero((np.maximum(a, b) + span > size) | (size < 16))
-    for i in edge.tolist():  # the few ranges whose last window would pass the buffer's end
+    edge = np.flatnonzero((np.maximum(a, b) + np.maximum(lengths, 8) > size))
+    for i in edge.tolist():  # the few ranges whose window would pass the buffer's end
         if not np.array_equal(buf[a[i] : a[i] + lengths[i]], buf[b[i] : b[i] + lengths[i]]):
             return False
     if len(edge) == len(a):
         return True
-    at = np.arange(len(a)) if not len(edge) else np.flatnonzero(np.isin(np.arange(len(a)), edge, invert=True))
-    every = np.ndarray((size - 15,), np.dtype("V16"), buffer=buf.data, strides=(1,))
-    for j in range(0, int(lengths.max()), 16):
-        if j or len(edge) or lengths.min() == 0:
-            at = at[lengths[at] > j]
-            aj, bj, lj = a[at] + j, b[at] + j, lengths[at] - j
-        else:
-            aj, bj, lj = a, b, lengths  # the common case: every range, no index
-        x = every[aj].view("<u8").reshape(-1, 2) ^ every[bj].view("<u8").reshape(-1, 2)
-        x &= _keep(np.minimum(lj, 16))
-        if x.any():
+    if len(edge):
+        keep = np.ones(len(a), bool)
+        keep[edge] = False
+        a, b, lengths = a[keep], b[keep], lengths[keep]
+    every = np.ndarray((size - 7,), np.dtype("<u8"), buffer=buf.data, strides=(1,))
+    short = np.flatnonzero(lengths < 8)
+    if len(short):
+        x = every[a[short]] ^ every[b[short]]
+        if (x & _LOW[lengths[short]]).any():
+            return False
+        at = np.flatnonzero(lengths >= 8)
+        a, b, lengths = a[at], b[at], lengths[at]
+    if not len(a):
+        return True
+    if not np.array_equal(every[a], every[b]):
+        return False
+    tail = lengths - 8
+    if not np.array_equal(every[a + tail], every[b + tail]):
+        return False
+    for j in range(8, int(lengths.max()) - 8, 8):
+        at = np.flatnonzero(lengths > j + 8)
+        if not np.array_equal(every[a[at] + j], every[b[at] + j]):
             return False
     return True
 
