@@ -167,19 +167,19 @@ def _namespace(layout: KeyedLayoutOut, table: pa.Table, n: int) -> Encoded:
     return encode(table.column("namespace"), layout.namespace, what="namespace")
 
 
-_PRIMITIVE = {"long": ">i8", "int": ">i4", "short": ">i2", "byte": "i1", "double": ">f8", "float": ">f4",
+PRIMITIVE = {"long": ">i8", "int": ">i4", "short": ">i2", "byte": "i1", "double": ">f8", "float": ">f4",
               "boolean": "u1"}
 
 
 PRIMITIVE_BLOCK = 1 << 20  # rows per block of the streamed regular layout
 
 
-def _primitive_entries(kg: np.ndarray, nb: int, keys: np.ndarray, key_kind: str, values: np.ndarray,
+def primitive_entries(kg: np.ndarray, nb: int, keys: np.ndarray, key_kind: str, values: np.ndarray,
                        value_kind: str, out: np.ndarray | None = None) -> np.ndarray:
     """``i32 klen | kg | key | 0x00 (void namespace) | i32 vlen | value`` for every row, in one structured fill
     (into `out` when it is large enough): numpy swaps the bytes to big-endian as it assigns each field, so no
     intermediate matrices are built. Returns the structured array (n entries)."""
-    kt, vt = np.dtype(_PRIMITIVE[key_kind]), np.dtype(_PRIMITIVE[value_kind])
+    kt, vt = np.dtype(PRIMITIVE[key_kind]), np.dtype(PRIMITIVE[value_kind])
     kw, vw = kt.itemsize, vt.itemsize
     dt = np.dtype({"names": ["kl", "kg", "k", "ns", "vl", "v"],
                    "formats": [">i4", "u1" if nb == 1 else ">u2", kt, "u1", ">i4", vt],
@@ -206,7 +206,7 @@ def keyed_runs(layout: KeyedLayoutOut, keyed: pa.Table | None, timers: pa.Table 
         if keyed.column("key").null_count:
             raise StateTypeError("the keyed table holds a null key; Flink forbids null keys.")
         # fixed-width primitive keys and values: each entry written in one typed pass (the regular layout)
-        keys_np = keyed.column("key").to_numpy(zero_copy_only=False) if layout.key.kind in _PRIMITIVE and layout.namespace is None else None
+        keys_np = keyed.column("key").to_numpy(zero_copy_only=False) if layout.key.kind in PRIMITIVE and layout.namespace is None else None
         lazy: list[Encoded] = []
 
         def base_of() -> Encoded:  # prefix | key | namespace, built once when a state needs it
@@ -219,9 +219,9 @@ def keyed_runs(layout: KeyedLayoutOut, keyed: pa.Table | None, timers: pa.Table 
             col = keyed.column(s.column)
             col = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
             what = f"state {s.name!r}"
-            if keys_np is not None and s.kind != "list" and s.kind != "map" and s.value.kind in _PRIMITIVE \
+            if keys_np is not None and s.kind != "list" and s.kind != "map" and s.value.kind in PRIMITIVE \
                     and not col.null_count:
-                arr = _primitive_entries(kg, nb, keys_np, layout.key.kind, col.to_numpy(zero_copy_only=False), s.value.kind)
+                arr = primitive_entries(kg, nb, keys_np, layout.key.kind, col.to_numpy(zero_copy_only=False), s.value.kind)
                 runs.append(Run(sid, kg, Encoded(arr.view(np.uint8).reshape(-1), None, arr.dtype.itemsize, n=n)))
                 continue
             base = base_of()
@@ -310,8 +310,8 @@ def write_key_groups(f: BinaryIO, runs: list[Run], start: int, end: int, pos: in
 def _all_primitive(layout: KeyedLayoutOut, keyed: pa.Table | None, timers: pa.Table | None) -> bool:
     """The regular layout: primitive key, void namespace, primitive value states without nulls, no timers."""
     return (keyed is not None and keyed.num_rows > 0 and (timers is None or not timers.num_rows)
-            and layout.namespace is None and layout.key.kind in _PRIMITIVE
-            and all(s.kind not in ("list", "map") and s.value.kind in _PRIMITIVE and not keyed.column(s.column).null_count
+            and layout.namespace is None and layout.key.kind in PRIMITIVE
+            and all(s.kind not in ("list", "map") and s.value.kind in PRIMITIVE and not keyed.column(s.column).null_count
                     for s in layout.states))
 
 
@@ -337,7 +337,7 @@ def _write_primitive_key_groups(f: BinaryIO, layout: KeyedLayoutOut, keyed: pa.T
         lo, hi = bounds[i], bounds[j]
         encoded = []
         for sid, s in enumerate(layout.states):
-            arr = _primitive_entries(kg[lo:hi], nb, keys[lo:hi], layout.key.kind, values[sid][lo:hi], s.value.kind,
+            arr = primitive_entries(kg[lo:hi], nb, keys[lo:hi], layout.key.kind, values[sid][lo:hi], s.value.kind,
                                      out=bufs[sid])
             bufs[sid] = arr.base if arr.base is not None else arr
             data, w = arr.view(np.uint8).reshape(-1), arr.dtype.itemsize

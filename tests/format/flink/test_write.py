@@ -263,3 +263,34 @@ def test_streamed_regular_layout_writes_the_same_bytes_as_the_general_path(tmp_p
     general = W.write_keyed_file(tmp_path / "general", data.layout, data.keyed, None, 0, 255)
     assert streamed == general
     assert (tmp_path / "streamed").read_bytes() == (tmp_path / "general").read_bytes()
+
+
+def test_streamed_spark_fragment_matches_the_general_encoder(tmp_path, monkeypatch):
+    """A Spark task's fragment of the regular layout, streamed in (tiny) blocks, has the general encoder's
+    bytes and runs (called in-process: the encoding is plain Python over Arrow batches)."""
+    from statekit.savepoint.flink_out import keyed_layout
+    from statekit.spark import flink_columnar as C
+
+    keys = pa.array(range(-300, 700), pa.int64())
+    batch = pa.record_batch({"key": keys, "a": pa.array(range(1000), pa.int32()),
+                             "f": pa.array([k / 7 for k in range(1000)])})
+    from statekit.format.manifest import OperatorMetadata
+    from statekit.identifiers import OperatorIdentifier
+    from statekit.state.descriptors import StateInfo
+
+    op = OperatorMetadata(identifier=OperatorIdentifier.for_uid("op"), name="op", parallelism=2, max_parallelism=128,
+                          key_type="bigint", keyed_states=(StateInfo("a", "value", "int"), StateInfo("f", "value", "double")))
+    layout = keyed_layout(op, None, None, max_parallelism=128, has_timers=False)
+    out = {}
+    for mode in ("streamed", "general"):
+        scratch = tmp_path / mode
+        scratch.mkdir()
+        if mode == "streamed":
+            monkeypatch.setattr(C, "PRIMITIVE_BLOCK", 13)
+        else:
+            monkeypatch.setattr(C, "_primitive", lambda *a: False)
+        runs = next(C._fragments(layout, "bigint", str(scratch), "op")(iter([batch]))).to_pylist()
+        (frag,) = list(scratch.iterdir())
+        out[mode] = (frag.read_bytes(), sorted((r["sid"], r["key_group"], r["start"], r["end"], r["last"], r["count"])
+                                               for r in runs))
+    assert out["streamed"] == out["general"]
