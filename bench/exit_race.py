@@ -1,8 +1,8 @@
 """Aborts at interpreter exit ("terminate called without an active exception") with statekit's old
 memory pattern (Arrow buffers over Python bytes and NumPy arrays) against the current one.
 
-Runs the workloads of `tests/exit_child.py` (threaded point reads; Flink reads + DuckDB SQL; a
-RocksDB job) in fresh interpreters, `--jobs` at a time, and counts the runs that did not exit 0.
+Runs the workloads of `tests/exit_child.py` (the bare pattern without statekit; threaded point
+reads; Flink reads + DuckDB SQL; a RocksDB job) in fresh interpreters, `--jobs` at a time, and counts the runs that did not exit 0.
 ``--patterns old`` runs the same statekit code with `statekit.format.arrow_memory` replaced by the
 zero-copy wrappers used before (``pa.py_buffer``, ``pa.array(ndarray)``, numpy-allocated buffers)
 and verified files read into Python memory; ``new`` is the code as it is. The old pattern is the baseline: the ratio is new/old aborts.
@@ -79,7 +79,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=60, help="runs per workload and pattern")
     ap.add_argument("--jobs", type=int, default=2, help="processes at a time (load makes the race likelier)")
-    ap.add_argument("--workloads", default="reads,flink,rocksdb")
+    ap.add_argument("--workloads", default="buffers,reads,flink,rocksdb")
     ap.add_argument("--patterns", default="old,new")
     opts = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="exit-race-") as tmp:
@@ -94,6 +94,8 @@ def main() -> None:
                         return ["reads", str(sp)]
                     if workload == "flink":
                         return ["flink", str(CORPUS), str(sp)]
+                    if workload == "buffers":  # the bare pattern: Python bytes (old) or Arrow memory (new)
+                        return ["buffers", str(sp), "python" if pattern == "old" else "arrow"]
                     return ["rocksdb", str(root / f"job-{pattern}-{i}"), str(TESTS / "runtime")]
 
                 t0 = time.perf_counter()

@@ -7,6 +7,8 @@
 - ``flink CORPUS SP``: Flink savepoints (canonical and native RocksDB) read from threads, then SQL
   over a Flink and a statekit savepoint on DuckDB (DuckDB's threads scanning Arrow tables).
 - ``rocksdb OUT RUNTIME_TESTS``: a RocksDB job with checkpoints ending in a final savepoint.
+- ``buffers SP python|arrow``: the bare pattern, without statekit: every Parquet file under SP read
+  by 8 threads from memory, held as Python bytes (what statekit did) or in Arrow's own memory.
 """
 
 from __future__ import annotations
@@ -68,7 +70,31 @@ def rocksdb(out: str, runtime_tests: str) -> None:
     print(Savepoint.open(target / "sp").keyed_table("sum").num_rows)
 
 
-WORKLOADS = {"reads": reads, "flink": flink, "rocksdb": rocksdb}
+def buffers(sp_path: str, memory: str) -> None:
+    import os
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    files = sorted(str(p) for p in Path(sp_path).rglob("*.parquet"))[:40]
+
+    def load(path: str) -> pa.Buffer:
+        with open(path, "rb") as f:
+            if memory == "python":
+                return pa.py_buffer(f.read())
+            buf = pa.allocate_buffer(os.path.getsize(path))
+            f.readinto(memoryview(buf).cast("B"))
+            return buf
+
+    def work(i: int) -> None:
+        for path in files[i::8]:
+            pq.read_table(pa.BufferReader(load(path)), filters=[("key_group", "=", 5)])
+
+    _threads(work, [(i,) for i in range(8)])
+    print(len(files))
+
+
+WORKLOADS = {"reads": reads, "flink": flink, "rocksdb": rocksdb, "buffers": buffers}
 
 if __name__ == "__main__":
     WORKLOADS[sys.argv[1]](*sys.argv[2:])
