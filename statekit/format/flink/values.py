@@ -310,7 +310,7 @@ def bulk(t: FlinkType, buf: np.ndarray, starts: np.ndarray) -> tuple[pa.Array, n
     if k == "window":
         s = gather_fixed(buf, starts, 8).reshape(-1).view(">i8").astype(np.int64)
         e = gather_fixed(buf, starts + 8, 8).reshape(-1).view(">i8").astype(np.int64)
-        return pa.StructArray.from_arrays([pa.array(s), pa.array(e)], ["start", "end"]), starts + 16
+        return pa.StructArray.from_arrays([from_numpy(s), from_numpy(e)], ["start", "end"]), starts + 16
     if k in ("tuple", "pojo", "row"):
         pos = starts
         if k == "pojo":
