@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 
-.PHONY: demo test test-quick bench
+.PHONY: demo lint test test-quick bench
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -19,12 +19,18 @@ demo: $(STAMP)
 	$(VENV)/bin/statekit demo --out demo-output --replace
 	@echo "The statekit command is $(VENV)/bin/statekit (or: . $(VENV)/bin/activate; statekit --help)"
 
-# The whole suite, `slow` failure-injection runs included (about 5 minutes here).
-test: $(STAMP)
+# Lint and type habits, configured in pyproject.toml: ruff (imports, docstrings) and mypy over statekit
+# and tests/typing. mypy's cache (.mypy_cache) makes a re-run after a small change take seconds.
+lint: $(STAMP)
+	$(VENV)/bin/ruff check statekit cli tests bench
+	$(VENV)/bin/mypy
+
+# The whole suite, `slow` failure-injection runs included (about 5 minutes here), after lint.
+test: lint
 	$(PY) -m pytest tests statekit -m ''
 
-# Everything but the suites marked `slow` (pytest's default, see pyproject.toml).
-test-quick: $(STAMP)
+# Everything but the suites marked `slow` (pytest's default, see pyproject.toml), after lint.
+test-quick: lint
 	$(PY) -m pytest tests statekit
 
 bench: $(STAMP)

@@ -94,6 +94,14 @@ class FileEntry:
         start, end = self.key_group_start, self.key_group_end
         return start is not None and end is not None and start <= key_group <= end
 
+    @property
+    def key_groups(self) -> tuple[int, int]:
+        """First and last key group of a keyed, timers or native file (the manifest check requires them)."""
+        s, e = self.key_group_start, self.key_group_end
+        if s is None or e is None:
+            raise CorruptSavepointError(f"manifest entry {self.path} ({self.table}) has no key-group range.")
+        return s, e
+
     def overlaps(self, start: int, end: int) -> bool:
         """Whether the file's key groups meet ``[start, end]`` (files without key groups meet none)."""
         s, e = self.key_group_start, self.key_group_end

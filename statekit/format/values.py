@@ -10,7 +10,7 @@ import pyarrow as pa
 from statekit import serde
 from statekit.state.descriptors import StateInfo
 
-__all__ = ["python_converter", "unpickle_values"]
+__all__ = ["python_converter", "state_value_decoder", "unpickle_values"]
 
 
 def python_converter(t: pa.DataType, *, hashable: bool = False) -> Callable[[Any], Any] | None:
@@ -40,6 +40,32 @@ def python_converter(t: pa.DataType, *, hashable: bool = False) -> Callable[[Any
             return None
         return lambda v: None if v is None else {n: v[n] if c is None else c(v[n]) for n, c in convs}
     return None
+
+
+def state_value_decoder(info: StateInfo, *, trusted: bool) -> Callable[[Any], Any]:
+    """The one decoder of stored keyed-state values: a stored value (``to_pylist()`` output) of state
+    `info` to the Python value its handle holds.
+
+    Used by `Savepoint.get`, the reader functions (local and Spark) and restores alike, so all give the
+    same shapes: map state (also nested in lists or structs) is a dict, with struct map keys as tuples;
+    lists are lists, structs dicts; pickled values are unpickled, which `trusted` must allow
+    (`UntrustedPickleError` otherwise, raised when a pickled value is decoded).
+
+    >>> from statekit.state.descriptors import StateInfo
+    >>> state_value_decoder(StateInfo("m", "map", "map<string,bigint>"), trusted=False)([("a", 1)])
+    {'a': 1}
+    """
+    if info.pickled:
+        where = f"state {info.name!r}"
+        if info.kind == "list":
+            return lambda v: None if v is None else serde.loads_many(v, trusted=trusted, where=where)
+        if info.kind == "map":
+            kf = python_converter(info.arrow_type.key_type, hashable=True) or (lambda k: k)
+            return lambda v: None if v is None else {
+                kf(k): serde.loads(x, trusted=trusted, where=where) for k, x in v
+            }
+        return lambda v: None if v is None else serde.loads(v, trusted=trusted, where=where)
+    return python_converter(info.arrow_type) or (lambda v: v)
 
 
 def unpickle_values(info: StateInfo, values: list[Any], *, trusted: bool) -> list[Any]:

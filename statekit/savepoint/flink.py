@@ -25,7 +25,7 @@ from statekit.format.flink.values import encode_key
 from statekit.format.manifest import Manifest, OperatorMetadata
 from statekit.identifiers import OperatorIdentifier
 from statekit.keygroups import KeyGroupRange, assign_to_key_group
-from statekit.savepoint.reader import OpLike, Savepoint, _same_key, _same_ns
+from statekit.savepoint.reader import OpLike, Savepoint, _same_key, _same_ns, decode_row
 from statekit.state.descriptors import OperatorStateInfo, Redistribution, StateInfo, as_state_kind
 from statekit.types import parse_ddl
 
@@ -164,7 +164,10 @@ class FlinkSavepoint(Savepoint):
             if key_bytes is not None:  # the one-key path: key bytes matched in the key group, no table built
                 found = lookup(self.flink, fop, key_bytes, kg, self.stats)
                 if found is not NotImplemented:
-                    return None if found is None else {s.name: found.get(s.name) for s in meta.keyed_states}
+                    if found is None:
+                        return None
+                    row = {s.name: found.get(s.name) for s in meta.keyed_states}
+                    return decode_row(row, meta, trusted=self.trust_pickled)
         table = self._read_keyed(op, rng).table
         ktype = table.schema.field("key").type
         if not (pa.types.is_struct(ktype) or pa.types.is_nested(ktype)):  # narrow in Arrow before making Python rows
@@ -175,11 +178,7 @@ class FlinkSavepoint(Savepoint):
         rows = [r for r in table.to_pylist() if _same_key(r["key"], key) and _same_ns(r.get("namespace"), namespace)]
         if not rows:
             return None
-        out = {s.name: rows[0][s.name] for s in meta.keyed_states}
-        for s in meta.keyed_states:
-            if s.pickled and out[s.name] is not None:
-                out[s.name] = self._unpickle(s.kind, out[s.name], f"state {s.name!r} of {meta.display_name}")
-        return out
+        return decode_row(rows[0], meta, trusted=self.trust_pickled)
 
     def is_pyflink(self, op: OpLike) -> bool:
         """Whether `op` is a PyFlink operator whose Row key is shown unwrapped (see `statekit.format.flink.pyflink`)."""

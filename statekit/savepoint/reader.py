@@ -16,6 +16,7 @@ from statekit.errors import (
 )
 from statekit.format.files import read_parquet_verified, read_verified_bytes
 from statekit.format.manifest import FileEntry, Manifest, OperatorMetadata, load_manifest, safe_relative_path
+from statekit.format.values import state_value_decoder
 from statekit.identifiers import OperatorIdentifier
 from statekit.keygroups import KeyGroupRange, assign_to_key_group
 from statekit.types import parse_ddl
@@ -231,26 +232,7 @@ class Savepoint:
         rows = [r for r in rows if _same_key(r["key"], key) and _same_ns(r.get("namespace"), namespace)]
         if not rows:
             return None
-        row = rows[0]
-        out = {s.name: row[s.name] for s in meta.keyed_states}
-        for s in meta.keyed_states:
-            if s.pickled and out[s.name] is not None:
-                out[s.name] = self._unpickle(s.kind, out[s.name], f"state {s.name!r} of {meta.display_name}")
-        return out
-
-    def _unpickle(self, kind: str, value: Any, where: str) -> Any:
-        if not self.trust_pickled:
-            raise UntrustedPicklePayloadError(
-                f"{where} holds pickled values; unpickling runs arbitrary code. Open the savepoint with "
-                "trust_pickled=True only if you trust its origin."
-            )
-        from statekit import serde
-
-        if kind == "list":
-            return serde.loads_many(value, trusted=True)
-        if kind == "map":
-            return [(k, serde.loads(v, trusted=True)) for k, v in value]
-        return serde.loads(value, trusted=True)
+        return decode_row(rows[0], meta, trusted=self.trust_pickled)
 
     # -- timers and operator state -----------------------------------------------------------------
     def timers(self, op: OpLike) -> pa.Table:
@@ -313,6 +295,20 @@ class Savepoint:
                 )
             out[s].append(v)
         return info, out
+
+
+def decode_row(row: dict[str, Any], meta: OperatorMetadata, *, trusted: bool) -> dict[str, Any]:
+    """The states of one keyed-table row as their handles hold them (`state_value_decoder`: maps are dicts)."""
+    out = {}
+    for s in meta.keyed_states:
+        value = row[s.name]
+        if value is not None and s.pickled and not trusted:
+            raise UntrustedPicklePayloadError(
+                f"state {s.name!r} of {meta.display_name} holds pickled values; unpickling runs arbitrary code. "
+                "Open the savepoint with trust_pickled=True only if you trust its origin."
+            )
+        out[s.name] = state_value_decoder(s, trusted=trusted)(value)
+    return out
 
 
 def _rows_of_key(table: pa.Table, kg: int, key: Any, *, struct_key: bool) -> list[dict[str, Any]]:

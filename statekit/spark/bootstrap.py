@@ -93,7 +93,8 @@ class KeyedStateBootstrapFunction:
     def open(self, ctx: "KeyedBootstrapContext") -> None:
         """Register the states this function writes."""
 
-    def process_element(self, value: Any, ctx: "KeyedBootstrapContext") -> None:
+    def process_element(self, value: Any, ctx: "KeyedBootstrapContext") -> Iterable[Any] | None:
+        """Write the states of `value`'s key (a generator's output is ignored, as a Flink function's)."""
         raise NotImplementedError("implement process_element(value, ctx)")
 
     def close(self) -> None:
@@ -424,7 +425,7 @@ def keyed_frame(df: DataFrame, key: str | Callable[[Any], Any], key_type: str) -
 
     arrow_key = parse_ddl(key_type)
 
-    def add_keys(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    def add_keys(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
             keys = to_arrow_array([key(r) for r in _rows(batch)], arrow_key, what="key")
             yield pa.RecordBatch.from_arrays(list(batch.columns) + [keys], names=batch.schema.names + [_KEY])
@@ -449,7 +450,7 @@ def _write_keyed_function(t: KeyedOperatorTransformation, fn: KeyedStateBootstra
     keyed, key_col = keyed_frame(t.source.df, t.key, key_type)
     writer = builder.add_operator(ident, parallelism=parallelism, max_parallelism=max_parallelism, key_type=key_type)
 
-    def bootstrap(batches: Iterator[pa.RecordBatch]) -> tuple[pa.Table | None, pa.Table | None, Any]:
+    def bootstrap(batches: Iterable[pa.RecordBatch]) -> tuple[pa.Table | None, pa.Table | None, Any]:
         backend = _backend(key_type, max_parallelism)
         ctx = KeyedBootstrapContext(backend)
         _call_if(fn, "open", ctx)
@@ -484,6 +485,7 @@ def _write_keyed_columns(t: KeyedOperatorTransformation, pairs: list, infos: Any
                          ident: OperatorIdentifier, max_parallelism: int) -> None:
     from pyspark.sql import functions as F
 
+    assert isinstance(t.key, str)  # columns() refuses a key function
     df = t.source.df.select(F.col(t.key).alias("key"), *[F.col(c).alias(d.name) for c, d in pairs])
     writer = builder.add_operator(ident, parallelism=_parallelism(t.source, max_parallelism),
                                   max_parallelism=max_parallelism, key_type=t.key_type, keyed_states=infos)
@@ -506,10 +508,12 @@ def _write_operator_state(t: OneInputOperatorTransformation, fn: Any, builder: S
         else:
             df = t.df
 
-    def bootstrap(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    def bootstrap(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pyspark import TaskContext
 
-        subtask = TaskContext.get().partitionId()
+        task = TaskContext.get()
+        assert task is not None  # runs inside a Spark task
+        subtask = task.partitionId()
         ctx = OperatorBootstrapContext(DefaultOperatorStateStore(), subtask)
         if not broadcast:
             fn.initialize_state(ctx)

@@ -91,7 +91,11 @@ def parse_options(options: dict[str, str]) -> tuple[Savepoint, OperatorMetadata,
     if (uid is None) == (uid_hash is None):
         have = ", ".join(f"{m.uid or '<no uid>'} ({m.uid_hash})" for m in sp.operators) or "no operators"
         raise InvalidArgumentError(f"give exactly one of the options uid and uid_hash; the savepoint holds: {have}.")
-    ident = OperatorIdentifier.for_uid(uid) if uid is not None else OperatorIdentifier.for_uid_hash(uid_hash)
+    if uid is not None:
+        ident = OperatorIdentifier.for_uid(uid)
+    else:
+        assert uid_hash is not None  # exactly one of the two is given (checked above)
+        ident = OperatorIdentifier.for_uid_hash(uid_hash)
     meta = sp.operator(ident)
     kind, state = resolve_table(meta, options.get("table", "keyed"))
     spec = TableSpec(str(sp.path.resolve()), meta.uid_hash, kind, state, _flag(options, "with_key_group"), trust)

@@ -15,7 +15,7 @@ _classes: dict[tuple[type, type], type] = {}
 _installed = False
 
 
-def _hybrid(error_cls: type, captured_cls: type) -> type:
+def _hybrid(error_cls: type, captured_cls: type) -> type[BaseException]:
     """A class that is both the statekit error and the PySpark exception it arrived in.
 
     Code that catches `ChecksumMismatchError` and code that catches PySpark's exceptions both
@@ -62,7 +62,7 @@ def statekit_error_from(exc: BaseException) -> BaseException | None:
     out = hybrid.__new__(hybrid)
     out.__dict__.update(getattr(exc, "__dict__", {}))
     out.args = (message,)
-    out.statekit_message = message
+    setattr(out, "statekit_message", message)  # an attribute of the hybrid class, made at runtime
     return out
 
 

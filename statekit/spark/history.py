@@ -28,6 +28,8 @@ def _frame(reader: SavepointReader, meta: Any, kind: str, state: str | None) -> 
         return reader.read_keyed_state(op)
     if kind == "timers":
         return reader.read_timers(op)
+    if state is None:
+        raise InvalidArgumentError(f"a {kind} table needs the name of its operator state.")
     if kind == "broadcast":
         return reader.read_broadcast_state(op, state)
     if kind == "union":

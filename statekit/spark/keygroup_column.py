@@ -95,13 +95,13 @@ def key_group_column(spark: SparkSession, key: Column, max_parallelism: int) -> 
 
     from statekit.spark import pruning
 
-    gateway, jvm = spark.sparkContext._gateway, spark._jvm
+    gateway: Any = spark.sparkContext._gateway
+    jvm: Any = spark._jvm
     cls = pruning.statekit_class(spark, UDF_CLASS)
     types = gateway.new_array(jvm.java.lang.Class, 1)
     types[0] = jvm.java.lang.Integer.TYPE
     args = gateway.new_array(jvm.java.lang.Object, 1)
     args[0] = int(max_parallelism)
-    fn = cls.getConstructor(types).newInstance(args)
-    judf = jvm.org.apache.spark.sql.functions.udf(fn, jvm.org.apache.spark.sql.types.DataTypes.IntegerType)
-    judf = judf.withName(UDF_NAME)  # plans show statekit_key_group(key), not UDF(key)
-    return ClassicColumn(judf.apply(_to_seq(spark.sparkContext, [key], lambda c: c._jc)))
+    judf = cls.getMethod("function", types).invoke(None, args)  # KeyGroupUdf.function(maxParallelism)
+    java_key: Any = key
+    return ClassicColumn(judf.apply(_to_seq(spark.sparkContext, [java_key], lambda c: c._jc)))  # type: ignore[union-attr]

@@ -38,11 +38,10 @@ def subtask_state_count(meta: OperatorMetadata) -> int:
     """
     if any(f.table in ("operator", "broadcast") for f in meta.files):
         return meta.parallelism
-    ranges = [(f.key_group_start, f.key_group_end) for f in meta.files if f.key_group_start is not None]
     count = 0
     for i in range(meta.parallelism):
         own = key_group_range(meta.max_parallelism, meta.parallelism, i)
-        if any(s <= own.end and e >= own.start for s, e in ranges):
+        if any(f.overlaps(own.start, own.end) for f in meta.files):
             count += 1
     return count
 

@@ -38,7 +38,7 @@ import os
 import struct
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Iterable, Iterator, Literal
 
 import numpy as np
 import pyarrow as pa
@@ -89,7 +89,7 @@ STATES = "__states"
 #: or (keyed, timers, states) when the task reports the `StateInfo`s it registered (`write_discovered_parts`).
 #: Either table may be None. Tables hold ``key`` (and ``namespace``) and state columns, resp. timer columns;
 #: a ``key_group`` column, when present, must hold the keys' key groups (else they are computed).
-TaskFunction = Callable[[Iterator[pa.RecordBatch]], "tuple[pa.Table | None, pa.Table | None]"]
+TaskFunction = Callable[[Iterable[pa.RecordBatch]], "tuple[pa.Table | None, pa.Table | None]"]
 
 
 @dataclass(frozen=True)
@@ -174,7 +174,7 @@ def _with_buckets(df: DataFrame, key_col: str, plan: PartPlan) -> DataFrame:
         return df.withColumn(KEY_GROUP, kg_col).repartition(plan.buckets, part)
     key_type, max_parallelism = plan.key_type, plan.max_parallelism
 
-    def add(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    def add(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
             keys = batch.column(key_col)
             valid = None if not keys.null_count else np.asarray(keys.is_valid().to_numpy(zero_copy_only=False))
@@ -194,7 +194,7 @@ def _with_buckets(df: DataFrame, key_col: str, plan: PartPlan) -> DataFrame:
     return df.mapInArrow(add, schema).repartition(plan.buckets, F.col(_PART)).drop(_PART)
 
 
-def _refuse_null_keys(batches: Iterator[pa.RecordBatch],
+def _refuse_null_keys(batches: Iterable[pa.RecordBatch],
                       refuse: Callable[[pa.RecordBatch], None] | None) -> Iterator[pa.RecordBatch]:  # fmt: skip
     """The batches, refusing null keys (the key group is null exactly for them) with `refuse` or by count."""
     for batch in batches:
@@ -208,7 +208,7 @@ def _refuse_null_keys(batches: Iterator[pa.RecordBatch],
         yield batch
 
 
-def write_table_files(table: pa.Table, kg: np.ndarray, plan: PartPlan, *, table_name: str, name: str,
+def write_table_files(table: pa.Table, kg: np.ndarray, plan: PartPlan, *, table_name: Literal["keyed", "timers"], name: str,
                       check_unique: Callable[[pa.Table], None] | None = None) -> list[FileEntry]:  # fmt: skip
     """Write one bucket's rows (any order) as files split at key-group boundaries; return their entries.
 
@@ -303,18 +303,18 @@ def write_task_output(keyed: pa.Table | None, timers: pa.Table | None, plan: Par
     return entries
 
 
-def task_table(batches: Iterator[pa.RecordBatch], key_col: str = "key") -> pa.Table | None:
+def task_table(batches: Iterable[pa.RecordBatch], key_col: str = "key") -> pa.Table | None:
     """A task's rows as one table with ``key`` and ``key_group`` named as the layout names them, or None."""
-    batches = list(batches)
-    if not batches or not any(b.num_rows for b in batches):
+    got = list(batches)
+    if not got or not any(b.num_rows for b in got):
         return None
-    table = pa.Table.from_batches(batches)
+    table = pa.Table.from_batches(got)
     return table.rename_columns(["key" if n == key_col else "key_group" if n == KEY_GROUP else n
                                  for n in table.column_names])  # fmt: skip
 
 
 def _identity(key_col: str, *, timers: bool = False) -> TaskFunction:
-    def rows(batches: Iterator[pa.RecordBatch]) -> tuple[pa.Table | None, pa.Table | None]:
+    def rows(batches: Iterable[pa.RecordBatch]) -> tuple[pa.Table | None, pa.Table | None]:
         table = task_table(batches, key_col)
         return (None, table) if timers else (table, None)
 
@@ -350,7 +350,7 @@ def _run(df: DataFrame, key_col: str, plan: PartPlan, fn: TaskFunction,
          null_keys: Callable[[pa.RecordBatch], None] | None = None) -> tuple[list[FileEntry], list]:  # fmt: skip
     bucketed = _with_buckets(df, key_col, plan)
 
-    def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    def write(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         out = fn(_refuse_null_keys(batches, null_keys))
         task_plan = plan
         if len(out) == 3:  # the task's own states give its files' columns
@@ -387,7 +387,7 @@ def write_grouped_parts(df: DataFrame, plan: PartPlan) -> list[FileEntry]:
     savepoint's keyed table as statekit's data source reads it (one task per group of files),
     transformed row by row. File names carry their key-group range, so tasks never collide.
     """
-    def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    def write(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         entries = write_task_output(task_table(batches), None, plan)
         if entries:
             yield _entries_batch(entries)

@@ -122,6 +122,8 @@ def statekit_class(spark: SparkSession, name: str) -> Any:
     """
     gateway = spark.sparkContext._gateway
     jvm = spark._jvm
+    if gateway is None or jvm is None:  # a session always has both (Optional only in PySpark's annotations)
+        raise RuntimeError("the Spark session has no JVM gateway; is it stopped?")
     entry = _loaders.get(id(gateway))
     if entry is None:
         classes = compiled_classes(spark.version)
@@ -168,6 +170,8 @@ def _rule(spark: SparkSession) -> Any:
     """A new rule instance from statekit's class loader in `spark`'s JVM."""
     gateway = spark.sparkContext._gateway
     jvm = spark._jvm
+    if gateway is None or jvm is None:  # a session always has both (Optional only in PySpark's annotations)
+        raise RuntimeError("the Spark session has no JVM gateway; is it stopped?")
     cls = statekit_class(spark, RULE_CLASS)
     no_types = gateway.new_array(jvm.java.lang.Class, 0)
     return cls.getDeclaredConstructor(no_types).newInstance(gateway.new_array(jvm.java.lang.Object, 0))

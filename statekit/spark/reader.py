@@ -20,7 +20,15 @@ from statekit.savepoint import OperatorMetadata, Savepoint
 from statekit.spark.filters import RANGE_ENUMERATION_LIMIT
 from statekit.spark.pruning import LITERAL_PATHS, pruning_unavailable, relation_options
 from statekit.spark.reader_function import KeyedStateReaderFunction, iter_output, open_function, run_rows
-from statekit.spark.scan import TableSpec, plan_tasks, spark_ddl, split_tasks, table_schema, verified_keyed_paths
+from statekit.spark.scan import (
+    TableSpec,
+    plan_tasks,
+    spark_ddl,
+    split_tasks,
+    struct_type,
+    table_schema,
+    verified_keyed_paths,
+)
 from statekit.spark.session import prepare_session
 from statekit.spark.window_reader import WindowReaderFunction, check_window_operator, iter_window_output, window_columns
 from statekit.state.functions import AggregateFunction
@@ -152,8 +160,7 @@ class SavepointReader:
             return self._read_with_function(meta, reader_function, output_schema)
         if output_schema is not None:
             raise InvalidArgumentError("output_schema applies only with a reader_function.")
-        engine = resolved
-        if engine == "parquet":
+        if resolved == "parquet":
             return self._load_parquet(meta, with_key_group=with_key_group)
         return self._load(meta, "keyed", with_key_group=with_key_group)
 
@@ -167,10 +174,12 @@ class SavepointReader:
     def _rule_prunes(self, meta: OperatorMetadata) -> bool:
         """Whether Spark's Parquet reader with statekit's rule serves `meta`'s keyed table fully
         (the rule prunes scalar keys and structs without float fields; the data source the rest)."""
-        prunable = _jvm_prunable(parse_ddl(meta.key_type))
+        prunable = _jvm_prunable(parse_ddl(meta.keyed_key_type))
         return meta.keyed_format == "parquet" and prunable and pruning_unavailable(self.spark) is None
 
-    def _load_parquet(self, meta: OperatorMetadata, table: str = "keyed", *, with_key_group: bool) -> DataFrame:
+    def _load_parquet(
+        self, meta: OperatorMetadata, table: Literal["keyed", "timers"] = "keyed", *, with_key_group: bool
+    ) -> DataFrame:
         spec = TableSpec(self.path, meta.uid_hash, table, with_key_group=True)
         schema = spark_ddl(table_schema(meta, spec))
         files = meta.files_of(table)
@@ -318,7 +327,7 @@ class SavepointReader:
             probe = pickle.loads(_dumps(fn))
             schema = from_arrow_schema(self._infer_schema(lambda task: rows_of(task, self.savepoint, probe), tasks))
         elif isinstance(output_schema, str):
-            schema = StructType.fromDDL(output_schema)
+            schema = struct_type(output_schema)
         else:
             schema = output_schema
         if not tasks:
@@ -396,13 +405,14 @@ class SavepointReader:
                 name = _identifier(table)
                 qualified = f"`{db}`.`{name}`"
                 self.spark.sql(f"DROP TABLE IF EXISTS {qualified}")
-                if not (table in ("keyed", "timers") and self._register_in_place(meta, table, qualified)):
+                kind: Literal["keyed", "timers"] | None = "keyed" if table == "keyed" else "timers" if table == "timers" else None
+                if not (kind is not None and self._register_in_place(meta, kind, qualified)):
                     self._load(meta, table).write.format(format).saveAsTable(qualified)
                 names.append(name)
             out[db] = names
         return out
 
-    def _register_in_place(self, meta: OperatorMetadata, table: str, qualified: str) -> bool:
+    def _register_in_place(self, meta: OperatorMetadata, table: Literal["keyed", "timers"], qualified: str) -> bool:
         """Register `meta`'s keyed (or timer) files as an external Parquet table, if the pruning rule guards it."""
         files = meta.files_of(table)
         folders = {str(Path(e.path).parent) for e in files}
@@ -410,7 +420,7 @@ class SavepointReader:
             return False
         paths = [check_present(self.savepoint.path, e) for e in files]
         spec = TableSpec(self.path, meta.uid_hash, table)
-        schema = StructType.fromDDL(spark_ddl(table_schema(meta, spec)))
+        schema = struct_type(spark_ddl(table_schema(meta, spec)))
         options = relation_options(self.savepoint, meta, files, RANGE_ENUMERATION_LIMIT)
         # The folder may hold files the manifest does not list; the rule reads only listed ones.
         self.spark.catalog.createTable(

@@ -8,15 +8,16 @@ states set, with handles scoped to that key and the key's timers on the context.
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 from typing import Any, Callable, Iterable, Iterator, TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from statekit import serde
 from statekit.errors import StateAccessError, StateTypeError, UntrustedPicklePayloadError
 from statekit.format.keyed import same_type
+from statekit.format.values import state_value_decoder
 from statekit.savepoint import OperatorMetadata, Savepoint
 from statekit.spark.scan import ScanTask, TableSpec, read_task_table, task_range
 from statekit.state.descriptors import (
@@ -163,7 +164,10 @@ class _Value(_Handle, ValueState):
 
     def value(self) -> Any:
         v = self._ctx._value(self._name)
-        return self._ctx.registered[self._name][1].default if v is None else v
+        if v is not None:
+            return v
+        d = self._ctx.registered[self._name][1]
+        return d.default if isinstance(d, ValueStateDescriptor) else None
 
     def update(self, value: Any) -> None:
         raise _read_only(f"update() on {self._name!r}")
@@ -203,7 +207,9 @@ class _Aggregating(_Appending, AggregatingState):
         acc = self._ctx._value(self._name)
         if acc is None:
             return None
-        return self._ctx.registered[self._name][1].aggregate_function.get_result(acc)
+        d = self._ctx.registered[self._name][1]
+        assert isinstance(d, AggregatingStateDescriptor)  # registered by get_aggregating_state
+        return d.aggregate_function.get_result(acc)
 
 
 class _Map(_Handle, MapState):
@@ -248,18 +254,14 @@ def python_key(key: Any) -> Any:
     return tuple(key.values()) if isinstance(key, dict) else key
 
 
+@functools.lru_cache(maxsize=256)
+def _decoder(info: StateInfo) -> Callable[[Any], Any]:
+    return state_value_decoder(info, trusted=True)  # trust was checked when the state was registered
+
+
 def decode_value(info: StateInfo, value: Any) -> Any:
-    if value is None:
-        return None
-    if info.pickled:
-        if info.kind == "list":
-            return serde.loads_many(value, trusted=True)
-        if info.kind == "map":
-            return {k: serde.loads(v, trusted=True) for k, v in value}
-        return serde.loads(value, trusted=True)
-    if info.kind == "map":
-        return dict(value)  # Arrow maps come back as lists of (key, value) pairs
-    return value
+    """A stored value as the handle holds it (`state_value_decoder`)."""
+    return _decoder(info)(value)
 
 
 def open_function(fn: KeyedStateReaderFunction, meta: OperatorMetadata, *, trust_pickled: bool) -> ReaderContext:
@@ -279,7 +281,7 @@ def open_function(fn: KeyedStateReaderFunction, meta: OperatorMetadata, *, trust
 
 def timers_in_range(sp: Savepoint, meta: OperatorMetadata, spec: TableSpec, lo: int, hi: int) -> pa.Table | None:
     """The operator's timers in key groups `lo`..`hi` (with ``key_group``), or None when it has none there."""
-    files = tuple(f for f in meta.files_of("timers") if f.key_group_start <= hi and f.key_group_end >= lo)
+    files = tuple(f for f in meta.files_of("timers") if f.overlaps(lo, hi))
     if not files:
         return None
     tspec = TableSpec(spec.path, spec.uid_hash, "timers", with_key_group=True)
@@ -334,12 +336,13 @@ def iter_output(
     if mask is not None and table.num_rows:
         table = table.filter(mask)
     columns = [table.column(n).to_pylist() for n in names]
+    decoders = [state_value_decoder(info, trusted=True) for info in infos]  # trust checked at registration
     empty: tuple[list[int], list[int]] = ([], [])
     try:
         for i, key in enumerate(table.column("key").to_pylist()):
             key = python_key(key)
             ctx.current_key = key
-            ctx._values = {n: decode_value(info, col[i]) for n, info, col in zip(names, infos, columns)}
+            ctx._values = {n: dec(col[i]) for n, dec, col in zip(names, decoders, columns)}
             ctx._timers = timers.get(key, empty)
             out = fn.read_key(key, ctx)
             if out is not None:

@@ -8,7 +8,7 @@ state (small, not keyed) is carried over as `statekit.savepoint.transforms` carr
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterable
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -121,7 +121,7 @@ def _null_key_refusal(what: str) -> Callable[[pa.RecordBatch], None]:
 def _rekey_task(namespaced: bool, what: str, states: list[str], merge: Any) -> P.TaskFunction:
     """A task's re-keyed rows as the keyed table: two old keys that became one are refused (named), or
     merged by `merge` (a Python function), or were merged by Spark (`_ROWS`/`_HAD` columns: checked here)."""
-    def rows(batches: Iterator[pa.RecordBatch]) -> tuple[pa.Table | None, None]:
+    def rows(batches: Iterable[pa.RecordBatch]) -> tuple[pa.Table | None, None]:
         table = P.task_table(batches)
         if table is None:
             return None, None

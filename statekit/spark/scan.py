@@ -8,7 +8,7 @@ file's size and checksum. Nothing here knows the file layout beyond the manifest
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Iterator, Literal
+from typing import TYPE_CHECKING, Iterator, Literal
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -20,6 +20,9 @@ from statekit.keygroups import KeyGroupRange, key_group_range
 from statekit.savepoint import FileEntry, OperatorMetadata, Savepoint
 from statekit.spark.filters import key_groups_of
 from statekit.types import parse_ddl, to_ddl
+
+if TYPE_CHECKING:  # pragma: no cover
+    from pyspark.sql.types import StructType
 
 __all__ = [
     "TableSpec", "ScanTask", "resolve_table", "table_schema", "plan_tasks", "read_task", "spark_ddl",
@@ -39,6 +42,13 @@ class TableSpec:
     state: str | None = None
     with_key_group: bool = False
     trust_pickled: bool = False
+
+    @property
+    def state_name(self) -> str:
+        """The operator state a list, union or broadcast table shows."""
+        if self.state is None:
+            raise InvalidArgumentError(f"a {self.kind} table needs the name of its operator state (option 'state').")
+        return self.state
 
 
 @dataclass(frozen=True)
@@ -86,14 +96,14 @@ def _require_keyed(meta: OperatorMetadata, what: str) -> None:
 def table_schema(meta: OperatorMetadata, spec: TableSpec) -> pa.Schema:
     """The Arrow schema of the table `spec` names (what `read_task` yields)."""
     if spec.kind == "keyed":
-        schema = K.keyed_schema(meta.key_type, meta.keyed_states, namespace_type=meta.namespace_type)
+        schema = K.keyed_schema(meta.keyed_key_type, meta.keyed_states, namespace_type=meta.namespace_type)
     elif spec.kind == "timers":
-        schema = K.timers_schema(meta.key_type, namespace_type=meta.namespace_type)
+        schema = K.timers_schema(meta.keyed_key_type, namespace_type=meta.namespace_type)
     else:
-        info = meta.operator_state(spec.state, redistribution=spec.kind)
+        info = meta.operator_state(spec.state_name, redistribution=spec.kind)
         value = pa.field("value", parse_ddl(info.type))
         if spec.kind == "broadcast":
-            return pa.schema([pa.field("key", parse_ddl(info.key_type), nullable=False), value])
+            return pa.schema([pa.field("key", parse_ddl(info.broadcast_key_type), nullable=False), value])
         if spec.kind == "union":
             return pa.schema([pa.field("idx", pa.int64()), value])
         return pa.schema([pa.field("subtask", pa.int32()), pa.field("idx", pa.int64()), value])
@@ -108,17 +118,28 @@ def spark_ddl(schema: pa.Schema) -> str:
     return ", ".join(f"`{f.name}` {to_ddl(f.type)}" for f in schema)
 
 
+def struct_type(ddl: str) -> StructType:
+    """The Spark struct of a schema string (``"`a` int, `b` string"``)."""
+    from pyspark.sql.types import StructType
+
+    t = StructType.fromDDL(ddl)
+    if not isinstance(t, StructType):
+        raise InvalidArgumentError(f"schema {ddl!r} is not a list of columns (name type, ...).")
+    return t
+
+
 def _merged(files: list[FileEntry]) -> list[list[FileEntry]]:
     """Files grouped so that groups cover disjoint key-group ranges (a key group never spans groups)."""
     groups: list[list[FileEntry]] = []
     end = -1
-    for f in sorted(files, key=lambda f: (f.key_group_start, f.key_group_end)):
-        if groups and f.key_group_start <= end:
+    for f in sorted(files, key=lambda f: f.key_groups):
+        start, last = f.key_groups
+        if groups and start <= end:
             groups[-1].append(f)
-            end = max(end, f.key_group_end)
+            end = max(end, last)
         else:
             groups.append([f])
-            end = f.key_group_end
+            end = last
     return groups
 
 
@@ -132,7 +153,7 @@ def plan_tasks(meta: OperatorMetadata, spec: TableSpec, keys: frozenset | None =
         return [ScanTask(whole_table=True)]
     wanted = None
     if keys is not None:
-        wanted = key_groups_of(keys, meta.max_parallelism, meta.key_type)
+        wanted = key_groups_of(keys, meta.max_parallelism, meta.keyed_key_type)
         keys = frozenset(k for ks in wanted.values() for k in ks)
     if spec.kind == "keyed" and meta.is_native or meta.keyed_format == "flink":
         # native RocksDB state and Flink savepoints: one task per subtask's key-group range (a Flink
@@ -164,7 +185,7 @@ def task_range(task: ScanTask) -> tuple[int, int]:
         return task.key_group_range
     if task.key_groups:
         return min(task.key_groups), max(task.key_groups)
-    return min(f.key_group_start for f in task.files), max(f.key_group_end for f in task.files)
+    return min(f.key_groups[0] for f in task.files), max(f.key_groups[1] for f in task.files)
 
 
 def split_tasks(tasks: list[ScanTask], parts: int) -> list[ScanTask]:
@@ -223,10 +244,10 @@ def read_task_table(sp: Savepoint, meta: OperatorMetadata, spec: TableSpec, task
     op = meta.identifier
     if task.whole_table:
         if spec.kind == "split":
-            return sp.list_state(op, spec.state)
+            return sp.list_state(op, spec.state_name)
         if spec.kind == "union":
-            return sp.union_state(op, spec.state)
-        return sp.broadcast_state(op, spec.state)
+            return sp.union_state(op, spec.state_name)
+        return sp.broadcast_state(op, spec.state_name)
     if task.key_group_range is not None:
         rng = KeyGroupRange(*task.key_group_range)
         if spec.kind == "timers":
@@ -240,7 +261,7 @@ def read_task_table(sp: Savepoint, meta: OperatorMetadata, spec: TableSpec, task
     return pa.concat_tables(parts) if parts else expected.empty_table()
 
 
-def verified_keyed_paths(sp: Savepoint, meta: OperatorMetadata, table: str = "keyed") -> list[str]:
+def verified_keyed_paths(sp: Savepoint, meta: OperatorMetadata, table: Literal["keyed", "timers"] = "keyed") -> list[str]:
     """Absolute paths of `meta`'s keyed (or timer) Parquet files, each checked against the manifest first.
 
     For engines that read the files themselves (Spark's Parquet reader): every file's existence,

@@ -30,7 +30,7 @@ the Spark tasks, as a bootstrap function's are.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterable
 
 import pyarrow as pa
 from pyspark.sql import functions as F
@@ -50,6 +50,7 @@ from statekit.state.descriptors import (
     ListStateDescriptor,
     MapStateDescriptor,
     ReducingStateDescriptor,
+    StateInfo,
 )
 from statekit.state.functions import AggregateFunction, as_reduce_function
 from statekit.types import parse_ddl, to_arrow_array, to_ddl
@@ -162,7 +163,7 @@ class WindowedBootstrap:
         if value is not None and not isinstance(value, str) and not callable(value):
             raise InvalidArgumentError(f"value= takes a column name or a function of the row, not {value!r}.")
         stamps = ListStateDescriptor(TIMESTAMPS, "bigint") if self._evictor is not None else None
-        infos = (desc.info(),) if stamps is None else (desc.info(), stamps.info())
+        infos: tuple[StateInfo, ...] = (desc.info(),) if stamps is None else (desc.info(), stamps.info())
         if self.assigner.is_merging():  # session windows: the active windows per key, as the operator keeps them
             infos += (MapStateDescriptor(SESSIONS, "bigint", "bigint").info(),)
         trigger = self._trigger
@@ -205,7 +206,7 @@ def _write_windows(w: WindowedBootstrap, desc: KeyedStateDescriptor, value: Any,
         timers.add((key, window.start, window.end, window.max_timestamp()))
         timers.add((key, window.start, window.end, cleanup_time(window, lateness, True)))
 
-    def _assign(batches: Iterator[pa.RecordBatch], backend: Any, contents: Any, stamp_state: Any, timers: set,
+    def _assign(batches: Iterable[pa.RecordBatch], backend: Any, contents: Any, stamp_state: Any, timers: set,
                 pending: dict) -> None:  # fmt: skip
         for batch in batches:
             keys = batch.column(key_col).to_pylist()
@@ -254,7 +255,7 @@ def _write_windows(w: WindowedBootstrap, desc: KeyedStateDescriptor, value: Any,
             "domain": pa.array(domains, pa.string()),
         })  # fmt: skip
 
-    def bootstrap(batches: Iterator[pa.RecordBatch]) -> tuple[pa.Table | None, pa.Table | None]:
+    def bootstrap(batches: Iterable[pa.RecordBatch]) -> tuple[pa.Table | None, pa.Table | None]:
         backend = B._backend(key_type, max_parallelism)
         contents = backend.get_state(desc)
         stamps = backend.get_state(stamps_desc) if stamps_desc is not None else None
@@ -267,7 +268,7 @@ def _write_windows(w: WindowedBootstrap, desc: KeyedStateDescriptor, value: Any,
         table = backend.snapshot(0).table()
         return (table if table.num_rows else None), _timers([(*t, "event") for t in timers])
 
-    def replayed(batches: Iterator[pa.RecordBatch]) -> tuple[pa.Table | None, pa.Table | None, Any]:
+    def replayed(batches: Iterable[pa.RecordBatch]) -> tuple[pa.Table | None, pa.Table | None, Any]:
         backend = B._backend(key_type, max_parallelism)
         contents = backend.get_state(desc)
         stamps = backend.get_state(stamps_desc) if stamps_desc is not None else None

@@ -293,10 +293,10 @@ class SavepointWriter:
         `grouped`: read through statekit's data source with ``key_group`` (one task per group of
         files, so partitions hold disjoint key-group ranges and the result is written without a shuffle).
         """
-        from pyspark.sql.types import StructType
 
         from statekit.savepoint.evolve import apply_python_transforms
         from statekit.spark.reader import SavepointReader
+        from statekit.spark.scan import struct_type
 
         assert self.source is not None and entry.existing is not None
         meta = entry.existing
@@ -317,7 +317,7 @@ class SavepointWriter:
                 df = df.withColumn(t.state, F.col(t.state).cast(ddl))
                 continue
             fields = [f"`{f.name}` {f.dataType.simpleString()}" for f in df.schema if f.name != t.state]
-            schema = StructType.fromDDL(", ".join([*fields, f"`{t.state}` {ddl}"]))
+            schema = struct_type(", ".join([*fields, f"`{t.state}` {ddl}"]))
             step, step_infos, order = t, tuple(infos.values()), schema.fieldNames()
 
             def run(batches: Any, step: Any = step, step_infos: Any = step_infos, order: Any = order) -> Any:
@@ -341,6 +341,7 @@ class SavepointWriter:
         elif isinstance(new_key, Column):
             expr = new_key
         else:
+            assert entry.new_key_type is not None  # rekey() refuses a function without key_type=
             expr = F.udf(new_key, entry.new_key_type)(F.col("key"))
         return expr if entry.new_key_type is None else expr.cast(entry.new_key_type)
 

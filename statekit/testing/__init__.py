@@ -1,7 +1,10 @@
-"""What tests of stateful code keep needing: a manual clock and small functions from Flink's documentation.
+"""What tests of stateful code keep needing: operator test harnesses, a manual clock and small functions.
 
 `ManualClock` is the runtime's clock that moves only when told (``clock.advance(ms)``); pass it as
 ``StreamExecutionEnvironment(clock=...)`` or as a backend's ``clock=`` so timers and TTL never sleep.
+The harnesses (`ProcessFunctionTestHarnesses`, `KeyedOneInputStreamOperatorTestHarness`) drive one
+real runtime operator by hand: elements, watermarks, processing time, output, keyed state, snapshots.
+`tree_digest` proves an operation left a directory (a savepoint) untouched.
 """
 
 from __future__ import annotations
@@ -10,8 +13,26 @@ from typing import Any
 
 from statekit.runtime.clock import ManualClock
 from statekit.state.functions import AggregateFunction
+from statekit.testing.files import tree_digest
+from statekit.testing.harness import (
+    KeyedOneInputStreamOperatorTestHarness,
+    OneInputStreamOperatorTestHarness,
+    ProcessFunctionTestHarnesses,
+    StreamRecord,
+    Watermark,
+)
 
-__all__ = ["EDGE_KEYS", "ClickCounter", "ManualClock"]
+__all__ = [
+    "EDGE_KEYS",
+    "ClickCounter",
+    "KeyedOneInputStreamOperatorTestHarness",
+    "ManualClock",
+    "OneInputStreamOperatorTestHarness",
+    "ProcessFunctionTestHarnesses",
+    "StreamRecord",
+    "Watermark",
+    "tree_digest",
+]
 
 #: Keys of every scalar key type, edge values included (extremes, sign changes, NaN-free floats,
 #: multi-byte and astral-plane strings): what a second implementation of Flink's key-group hash

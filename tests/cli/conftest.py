@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import os
 import subprocess
 import sys
@@ -11,6 +10,8 @@ from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
+
+from statekit.testing import tree_digest
 
 EXECUTABLE = Path(sys.executable).parent / "statekit"
 
@@ -49,20 +50,8 @@ def cli(request):
     return run_runner if request.param == "runner" else run_executable
 
 
-def tree_digest(root: Path) -> str:
-    """A digest of every file's relative path and bytes under `root` (to prove nothing was touched)."""
-    h = hashlib.sha256()
-    for dirpath, dirs, names in sorted(os.walk(root)):
-        dirs.sort()
-        h.update(str(Path(dirpath).relative_to(root)).encode())
-        for n in sorted(names):
-            p = Path(dirpath) / n
-            h.update(str(p.relative_to(root)).encode())
-            h.update(p.read_bytes())
-    return h.hexdigest()
-
 
 @pytest.fixture
 def digest():
-    """`tree_digest` for test modules (conftest is not importable under importlib mode)."""
+    """`statekit.testing.tree_digest` for test modules (conftest is not importable under importlib mode)."""
     return tree_digest

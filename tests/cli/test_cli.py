@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
-import os
 from pathlib import Path
 
 import pytest
@@ -11,6 +9,7 @@ from typer.testing import CliRunner
 
 from statekit.demo import write_demo_savepoint
 from statekit.identifiers import OperatorIdentifier
+from statekit.testing import tree_digest
 from statekit_cli.app import app
 
 runner = CliRunner()
@@ -19,16 +18,6 @@ runner = CliRunner()
 @pytest.fixture(scope="module")
 def savepoint(tmp_path_factory) -> Path:
     return write_demo_savepoint(tmp_path_factory.mktemp("cli") / "sp", users=500)
-
-
-def tree_digest(root: Path) -> str:
-    h = hashlib.sha256()
-    for dirpath, _, names in sorted(os.walk(root)):
-        for n in sorted(names):
-            p = Path(dirpath) / n
-            h.update(str(p.relative_to(root)).encode())
-            h.update(p.read_bytes())
-    return h.hexdigest()
 
 
 def test_inspect_lists_operators_and_states(savepoint):

@@ -6,8 +6,9 @@ import pytest
 
 from statekit.demo import DEMO_MARKER, prepare_output
 from statekit.errors import OutputExistsError
+from statekit.testing import tree_digest
 
-from .conftest import run_executable, tree_digest
+from .conftest import run_executable
 
 
 def test_demo_refuses_a_directory_with_user_files(cli, tmp_path):

@@ -184,3 +184,16 @@ def test_set_on_a_window_operator_is_a_typed_refusal(cli, tmp_path):
     deleted = cli(["delete-key", sp, target, "--uid", "win", "--key", "1", "--apply"])  # deleting a key works
     assert deleted.exit_code == 0, deleted.output
     assert Savepoint.open(target).keyed_table("win").num_rows == 0
+
+
+def test_the_executable_builds_only_the_invoked_command_yet_helps_with_all(small_groups):
+    import subprocess
+    import sys
+
+    exe = str(Path(sys.executable).parent / "statekit")
+    listing = subprocess.run([exe, "--help"], capture_output=True, text=True, env={"COLUMNS": "200", "PATH": ""})
+    assert listing.returncode == 0 and all(c in listing.stdout for c in ("rename-uid", "get", "query", "repair"))
+    typo = subprocess.run([exe, "gett"], capture_output=True, text=True)
+    assert typo.returncode == 2 and "get" in typo.stderr
+    one = subprocess.run([exe, "--debug", "inspect", str(small_groups)], capture_output=True, text=True)
+    assert one.returncode == 0 and "counter" in one.stdout

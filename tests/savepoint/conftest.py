@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))  # savepoint_helpers.py (also imported by child processes)
+from statekit.testing import tree_digest
 
-from savepoint_helpers import tree_digest  # noqa: E402
+sys.path.insert(0, str(Path(__file__).parent))  # savepoint_helpers.py (also imported by child processes)
 
 
 @pytest.fixture

@@ -11,9 +11,10 @@ from pathlib import Path
 
 import crash_child
 import pytest
-from savepoint_helpers import copy_golden, tree_digest, write_native
+from savepoint_helpers import copy_golden, write_native
 
 from statekit.savepoint import Savepoint, check
+from statekit.testing import tree_digest
 
 CHILD = Path(crash_child.__file__)
 OPERATIONS = ["build", "rename-uid", "remove-operator", "set-max-parallelism", "rename-native"]

@@ -19,10 +19,11 @@ import fuzz_child
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from savepoint_helpers import copy_golden, tree_digest, write_native
+from savepoint_helpers import copy_golden, write_native
 
 from statekit.format.files import checksum
 from statekit.format.manifest import MANIFEST_NAME
+from statekit.testing import tree_digest
 
 CHILD = Path(fuzz_child.__file__)
 CASE_TIMEOUT = 60.0  # seconds; generous because the machine may be shared (a real hang never ends)

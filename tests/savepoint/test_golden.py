@@ -116,8 +116,9 @@ def test_keyed_state(sp):
     assert sp.keyed_table(COUNTER, with_key_group=True).to_pylist() == COUNTER_ROWS
     assert sp.keyed_table(COUNTER).column_names == ["key", "count", "history", "tags", "total", "avg"]
     assert sp.keyed_table(COUNTER, key_groups=KeyGroupRange(86, 100)).column("key").to_pylist() == [1, -1]
-    for row in COUNTER_ROWS:
-        assert sp.get(COUNTER, row["key"]) == {k: v for k, v in row.items() if k not in ("key", "key_group")}
+    for row in COUNTER_ROWS:  # get() gives what the handles hold: map state as a dict
+        expected = {k: v for k, v in row.items() if k not in ("key", "key_group")}
+        assert sp.get(COUNTER, row["key"]) == {**expected, "tags": None if row["tags"] is None else dict(row["tags"])}
     assert sp.get(COUNTER, 0) is None
 
 

@@ -13,13 +13,14 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from savepoint_helpers import copy_golden, tree_digest, write_native
+from savepoint_helpers import copy_golden, write_native
 from typer.testing import CliRunner
 
 from statekit.errors import CorruptSavepointError, StatekitError
 from statekit.format.files import checksum
 from statekit.format.manifest import MANIFEST_NAME
 from statekit.savepoint import Savepoint, check
+from statekit.testing import tree_digest
 from statekit_cli.app import app
 
 COUNTER, WINDOW, SOURCE, RULES = range(4)  # operators of the golden savepoint

@@ -10,7 +10,6 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
-from savepoint_helpers import tree_digest
 from typer.testing import CliRunner
 
 from statekit.errors import InvalidTargetError, SavepointExistsError, StatekitError, StorageFullError
@@ -18,6 +17,7 @@ from statekit.format.manifest import MANIFEST_NAME
 from statekit.savepoint import Savepoint, SavepointBuilder, check
 from statekit.savepoint.transforms import change_operator_identifier, remove_operator, with_max_parallelism
 from statekit.state import ListStateDescriptor, ValueStateDescriptor
+from statekit.testing import tree_digest
 from statekit_cli.app import app
 
 REPAIRS = {

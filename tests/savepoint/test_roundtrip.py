@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 
 from statekit import serde
 from statekit.errors import CorruptSavepointError, UntrustedPicklePayloadError
+from statekit.format.values import python_converter
 from statekit.identifiers import OperatorIdentifier
 from statekit.keygroups import KeyGroupRange, assign_key_groups, assign_to_key_group
 from statekit.savepoint import Savepoint, SavepointBuilder, check
@@ -111,8 +112,9 @@ def test_value_state_round_trips_every_type(tmp_path, ddl):
     back = sp.keyed_table("op")
     assert back.schema.field("v").type == arrow_type
     assert by_key(back.to_pylist()) == by_key(table.to_pylist())
+    as_handle = python_converter(arrow_type) or (lambda x: x)  # get() gives maps as dicts, at any depth
     for k, v in zip(keys, values):
-        assert sp.get("op", k) == {"v": v, "marker": k + 3}
+        assert sp.get("op", k) == {"v": as_handle(v), "marker": k + 3}
     assert check(sp.path).ok
 
 
@@ -138,8 +140,9 @@ def test_every_keyed_state_kind_round_trips(tmp_path):
         ("total", "reducing", "bigint"), ("avg", "aggregating", "struct<sum:bigint,count:bigint>"),
     ]
     assert by_key(sp.keyed_table("op").to_pylist()) == by_key(rows)
-    for r in rows:
-        assert sp.get("op", r["key"]) == {k: v for k, v in r.items() if k != "key"}
+    for r in rows:  # get() gives what the handles hold: map state as a dict
+        expected = {k: v for k, v in r.items() if k != "key"}
+        assert sp.get("op", r["key"]) == {**expected, "counts": None if r["counts"] is None else dict(r["counts"])}
     assert sp.get("op", 12345) is None
 
 
@@ -284,7 +287,7 @@ def test_pickled_state_needs_trust(tmp_path):
     with pytest.raises(UntrustedPicklePayloadError, match="trust_pickled"):
         sp.get("op", 1)
     trusted = Savepoint.open(tmp_path / "sp", trust_pickled=True)
-    assert trusted.get("op", 1) == {"obj": {"a": (1, 2)}, "objs": [1, {3}], "by_name": [("x", [1])]}
+    assert trusted.get("op", 1) == {"obj": {"a": (1, 2)}, "objs": [1, {3}], "by_name": {"x": [1]}}
     assert trusted.get("op", 2) == {"obj": None, "objs": [], "by_name": None}
 
 

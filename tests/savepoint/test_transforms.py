@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
-import os
 from pathlib import Path
 
 import pytest
@@ -19,15 +17,7 @@ from statekit.identifiers import OperatorIdentifier
 from statekit.keygroups import assign_key_groups
 from statekit.savepoint import Savepoint, check
 from statekit.savepoint.transforms import change_operator_identifier, remove_operator, with_max_parallelism
-
-
-def tree_digest(root: Path) -> str:
-    h = hashlib.sha256()
-    for dirpath, _, names in sorted(os.walk(root)):
-        for n in sorted(names):
-            p = Path(dirpath) / n
-            h.update(str(p.relative_to(root)).encode() + p.read_bytes())
-    return h.hexdigest()
+from statekit.testing import tree_digest
 
 
 @pytest.fixture()

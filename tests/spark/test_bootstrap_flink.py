@@ -31,7 +31,7 @@ class Journal:
 
     def log(self, event):
         if not hasattr(self, "_file"):
-            self._file = os.path.join(self.directory, uuid.uuid4().hex)
+            self._file = os.path.join(self.directory, f"{os.getpid()}-{uuid.uuid4().hex}")  # the process it ran in
         with open(self._file, "a") as f:
             f.write(event + "\n")
 
@@ -108,6 +108,8 @@ def test_bootstrap_functions_are_rich_functions(spark, tmp_path):
      .with_operator("rates", broadcast).write(tmp_path / "sp"))  # fmt: skip
     for d, before, after in (("keyed", ("open",), ("close",)), ("list", ("initialize", "open"), ("snapshot", "close")),
                              ("broadcast", ("open",), ("close",))):  # fmt: skip
+        # none of the three is initialized or opened on the driver (Flink opens functions only in tasks)
+        assert not [p for p in (tmp_path / d).iterdir() if p.name.startswith(f"{DRIVER_PID}-")], d
         logs = [j for j in journals(tmp_path / d) if "element" in j]
         assert logs and all(_lifecycle_ok(j, before=before, after=after) for j in logs), (d, logs)
         assert all(j.count("open") == 1 and j.count("close") == 1 for j in logs)

@@ -15,6 +15,7 @@ import os
 import shutil
 import struct
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO, Sequence
@@ -145,9 +146,9 @@ def _entries(key: Encoded, value: Encoded) -> Encoded:
 
 
 def _sorted_by_key_group(table: pa.Table) -> tuple[pa.Table, np.ndarray]:
-    kg = table.column("key_group").to_numpy().astype(np.int64)
-    if len(kg) > 1 and (np.diff(kg) < 0).any():
-        order = np.argsort(kg, kind="stable")
+    kg = table.column("key_group").to_numpy().astype(np.int32, copy=False)
+    if len(kg) > 1 and (kg[1:] < kg[:-1]).any():
+        order = np.argsort(kg.astype(np.int16), kind="stable")  # key groups < 32768: numpy's radix sort
         return table.take(pa.array(order)), kg[order]
     return table, kg
 
@@ -166,6 +167,35 @@ def _namespace(layout: KeyedLayoutOut, table: pa.Table, n: int) -> Encoded:
     return encode(table.column("namespace"), layout.namespace, what="namespace")
 
 
+PRIMITIVE = {"long": ">i8", "int": ">i4", "short": ">i2", "byte": "i1", "double": ">f8", "float": ">f4",
+              "boolean": "u1"}
+
+
+PRIMITIVE_BLOCK = 1 << 20  # rows per block of the streamed regular layout
+
+
+def primitive_entries(kg: np.ndarray, nb: int, keys: np.ndarray, key_kind: str, values: np.ndarray,
+                       value_kind: str, out: np.ndarray | None = None) -> np.ndarray:
+    """``i32 klen | kg | key | 0x00 (void namespace) | i32 vlen | value`` for every row, in one structured fill
+    (into `out` when it is large enough): numpy swaps the bytes to big-endian as it assigns each field, so no
+    intermediate matrices are built. Returns the structured array (n entries)."""
+    kt, vt = np.dtype(PRIMITIVE[key_kind]), np.dtype(PRIMITIVE[value_kind])
+    kw, vw = kt.itemsize, vt.itemsize
+    dt = np.dtype({"names": ["kl", "kg", "k", "ns", "vl", "v"],
+                   "formats": [">i4", "u1" if nb == 1 else ">u2", kt, "u1", ">i4", vt],
+                   "offsets": [0, 4, 4 + nb, 4 + nb + kw, 5 + nb + kw, 9 + nb + kw], "itemsize": 9 + nb + kw + vw})
+    n = len(keys)
+    whole = out if out is not None and out.dtype == dt and len(out) >= n else np.empty(n, dt)
+    out = whole[:n]
+    out["kl"] = nb + kw + 1
+    out["kg"] = kg
+    out["k"] = keys
+    out["ns"] = 0
+    out["vl"] = vw
+    out["v"] = values
+    return out  # a view of `whole` (the buffer the next block reuses): out.base
+
+
 def keyed_runs(layout: KeyedLayoutOut, keyed: pa.Table | None, timers: pa.Table | None) -> list[Run]:
     """Every keyed entry of `keyed` (and `timers`) as runs per state id, each sorted by key group."""
     runs: list[Run] = []
@@ -175,12 +205,26 @@ def keyed_runs(layout: KeyedLayoutOut, keyed: pa.Table | None, timers: pa.Table 
         n = keyed.num_rows
         if keyed.column("key").null_count:
             raise StateTypeError("the keyed table holds a null key; Flink forbids null keys.")
-        base = concat([_prefix(kg, nb), encode(keyed.column("key"), layout.key, what="a key"),
-                       _namespace(layout, keyed, n)])
+        # fixed-width primitive keys and values: each entry written in one typed pass (the regular layout)
+        keys_np = keyed.column("key").to_numpy(zero_copy_only=False) if layout.key.kind in PRIMITIVE and layout.namespace is None else None
+        lazy: list[Encoded] = []
+
+        def base_of() -> Encoded:  # prefix | key | namespace, built once when a state needs it
+            if not lazy:
+                lazy.append(concat([_prefix(kg, nb), encode(keyed.column("key"), layout.key, what="a key"),
+                                    _namespace(layout, keyed, n)]))
+            return lazy[0]
+
         for sid, s in enumerate(layout.states):
             col = keyed.column(s.column)
             col = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
             what = f"state {s.name!r}"
+            if keys_np is not None and s.kind != "list" and s.kind != "map" and s.value.kind in PRIMITIVE \
+                    and not col.null_count:
+                arr = primitive_entries(kg, nb, keys_np, layout.key.kind, col.to_numpy(zero_copy_only=False), s.value.kind)
+                runs.append(Run(sid, kg, Encoded(arr.view(np.uint8).reshape(-1), None, arr.dtype.itemsize, n=n)))
+                continue
+            base = base_of()
             if s.kind == "map":
                 lengths = _lengths(col)
                 rows = np.flatnonzero(lengths > 0)
@@ -209,8 +253,7 @@ def keyed_runs(layout: KeyedLayoutOut, keyed: pa.Table | None, timers: pa.Table 
                     raise StateTypeError(f"{what} holds a null list element; Flink list state forbids nulls.")
                 value = join_runs(encode(flat, elem_t, what=what), lengths[rows], b",", False)
             else:
-                valid = col.is_valid().to_numpy(zero_copy_only=False)
-                rows = np.flatnonzero(valid)
+                rows = np.flatnonzero(col.is_valid().to_numpy(zero_copy_only=False)) if col.null_count else np.arange(n)
                 if not len(rows):
                     continue
                 if len(rows) < n:
@@ -264,10 +307,73 @@ def write_key_groups(f: BinaryIO, runs: list[Run], start: int, end: int, pos: in
     return offsets
 
 
+def _all_primitive(layout: KeyedLayoutOut, keyed: pa.Table | None, timers: pa.Table | None) -> bool:
+    """The regular layout: primitive key, void namespace, primitive value states without nulls, no timers."""
+    return (keyed is not None and keyed.num_rows > 0 and (timers is None or not timers.num_rows)
+            and layout.namespace is None and layout.key.kind in PRIMITIVE
+            and all(s.kind not in ("list", "map") and s.value.kind in PRIMITIVE and not keyed.column(s.column).null_count
+                    for s in layout.states))
+
+
+def _write_primitive_key_groups(f: BinaryIO, layout: KeyedLayoutOut, keyed: pa.Table, start: int, end: int,
+                                pos: int) -> list[int]:
+    """`write_key_groups` for the regular layout, streamed: blocks of whole key groups are encoded into buffers
+    reused from block to block (fresh memory is what costs most on a busy machine), then written."""
+    keyed, kg = _sorted_by_key_group(keyed)
+    if kg[0] < start or kg[-1] > end:
+        raise InvalidArgumentError(f"keyed rows outside key groups {start}..{end} were given for one file.")
+    nb = layout.prefix_bytes
+    keys = keyed.column("key").to_numpy()
+    values = [keyed.column(s.column).to_numpy() for s in layout.states]  # ChunkedArray: copies when needed
+    bounds = np.searchsorted(kg, np.arange(start, end + 2)).tolist()
+    offsets = [0] * (end - start + 1)
+    sids = [sid.to_bytes(2, "big") for sid in range(len(layout.states))]
+    bufs: list[np.ndarray | None] = [None] * len(layout.states)
+    i = 0
+    while i <= end - start:
+        j = i + 1  # a block: whole key groups, about PRIMITIVE_BLOCK rows (at least one key group)
+        while j <= end - start and bounds[j + 1] - bounds[i] <= PRIMITIVE_BLOCK:
+            j += 1
+        lo, hi = bounds[i], bounds[j]
+        encoded = []
+        for sid, s in enumerate(layout.states):
+            arr = primitive_entries(kg[lo:hi], nb, keys[lo:hi], layout.key.kind, values[sid][lo:hi], s.value.kind,
+                                     out=bufs[sid])
+            bufs[sid] = arr.base if arr.base is not None else arr
+            data, w = arr.view(np.uint8).reshape(-1), arr.dtype.itemsize
+            ends = np.asarray(bounds[i + 1 : j + 1]) - lo
+            ends = ends[ends > np.asarray(bounds[i:j]) - lo]
+            data[(ends - 1) * w + 4] |= 0x80  # each state run's last entry: its first key byte
+            encoded.append((data.data, w))
+        for g in range(i, j):
+            a, z = bounds[g] - lo, bounds[g + 1] - lo
+            if a == z:
+                continue
+            offsets[g] = pos
+            for sid, (mv, w) in enumerate(encoded):
+                f.write(sids[sid])
+                f.write(mv[a * w : z * w])
+                pos += 2 + (z - a) * w
+            f.write(END_OF_KEY_GROUP)
+            pos += 2
+        i = j
+    return offsets
+
+
 def write_keyed_file(path: Path, layout: KeyedLayoutOut, keyed: pa.Table | None, timers: pa.Table | None,
                      start: int, end: int) -> tuple[list[int], int]:
     """One keyed state file for key groups [start, end]: the backend proxy, then the key groups.
     Returns the key-group offsets and the file size. The rows given must lie in that range."""
+    if _all_primitive(layout, keyed, timers):
+        assert keyed is not None
+        proxy = layout.proxy()
+        with open(path, "xb") as f:
+            f.write(proxy)
+            offsets = _write_primitive_key_groups(f, layout, keyed, start, end, len(proxy))
+            size = f.tell()
+            f.flush()
+            os.fsync(f.fileno())
+        return offsets, size
     runs = keyed_runs(layout, keyed, timers)
     for r in runs:
         if len(r.key_groups) and (r.key_groups[0] < start or r.key_groups[-1] > end):
@@ -462,7 +568,8 @@ def write_operator(staging: FlinkStaging, op: OperatorData) -> OperatorOut:
         return out  # stateless: listed, no subtask states
     keyed = _by_key_group(op.keyed)
     timers = _by_key_group(op.timers)
-    for i in range(op.parallelism):
+
+    def subtask(i: int) -> SubtaskOut:
         st = SubtaskOut(i)
         if op.layout is not None:
             rng = key_group_range(op.max_parallelism, op.parallelism, i)
@@ -474,7 +581,15 @@ def write_operator(staging: FlinkStaging, op: OperatorData) -> OperatorOut:
             name, path = staging.new_file()
             states, size = write_operator_file(path, op.operator_states, i)
             st.operator = (states, name, size)
-        out.subtasks.append(st)
+        return st
+
+    # subtask files in parallel: numpy's copies and the file writes release the GIL
+    workers = min(op.parallelism, os.cpu_count() or 1, 4)
+    if workers > 1 and keyed is not None and len(keyed[1]) >= 1 << 16:
+        with ThreadPoolExecutor(workers) as pool:
+            out.subtasks.extend(pool.map(subtask, range(op.parallelism)))
+    else:
+        out.subtasks.extend(subtask(i) for i in range(op.parallelism))
     return out
 
 

@@ -6,23 +6,16 @@ are carried over decoded (their state is not in statekit files that could be lin
 
 from __future__ import annotations
 
-import hashlib
-from pathlib import Path
-
 import pytest
 
 from statekit.savepoint import Savepoint
 from statekit.savepoint.patch import DeleteKeys, RenameOperator, repair
 from statekit.savepoint.transforms import change_operator_identifier, remove_operator
+from statekit.testing import tree_digest
 
 from .conftest import savepoint
 
 CASE = "string-hashmap-canonical"
-
-
-def tree_digest(root: Path) -> dict[str, str]:
-    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(Path(root).rglob("*")) if p.is_file()}
 
 
 def _rows(sp, op):

@@ -239,3 +239,58 @@ def test_max_parallelism_not_matching_the_declared_job_is_refused(tmp_path):
     assert not (tmp_path / "out").exists() and not list(tmp_path.iterdir())
     out = write_flink(src, tmp_path / "ok", max_parallelism=256, job_max_parallelism=256)
     assert {m.max_parallelism for m in Savepoint.open(out).operators} == {256}
+
+
+def test_streamed_regular_layout_writes_the_same_bytes_as_the_general_path(tmp_path, monkeypatch):
+    """The regular layout (primitive keys and values) is encoded in blocks of key groups into reused buffers;
+    with tiny blocks (many boundaries) its file is byte-identical to the general encoder's."""
+    from statekit.format.flink import writer as W
+    from statekit.savepoint.flink_out import operator_data
+
+    keys = pa.array(range(-500, 1500), pa.int64())
+    with SavepointBuilder(tmp_path / "sk") as b:
+        op = b.add_operator("op", parallelism=1, max_parallelism=256, key_type="bigint",
+                            keyed_states=[ValueStateDescriptor("a", "bigint"), ValueStateDescriptor("f", "double"),
+                                          ValueStateDescriptor("ok", "boolean")])
+        op.write_keyed(pa.table({"key": keys, "a": keys, "f": pa.array([k / 3 for k in range(2000)]),
+                                 "ok": pa.array([k % 3 == 0 for k in range(2000)])}))
+    sp = Savepoint.open(tmp_path / "sk")
+    data = operator_data(sp, sp.operator("op"))
+    assert W._all_primitive(data.layout, data.keyed, None)
+    monkeypatch.setattr(W, "PRIMITIVE_BLOCK", 7)
+    streamed = W.write_keyed_file(tmp_path / "streamed", data.layout, data.keyed, None, 0, 255)
+    monkeypatch.setattr(W, "_all_primitive", lambda *a: False)
+    general = W.write_keyed_file(tmp_path / "general", data.layout, data.keyed, None, 0, 255)
+    assert streamed == general
+    assert (tmp_path / "streamed").read_bytes() == (tmp_path / "general").read_bytes()
+
+
+def test_streamed_spark_fragment_matches_the_general_encoder(tmp_path, monkeypatch):
+    """A Spark task's fragment of the regular layout, streamed in (tiny) blocks, has the general encoder's
+    bytes and runs (called in-process: the encoding is plain Python over Arrow batches)."""
+    from statekit.savepoint.flink_out import keyed_layout
+    from statekit.spark import flink_columnar as C
+
+    keys = pa.array(range(-300, 700), pa.int64())
+    batch = pa.record_batch({"key": keys, "a": pa.array(range(1000), pa.int32()),
+                             "f": pa.array([k / 7 for k in range(1000)])})
+    from statekit.format.manifest import OperatorMetadata
+    from statekit.identifiers import OperatorIdentifier
+    from statekit.state.descriptors import StateInfo
+
+    op = OperatorMetadata(identifier=OperatorIdentifier.for_uid("op"), name="op", parallelism=2, max_parallelism=128,
+                          key_type="bigint", keyed_states=(StateInfo("a", "value", "int"), StateInfo("f", "value", "double")))
+    layout = keyed_layout(op, None, None, max_parallelism=128, has_timers=False)
+    out = {}
+    for mode in ("streamed", "general"):
+        scratch = tmp_path / mode
+        scratch.mkdir()
+        if mode == "streamed":
+            monkeypatch.setattr(C, "PRIMITIVE_BLOCK", 13)
+        else:
+            monkeypatch.setattr(C, "_primitive", lambda *a: False)
+        runs = next(C._fragments(layout, "bigint", str(scratch), "op")(iter([batch]))).to_pylist()
+        (frag,) = list(scratch.iterdir())
+        out[mode] = (frag.read_bytes(), sorted((r["sid"], r["key_group"], r["start"], r["end"], r["last"], r["count"])
+                                               for r in runs))
+    assert out["streamed"] == out["general"]

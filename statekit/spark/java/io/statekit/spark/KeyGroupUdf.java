@@ -2,6 +2,9 @@ package io.statekit.spark;
 
 import org.apache.spark.sql.Row;
 import org.apache.spark.sql.api.java.UDF1;
+import org.apache.spark.sql.expressions.UserDefinedFunction;
+import org.apache.spark.sql.functions;
+import org.apache.spark.sql.types.DataTypes;
 
 /**
  * A Spark UDF giving a key's Flink key group, so that statekit's Spark writers hash keys in the JVM.
@@ -19,6 +22,16 @@ public final class KeyGroupUdf implements UDF1<Object, Integer> {
 
     public KeyGroupUdf(int maxParallelism) {
         this.maxParallelism = maxParallelism;
+    }
+
+    /**
+     * The UDF for {@code maxParallelism} key groups, named {@code statekit_key_group} in plans.
+     *
+     * <p>Made here, where javac picks {@code functions.udf(UDF1, DataType)}: called through Py4J,
+     * {@code udf} may resolve to the untyped Scala overload, which Spark refuses.
+     */
+    public static UserDefinedFunction function(int maxParallelism) {
+        return functions.udf(new KeyGroupUdf(maxParallelism), DataTypes.IntegerType).withName("statekit_key_group");
     }
 
     @Override
