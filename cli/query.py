@@ -48,20 +48,19 @@ query.__doc__ = HELP
 
 
 def _duckdb(path: Path, sql: str, prefix: str | None, limit: int):
-    from statekit.query import sql_relation
-
-    rel = sql_relation(path, sql, prefix=prefix)
-    if rel is None:
-        return [], [], None
     import duckdb
 
-    try:
-        head = rel.limit(limit + 1).fetchall()
-    except duckdb.Error as exc:
-        from statekit.query import QueryError
+    from statekit.query import QueryError, sql_relation
 
-        raise QueryError(f"the query does not run: {' '.join(str(exc).split())}") from None
-    columns = list(rel.columns)
+    with duckdb.connect() as con:  # closed before the command returns, with DuckDB's threads
+        rel = sql_relation(path, sql, prefix=prefix, connection=con)
+        if rel is None:
+            return [], [], None
+        try:
+            head = rel.limit(limit + 1).fetchall()
+        except duckdb.Error as exc:
+            raise QueryError(f"the query does not run: {' '.join(str(exc).split())}") from None
+        columns = list(rel.columns)
     rows = [dict(zip(columns, r)) for r in head[:limit]]
     return columns, rows, (len(head) if len(head) > limit else None)
 
@@ -113,7 +112,7 @@ class _SparkProgress:
 
     def stop(self) -> None:
         self._done.set()
-        self._thread.join(1)
+        self._thread.join()  # ends within one poll: no thread inside py4j when the interpreter exits
 
 
 def _quiet_jvm():

@@ -104,14 +104,17 @@ def sql(path: str | os.PathLike, query: str, *, prefix: str | None = None) -> pa
     """
     import duckdb
 
-    rel = sql_relation(path, query, prefix=prefix)
-    if rel is None:  # a statement without result (e.g. SET)
-        return pa.table({})
-    try:
-        result = rel.to_arrow_table() if hasattr(rel, "to_arrow_table") else rel.arrow()
-    except duckdb.Error as exc:
-        raise _query_error(exc, None) from None  # a runtime error: the tables were found
-    return result.read_all() if isinstance(result, pa.RecordBatchReader) else result
+    # The connection is closed before returning: DuckDB's threads and the Arrow tables registered
+    # in it go now, on this thread, not whenever the interpreter collects it (statekit.format.arrow_memory).
+    with duckdb.connect() as con:
+        rel = sql_relation(path, query, prefix=prefix, connection=con)
+        if rel is None:  # a statement without result (e.g. SET)
+            return pa.table({})
+        try:
+            result = rel.to_arrow_table() if hasattr(rel, "to_arrow_table") else rel.arrow()
+            return result.read_all() if isinstance(result, pa.RecordBatchReader) else result
+        except duckdb.Error as exc:
+            raise _query_error(exc, None) from None  # a runtime error: the tables were found
 
 
 def _query_error(exc: Exception, catalog) -> QueryError:
@@ -326,15 +329,15 @@ def key_mapping(keys: pa.Array | pa.ChunkedArray, expression: str) -> pa.Table:
     """
     import duckdb
 
-    distinct = pa.table({"key": pa.chunked_array([keys]) if isinstance(keys, pa.Array) else keys}).group_by("key") \
-        .aggregate([])
-    con = duckdb.connect()
-    con.register("statekit_keys", distinct)
-    try:
-        result = con.sql(f"SELECT key, ({expression}) AS new_key FROM statekit_keys")
-        table = result.to_arrow_table() if hasattr(result, "to_arrow_table") else result.arrow()
-    except duckdb.Error as exc:
-        raise QueryError(f"the key expression {expression!r} does not run on DuckDB: {' '.join(str(exc).split())}. "
-                         "It is SQL over the column key, e.g. upper(key) or key % 1000.") from None
-    table = table.read_all() if isinstance(table, pa.RecordBatchReader) else table
+    distinct = pa.table({"key": pa.chunked_array([keys]) if isinstance(keys, pa.Array) else keys}) \
+        .group_by("key", use_threads=False).aggregate([])
+    with duckdb.connect() as con:  # closed here, not at interpreter exit (statekit.format.arrow_memory)
+        con.register("statekit_keys", distinct)
+        try:
+            result = con.sql(f"SELECT key, ({expression}) AS new_key FROM statekit_keys")
+            table = result.to_arrow_table() if hasattr(result, "to_arrow_table") else result.arrow()
+            table = table.read_all() if isinstance(table, pa.RecordBatchReader) else table
+        except duckdb.Error as exc:
+            raise QueryError(f"the key expression {expression!r} does not run on DuckDB: {' '.join(str(exc).split())}. "
+                             "It is SQL over the column key, e.g. upper(key) or key % 1000.") from None
     return table.cast(pa.schema([pa.field("key", distinct.schema.field("key").type), table.schema.field("new_key")]))

@@ -51,6 +51,19 @@ def from_numpy(values: np.ndarray, type_: pa.DataType | None = None) -> pa.Array
     return primitive(buf, len(values), t)
 
 
+def copy_buffer(data: bytes | bytearray | memoryview | np.ndarray) -> pa.Buffer:
+    """`data` copied into a new Arrow buffer: what `pa.Array.from_buffers` gets instead of ``pa.py_buffer(data)``.
+
+    >>> copy_buffer(b"abc").to_pybytes()
+    b'abc'
+    """
+    src = np.frombuffer(data, np.uint8) if not isinstance(data, np.ndarray) else \
+        np.ascontiguousarray(data).reshape(-1).view(np.uint8)
+    out, buf = allocate(len(src), np.uint8)
+    out[:] = src
+    return buf
+
+
 def to_numpy(arr: pa.Array | pa.ChunkedArray) -> np.ndarray:
     """The values of a fixed-width Arrow array without nulls as numpy (zero-copy for one chunk), without pandas."""
     if isinstance(arr, pa.ChunkedArray):

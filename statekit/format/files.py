@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import errno
 import os
+import shutil
 import stat
+import time
 import zlib
 from contextlib import contextmanager
 from pathlib import Path
@@ -38,11 +40,12 @@ def checksum(data: bytes | memoryview | pa.Buffer) -> str:
     return f"{CHECKSUM_ALGORITHM}:{zlib.crc32(memoryview(data)) & 0xFFFFFFFF:08x}"
 
 
-def write_parquet(table: pa.Table, full_path: Path) -> tuple[int, str]:
+def write_parquet(table: pa.Table, full_path: Path, *, root: Path | None = None) -> tuple[int, str]:
     """Write `table` to `full_path` as Parquet; return (bytes, checksum) of exactly what was written.
 
     The file is encoded in memory first so the checksum covers the bytes on disk without reading
     them back. It is fsynced, so that once the manifest naming it is durable, so is the file.
+    With `root` (a staging directory), directories are made below it only (`make_dirs_below`).
     """
     import pyarrow.parquet as pq
 
@@ -63,12 +66,45 @@ def write_parquet(table: pa.Table, full_path: Path) -> tuple[int, str]:
             for start, end in bounds:
                 writer.write_table(table.slice(start, end - start), row_group_size=end - start)
     buf = sink.getvalue()
-    full_path.parent.mkdir(parents=True, exist_ok=True)
+    if root is None:
+        full_path.parent.mkdir(parents=True, exist_ok=True)
+    else:
+        make_dirs_below(root, full_path.parent)
     with open(full_path, "xb") as fh:  # always a new file: never through a name that exists (a link)
         fh.write(memoryview(buf))
         fh.flush()
         os.fsync(fh.fileno())
     return buf.size, checksum(buf)
+
+
+def make_dirs_below(root: Path, directory: Path) -> None:
+    """Make `directory` and its parents below `root`, never `root` itself.
+
+    A task of a failed Spark stage may still be writing after the driver removed the staging
+    directory: it gets `FileNotFoundError` instead of bringing the staging directory back.
+    """
+    d = root
+    for part in directory.relative_to(root).parts:
+        d = d / part
+        try:
+            d.mkdir()  # no parents=True: a removed root stays removed
+        except FileExistsError:
+            pass
+
+
+def remove_tree(path: Path, *, wait_s: float = 30.0) -> None:
+    """Remove a staging tree even while late writers still add files to it.
+
+    Tasks of a failed Spark stage can go on writing for a moment after the driver saw the failure;
+    they cannot re-create removed directories (`make_dirs_below`, files opened in existing
+    directories only), so removing again until nothing is left ends with nothing left.
+    """
+    deadline = time.monotonic() + wait_s
+    while True:
+        shutil.rmtree(path, ignore_errors=True)
+        if not os.path.lexists(path) or time.monotonic() > deadline:
+            return
+        time.sleep(0.05)
 
 
 def row_group_bounds(kg, max_rows: int) -> list[tuple[int, int]]:
@@ -230,10 +266,7 @@ def verify_file(root: Path, entry: FileEntry) -> tuple[pa.Buffer | None, FilePro
             if not stat.S_ISREG(os.fstat(fd).st_mode):
                 return None, "missing_file", _not_a_file(root, entry)
             # Never more than the manifest's size (and one byte to see it grew), read into Arrow's own
-            # memory: a buffer wrapping Python bytes needs the GIL when Arrow frees it, and Arrow may
-            # free it on one of its pool threads (a dataset scan's fragment outlives the read); at
-            # interpreter exit that thread then aborts the process ("terminate called without an
-            # active exception"). Arrow-owned memory is freed on any thread.
+            # memory: a buffer over Python bytes could abort the interpreter's exit (statekit.format.arrow_memory).
             buf = pa.allocate_buffer(entry.bytes + 1)
             data = buf.slice(0, fh.readinto(memoryview(buf)))
     except (FileNotFoundError, NotADirectoryError):

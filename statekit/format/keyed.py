@@ -9,6 +9,7 @@ import numpy as np
 import pyarrow as pa
 
 from statekit.errors import DuplicateKeyError, InvalidArgumentError, NullKeyError, StateTypeError
+from statekit.format.arrow_memory import from_numpy
 from statekit.keygroups import assign_key_groups
 from statekit.state.descriptors import StateInfo
 from statekit.types import parse_ddl, to_ddl
@@ -248,7 +249,7 @@ def first_duplicate(table: pa.Table, cols: list[str]) -> int | None:
     if flat.num_columns == 1 and pa.types.is_primitive(flat.schema.types[0]):
         dup = pd.Series(flat.column(0).to_numpy()).duplicated().to_numpy()
     else:
-        dup = flat.to_pandas().duplicated().to_numpy()
+        dup = flat.to_pandas(use_threads=False).duplicated().to_numpy()  # no Arrow pool thread left holding `flat`
     return int(np.argmax(dup)) if dup.any() else None
 
 
@@ -341,16 +342,16 @@ def _take_list(arr: pa.ListArray, rows: np.ndarray) -> pa.ListArray:
         return arr.take(pa.array(rows))
     gather = np.repeat(starts.astype(np.int64) - new_offsets[:-1], lengths)
     gather += np.arange(new_offsets[-1], dtype=np.int64)
-    values = pa.array(arr.values.to_numpy()[gather], type=arr.type.value_type)
+    values = from_numpy(arr.values.to_numpy()[gather], arr.type.value_type)
     mask = pa.array(arr.is_null().to_numpy(zero_copy_only=False)[rows]) if arr.null_count else None
-    return pa.ListArray.from_arrays(pa.array(new_offsets.astype(np.int32)), values, type=arr.type, mask=mask)
+    return pa.ListArray.from_arrays(from_numpy(new_offsets.astype(np.int32)), values, type=arr.type, mask=mask)
 
 
 def with_key_group_column(table: pa.Table, kg: np.ndarray) -> pa.Table:
     """`table` with ``key_group`` as its first column."""
     if "key_group" in table.column_names:
         table = table.drop_columns(["key_group"])
-    return table.add_column(0, pa.field("key_group", pa.int32(), nullable=False), pa.array(kg, pa.int32()))
+    return table.add_column(0, pa.field("key_group", pa.int32(), nullable=False), from_numpy(kg, pa.int32()))
 
 
 def sort_by_key_group(table: pa.Table, kg: np.ndarray) -> tuple[pa.Table, np.ndarray]:

@@ -10,6 +10,7 @@ import pyarrow.compute as pc
 
 from statekit import serde
 from statekit.errors import StateTypeError
+from statekit.format.arrow_memory import from_numpy
 from statekit.format.keyed import NAMESPACE_ARROW
 from statekit.format.values import python_converter, unpickle_values
 from statekit.keygroups import KeyGroupRange, assign_key_groups
@@ -86,7 +87,7 @@ def dicts_to_keyed_table(
     key_arr = to_arrow_array(keys, key_type, what="key")
     kg = assign_key_groups(key_arr, max_parallelism, key_type) if n else np.zeros(0, np.int32)
     names = ["key_group", "key"]
-    arrays: list[pa.Array] = [pa.array(kg, pa.int32()), key_arr]
+    arrays: list[pa.Array] = [from_numpy(kg, pa.int32()), key_arr]
     if has_ns:
         nss = [rk[1] for rk in row_list]
         valid = np.fromiter((ns is not None for ns in nss), bool, n)

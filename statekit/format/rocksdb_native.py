@@ -15,6 +15,7 @@ import pyarrow.compute as pc
 from rocksdict import AccessType, Options, Rdict
 
 from statekit.errors import CorruptSavepointError, StatekitError
+from statekit.format.arrow_memory import copy_buffer
 from statekit.format.keyed_dicts import dicts_to_keyed_table
 from statekit.format.rocksdb_encoding import KEY_GROUP_PREFIX, ValueCodec, decode_namespace, encode_namespace, key_codec
 from statekit.format.ttl import ttl_export
@@ -49,7 +50,7 @@ _VECTOR_KEYS = {pa.int32(): (">u4", 1 << 31), pa.int64(): (">u8", 1 << 63)}
 
 
 def _fixed_binary(data: bytes, width: int, n: int) -> pa.Array:
-    return pa.FixedSizeBinaryArray.from_buffers(pa.binary(width), n, [None, pa.py_buffer(data)]).cast(pa.binary())
+    return pa.FixedSizeBinaryArray.from_buffers(pa.binary(width), n, [None, copy_buffer(data)]).cast(pa.binary())
 
 
 def vector_entries(table: pa.Table, kg: Any, info: StateInfo, key_type: pa.DataType) -> tuple[list, list] | None:

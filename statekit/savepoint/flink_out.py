@@ -19,6 +19,7 @@ import numpy as np
 import pyarrow as pa
 
 from statekit.errors import InvalidArgumentError, ParallelismError, StateTypeError
+from statekit.format.arrow_memory import from_numpy
 from statekit.format.flink import pyflink_out
 from statekit.format.flink.serializers import FlinkType
 from statekit.format.flink.serializers_out import (
@@ -301,7 +302,7 @@ def rehash(table: pa.Table, key_type: str, max_parallelism: int, key_layout: Key
             "cannot compute; max parallelism and keys of such operators cannot be changed offline."
         )
     kg = assign_key_groups(table.column("key"), max_parallelism, key_type)
-    return table.set_column(table.schema.get_field_index("key_group"), "key_group", pa.array(kg.astype(np.int32)))
+    return table.set_column(table.schema.get_field_index("key_group"), "key_group", from_numpy(kg.astype(np.int32)))
 
 
 def _rekeyed(sp: Savepoint, meta: OperatorMetadata, new_key: Any, key_type: str | None,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import shutil
 import uuid
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -20,7 +19,7 @@ from statekit.errors import (
     StateTypeError,
 )
 from statekit.format import keyed as K
-from statekit.format.files import checksum, fsync_dir, place_file, storage_errors, write_parquet
+from statekit.format.files import checksum, fsync_dir, place_file, remove_tree, storage_errors, write_parquet
 from statekit.format.manifest import (
     FORMAT_VERSION,
     MANIFEST_NAME,
@@ -539,7 +538,7 @@ class SavepointBuilder:
     def abort(self) -> None:
         """Remove everything written so far, and parent directories the builder created; `path` is left untouched."""
         self._done = True
-        shutil.rmtree(self._staging, ignore_errors=True)
+        remove_tree(self._staging)  # also what Spark tasks of a failed stage write after the failure
         self._release_lock()
         for d in reversed(self._created_dirs):  # deepest first; only if still empty
             try:

@@ -13,7 +13,6 @@ x key groups)) reach the driver, which writes `_metadata`. Other layouts take th
 from __future__ import annotations
 
 import os
-import shutil
 import uuid
 from pathlib import Path
 from typing import Iterator
@@ -25,6 +24,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
 
 from statekit.errors import DuplicateKeyError
+from statekit.format.files import remove_tree, storage_errors
 from statekit.format.flink.writer import (
     END_OF_KEY_GROUP,
     PRIMITIVE,
@@ -75,12 +75,14 @@ def _fragments(layout: KeyedLayoutOut, key_type: str, scratch: str, what: str):
         name = str(uuid.uuid4())
         rows: dict[str, list] = {f.name: [] for f in _RUNS.fields}
         if _primitive(layout, table):
-            _write_streamed(layout, table, keys, kg, Path(scratch) / name, name, rows)
+            with storage_errors(Path(scratch).parent):  # an executor's full disk: a typed error on the driver
+                _write_streamed(layout, table, keys, kg, Path(scratch) / name, name, rows)
             yield pa.RecordBatch.from_pydict(rows, schema=_RUNS_ARROW)
             return
         table = table.append_column("key_group", pa.array(kg.astype(np.int32)))
         pos = 0
-        with open(Path(scratch) / name, "xb") as f:
+        # an executor's full disk: a typed error on the driver
+        with storage_errors(Path(scratch).parent), open(Path(scratch) / name, "xb") as f:
             for r in keyed_runs(layout, table, None):
                 offs = r.entries.offsets
                 bounds = np.flatnonzero(np.diff(r.key_groups)) + 1
@@ -220,7 +222,8 @@ def write_columnar(df: DataFrame, key_col: str, key_type: str, columns: list[tup
     """Write one columnar bootstrap's keyed files into `staging_dir`; the operator's `_metadata` entry."""
     spark = df.sparkSession
     scratch = staging_dir.parent / f".{staging_dir.name}.fragments-{uuid.uuid4().hex[:8]}"
-    scratch.mkdir()
+    with storage_errors(staging_dir):
+        scratch.mkdir()
     what = f"operator {uid or uid_hash}"
     batch_conf = "spark.sql.execution.arrow.maxRecordsPerBatch"
     batch_size = spark.conf.get(batch_conf, None)
@@ -247,12 +250,13 @@ def write_columnar(df: DataFrame, key_col: str, key_type: str, columns: list[tup
         def assemble(task: tuple[int, list[tuple]]) -> tuple[int, str, int, list[int]]:
             s, rs = task
             rng = key_group_range(maxp, parallelism, s)
-            name, size, offsets = _assemble(layout, scratch_s, staging_s, rs, rng.start, rng.end, what)
+            with storage_errors(Path(staging_s)):
+                name, size, offsets = _assemble(layout, scratch_s, staging_s, rs, rng.start, rng.end, what)
             return s, name, size, offsets
 
         done = spark.sparkContext.parallelize(tasks, len(tasks)).map(assemble).collect()
     finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+        remove_tree(scratch)  # also what tasks of a failed stage write after the failure
     out = OperatorOut(uid, uid_hash, uid or uid_hash, parallelism, maxp,
                       [SubtaskOut(s) for s in range(parallelism)])
     for s, name, size, offsets in done:

@@ -18,6 +18,7 @@ from typing import Any, Mapping
 import pyarrow as pa
 from pyspark.sql import SparkSession
 
+from statekit.format.files import storage_errors
 from statekit.format.flink.writer import (
     FlinkStaging,
     KeyedLayoutOut,
@@ -70,11 +71,13 @@ def _task(source: str, staging: str, plans: list[_Plan], task: tuple[int, int, s
         if timers is not None and timers.num_rows:
             kg = timers.column("key_group").to_numpy()
             timers = timers.filter(pa.array((kg >= rng.start) & (kg <= rng.end)))
-        offsets, size = write_keyed_file(path, plan.layout, keyed, timers, rng.start, rng.end)
+        with storage_errors(Path(staging)):  # an executor's full disk: a typed error on the driver
+            offsets, size = write_keyed_file(path, plan.layout, keyed, timers, rng.start, rng.end)
         return i, sub, kind, name, size, offsets
     meta = sp.operator(ident)
     states = with_operator_data(sp, meta, list(plan.operator_states))
-    handle, size = write_operator_file(path, states, sub)
+    with storage_errors(Path(staging)):
+        handle, size = write_operator_file(path, states, sub)
     return i, sub, kind, name, size, handle
 
 

@@ -48,7 +48,7 @@ from pyspark.sql.types import IntegerType, LongType, StringType, StructField, St
 
 from statekit.errors import InvalidArgumentError, NullKeyError, StateTypeError
 from statekit.format import keyed as K
-from statekit.format.files import write_parquet
+from statekit.format.files import storage_errors, write_parquet
 from statekit.format.manifest import FileEntry
 from statekit.savepoint.writer import OperatorWriter, SavepointBuilder
 from statekit.state.descriptors import StateInfo
@@ -229,7 +229,8 @@ def write_table_files(table: pa.Table, kg: np.ndarray, plan: PartPlan, *, table_
             check_unique(chunk)
         rel = f"{plan.op_dir}/{table_name}/part-{name}-{i:05d}-kg{split.kg_start:05d}-{split.kg_end:05d}.parquet"
         chunk = K.with_key_group_column(chunk, chunk_kg)
-        nbytes, digest = write_parquet(chunk, Path(plan.root) / rel)
+        with storage_errors(Path(plan.root)):  # an executor's full disk: a typed error on the driver
+            nbytes, digest = write_parquet(chunk, Path(plan.root) / rel, root=Path(plan.root))
         entries.append(FileEntry(rel, table_name, chunk.num_rows, nbytes, digest, None, split.kg_start, split.kg_end))
     return entries
 

@@ -118,3 +118,51 @@ def test_next_run_removes_the_dead_runs_inprogress_files(tmp_path):
     assert [p for p in out.iterdir() if p.name.startswith(".inprogress-")]
     run_to_files("heap", 3000, out, chk, tmp_path / "final2", restore=latest_checkpoint(chk))
     assert not [p for p in out.iterdir() if p.name.startswith(".inprogress-")]
+
+
+def _complete(chk: Path) -> list[Path]:
+    from statekit.runtime.storage import checkpoint_dirs, is_complete
+
+    return [p for _, p in sorted(checkpoint_dirs(chk).items()) if is_complete(p)]
+
+
+def test_retained_checkpoints_of_old_runs_are_kept_listed_and_removed_only_when_asked(tmp_path):
+    """As in Flink, a killed (or finished) run's complete checkpoints are the user's: a re-run on the same
+    storage keeps them, `clean` lists them, and only --checkpoints --apply removes them (never the newest
+    of a storage unless --newest says so, never while a job holds the storage)."""
+    from jobs import run_to_files
+
+    from statekit.runtime.storage import StorageLock
+
+    out, chk = tmp_path / "out", tmp_path / "chk"
+    job = _child([str(RUNTIME / "jobs.py"), "heap", "3000", str(out), str(chk), str(tmp_path / "final"), "1500"])
+    _wait_for(job, "parked", "checkpoint ")
+    _kill(job)
+    killed_runs = _complete(chk)
+    assert killed_runs
+    run_to_files("heap", 3000, tmp_path / "out2", chk, tmp_path / "final2", restore=latest_checkpoint(chk))
+    retained = _complete(chk)
+    assert set(killed_runs) < set(retained)  # the re-run kept the killed run's checkpoints and added its own
+
+    listed = [i for i in _clean(str(chk))["leftovers"] if i["kind"] == "retained"]
+    assert [Path(i["path"]) for i in listed] == retained
+    assert [i["newest"] for i in listed] == [False] * (len(retained) - 1) + [True]
+    assert _clean(str(chk), "--apply")["removed"] == 0 and _complete(chk) == retained
+
+    with StorageLock.acquire(chk, "a live job"):  # a running job's storage: nothing of it is listed or removed
+        assert _clean(str(chk))["leftovers"] == []
+        assert _clean(str(chk), "--checkpoints", "--newest", "--apply")["removed"] == 0
+    assert _complete(chk) == retained
+
+    result = CliRunner().invoke(app, ["clean", str(chk)])
+    assert result.exit_code == 0 and f"{retained[-1]}  (newest)" in result.stdout
+    assert f"{len(retained)} retained checkpoint(s), {len(retained)} kept" in result.stderr
+
+    assert _clean(str(chk), "--checkpoints", "--apply")["removed"] == len(retained) - 1
+    assert _complete(chk) == [retained[-1]] and check(retained[-1]).ok
+    assert latest_checkpoint(chk) == retained[-1]
+    assert sorted(p.name for p in chk.iterdir() if p.name.startswith("chk-")) == [retained[-1].name]
+
+    assert CliRunner().invoke(app, ["clean", str(chk), "--newest", "--apply"]).exit_code == 2
+    assert _clean(str(chk), "--checkpoints", "--newest", "--apply")["removed"] == 1
+    assert _complete(chk) == [] and latest_checkpoint(chk) is None

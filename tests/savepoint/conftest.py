@@ -27,35 +27,6 @@ def unchanged():
 
 
 @pytest.fixture
-def small_disk(tmp_path):
-    """``small_disk("20m")``: a real size-limited tmpfs mounted under `tmp_path`, unmounted afterwards.
-
-    Skips the test (saying why) where mounting is not permitted, i.e. when not running as root.
-    """
-    import shutil
-    import subprocess
-
-    mounted: list[Path] = []
-
-    def mount(size: str = "20m") -> Path:
-        mnt = tmp_path / f"small-disk-{len(mounted)}"
-        mnt.mkdir()
-        if shutil.which("mount") is None:
-            pytest.skip("no `mount` command: cannot test a full disk on a size-limited tmpfs")
-        r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mnt)],
-                           capture_output=True, text=True)
-        if r.returncode:
-            pytest.skip(f"mounting a size-limited tmpfs is not permitted here ({r.stderr.strip()}); "
-                        "run the suite as root to test full disks")
-        mounted.append(mnt)
-        return mnt
-
-    yield mount
-    for mnt in mounted:
-        subprocess.run(["umount", "-l", str(mnt)], check=False)
-
-
-@pytest.fixture
 def scratch(tmp_path):
     """A directory on a fresh tmpfs where root may mount one (fsync costs nothing there, so tests that kill
     hundreds of writes stay fast), else `tmp_path`."""

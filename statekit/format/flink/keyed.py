@@ -21,7 +21,7 @@ import numpy as np
 import pyarrow as pa
 
 from statekit.errors import CorruptSavepointError, UnsupportedFormatError
-from statekit.format.arrow_memory import allocate, arrow_type, empty_table, from_numpy, primitive
+from statekit.format.arrow_memory import allocate, arrow_type, copy_buffer, empty_table, from_numpy, primitive
 from statekit.format.flink.binary import DataInput
 from statekit.format.flink.columns import decode_exact, decode_list, decode_nullable, decode_open
 from statekit.format.flink.files import StateFiles
@@ -395,7 +395,7 @@ def _rows(buf: np.ndarray, row_keys: list) -> tuple[np.ndarray, int, np.ndarray]
     data = gather_ranges(buf, starts, ln)
     offsets = np.zeros(len(ln) + 1, np.int64)
     np.cumsum(ln, out=offsets[1:])
-    raw = pa.Array.from_buffers(pa.large_binary(), len(ln), [None, pa.py_buffer(offsets), pa.py_buffer(data)])
+    raw = pa.Array.from_buffers(pa.large_binary(), len(ln), [None, copy_buffer(offsets), copy_buffer(data)])
     enc = raw.dictionary_encode()
     rowid = enc.indices.to_numpy(zero_copy_only=False).astype(np.int64)
     nrows = len(enc.dictionary)

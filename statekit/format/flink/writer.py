@@ -12,7 +12,6 @@ driver only writes `_metadata` (`metadata_bytes`). Nothing is compressed; every 
 from __future__ import annotations
 
 import os
-import shutil
 import struct
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -24,6 +23,7 @@ import numpy as np
 import pyarrow as pa
 
 from statekit.errors import InvalidArgumentError, InvalidTargetError, SavepointExistsError, StateTypeError
+from statekit.format.files import remove_tree, storage_errors
 from statekit.format.flink.metadata import (
     MAGIC,
     PARTITIONABLE_OPERATOR_STATE_HANDLE,
@@ -474,7 +474,8 @@ class FlinkStaging:
         self.target = Path(target)
         check_target(self.target)
         self.dir = self.target.parent / f".{self.target.name}.inprogress-{uuid.uuid4().hex[:12]}"
-        self.dir.mkdir(parents=False)
+        with storage_errors(self.target):
+            self.dir.mkdir(parents=False)
         self._done = False
 
     def new_file(self) -> tuple[str, Path]:
@@ -483,11 +484,12 @@ class FlinkStaging:
         return name, self.dir / name
 
     def commit(self, metadata: bytes) -> Path:
-        with open(self.dir / "_metadata", "xb") as f:
-            f.write(metadata)
-            f.flush()
-            os.fsync(f.fileno())
-        _fsync_dir(self.dir)
+        with storage_errors(self.target):
+            with open(self.dir / "_metadata", "xb") as f:
+                f.write(metadata)
+                f.flush()
+                os.fsync(f.fileno())
+            _fsync_dir(self.dir)
         if os.path.lexists(self.target):
             raise SavepointExistsError(f"{self.target} appeared while writing; not overwriting it.")
         try:
@@ -502,7 +504,7 @@ class FlinkStaging:
 
     def abort(self) -> None:
         self._done = True
-        shutil.rmtree(self.dir, ignore_errors=True)
+        remove_tree(self.dir)  # also what Spark tasks of a failed stage write after the failure
 
     def __enter__(self) -> "FlinkStaging":
         return self

@@ -1,0 +1,74 @@
+"""Work that ends a process right after native threads were busy: ``python exit_child.py WORKLOAD ARG...``.
+
+`tests/test_clean_exit.py` runs these in fresh interpreters many times and requires exit code 0;
+`bench/exit_race.py` runs them with statekit's old memory pattern to count the aborts it caused.
+
+- ``reads SP``: point reads of many files from 16 threads (Parquet pre-buffering on Arrow's pools).
+- ``flink CORPUS SP``: Flink savepoints (canonical and native RocksDB) read from threads, then SQL
+  over a Flink and a statekit savepoint on DuckDB (DuckDB's threads scanning Arrow tables).
+- ``rocksdb OUT RUNTIME_TESTS``: a RocksDB job with checkpoints ending in a final savepoint.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from pathlib import Path
+
+
+def _threads(fn, args_list) -> None:
+    start = threading.Barrier(len(args_list))  # all at once: the end of the work is the end of the process
+
+    def run(args):
+        start.wait()
+        fn(*args)
+
+    threads = [threading.Thread(target=run, args=(a,)) for a in args_list]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
+def reads(sp_path: str) -> None:
+    from statekit.savepoint import Savepoint
+
+    sp = Savepoint.open(sp_path)
+    keys = [f"user-{i:06d}" for i in range(0, 60_000, 2_500)]
+    _threads(sp.get, [("accounts", k) for k in keys])
+    print(sp.get("accounts", "user-000042")["balance"])
+
+
+def flink(corpus: str, sp_path: str) -> None:
+    import statekit
+    from statekit.savepoint import Savepoint
+
+    root = Path(corpus)
+    cases = ["long-rocksdb-canonical", "string-rocksdb-native", "string-hashmap-canonical-snappy"]
+    sps = [Savepoint.open(root / c / "savepoint") for c in cases]
+    _threads(lambda sp: sp.keyed_table("counter"), [(sp,) for sp in sps])
+    rows = statekit.sql(root / cases[1] / "savepoint", "SELECT count(*) AS n FROM counter.keyed").column("n")[0].as_py()
+    total = statekit.sql(sp_path, "SELECT count(*) AS n FROM accounts.keyed WHERE balance >= 0").column("n")[0].as_py()
+    print(rows, total)
+
+
+def rocksdb(out: str, runtime_tests: str) -> None:
+    sys.path.insert(0, runtime_tests)
+    from jobs import build, events
+
+    from statekit.runtime import EmbeddedRocksDBStateBackend, StreamExecutionEnvironment
+    from statekit.savepoint import Savepoint
+
+    target = Path(out)
+    env = StreamExecutionEnvironment(parallelism=2, state_backend=EmbeddedRocksDBStateBackend(True))
+    env.enable_checkpointing(every_records=300)
+    env.get_checkpoint_config().set_checkpoint_storage_dir(target / "chk")
+    build(env, events(2000)).add_sink(lambda v: None)
+    env.execute("rocks", final_savepoint=target / "sp")
+    print(Savepoint.open(target / "sp").keyed_table("sum").num_rows)
+
+
+WORKLOADS = {"reads": reads, "flink": flink, "rocksdb": rocksdb}
+
+if __name__ == "__main__":
+    WORKLOADS[sys.argv[1]](*sys.argv[2:])
