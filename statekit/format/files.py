@@ -110,11 +110,12 @@ def remove_tree(path: Path, *, wait_s: float = 30.0) -> None:
 def row_group_bounds(kg, max_rows: int) -> list[tuple[int, int]]:
     """Row ranges ``[start, end)`` of the row groups of rows with key groups `kg` (grouped, ascending):
     cut where the key group changes, consecutive small key groups sharing a row group of at most
-    `max_rows` rows, a larger key group split into row groups of `max_rows`.
+    `max_rows` rows, a larger key group split into row groups of `max_rows` (its remainder may share
+    a row group with the key groups after it; readers select row groups by key-group statistics).
 
     >>> import numpy as np
     >>> row_group_bounds(np.array([0, 0, 1, 2, 2, 2, 2, 2, 3]), 3)
-    [(0, 3), (3, 6), (6, 8), (8, 9)]
+    [(0, 3), (3, 6), (6, 9)]
     """
     import numpy as np
 

@@ -3,7 +3,9 @@
 Modules, bottom up: `binary` (Java DataInput), `metadata` (`_metadata` V3-V6, every handle type),
 `serializers` (serializer snapshots -> `FlinkType` with DDL and raw bytes), `proxy` (backend
 proxies: state meta infos), `files` (handles -> bytes, kept inside the savepoint), `values`
-(value encodings, numpy bulk and per-record), `keyed` (key groups -> keyed and timers tables),
+(value encodings, numpy bulk and per-record), `locate` (entries found in bulk: strided runs, a
+proven candidate scan, a chained walk), `columns` (keys/values decoded, bulk or per record),
+`keyed` (key groups -> keyed and timers tables),
 `native` (RocksDB files of native savepoints and incremental checkpoints, via a read-only copy),
 `checkpoints` (HashMap checkpoint streams), both re-laid as canonical entries for `keyed`,
 `reader` (`FlinkStateReader`: one savepoint's operators), `pyflink` (PyFlink's Row keys and coder

@@ -29,7 +29,7 @@ from statekit.format.flink.locate import DecodeStats, Entries, Located, Run, cor
 from statekit.format.flink.metadata import KeyGroupsHandle
 from statekit.format.flink.proxy import KeyedProxy, StateMeta, read_keyed_proxy
 from statekit.format.flink.serializers import FlinkType
-from statekit.format.flink.values import FIXED_DTYPES, bulk, gather_fixed, gather_ranges, ranges_equal
+from statekit.format.flink.values import FIXED_DTYPES, gather_fixed, gather_ranges, ranges_equal
 from statekit.types import parse_ddl
 
 __all__ = ["DecodeStats", "Entries", "KeyedLayout", "KeyedResult", "decode", "layout", "read_proxy", "state_ddl"]
@@ -215,49 +215,63 @@ def _strided_table(lay: KeyedLayout, buf: np.ndarray, groups: dict[str, _Group],
     return _with_all_states(lay, cols, n)
 
 
-def _scanned_table(lay: KeyedLayout, buf: np.ndarray, groups: dict[str, _Group], chain_kg: np.ndarray,
-                   where: str, stats: DecodeStats) -> pa.Table | None:
-    """The keyed table straight from scanned entries (variable-width keys or values) when every state lists the same keys.
+def _scanned_table(lay: KeyedLayout, buf: np.ndarray, located: Located, groups: dict[str, _Group],
+                   chain_kg: np.ndarray, where: str, stats: DecodeStats) -> pa.Table | None:
+    """The keyed table straight from located entries (variable-width keys or values) when every state lists the same keys.
 
     Keys are decoded once, from the first state's entries; the other states are proven to hold the
-    same key bytes in the same order (compared 16 bytes at a time, no gather), so no join is needed.
+    same key bytes in the same order (`ranges_equal`: 8-byte windows, no gather of the bytes), so no
+    join is needed.
     """
     keyed = [g for g in groups.values() if not g.meta.is_timer]
     if (not keyed or lay.namespace_type is not None
-            or not all(g.pieces and not g.runs and not len(g.chained) and _direct_state(lay, g) for g in keyed)):
+            or not all(_direct_state(lay, g) for g in keyed)):
         return None
-    base = keyed[0].pieces
-    assert base is not None
-    for g in keyed[1:]:
-        ps = g.pieces or []
+    per_state = [_by_chain(g, located) for g in keyed]
+    base = per_state[0]
+    for ps in per_state[1:]:
         if len(ps) != len(base) or any(len(a) != len(b) or a.chain[0] != b.chain[0] for a, b in zip(ps, base)):
             return None
     P = lay.prefix_bytes
     kp = np.concatenate([e.kp for e in base])
     klen = np.concatenate([e.klen for e in base])
-    for g in keyed[1:]:
-        other = np.concatenate([e.kp for e in g.pieces or []])
-        if not (np.array_equal(klen, np.concatenate([e.klen for e in g.pieces or []]))
-                and ranges_equal(buf, kp, other, klen)):
+    for ps in per_state[1:]:
+        if not (np.array_equal(klen, np.concatenate([e.klen for e in ps]))
+                and ranges_equal(buf, kp, np.concatenate([e.kp for e in ps]), klen)):
             return None
-    try:
-        got = bulk(lay.key_type, buf, kp + P)
-    except IndexError:
-        got = None
-    if got is None or not np.array_equal(got[1] + 1, kp + klen):  # the key, then VoidNamespace's one byte
+    got = decode_open(lay.key_type, buf, kp + P, kp + klen, where, stats, "key")
+    if not np.array_equal(got[1] + 1, kp + klen):  # the key, then VoidNamespace's one byte
         return None
     n = len(kp)
     kg, kg_buf = allocate(n, np.int32)
     kg[:] = np.repeat(chain_kg[[int(e.chain[0]) for e in base]], [len(e) for e in base])
     cols = {"key_group": primitive(kg_buf, n, pa.int32()), "key": got[0]}
-    stats.states.setdefault("key", "bulk")
-    for g in keyed:
-        vp = np.concatenate([e.vp for e in g.pieces or []])
-        vlen = np.concatenate([e.vlen for e in g.pieces or []])
+    for g, ps in zip(keyed, per_state):
+        vp = np.concatenate([e.vp for e in ps])
+        vlen = np.concatenate([e.vlen for e in ps])
         vals = decode_exact(g.meta.value_type, buf, vp, vp + vlen, where, stats, g.meta.name)
         t = _column_type(g.meta)
         cols[g.meta.name] = vals if vals.type == t else vals.cast(t)
     return _with_all_states(lay, cols, n)
+
+
+def _by_chain(g: _Group, located: Located) -> list[Entries]:
+    """The state's entries per chain, in chain order (a chain is located wholly one way: runs, scan or walk)."""
+    parts = [(r.chain, Entries.of_runs([r])) for r in g.runs] + [(int(e.chain[0]), e) for e in g.pieces or []]
+    if len(g.chained):
+        walked = located.chained.take(g.chained)  # step by step over all chains: regroup by chain, stably
+        walked = walked.take(np.argsort(walked.chain, kind="stable"))
+        cut = np.flatnonzero(np.diff(walked.chain)) + 1
+        parts += [(int(walked.chain[a]), walked.take(slice(a, b)))
+                  for a, b in zip([0, *cut.tolist()], [*cut.tolist(), len(walked)])]
+    parts.sort(key=lambda p: p[0])
+    out: list[tuple[int, list[Entries]]] = []
+    for chain, e in parts:
+        if out and out[-1][0] == chain:
+            out[-1][1].append(e)
+        else:
+            out.append((chain, [e]))
+    return [Entries.concat(es) for _, es in out]
 
 
 def _with_all_states(lay: KeyedLayout, cols: dict[str, pa.Array], n: int) -> pa.Table:
@@ -281,7 +295,8 @@ def decode(lay: KeyedLayout, buf: np.ndarray, located: Located, stream_of_chain:
     if chain_kg is not None:
         table = _strided_table(lay, buf, groups, chain_kg, stats)
         if table is None:
-            table = _scanned_table(lay, buf, groups, chain_kg, where, stats)
+            table = _scanned_table(lay, buf, located, groups, chain_kg, where, stats)
+        stats.table = "direct" if table is not None else "joined"
     if table is None:
         row_keys = []
         for name, g in groups.items():
@@ -318,7 +333,7 @@ def _timers(lay: KeyedLayout, buf: np.ndarray, meta: StateMeta, e: Entries, wher
     ts = raw.astype(np.int64) ^ np.int64(-(1 << 63))  # TimerSerializer flips the sign bit
     keys, kend = decode_open(lay.key_type, buf, kstart + 8, kend_all, where, stats, f"{name} (key)")
     ntype = meta.value_type.children[1] if meta.value_type.kind == "timer" else None
-    cols = {"key_group": from_numpy(_key_groups(buf, e.kp, P).astype(np.int32)), "key": keys}
+    cols = {"key_group": from_numpy(_key_groups(buf, e.kp, P), pa.int32()), "key": keys}
     if lay.namespace_type is not None:
         if ntype is not None and ntype.kind == "window":
             cols["namespace"], _ = decode_open(ntype, buf, kend, kend_all, where, stats, f"{name} (ns)")
@@ -338,7 +353,7 @@ def _assemble(lay: KeyedLayout, buf: np.ndarray, row_keys: list, groups: dict[st
     allkeys = pa.concat_arrays(srcs) if len(srcs) > 1 else srcs[0]
     take = pa.array(firsts)
     allkg = np.concatenate([rk[6] for rk in row_keys])
-    cols = {"key_group": from_numpy(allkg[firsts].astype(np.int32)), "key": allkeys.take(take)}
+    cols = {"key_group": from_numpy(allkg[firsts], pa.int32()), "key": allkeys.take(take)}
     if lay.namespace_type is not None:
         nt = parse_ddl(lay.namespace_type.ddl())
         cols["namespace"] = pa.concat_arrays([rk[5] if rk[5] is not None else pa.nulls(len(rk[1]), nt)

@@ -28,18 +28,21 @@ _MIN_RUN = 8  # shorter runs are left to the chained walk (probing them costs mo
 
 @dataclass
 class DecodeStats:
-    """How entries were located (``strided`` runs, ``scanned`` candidates, ``chained`` walk) and each state decoded
-    (``strided-view``, ``bulk``, ``per-record``, ``raw bytes``)."""
+    """How entries were located (``strided`` runs, ``scanned`` candidates, ``chained`` walk), each state decoded
+    (``strided-view``, ``bulk``, ``per-record``, ``raw bytes``) and the rows formed (``table``: ``direct`` when
+    every state lists the same keys in the same order, ``joined`` otherwise)."""
 
     strided_entries: int = 0
     scanned_entries: int = 0
     chained_entries: int = 0
     states: dict[str, str] = field(default_factory=dict)
+    table: str = ""
 
     def describe(self) -> str:
         where = (f"entries located: {self.strided_entries} strided, {self.scanned_entries} scanned, "
                  f"{self.chained_entries} chained")
-        return where + "; " + ", ".join(f"{k}: {v}" for k, v in sorted(self.states.items()))
+        rows = f"; rows: {self.table}" if self.table else ""
+        return where + "; " + ", ".join(f"{k}: {v}" for k, v in sorted(self.states.items())) + rows
 
 
 @dataclass(frozen=True)
