@@ -346,7 +346,9 @@ def read_parquet_verified(root: Path, entry: FileEntry, *, columns=None, key_gro
         if not groups:
             return pf.schema_arrow.empty_table() if columns is None else pf.schema_arrow.empty_table().select(columns)
         return pf.read_row_groups(groups, columns=columns)
-    except (pa.ArrowException, OSError) as exc:  # any decoding failure of a file that passed its checksum
+    # any decoding failure of a file that passed its checksum; KeyError: a column the manifest implies
+    # (e.g. namespace) that the file lacks
+    except (pa.ArrowException, OSError, KeyError) as exc:
         raise CorruptSavepointError(
             f"{root}: file {entry.path} is not readable Parquet ({exc}). Restore it or use another savepoint."
         ) from None

@@ -309,3 +309,19 @@ def test_damaged_native_sidecar_is_a_typed_error(tmp_path, sidecar):
     with pytest.raises(CorruptSavepointError, match="statekit-native.json"):
         Savepoint.open(sp).keyed_table("native")
     assert [p.kind for p in check(sp).problems] == ["unreadable"]
+
+
+def test_namespace_type_over_files_without_namespace_is_a_problem_not_a_crash(tmp_path):
+    """Found by the slow fuzz (seed 7, case 1593): check() raised a bare KeyError on its duplicate-key pass."""
+    from statekit.savepoint import SavepointBuilder
+    from statekit.state import ValueStateDescriptor
+
+    sp = tmp_path / "sp"
+    with SavepointBuilder(sp) as b:
+        op = b.add_operator("c", key_type="bigint", keyed_states=[ValueStateDescriptor("count", "bigint")])
+        op.write_keyed(pa.table({"key": [1, 2], "count": [1, 2]}))
+    manifest = json.loads((sp / "_metadata.json").read_text())
+    manifest["operators"][0]["namespace_type"] = "struct<start:bigint,end:bigint>"
+    (sp / "_metadata.json").write_text(json.dumps(manifest))
+    report = check(sp)
+    assert not report.ok and {p.kind for p in report.problems} == {"schema_mismatch"}
