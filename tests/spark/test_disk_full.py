@@ -7,7 +7,6 @@ The target is a real size-limited tmpfs (root only: skipped with a message other
 from __future__ import annotations
 
 import shutil
-import sys
 from pathlib import Path
 
 import pyarrow as pa
@@ -17,9 +16,7 @@ from statekit.errors import StorageFullError
 from statekit.savepoint import Savepoint, SavepointBuilder, check
 from statekit.spark import KeyedStateBootstrapFunction, OperatorTransformation, SavepointWriter
 from statekit.state import ValueStateDescriptor
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "savepoint"))
-from savepoint_helpers import tree_digest  # noqa: E402
+from statekit.testing import tree_digest
 
 pytestmark = pytest.mark.spark
 
