@@ -80,6 +80,29 @@ class TriggerResult(Enum):
         return self.value[1]
 
 
+class TriggerStateAccess:
+    """Per-window state for triggers through the current key's backend: one rule for the runtime's
+    window operator and the Spark window bootstrap's replay (their contexts subclass it)."""
+
+    __slots__ = ()
+    window: TimeWindow
+    merged: list[TimeWindow]
+
+    def _state_backend(self) -> Any:
+        raise NotImplementedError
+
+    def get_partitioned_state(self, descriptor: Any) -> Any:
+        backend = self._state_backend()
+        handle = backend.get_state(descriptor)
+        backend.set_current_namespace(self.window)
+        return handle
+
+    def merge_partitioned_state(self, descriptor: Any) -> None:
+        backend = self._state_backend()
+        backend.get_state(descriptor)
+        backend.merge_namespaces(descriptor.name, self.merged, self.window)
+
+
 class Trigger:
     """Decides when a window fires. ``ctx`` registers timers and gives per-window state (`get_partitioned_state`)."""
 

@@ -28,6 +28,7 @@ from statekit.windowing import (
     PurgingTrigger,
     TimeWindow,
     Trigger,
+    TriggerStateAccess,
     WindowAssigner,
     cleanup_time,
     window_of,
@@ -141,7 +142,7 @@ class _ScopedState:
         return self.__getattr__("contains")(key)
 
 
-class _TriggerContext:
+class _TriggerContext(TriggerStateAccess):
     """What triggers receive: timers and state of the current key and window."""
 
     __slots__ = ("_op", "window", "merged")
@@ -171,16 +172,8 @@ class _TriggerContext:
     def delete_processing_time_timer(self, time: int) -> None:
         self._op.timers.delete_processing_time_timer(time, self._op._key, tuple(self.window))
 
-    def get_partitioned_state(self, descriptor: Any) -> Any:
-        backend = self._op.backend
-        handle = backend.get_state(descriptor)
-        backend.set_current_namespace(self.window)
-        return handle
-
-    def merge_partitioned_state(self, descriptor: Any) -> None:
-        backend = self._op.backend
-        backend.get_state(descriptor)
-        backend.merge_namespaces(descriptor.name, self.merged, self.window)
+    def _state_backend(self) -> Any:
+        return self._op.backend
 
 
 class _WindowFunctions:

@@ -26,12 +26,12 @@ from typing import Any
 
 from statekit.format.keyed import CONTENTS, NO_TIMESTAMP, SESSIONS, TIMESTAMPS
 from statekit.state.descriptors import MapStateDescriptor
-from statekit.windowing import GLOBAL_WINDOW, MIN_LONG, TimestampedValue, TimeWindow, cleanup_time
+from statekit.windowing import GLOBAL_WINDOW, MIN_LONG, TimestampedValue, TimeWindow, TriggerStateAccess, cleanup_time
 
 __all__ = ["WindowReplay"]
 
 
-class _Context:
+class _Context(TriggerStateAccess):
     """The trigger's context (and the evictor's): timers and per-window state of the current key."""
 
     __slots__ = ("_replay", "window", "merged", "_now")
@@ -67,16 +67,8 @@ class _Context:
     def delete_processing_time_timer(self, time_: int) -> None:
         self._replay.timers.pop(self._timer(time_, "processing"), None)
 
-    def get_partitioned_state(self, descriptor: Any) -> Any:
-        backend = self._replay.backend
-        handle = backend.get_state(descriptor)
-        backend.set_current_namespace(self.window)
-        return handle
-
-    def merge_partitioned_state(self, descriptor: Any) -> None:
-        backend = self._replay.backend
-        backend.get_state(descriptor)
-        backend.merge_namespaces(descriptor.name, self.merged, self.window)
+    def _state_backend(self) -> Any:
+        return self._replay.backend
 
 
 class WindowReplay:
