@@ -13,7 +13,7 @@ from statekit.format.keyed import castable, same_type
 from statekit.format.manifest import OperatorMetadata
 from statekit.identifiers import OperatorIdentifier
 from statekit.savepoint.reader import Savepoint
-from statekit.savepoint.writer import SavepointBuilder
+from statekit.savepoint.writer import OperatorWriter, SavepointBuilder
 from statekit.state.descriptors import StateInfo
 from statekit.types import parse_ddl, to_ddl
 
@@ -110,16 +110,23 @@ def apply_python_transforms(table: pa.Table, transforms: list[StateTransform], i
     return table
 
 
+def add_evolved_operator(builder: SavepointBuilder, meta: OperatorMetadata, ident: OperatorIdentifier,
+                         infos: tuple[StateInfo, ...], *, max_parallelism: int | None = None,
+                         name: str | None = None) -> OperatorWriter:  # fmt: skip
+    """The writer of operator `meta` re-declared with the keyed states `infos` (both engines' evolve)."""
+    mp = max_parallelism or meta.max_parallelism
+    return builder.add_operator(
+        ident, name=name or meta.name, parallelism=min(meta.parallelism, mp), max_parallelism=mp,
+        key_type=meta.key_type, keyed_states=infos, namespace_type=meta.namespace_type,
+    )  # fmt: skip
+
+
 def write_evolved(builder: SavepointBuilder, source: Savepoint, meta: OperatorMetadata, ident: OperatorIdentifier,
                   keyed: pa.Table, infos: tuple[StateInfo, ...], *, max_parallelism: int | None = None,
                   name: str | None = None) -> None:  # fmt: skip
     """Write operator `meta` with the evolved keyed table `keyed` (key, [namespace], the states of `infos`);
     timers and operator state are carried over. Rows left with no state set are dropped."""
-    mp = max_parallelism or meta.max_parallelism
-    writer = builder.add_operator(
-        ident, name=name or meta.name, parallelism=min(meta.parallelism, mp), max_parallelism=mp,
-        key_type=meta.key_type, keyed_states=infos, namespace_type=meta.namespace_type,
-    )  # fmt: skip
+    writer = add_evolved_operator(builder, meta, ident, infos, max_parallelism=max_parallelism, name=name)
     names = [s.name for s in infos]
     keep = ["key", *(["namespace"] if "namespace" in keyed.column_names else []), *names]
     keyed = keyed.select(keep)

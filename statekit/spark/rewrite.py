@@ -20,6 +20,7 @@ from statekit.format.keyed import first_duplicate
 from statekit.format.manifest import FileEntry, OperatorMetadata
 from statekit.identifiers import OperatorIdentifier
 from statekit.savepoint import Savepoint, SavepointBuilder
+from statekit.savepoint.evolve import add_evolved_operator
 from statekit.savepoint.rekey import merge_collisions
 from statekit.savepoint.transforms import write_operator_states
 from statekit.spark import parts as P
@@ -83,11 +84,7 @@ def evolve_with_spark(spark: SparkSession, builder: SavepointBuilder, source: Sa
     """
     from statekit.spark.reader import SavepointReader
 
-    mp = max_parallelism or meta.max_parallelism
-    writer = builder.add_operator(
-        ident, name=name or meta.name, parallelism=min(meta.parallelism, mp), max_parallelism=mp,
-        key_type=meta.key_type, keyed_states=infos, namespace_type=meta.namespace_type,
-    )  # fmt: skip
+    writer = add_evolved_operator(builder, meta, ident, infos, max_parallelism=max_parallelism, name=name)
     names = [s.name for s in infos]
     plan = _plan(spark, builder, writer)
     entries = []
@@ -97,7 +94,7 @@ def evolve_with_spark(spark: SparkSession, builder: SavepointBuilder, source: Sa
                 *names]  # fmt: skip
         keyed = keyed.select(*[F.col(f"`{c}`") for c in keep])
         if grouped:
-            assert mp == meta.max_parallelism, "key groups of another max parallelism"
+            assert writer.max_parallelism == meta.max_parallelism, "key groups of another max parallelism"
             entries += P.write_grouped_parts(keyed, plan)
         else:
             entries += P.write_keyed_parts(keyed, "key", plan)
