@@ -63,9 +63,11 @@ def many_files(tmp_path_factory) -> Path:
     pytest.param(150, 30, 30, id="slow", marks=pytest.mark.slow),
 ])
 def test_native_work_then_exit(many_files, tmp_path, reads, flink, rocksdb):
-    """Threaded Parquet reads, Flink reads (canonical, native RocksDB) with DuckDB SQL, and RocksDB jobs,
-    each in a fresh interpreter that exits right after: every run exits 0."""
-    work = [["reads", str(many_files)]] * reads + [["flink", str(CORPUS), str(many_files)]] * flink \
+    """Threaded Parquet reads, Flink reads (canonical copied and memory-mapped, native RocksDB) with DuckDB
+    SQL, and RocksDB jobs, each in a fresh interpreter that exits right after: every run exits 0."""
+    modes = ["copied", "mapped"]
+    work = [["reads", str(many_files)]] * reads \
+        + [["flink", str(CORPUS), str(many_files), modes[i % 2]] for i in range(flink)] \
         + [["rocksdb", str(tmp_path / f"job-{i}"), str(RUNTIME_TESTS)] for i in range(rocksdb)]
     with ThreadPoolExecutor(JOBS) as pool:
         results = list(pool.map(lambda w: _run_child(w, tmp_path), work))

@@ -98,6 +98,14 @@ class OperatorStateValue:
     entries: list[tuple[Any, Any]] | None = None
 
 
+def _concat(tables: list[pa.Table]) -> pa.Table:
+    """Per-stream tables as one (their columns chunked); a stream decoded another way may differ in field details."""
+    try:
+        return pa.concat_tables(tables)
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        return pa.concat_tables([t.cast(tables[0].schema) for t in tables])
+
+
 class FlinkStateReader:
     """Reads state of a Flink savepoint (or retained checkpoint) directory."""
 
@@ -179,12 +187,29 @@ class FlinkStateReader:
             sid_maps.append(dict(enumerate(proxy.states)))
             chains.extend((seg, kg, o - lo, nxt[o] - lo) for kg, o in picked)
         where = f"{self.root} operator {op.uid or op.operator_id}"
-        buf, bases = self._read_segments(segments)
-        chains.sort(key=lambda c: c[1])
-        starts = np.array([bases[c[0]] + c[2] for c in chains], np.int64)
-        limits = np.array([bases[c[0]] + c[3] for c in chains], np.int64)
-        seg_of_chain = np.array([c[0] for c in chains], np.int64)
-        if any(compressed):
+        # One stream at a time: each is decoded straight from its own (mapped) bytes, and the tables are
+        # concatenated. Streams hold disjoint key-group ranges in handle order, so rows stay in key-group order.
+        chains.sort(key=lambda c: (c[0], c[1]))
+        results = []
+        for seg, (stream, lo, hi) in enumerate(segments):
+            mine = [c for c in chains if c[0] == seg]
+            buf = self.files.range_array(stream, lo, hi)
+            results.append(self._decode_segment(lay, buf, mine, seg, compressed, sid_maps, where, stats))
+        if len(results) == 1:
+            return results[0]
+        if not results:
+            return K.decode(lay, np.zeros(0, np.uint8), Located([], K.Entries.concat([])), np.zeros(0, np.int64),
+                            np.zeros(0, np.int64), sid_maps, where, stats)
+        return K.KeyedResult(_concat([r.table for r in results]), _concat([r.timers for r in results]))
+
+    def _decode_segment(self, lay: K.KeyedLayout, buf: np.ndarray, chains: list[tuple[int, int, int, int]], seg: int,
+                        compressed: list[bool], sid_maps: list[dict[int, StateMeta]], where: str,
+                        stats: DecodeStats) -> K.KeyedResult:
+        """The key groups `chains` (segment, key group, start, limit) of one stream's bytes `buf`."""
+        starts = np.array([c[2] for c in chains], np.int64)
+        limits = np.array([c[3] for c in chains], np.int64)
+        seg_of_chain = np.full(len(chains), seg, np.int64)
+        if compressed[seg]:
             buf, starts, limits = self._unframe_key_groups(buf, starts, limits, seg_of_chain, compressed, where)
         chain_kg = np.array([c[1] for c in chains], np.int64)
         P = lay.prefix_bytes
@@ -220,22 +245,6 @@ class FlinkStateReader:
         buf, entries = concat_entries(parts)
         return K.decode(lay, buf, Located([], entries), np.arange(len(parts), dtype=np.int64), None,
                         [dict(enumerate(self.proxy(h).states)) for h in kept], where, stats)
-
-    def _read_segments(self, segments: list[tuple[StreamHandle, int, int]]) -> tuple[np.ndarray, list[int]]:
-        total = sum(hi - lo for _, lo, hi in segments)
-        buf = np.empty(total, np.uint8)
-        bases, pos = [], 0
-        for h, lo, hi in segments:
-            bases.append(pos)
-            if h.kind == "bytes":
-                buf[pos : pos + hi - lo] = np.frombuffer((h.data or b"")[lo:hi], np.uint8)
-            else:
-                with open(self.files.path(h), "rb") as f:
-                    f.seek(lo)
-                    if f.readinto(buf[pos : pos + hi - lo].data) != hi - lo:
-                        raise CorruptSavepointError(f"{self.root}: state file {h.path!r} is shorter than expected.")
-            pos += hi - lo
-        return buf, bases
 
     def _unframe_key_groups(self, buf, starts, limits, seg_of_chain, compressed, where):
         pieces, new_starts, new_limits, pos = [], [], [], 0
