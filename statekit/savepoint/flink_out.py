@@ -19,7 +19,7 @@ import numpy as np
 import pyarrow as pa
 
 from statekit.errors import InvalidArgumentError, ParallelismError, StateTypeError
-from statekit.format.arrow_memory import from_numpy
+from statekit.format.arrow_memory import empty_table, from_numpy
 from statekit.format.flink import pyflink_out
 from statekit.format.flink.serializers import FlinkType
 from statekit.format.flink.serializers_out import (
@@ -331,9 +331,11 @@ def operator_data(sp: Savepoint, meta: OperatorMetadata, *, hints: TypeHints | N
                   uid: str | None = None, uid_hash: str | None = None, name: str | None = None,
                   max_parallelism: int | None = None, parallelism: int | None = None,
                   new_key: Any = None, new_key_type: str | None = None,
-                  pyflink: Mapping[str, str] | None = None) -> OperatorData:
+                  pyflink: Mapping[str, str] | None = None, stream: bool = False) -> OperatorData:
     """What to write for operator `meta` of `sp`, optionally under another identity / max parallelism / keys
-    (`pyflink`: the PyFlink types of its states, to write it as a PyFlink job's operator)."""
+    (`pyflink`: the PyFlink types of its states, to write it as a PyFlink job's operator). With `stream`, keyed
+    state copied unchanged from a statekit savepoint is handed over as `KeyedFiles` (read file by file by the
+    writer) instead of a table."""
     carried = carried_serializers(sp, meta)
     py = pyflink_types(sp, meta, carried, pyflink)
     maxp = max_parallelism or meta.max_parallelism
@@ -347,8 +349,11 @@ def operator_data(sp: Savepoint, meta: OperatorMetadata, *, hints: TypeHints | N
     uid_hash = uid_hash or meta.uid_hash
     data = OperatorData(uid, uid_hash, name or meta.name or uid or uid_hash, par, maxp)
     if meta.key_type is not None:
-        keyed = sp.keyed_table(meta.identifier, with_key_group=True)
         timers = sp.timers(meta.identifier)
+        files = None
+        if stream and new_key is None and py is None and maxp == meta.max_parallelism and not timers.num_rows:
+            files = sp.keyed_stream(meta.identifier)  # the writer reads it file by file where it can
+        keyed = sp.keyed_table(meta.identifier, with_key_group=True) if files is None else empty_table(pa.schema([]))
         key_type = meta.key_type
         if new_key is not None:
             keyed, timers, new_type = _rekeyed(sp, meta, new_key, new_key_type, keyed, timers)
@@ -367,7 +372,7 @@ def operator_data(sp: Savepoint, meta: OperatorMetadata, *, hints: TypeHints | N
             keyed = rehash(keyed, key_type, maxp, data.layout)
             if has_timers:
                 timers = rehash(timers, key_type, maxp, data.layout)
-        data.keyed, data.timers = keyed, timers if has_timers else None
+        data.keyed, data.timers = keyed if files is None else files, timers if has_timers else None
     data.operator_states = with_operator_data(sp, meta, operator_state_layouts(meta, carried, hints))
     return data
 
@@ -423,7 +428,7 @@ def write_flink(source: str | os.PathLike[str] | Savepoint, target: str | os.Pat
         ops.append(operator_data(
             sp, meta, hints=types, uid=new_uid, uid_hash=ident.uid_hash if ident else None,
             name=new_uid, max_parallelism=maxp, new_key=pick(rekey, meta), new_key_type=pick(key_types, meta),
-            pyflink=pick(pyflink or {}, meta)))
+            pyflink=pick(pyflink or {}, meta), stream=True))
     unknown = sorted(set(named) - used)
     if unknown:
         listing = ", ".join(m.uid or m.uid_hash for m in sp.operators)
