@@ -32,7 +32,7 @@ from statekit.types import parse_ddl
 
 def _operator_metadata(reader: FlinkStateReader, op: OperatorState,
                        pyflink_types: dict[str, str] | None = None) -> OperatorMetadata:
-    uid = op.uid if op.uid and OperatorIdentifier.for_uid(op.uid).uid_hash == op.operator_id else None
+    uid = op.verified_uid
     lay = reader.layout(op)
     keyed: tuple[StateInfo, ...] = ()
     key_type = ns_type = None

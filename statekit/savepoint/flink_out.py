@@ -11,16 +11,16 @@ placement (uid hash, parallelism, max parallelism, key groups) - and hands the t
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence, TypeGuard
 
 import numpy as np
 import pyarrow as pa
 
 from statekit.errors import InvalidArgumentError, ParallelismError, StateTypeError
 from statekit.format.arrow_memory import empty_table, from_numpy
-from statekit.format.flink import pyflink_out
 from statekit.format.flink.serializers import FlinkType
 from statekit.format.flink.serializers_out import (
     FlinkPojo,
@@ -46,6 +46,9 @@ from statekit.keygroups import assign_key_groups
 from statekit.savepoint.reader import Savepoint
 from statekit.types import parse_ddl
 
+if TYPE_CHECKING:
+    from statekit.savepoint.flink import FlinkSavepoint
+
 #: per operator (uid or uid hash) and state name, how a struct is written: `FlinkTuple` or `FlinkPojo`
 TypeHints = Mapping[str, Mapping[str, Hint]]
 _KEY = "<key>"  # the hint entry of an operator's key type
@@ -62,11 +65,15 @@ class Carried:
     operator_states: dict[str, Any]  # name -> StateMeta (operator / broadcast)
 
 
+def _is_flink(sp: Savepoint) -> TypeGuard["FlinkSavepoint"]:
+    """Whether `sp` was read from a Flink savepoint (without importing Flink's reader when it was not loaded)."""
+    mod = sys.modules.get("statekit.savepoint.flink")
+    return mod is not None and isinstance(sp, mod.FlinkSavepoint)
+
+
 def carried_serializers(sp: Savepoint, meta: OperatorMetadata) -> Carried | None:
     """The serializers a Flink savepoint holds for `meta`'s operator, or None for statekit savepoints."""
-    from statekit.savepoint.flink import FlinkSavepoint
-
-    if not isinstance(sp, FlinkSavepoint):
+    if not _is_flink(sp):
         return _from_manifest(meta) if meta.flink is not None else None
     fop = sp.flink.metadata.operator(meta.uid_hash)
     if fop is None:
@@ -108,6 +115,7 @@ def _from_manifest(meta: OperatorMetadata) -> Carried:
 
 def _carried_pyflink(key: FlinkType | None, states: Mapping[str, Any]) -> bool:
     """Whether carried serializers are a PyFlink operator's (one-field Row key, ``python-state-`` states)."""
+    from statekit.format.flink import pyflink_out  # here: PyFlink's coders need the reader's modules
     return (key is not None and key.kind == "row" and len(key.children) == 1
             and any(n.startswith(pyflink_out.PREFIX) for n in states))
 
@@ -116,13 +124,11 @@ def pyflink_types(sp: Savepoint, meta: OperatorMetadata, carried: Carried | None
                   declared: Mapping[str, str] | None) -> dict[str, str] | None:
     """The PyFlink types of `meta`'s states when it is written as a PyFlink operator (declared for it, read from
     a PyFlink savepoint, or carried from one through statekit's format), else None."""
-    from statekit.savepoint.flink import FlinkSavepoint
-
     if declared is not None:
         return dict(declared)
     if meta.key_type is None:
         return None
-    if isinstance(sp, FlinkSavepoint):
+    if _is_flink(sp):
         return sp.pyflink_types(meta.identifier) if sp.is_pyflink(meta.identifier) else None
     if carried is not None and _carried_pyflink(carried.key, carried.states):
         return {}
@@ -133,6 +139,7 @@ def pyflink_keyed(meta: OperatorMetadata, carried: Carried | None, types: Mappin
                   timers: pa.Table, max_parallelism: int) -> tuple[KeyedLayoutOut, pa.Table, pa.Table]:
     """Layout, keyed table and timers of a PyFlink operator (see `statekit.format.flink.pyflink_out`): key groups
     of the Row-wrapped key, keys wrapped, states coded (or passed through when stored and undeclared)."""
+    from statekit.format.flink import pyflink_out
     from statekit.format.flink.keyed import state_ddl
     from statekit.format.flink.pyflink import parse_type
 

@@ -5,21 +5,23 @@ value``), so a state's entries are one numpy structured array: the constant fiel
 per reused buffer, and per key group only the key and value fields are assigned (numpy swaps the
 bytes to big-endian as it assigns, releasing the GIL), plus the key-group prefix as one scalar. The
 buffers stay small (`CHUNK_ROWS` entries per state, in cache) and are handed to the kernel in gathered
-writes (``os.writev``) spanning many key groups. Rows arrive as Arrow tables or batches sorted by key
+writes spanning many key groups. Rows arrive as Arrow tables or batches sorted by key
 group (one whole table, or a savepoint read file by file: `statekit.format.keyed_stream`); null
 values (a key without that state) are skipped as the general path (`writer.keyed_runs`) skips them,
-and the bytes are identical to that path's.
+and the bytes are identical to that path's. Files go to disk around the page cache
+(`statekit.format.direct_file`).
 """
 
 from __future__ import annotations
 
-import os
+from pathlib import Path
 from typing import TYPE_CHECKING, Iterable
 
 import numpy as np
 import pyarrow as pa
 
 from statekit.errors import InvalidArgumentError, StateTypeError
+from statekit.format.direct_file import DirectFile
 
 if TYPE_CHECKING:
     from statekit.format.flink.writer import KeyedLayoutOut
@@ -31,9 +33,6 @@ ARROW = {"long": pa.int64(), "int": pa.int32(), "short": pa.int16(), "byte": pa.
          "float": pa.float32(), "boolean": pa.bool_()}
 END_OF_KEY_GROUP = b"\xff\xff"
 CHUNK_ROWS = 1 << 16  # entries per state buffer (~1.7 MB for Long/Long): refilled while still in cache
-_IOV_MAX = 512  # below Linux's IOV_MAX (1024) per writev
-WRITEBACK_BYTES = 16 << 20
-KICK_WRITEBACK = hasattr(os, "posix_fadvise")
 
 
 def entry_dtype(nb: int, key_kind: str, value_kind: str) -> np.dtype:
@@ -76,10 +75,10 @@ def _column(arr: pa.Array) -> tuple[np.ndarray, np.ndarray | None]:
 
 
 class _Out:
-    """Per-state entry buffers and the gathered writes of one file (stream positions counted as queued)."""
+    """Per-state entry buffers and the writes of one file (stream positions counted as queued)."""
 
-    def __init__(self, fd: int, pos: int, dtypes: list[np.dtype], cap: int, nb: int) -> None:
-        self.fd, self.pos, self.cap = fd, pos, cap
+    def __init__(self, file: DirectFile, pos: int, dtypes: list[np.dtype], cap: int, nb: int) -> None:
+        self.file, self.pos, self.cap = file, pos, cap
         self.bufs = []
         for dt in dtypes:
             b = np.empty(cap, dt)
@@ -88,14 +87,11 @@ class _Out:
             b["vl"] = dt["v"].itemsize
             self.bufs.append(b)
         self.used = [0] * len(dtypes)
-        self.iov: list[bytes | memoryview] = []
-        self.kicked = 0  # stream bytes handed to the disk's writeback so far
+        self.queued: list[bytes | memoryview] = []
 
     def add(self, data: bytes | memoryview) -> None:
-        self.iov.append(data)
+        self.queued.append(data)
         self.pos += len(data)
-        if len(self.iov) >= _IOV_MAX:
-            self.flush()
 
     def entries(self, sid: int, kg: int, keys: np.ndarray, values: np.ndarray) -> np.ndarray:
         """Queue the entries of `keys`/`values` for state `sid`; the bytes of the last chunk queued."""
@@ -119,30 +115,31 @@ class _Out:
 
     def flush(self) -> None:
         """Write everything queued (and free the buffers for reuse)."""
-        iov, self.iov = self.iov, []
+        queued, self.queued = self.queued, []
         self.used = [0] * len(self.used)
-        while iov:
-            done = os.writev(self.fd, iov)
-            while iov and done >= len(iov[0]):  # a short write (rare on regular files): resume after it
-                done -= len(iov[0])
-                iov.pop(0)
-            if iov and done:
-                iov[0] = memoryview(iov[0])[done:]
-        if KICK_WRITEBACK and self.pos - self.kicked >= WRITEBACK_BYTES:
-            # start the disk on what is written (asynchronously), so the closing fsync waits only for the tail
-            # instead of the whole file: the kernel would not start before its dirty threshold (10% of RAM)
-            os.posix_fadvise(self.fd, self.kicked, self.pos - self.kicked, os.POSIX_FADV_DONTNEED)
-            self.kicked = self.pos
+        self.file.write(queued)
 
 
-def write_regular_key_groups(fd: int, layout: "KeyedLayoutOut", tables: Iterable[pa.Table | pa.RecordBatch],
+def write_regular_file(path: Path, layout: "KeyedLayoutOut", tables: Iterable[pa.Table | pa.RecordBatch],
+                       start: int, end: int) -> tuple[list[int], int]:
+    """One keyed state file of the regular layout for key groups [start, end]: the backend proxy, then the key
+    groups of `tables` (`write_regular_key_groups`). Returns the key-group offsets and the file size."""
+    proxy = layout.proxy()
+    with DirectFile(path) as f:
+        f.write([proxy])
+        offsets = write_regular_key_groups(f, layout, tables, start, end, len(proxy))
+        size = f.close()
+    return offsets, size
+
+
+def write_regular_key_groups(f: DirectFile, layout: "KeyedLayoutOut", tables: Iterable[pa.Table | pa.RecordBatch],
                              start: int, end: int, pos: int, *, cap: int | None = None) -> list[int]:
-    """Write key groups [start, end] of the regular layout to `fd` at stream position `pos` from `tables`
+    """Write key groups [start, end] of the regular layout to `f` at stream position `pos` from `tables`
     (rows sorted by key group across all of them, columns ``key_group``, ``key`` and the states'); returns
     the key-group offsets (0 = empty) like `writer.write_key_groups`. Everything is written on return."""
     nb = layout.prefix_bytes
     states = layout.states
-    out = _Out(fd, pos, [entry_dtype(nb, layout.key.kind, s.value.kind) for s in states], cap or CHUNK_ROWS, nb)
+    out = _Out(f, pos, [entry_dtype(nb, layout.key.kind, s.value.kind) for s in states], cap or CHUNK_ROWS, nb)
     sids = [sid.to_bytes(2, "big") for sid in range(len(states))]
     widths = [b.dtype.itemsize for b in out.bufs]
     offsets = [0] * (end - start + 1)
@@ -203,4 +200,5 @@ def write_regular_key_groups(fd: int, layout: "KeyedLayoutOut", tables: Iterable
     return offsets
 
 
-__all__ = ["ARROW", "CHUNK_ROWS", "PRIMITIVE", "entry_dtype", "is_regular", "write_regular_key_groups"]
+__all__ = ["ARROW", "CHUNK_ROWS", "PRIMITIVE", "entry_dtype", "is_regular", "write_regular_file",
+           "write_regular_key_groups"]

@@ -17,7 +17,7 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, BinaryIO, Iterable, Sequence
+from typing import Any, BinaryIO, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -31,7 +31,7 @@ from statekit.format.flink.metadata import (
     SAVEPOINT_KEY_GROUPS_HANDLE,
 )
 from statekit.format.flink.proxy import PROXY_VERSION
-from statekit.format.flink.regular_out import PRIMITIVE, entry_dtype, is_regular, write_regular_key_groups
+from statekit.format.flink.regular_out import PRIMITIVE, entry_dtype, is_regular, write_regular_file
 from statekit.format.flink.serializers import FlinkType
 from statekit.format.flink.serializers_out import DataOutput, top_level
 from statekit.format.flink.values_out import Encoded, concat, encode, join_runs, nullable_values
@@ -305,25 +305,6 @@ def _all_primitive(layout: KeyedLayoutOut, keyed: pa.Table | None, timers: pa.Ta
     """The regular layout (`regular_out`): primitive key and value states, void namespace, no timers."""
     return (keyed is not None and keyed.num_rows > 0 and (timers is None or not timers.num_rows)
             and is_regular(layout, keyed.schema))
-
-
-def _create(path: Path) -> int:
-    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o666)
-
-
-def write_regular_file(path: Path, layout: KeyedLayoutOut, tables: Iterable[pa.Table], start: int,
-                       end: int) -> tuple[list[int], int]:
-    """`write_keyed_file` for the regular layout from tables sorted by key group (`regular_out`)."""
-    proxy = layout.proxy()
-    fd = _create(path)
-    try:
-        os.write(fd, proxy)  # short writes of a few bytes to a new regular file do not happen
-        offsets = write_regular_key_groups(fd, layout, tables, start, end, len(proxy))
-        size = os.lseek(fd, 0, os.SEEK_CUR)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    return offsets, size
 
 
 def write_keyed_file(path: Path, layout: KeyedLayoutOut, keyed: pa.Table | None, timers: pa.Table | None,

@@ -12,6 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from statekit.errors import CorruptSavepointError
+from statekit.format import direct_file as D
 from statekit.format import files as F
 from statekit.format.files import checksum
 from statekit.format.flink import regular_out as R
@@ -61,18 +62,21 @@ def normalized(path: Path) -> bytes:
                   (path / "_metadata").read_bytes())
 
 
-@pytest.mark.parametrize("max_parallelism,parallelism", [(128, 3), (300, 2), (128, 1)])
+@pytest.mark.parametrize("max_parallelism,parallelism,direct", [(128, 3, True), (300, 2, True), (128, 1, False)])
 def test_file_by_file_writes_the_bytes_of_the_whole_table_and_general_paths(tmp_path, monkeypatch, max_parallelism,
-                                                                           parallelism):
-    """Tiny buffers and row groups (key groups spanning row groups, buffers refilled inside a key group), files
-    whose ranges straddle subtask ranges, nulls, 1- and 2-byte key-group prefixes: three paths, one output."""
+                                                                           parallelism, direct):
+    """Tiny buffers, blocks and row groups (key groups spanning row groups, buffers refilled inside a key group),
+    files whose ranges straddle subtask ranges, nulls, 1- and 2-byte key-group prefixes, direct or buffered
+    writes: three paths, one output."""
     monkeypatch.setattr(F, "ROW_GROUP_ROWS", 9)
     src = build(tmp_path / "sk", max_parallelism=max_parallelism, parallelism=parallelism, rows_per_file=450)
     sp = Savepoint.open(src)
     files = sp.keyed_stream("op")
     assert files is not None and len(files.entries) > 3
     monkeypatch.setattr(R, "CHUNK_ROWS", 5)
-    monkeypatch.setattr(R, "WRITEBACK_BYTES", 1000)
+    monkeypatch.setattr(D, "WRITEBACK_BYTES", 1000)
+    monkeypatch.setattr(D, "BLOCK", 2 * D.ALIGN)
+    monkeypatch.setattr(D, "USE_DIRECT", direct)
     read = []
     batches = KeyedFiles.batches
     monkeypatch.setattr(KeyedFiles, "batches", lambda self, a, z: read.append((a, z)) or batches(self, a, z))
@@ -145,3 +149,48 @@ def test_files_sharing_key_groups_are_read_as_one_table():
     assert KeyedFiles.of(Path("."), [entry("b", 5, 9), entry("a", 0, 4)], *args) is not None
     assert KeyedFiles.of(Path("."), [entry("b", 4, 9), entry("a", 0, 4)], *args) is None
     assert KeyedFiles.of(Path("."), [entry("a", 0, 4), entry("n", None, None)], *args) is None
+
+
+@pytest.mark.parametrize("refuse_after", [None, 0, 2])
+def test_direct_file_writes_every_byte_in_order(tmp_path, monkeypatch, refuse_after):
+    """Pieces of every size across block boundaries, the padded tail cut back; a file system that refuses
+    O_DIRECT at open (None: on this one it is accepted) or after some blocks continues buffered, same bytes."""
+    import errno
+    import os
+    import random
+
+    monkeypatch.setattr(D, "BLOCK", 2 * D.ALIGN)
+    rng = random.Random(7)
+    pieces = [bytes(rng.getrandbits(8) for _ in range(rng.choice([0, 1, 5, 4095, 4096, 9000]))) for _ in range(40)]
+    if refuse_after is not None:
+        real, calls = os.write, []
+
+        def write(fd, data):
+            if fcntl_flags(fd) & os.O_DIRECT:
+                calls.append(len(data))
+                if len(calls) > refuse_after:
+                    raise OSError(errno.EINVAL, "Invalid argument")
+            return real(fd, data)
+
+        monkeypatch.setattr(D.os, "write", write)
+    with D.DirectFile(tmp_path / "f") as f:
+        assert f.direct == D.USE_DIRECT
+        for i in range(0, len(pieces), 3):
+            f.write(pieces[i : i + 3])
+        size = f.close()
+    assert size == sum(map(len, pieces)) and (tmp_path / "f").read_bytes() == b"".join(pieces)
+    if refuse_after is not None:
+        assert not f.direct
+
+
+def fcntl_flags(fd: int) -> int:
+    import fcntl
+
+    return fcntl.fcntl(fd, fcntl.F_GETFL)
+
+
+def test_direct_file_refuses_an_existing_path(tmp_path):
+    (tmp_path / "f").write_bytes(b"x")
+    with pytest.raises(FileExistsError):
+        D.DirectFile(tmp_path / "f")
+    assert (tmp_path / "f").read_bytes() == b"x"
