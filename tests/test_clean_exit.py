@@ -125,13 +125,15 @@ def test_forgotten_async_job_is_ended_at_exit(tmp_path):
 def test_tables_read_from_flink_savepoints_live_in_arrow_memory(tmp_path):
     """The deterministic half of the exit race: a table statekit hands out is not a view of Python memory.
 
-    Memory Arrow allocated is counted by its pool; a column wrapping a NumPy array or bytes is not.
+    Memory Arrow allocated is counted by its pool (statekit's, `arrow_memory.POOL`); a column wrapping a NumPy
+    array or bytes is not.
     Fixed-width Flink state decodes from strided NumPy views (the fastest path); with the buffers of
     `statekit.format.arrow_memory` replaced by NumPy-backed ones (bench/exit_race.py's old pattern)
     this 1.2 MB table holds no byte of Arrow's pool.
     """
     import gc
 
+    from statekit.format.arrow_memory import POOL
     from statekit.savepoint import Savepoint
     from statekit.savepoint.flink_out import write_flink
 
@@ -143,8 +145,8 @@ def test_tables_read_from_flink_savepoints_live_in_arrow_memory(tmp_path):
                                  "w": [i / 2 for i in range(n)]}))
     sp = Savepoint.open(write_flink(tmp_path / "sp", tmp_path / "flink"))
     gc.collect()
-    before = pa.total_allocated_bytes()
+    before = POOL.bytes_allocated()
     table = sp.keyed_table("op")
     gc.collect()
     assert sp.stats.states["v"] == "strided-view" and table.num_rows == n
-    assert pa.total_allocated_bytes() - before >= table.get_total_buffer_size()
+    assert POOL.bytes_allocated() - before >= table.get_total_buffer_size()

@@ -39,6 +39,22 @@ class DecodeStats:
     states: dict[str, str] = field(default_factory=dict)
     table: str = ""
 
+    #: when batches of one read took different paths, the slowest is reported
+    _RANK = {"strided-view": 0, "bulk": 1}
+
+    def merge(self, other: "DecodeStats") -> None:
+        """Add the counts and paths of another part of the same read (`other` decoded after `self`'s parts)."""
+        self.strided_entries += other.strided_entries
+        self.scanned_entries += other.scanned_entries
+        self.value_length_scanned += other.value_length_scanned
+        self.chained_entries += other.chained_entries
+        for label, how in other.states.items():
+            seen = self.states.get(label)
+            if seen is None or self._RANK.get(how, 2) >= self._RANK.get(seen, 2):
+                self.states[label] = how
+        if other.table:
+            self.table = "joined" if "joined" in (self.table, other.table) else other.table
+
     def describe(self) -> str:
         by = f" ({self.value_length_scanned} by value length)" if self.value_length_scanned else ""
         where = (f"entries located: {self.strided_entries} strided, {self.scanned_entries} scanned{by}, "

@@ -9,8 +9,10 @@ of statekit's manifest or Savepoint API (`statekit.savepoint.flink` presents it 
 from __future__ import annotations
 
 import functools
+import os
 import struct
 import weakref
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -100,6 +102,8 @@ class OperatorStateValue:
 
 #: key groups are decoded in batches of about this many bytes (see `FlinkStateReader.read_keyed`)
 BATCH_BYTES = 32 << 20
+#: threads decoding the batches of a large read
+_THREADS = min(4, os.cpu_count() or 1)
 
 
 def _batches(chains: list[tuple[int, int, int, int]]) -> list[list[tuple[int, int, int, int]]]:
@@ -204,21 +208,31 @@ class FlinkStateReader:
             sid_maps.append(dict(enumerate(proxy.states)))
             chains.extend((seg, kg, o - lo, nxt[o] - lo) for kg, o in picked)
         where = f"{self.root} operator {op.uid or op.operator_id}"
-        # One stream at a time, decoded straight from its own (mapped) bytes in batches of whole key groups,
-        # and the tables concatenated. Why batches: the decoder's scratch arrays are a few times the bytes
-        # decoded; per batch they stay small enough to be reused from one batch to the next instead of
-        # being fresh memory the kernel must hand out (a fresh process spent more time there than decoding).
-        # Streams hold disjoint key-group ranges in handle order, so rows stay in key-group order.
+        # Each stream is decoded straight from its own (mapped) bytes in batches of whole key groups, and the
+        # tables concatenated. Why batches: the decoder's scratch arrays are a few times the bytes decoded;
+        # per batch they stay small enough to be reused from one batch to the next instead of being fresh
+        # memory the kernel must hand out (a fresh process spent more time there than decoding). Large reads
+        # decode batches on `_THREADS` threads (numpy releases the GIL in its loops), each batch with its own
+        # stats, merged in order. Streams hold disjoint key-group ranges in handle order, so rows stay in
+        # key-group order.
         chains.sort(key=lambda c: (c[0], c[1]))
-        results = []
-        tables = set()
+        jobs = []
         for seg, (stream, lo, hi) in enumerate(segments):
             buf = self.files.range_array(stream, lo, hi)
-            for batch in _batches([c for c in chains if c[0] == seg]):
-                results.append(self._decode_segment(lay, buf, batch, seg, compressed, sid_maps, where, stats))
-                tables.add(stats.table)
-        if len(tables) > 1:
-            stats.table = "joined"  # some batch needed the join
+            jobs += [(buf, batch, seg, DecodeStats()) for batch in _batches([c for c in chains if c[0] == seg])]
+
+        def run(job: tuple[np.ndarray, list[tuple[int, int, int, int]], int, DecodeStats]) -> K.KeyedResult:
+            buf, batch, seg, own = job
+            return self._decode_segment(lay, buf, batch, seg, compressed, sid_maps, where, own)
+
+        threads = min(_THREADS, len(jobs)) if sum(hi - lo for _, lo, hi in segments) >= 2 * BATCH_BYTES else 1
+        if threads > 1:
+            with ThreadPoolExecutor(threads, thread_name_prefix="statekit-flink-read") as pool:
+                results = list(pool.map(run, jobs))
+        else:
+            results = [run(j) for j in jobs]
+        for j in jobs:
+            stats.merge(j[3])
         if len(results) == 1:
             return results[0]
         if not results:

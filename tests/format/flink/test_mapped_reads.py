@@ -71,3 +71,18 @@ def test_file_truncated_after_open_through_the_mapping(copy_case, monkeypatch):
     f.write_bytes(f.read_bytes()[: f.stat().st_size // 2])
     with pytest.raises(CorruptSavepointError, match="truncated"):
         sp.keyed_table("counter")
+
+
+@pytest.mark.parametrize("case", ALL_CASES)
+def test_batched_threaded_reads_equal_one_batch(case, monkeypatch):
+    """Key groups decoded in many small batches on threads (as a large read is): the same tables, in order."""
+    from statekit.format.flink import reader
+
+    one, one_paths, _ = _read_all(savepoint(case), monkeypatch, 0)
+    monkeypatch.setattr(reader, "BATCH_BYTES", 512)
+    monkeypatch.setattr(reader, "_THREADS", 3)
+    many, many_paths, _ = _read_all(savepoint(case), monkeypatch, 0)
+    for uid, (table, timers) in one.items():
+        assert many[uid][0].equals(table), uid
+        assert many[uid][1].equals(timers), uid
+    assert many_paths == one_paths
