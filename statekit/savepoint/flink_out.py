@@ -358,7 +358,7 @@ def operator_data(sp: Savepoint, meta: OperatorMetadata, *, hints: TypeHints | N
     if meta.key_type is not None:
         timers = sp.timers(meta.identifier)
         files = None
-        if stream and new_key is None and py is None and maxp == meta.max_parallelism and not timers.num_rows:
+        if stream and new_key is None and py is None and maxp == meta.max_parallelism:
             files = sp.keyed_stream(meta.identifier)  # the writer reads it file by file where it can
         keyed = sp.keyed_table(meta.identifier, with_key_group=True) if files is None else empty_table(pa.schema([]))
         key_type = meta.key_type

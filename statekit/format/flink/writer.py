@@ -302,9 +302,10 @@ def write_key_groups(f: BinaryIO, runs: list[Run], start: int, end: int, pos: in
 
 
 def _all_primitive(layout: KeyedLayoutOut, keyed: pa.Table | None, timers: pa.Table | None) -> bool:
-    """The regular layout (`regular_out`): primitive key and value states, void namespace, no timers."""
-    return (keyed is not None and keyed.num_rows > 0 and (timers is None or not timers.num_rows)
-            and is_regular(layout, keyed.schema))
+    """The regular layout (`regular_out`): primitive key and value states, void namespace (timers too)."""
+    has_timers = timers is not None and timers.num_rows > 0
+    return (keyed is not None and keyed.num_rows > 0
+            and is_regular(layout, keyed.schema, timers.schema if has_timers else None))  # type: ignore[union-attr]
 
 
 def write_keyed_file(path: Path, layout: KeyedLayoutOut, keyed: pa.Table | None, timers: pa.Table | None,
@@ -313,7 +314,8 @@ def write_keyed_file(path: Path, layout: KeyedLayoutOut, keyed: pa.Table | None,
     Returns the key-group offsets and the file size. The rows given must lie in that range."""
     if _all_primitive(layout, keyed, timers):
         assert keyed is not None
-        return write_regular_file(path, layout, [_sorted_by_key_group(keyed)[0]], start, end)
+        sorted_timers = _sorted_by_key_group(timers)[0] if timers is not None and timers.num_rows else None
+        return write_regular_file(path, layout, [_sorted_by_key_group(keyed)[0]], start, end, sorted_timers)
     runs = keyed_runs(layout, keyed, timers)
     for r in runs:
         if len(r.key_groups) and (r.key_groups[0] < start or r.key_groups[-1] > end):
@@ -509,8 +511,9 @@ def write_operator(staging: FlinkStaging, op: OperatorData) -> OperatorOut:
     if op.layout is None and not has_op_state:
         return out  # stateless: listed, no subtask states
     files = op.keyed if isinstance(op.keyed, KeyedFiles) else None
-    if files is not None and (op.layout is None or (op.timers is not None and op.timers.num_rows)
-                              or not files.num_rows or not is_regular(op.layout, files.schema)):
+    timer_schema = op.timers.schema if op.timers is not None and op.timers.num_rows else None
+    if files is not None and (op.layout is None or not files.num_rows
+                              or not is_regular(op.layout, files.schema, timer_schema)):
         files = None  # only the regular layout is written file by file
         op = replace(op, keyed=op.keyed.table())  # type: ignore[union-attr]
     keyed = _by_key_group(op.keyed) if files is None else None  # type: ignore[arg-type]
@@ -522,11 +525,12 @@ def write_operator(staging: FlinkStaging, op: OperatorData) -> OperatorOut:
         if op.layout is not None:
             rng = key_group_range(op.max_parallelism, op.parallelism, i)
             name, path = staging.new_file()
+            tpart = _key_group_slice(timers, rng)
             if files is not None:
                 offsets, size = write_regular_file(path, op.layout, files.batches(rng.start, rng.end), rng.start,
-                                                   rng.end)
+                                                   rng.end, tpart)
             else:
-                part, tpart = _key_group_slice(keyed, rng), _key_group_slice(timers, rng)
+                part = _key_group_slice(keyed, rng)
                 offsets, size = write_keyed_file(path, op.layout, part, tpart, rng.start, rng.end)
             st.keyed = (rng.start, offsets, name, size)
         if has_op_state:

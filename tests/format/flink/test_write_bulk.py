@@ -26,8 +26,10 @@ from statekit.state import ValueStateDescriptor
 TYPES = {"a": "bigint", "i": "int", "s": "smallint", "t": "tinyint", "f": "float", "d": "double", "ok": "boolean"}
 
 
-def build(path: Path, *, max_parallelism: int, parallelism: int, rows_per_file: int, nulls: bool = True) -> Path:
-    """A statekit savepoint of every primitive state type (some with nulls), over several files and row groups."""
+def build(path: Path, *, max_parallelism: int, parallelism: int, rows_per_file: int, nulls: bool = True,
+          timers: bool = False) -> Path:
+    """A statekit savepoint of every primitive state type (some with nulls), over several files and row groups;
+    with `timers`, event and processing timers (several per key, negative timestamps, keys without state too)."""
     keys = list(range(-3000, 3000, 3))
     n = len(keys)
 
@@ -51,6 +53,13 @@ def build(path: Path, *, max_parallelism: int, parallelism: int, rows_per_file: 
         op = b.add_operator("op", parallelism=parallelism, max_parallelism=max_parallelism, key_type="bigint",
                             keyed_states=[ValueStateDescriptor(k, v) for k, v in TYPES.items()])
         op.write_keyed(table)
+        if timers:
+            tkeys = [k for k in range(-3100, 3100, 5) for _ in range(1 + (k % 3 == 0))]
+            op.write_timers(pa.table({
+                "key": pa.array(tkeys, pa.int64()),
+                "timestamp": pa.array([k * 1000 - 7 * j for j, k in enumerate(tkeys)], pa.int64()),
+                "domain": pa.array(["event" if j % 4 else "processing" for j in range(len(tkeys))]),
+            }))
     return path
 
 
@@ -62,14 +71,16 @@ def normalized(path: Path) -> bytes:
                   (path / "_metadata").read_bytes())
 
 
-@pytest.mark.parametrize("max_parallelism,parallelism,direct", [(128, 3, True), (300, 2, True), (128, 1, False)])
+@pytest.mark.parametrize("max_parallelism,parallelism,direct,timers", [
+    (128, 3, True, False), (300, 2, True, True), (128, 1, False, True), (128, 2, True, True)])
 def test_file_by_file_writes_the_bytes_of_the_whole_table_and_general_paths(tmp_path, monkeypatch, max_parallelism,
-                                                                           parallelism, direct):
+                                                                           parallelism, direct, timers):
     """Tiny buffers, blocks and row groups (key groups spanning row groups, buffers refilled inside a key group),
     files whose ranges straddle subtask ranges, nulls, 1- and 2-byte key-group prefixes, direct or buffered
-    writes: three paths, one output."""
+    writes, timers (in key groups with and without keyed rows): three paths, one output."""
     monkeypatch.setattr(F, "ROW_GROUP_ROWS", 9)
-    src = build(tmp_path / "sk", max_parallelism=max_parallelism, parallelism=parallelism, rows_per_file=450)
+    src = build(tmp_path / "sk", max_parallelism=max_parallelism, parallelism=parallelism, rows_per_file=450,
+                timers=timers)
     sp = Savepoint.open(src)
     files = sp.keyed_stream("op")
     assert files is not None and len(files.entries) > 3
@@ -88,8 +99,12 @@ def test_file_by_file_writes_the_bytes_of_the_whole_table_and_general_paths(tmp_
         m.setattr(W, "_all_primitive", lambda *a: False)
         general = write_flink(src, tmp_path / "general")  # per state, `keyed_runs`
     assert normalized(streamed) == normalized(whole) == normalized(general)
-    got = Savepoint.open(streamed).keyed_table("op").sort_by("key")
-    assert got.to_pylist() == sp.keyed_table("op").sort_by("key").to_pylist()
+    out = Savepoint.open(streamed)
+    assert out.keyed_table("op").sort_by("key").to_pylist() == sp.keyed_table("op").sort_by("key").to_pylist()
+    order = [("key", "ascending"), ("timestamp", "ascending"), ("domain", "ascending")]
+    assert out.timers("op").sort_by(order).to_pylist() == sp.timers("op").sort_by(order).to_pylist()
+    if timers:
+        assert out.timers("op").num_rows > 1000 and len(set(out.timers("op").column("domain").to_pylist())) == 2
 
 
 def test_bulk_path_applies_only_to_exact_primitive_columns():
