@@ -14,6 +14,10 @@ ordinary pages (a 10M-key Flink read spent more time there than decoding). Both 
 
 from __future__ import annotations
 
+import contextlib
+import threading
+from collections.abc import Iterator
+
 import numpy as np
 import pyarrow as pa
 
@@ -28,6 +32,36 @@ _TYPES = {
 #: where `allocate` and `copy_buffer` take memory (see the module docstring); pass it to Arrow kernels
 #: that build large outputs (``cast(..., memory_pool=POOL)``)
 POOL = pa.system_memory_pool()
+
+
+_pages_lock = threading.Lock()
+_pages_users = [0, True]  # [readers inside small_pages(), numpy's setting before the first]
+
+
+@contextlib.contextmanager
+def small_pages() -> Iterator[None]:
+    """numpy's large arrays on ordinary pages while inside (restored after the last concurrent user leaves).
+
+    numpy asks for transparent huge pages for arrays of 4 MB or more; a bulk decoder's scratch arrays
+    are fresh, short-lived memory, whose huge pages cost kernel compaction on first touch (see `POOL`).
+    A no-op where numpy has no such switch.
+    """
+    core = getattr(np, "_core", None) or getattr(np, "core", None)
+    switch = getattr(getattr(core, "multiarray", None), "_set_madvise_hugepage", None)
+    if switch is None:
+        yield
+        return
+    with _pages_lock:
+        if _pages_users[0] == 0:
+            _pages_users[1] = switch(False)
+        _pages_users[0] += 1
+    try:
+        yield
+    finally:
+        with _pages_lock:
+            _pages_users[0] -= 1
+            if _pages_users[0] == 0:
+                switch(_pages_users[1])
 
 
 def arrow_type(dtype: np.dtype) -> pa.DataType:

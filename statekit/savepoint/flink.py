@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any, Literal
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from statekit.errors import InvalidArgumentError, StatekitError
 from statekit.format.flink import pyflink
@@ -171,6 +170,8 @@ class FlinkSavepoint(Savepoint):
         table = self._read_keyed(op, rng).table
         ktype = table.schema.field("key").type
         if not (pa.types.is_struct(ktype) or pa.types.is_nested(ktype)):  # narrow in Arrow before making Python rows
+            import pyarrow.compute as pc  # here: the one-key path above starts without it
+
             try:
                 table = table.filter(pc.equal(table.column("key"), pa.scalar(key, ktype)))
             except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError, OverflowError):

@@ -21,6 +21,7 @@ import numpy as np
 import pyarrow as pa
 
 from statekit.errors import CorruptSavepointError, StatekitError, UnsupportedFormatError
+from statekit.format.arrow_memory import small_pages
 from statekit.format.flink import keyed as K
 from statekit.format.flink.binary import DataInput
 from statekit.format.flink.checkpoints import is_heap_stream, read_heap
@@ -227,7 +228,7 @@ class FlinkStateReader:
 
         threads = min(_THREADS, len(jobs)) if sum(hi - lo for _, lo, hi in segments) >= 2 * BATCH_BYTES else 1
         if threads > 1:
-            with ThreadPoolExecutor(threads, thread_name_prefix="statekit-flink-read") as pool:
+            with small_pages(), ThreadPoolExecutor(threads, thread_name_prefix="statekit-flink-read") as pool:
                 results = list(pool.map(run, jobs))
         else:
             results = [run(j) for j in jobs]

@@ -60,7 +60,8 @@ def test_non_ascii_string_keys_fall_back_to_records(tmp_path: Path) -> None:
 def test_a_whole_process_read_does_not_import_pandas(tmp_path: Path) -> None:
     path = _flink_savepoint(tmp_path, list(range(N)), "bigint")
     code = (f"import sys; from statekit.savepoint import Savepoint; sp = Savepoint.open({str(path)!r}); "
-            "t = sp.keyed_table('bench'); assert t.num_rows == 3000; sp.get('bench', 7); "
+            "assert sp.get('bench', 7); assert 'pyarrow.compute' not in sys.modules, 'compute imported by get'; "
+            "t = sp.keyed_table('bench'); assert t.num_rows == 3000; "
             "assert 'pandas' not in sys.modules, 'pandas was imported'")
     subprocess.run([sys.executable, "-c", code], check=True)
 
