@@ -132,7 +132,9 @@ class StateFiles:
         fresh process spent more time in the kernel (first touch of that memory) than decoding it. The
         mapping is Arrow's (`pyarrow.memory_map`), so it is unmapped by Arrow when the last array over
         it is gone, never freed through Python objects. Decoded columns never point into it: every
-        decoder copies into Arrow-owned memory (`statekit.format.arrow_memory`).
+        decoder copies into Arrow-owned memory (`statekit.format.arrow_memory`). As with any mapping, a
+        file truncated by another process while it is being decoded ends the process (SIGBUS); a file
+        found shorter than `_metadata` says before mapping is a `CorruptSavepointError`.
         """
         if h.kind == "bytes":
             data = h.data or b""

@@ -2,11 +2,13 @@
 
 Boundary: the write side of `statekit.format.flink`. Input per operator is a `KeyedLayoutOut`
 (key serializer, states with their exact meta-info bytes, timer queues) with a keyed table
-(``key_group``, ``key``, one column per state) and a timers table, and/or operator states; output
-is a directory Flink 2.x restores (section 7 of `../shared/flink/FORMAT.md`). Keyed entries are
-built column-wise (`values_out`), one state run per key group, the 0x80 flag on each run's last
-entry. `write_keyed_file` is the unit a Spark task runs (one file per key-group range); the
-driver only writes `_metadata` (`metadata_bytes`). Nothing is compressed; every stream is a file.
+(``key_group``, ``key``, one column per state; or a statekit savepoint's `KeyedFiles`, read file
+by file) and a timers table, and/or operator states; output is a directory Flink 2.x restores
+(section 7 of `../shared/flink/FORMAT.md`). Keyed entries are built column-wise (`values_out`), one
+state run per key group, the 0x80 flag on each run's last entry; fixed-width layouts in bulk
+(`regular_out`), with the same bytes. `write_keyed_file` is the unit a Spark task runs (one file
+per key-group range); the driver only writes `_metadata` (`metadata_bytes`). Nothing is
+compressed; every stream is a file.
 """
 
 from __future__ import annotations

@@ -57,8 +57,15 @@ def test_mapped_columns_outlive_the_mapping(monkeypatch):
     bad.test_state_file_shorter_than_its_handle, bad.test_offset_past_the_end, bad.test_corrupted_key_group_length,
     bad.test_bad_snappy_key_group, bad.test_state_file_missing,
 ], ids=lambda f: f.__name__.removeprefix("test_"))
-def test_damaged_files_through_the_mapping(damage, copy_case, monkeypatch):
+@pytest.mark.parametrize("threaded", [False, True], ids=["one-batch", "threaded-batches"])
+def test_damaged_files_through_the_mapping(damage, threaded, copy_case, monkeypatch):
+    """The typed errors of `test_bad_input`, also when small batches are decoded on threads (as a large read is)."""
+    from statekit.format.flink import reader
+
     monkeypatch.setattr(files, "MAP_MIN_BYTES", 0)
+    if threaded:
+        monkeypatch.setattr(reader, "BATCH_BYTES", 512)
+        monkeypatch.setattr(reader, "_THREADS", 3)
     damage(copy_case)
 
 
