@@ -5,14 +5,15 @@ The savepoints are written once by Flink's State Processor API (the generator's 
 canonical) and cached in ~/.cache/statekit/flink-bench (override: STATEKIT_FLINK_BENCH_DIR).
 Measured per savepoint (Long keys, String keys "key-" + k):
 
-* full read to Arrow, in-process and as a whole fresh process (incl. ``import statekit``)
+* full read to Arrow, in-process and as a whole fresh process (incl. ``import statekit``; warm page
+  cache, and with ``--cold`` once after the savepoint's files were evicted from it)
 * one-key ``get``, in-process and as a whole process
 * conversion to statekit's format (``statekit.savepoint.convert.convert_to_statekit``)
 * a full Spark aggregate (``--spark``)
 * the Java SPA full read (``Bench read``) of the same savepoint, timed in this invocation
   (``--skip-java`` for quick runs; the ratios are then not printed)
 
-    python bench/flink_read.py [--keys N] [--skip-java] [--spark] [--only long|string]
+    python bench/flink_read.py [--keys N] [--skip-java] [--spark] [--only long|string] [--cold]
 
 The machine is shared: numbers move with load, which is printed with them.
 """
@@ -81,10 +82,30 @@ def savepoint(kind: str, n: int) -> Path:
     return sp
 
 
+CPU = {"user": 0.0, "sys": 0.0}  # the CPU time of the last `whole_process` child
+
+
 def whole_process(code: str) -> float:
+    import resource
+
+    r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     subprocess.run([sys.executable, "-c", code], check=True)
-    return time.perf_counter() - t0
+    dt = time.perf_counter() - t0
+    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    CPU.update(user=r1.ru_utime - r0.ru_utime, sys=r1.ru_stime - r0.ru_stime)
+    return dt
+
+
+def evict(sp_path: Path) -> None:
+    """Drop the savepoint's files (only them) from the page cache: the next read is a cold one."""
+    for p in sp_path.iterdir():
+        fd = os.open(p, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
 
 
 def best(f, repeat: int = 3) -> tuple[float, object]:
@@ -96,7 +117,7 @@ def best(f, repeat: int = 3) -> tuple[float, object]:
     return min(times), out
 
 
-def bench_one(kind: str, n: int, *, java: bool, spark: bool) -> None:
+def bench_one(kind: str, n: int, *, java: bool, spark: bool, cold: bool = False) -> None:
     from statekit.savepoint import Savepoint
 
     sp_path = savepoint(kind, n)
@@ -115,8 +136,17 @@ def bench_one(kind: str, n: int, *, java: bool, spark: bool) -> None:
     print(f"full read (in-process): {t_full:.2f} s  {n / t_full / 1e6:.1f} M keys/s  [{sp.stats.describe()}]")
     code_full = (f"from statekit.savepoint import Savepoint; t = Savepoint.open({str(sp_path)!r}).keyed_table('bench'); "
                  f"assert t.num_rows == {n}")
-    t_full_proc = min(whole_process(code_full) for _ in range(2))
-    print(f"full read (whole process incl. import): {t_full_proc:.2f} s")
+    if cold:
+        evict(sp_path)
+        t_cold = whole_process(code_full)
+        print(f"full read (whole process incl. import), cold page cache (files evicted): {t_cold:.2f} s "
+              f"(user {CPU['user']:.2f} s, sys {CPU['sys']:.2f} s)")
+    runs = []
+    for _ in range(3):
+        runs.append((whole_process(code_full), CPU["user"], CPU["sys"]))
+    t_full_proc = min(r[0] for r in runs)
+    print(f"full read (whole process incl. import), warm page cache: {t_full_proc:.2f} s best of 3 "
+          f"(all: {', '.join(f'{w:.2f} s (user {u:.2f}, sys {y:.2f})' for w, u, y in runs)})")
 
     def one():
         return Savepoint.open(sp_path).get("bench", key)
@@ -124,8 +154,12 @@ def bench_one(kind: str, n: int, *, java: bool, spark: bool) -> None:
     t_one, got = best(one, 5)
     assert got is not None and got["a"] == int(str(key).removeprefix("key-")), got
     code_one = f"from statekit.savepoint import Savepoint; assert Savepoint.open({str(sp_path)!r}).get('bench', {key!r})"
-    t_one_proc = min(whole_process(code_one) for _ in range(3))
-    print(f"one key get: {t_one * 1000:.1f} ms in-process, {t_one_proc:.2f} s whole process")
+    one_runs = []
+    for _ in range(3):
+        one_runs.append((whole_process(code_one), CPU["user"] + CPU["sys"]))
+    t_one_proc = min(r[0] for r in one_runs)
+    print(f"one key get: {t_one * 1000:.1f} ms in-process, {t_one_proc:.2f} s whole process best of 3 "
+          f"(all: {', '.join(f'{w:.2f} s (cpu {c:.2f})' for w, c in one_runs)})")
 
     from statekit.savepoint.convert import convert_to_statekit
 
@@ -168,6 +202,8 @@ def main() -> None:
     ap.add_argument("--skip-java", action="store_true", help="do not time Flink's Java SPA (quick runs)")
     ap.add_argument("--spark", action="store_true", help="also time a Spark aggregate")
     ap.add_argument("--only", choices=sorted(KINDS))
+    ap.add_argument("--cold", action="store_true",
+                    help="also time one whole-process full read after evicting the savepoint's files from the page cache")
     ap.add_argument("--build-only", action="store_true", help="only build (and cache) the savepoints")
     args = ap.parse_args()
     CACHE.mkdir(parents=True, exist_ok=True)
@@ -178,7 +214,7 @@ def main() -> None:
         return
     print(f"load average at start: {os.getloadavg()}")
     for k in kinds:
-        bench_one(k, args.keys, java=not args.skip_java, spark=args.spark)
+        bench_one(k, args.keys, java=not args.skip_java, spark=args.spark, cold=args.cold)
 
 
 if __name__ == "__main__":

@@ -26,25 +26,28 @@ def convert(
 
     try:
         if to == "flink":
+            from statekit.format.flink.metadata import read_metadata
             from statekit.savepoint.flink_out import write_flink
 
             if uid:
                 raise typer.BadParameter("--uid applies to conversions into statekit's format; Flink stores uid hashes.")
             path = write_flink(source, out, max_parallelism=max_parallelism)
+            # the operators from `_metadata` alone: opening the Flink savepoint would load Flink's whole reader
+            names = [op.verified_uid or op.operator_id for op in read_metadata(path).operators]
         elif to == "statekit":
             from statekit.savepoint.convert import convert_to_statekit
 
             if max_parallelism is not None:
                 raise typer.BadParameter("--max-parallelism applies with --to flink; use set-max-parallelism here.")
             path = convert_to_statekit(source, out, uids=uid)
+            names = [m.uid or m.uid_hash for m in Savepoint.open(path).operators]
         else:
             raise typer.BadParameter(f"--to must be 'statekit' or 'flink', not {to!r}.")
-        sp = Savepoint.open(path)
     except StatekitError as exc:
         common.err().print(f"error: {type(exc).__name__}: {exc}", markup=False)
         raise typer.Exit(code=common.EXIT_USAGE)
-    ops = ", ".join(m.uid or m.uid_hash for m in sp.operators)
-    common.out().print(f"converted {source} -> {path} ({to}): {len(sp.operators)} operator(s): {ops}", markup=False)
+    common.out().print(f"converted {source} -> {path} ({to}): {len(names)} operator(s): {', '.join(names)}",
+                       markup=False)
 
 
 def register(app: typer.Typer) -> None:

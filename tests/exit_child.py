@@ -4,8 +4,9 @@
 `bench/exit_race.py` runs them with statekit's old memory pattern to count the aborts it caused.
 
 - ``reads SP``: point reads of many files from 16 threads (Parquet pre-buffering on Arrow's pools).
-- ``flink CORPUS SP``: Flink savepoints (canonical and native RocksDB) read from threads, then SQL
-  over a Flink and a statekit savepoint on DuckDB (DuckDB's threads scanning Arrow tables).
+- ``flink CORPUS SP [mapped]``: Flink savepoints (canonical and native RocksDB) read from threads, then SQL
+  over a Flink and a statekit savepoint on DuckDB (DuckDB's threads scanning Arrow tables); ``mapped``:
+  every canonical state file read through a memory mapping, the mapped bytes still referenced at exit.
 - ``rocksdb OUT RUNTIME_TESTS``: a RocksDB job with checkpoints ending in a final savepoint.
 - ``buffers SP python|arrow``: the bare pattern, without statekit: every Parquet file under SP read
   by 8 threads from memory, held as Python bytes (what statekit did) or in Arrow's own memory.
@@ -41,14 +42,24 @@ def reads(sp_path: str) -> None:
     print(sp.get("accounts", "user-000042")["balance"])
 
 
-def flink(corpus: str, sp_path: str) -> None:
+def flink(corpus: str, sp_path: str, mode: str = "copied") -> None:
     import statekit
     from statekit.savepoint import Savepoint
 
     root = Path(corpus)
     cases = ["long-rocksdb-canonical", "string-rocksdb-native", "string-hashmap-canonical-snappy"]
+    if mode == "mapped":
+        from statekit.format.flink import files
+
+        files.MAP_MIN_BYTES = 0
+        cases = ["long-rocksdb-canonical", "string-rocksdb-native", "string-hashmap-canonical", "tuple2-hashmap-canonical"]
+        h = Savepoint.open(root / cases[2] / "savepoint").flink.metadata.operators
+        state = next(st.managed_keyed for op in h for st in op.subtasks if st.managed_keyed is not None)
+        global _MAPPED  # a mapping alive while the interpreter exits
+        _MAPPED = files.StateFiles(root / cases[2] / "savepoint").range_array(state.delegate, 0, 16)
     sps = [Savepoint.open(root / c / "savepoint") for c in cases]
-    _threads(lambda sp: sp.keyed_table("counter"), [(sp,) for sp in sps])
+    ops = ["counter"] if mode != "mapped" else ["counter", "types", "buffer"]
+    _threads(lambda sp: [sp.keyed_table(o) for o in ops], [(sp,) for sp in sps])
     rows = statekit.sql(root / cases[1] / "savepoint", "SELECT count(*) AS n FROM counter.keyed").column("n")[0].as_py()
     total = statekit.sql(sp_path, "SELECT count(*) AS n FROM accounts.keyed WHERE balance >= 0").column("n")[0].as_py()
     print(rows, total)

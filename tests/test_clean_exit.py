@@ -63,9 +63,11 @@ def many_files(tmp_path_factory) -> Path:
     pytest.param(150, 30, 30, id="slow", marks=pytest.mark.slow),
 ])
 def test_native_work_then_exit(many_files, tmp_path, reads, flink, rocksdb):
-    """Threaded Parquet reads, Flink reads (canonical, native RocksDB) with DuckDB SQL, and RocksDB jobs,
-    each in a fresh interpreter that exits right after: every run exits 0."""
-    work = [["reads", str(many_files)]] * reads + [["flink", str(CORPUS), str(many_files)]] * flink \
+    """Threaded Parquet reads, Flink reads (canonical copied and memory-mapped, native RocksDB) with DuckDB
+    SQL, and RocksDB jobs, each in a fresh interpreter that exits right after: every run exits 0."""
+    modes = ["copied", "mapped"]
+    work = [["reads", str(many_files)]] * reads \
+        + [["flink", str(CORPUS), str(many_files), modes[i % 2]] for i in range(flink)] \
         + [["rocksdb", str(tmp_path / f"job-{i}"), str(RUNTIME_TESTS)] for i in range(rocksdb)]
     with ThreadPoolExecutor(JOBS) as pool:
         results = list(pool.map(lambda w: _run_child(w, tmp_path), work))
@@ -123,13 +125,15 @@ def test_forgotten_async_job_is_ended_at_exit(tmp_path):
 def test_tables_read_from_flink_savepoints_live_in_arrow_memory(tmp_path):
     """The deterministic half of the exit race: a table statekit hands out is not a view of Python memory.
 
-    Memory Arrow allocated is counted by its pool; a column wrapping a NumPy array or bytes is not.
+    Memory Arrow allocated is counted by its pool (statekit's, `arrow_memory.POOL`); a column wrapping a NumPy
+    array or bytes is not.
     Fixed-width Flink state decodes from strided NumPy views (the fastest path); with the buffers of
     `statekit.format.arrow_memory` replaced by NumPy-backed ones (bench/exit_race.py's old pattern)
     this 1.2 MB table holds no byte of Arrow's pool.
     """
     import gc
 
+    from statekit.format.arrow_memory import POOL
     from statekit.savepoint import Savepoint
     from statekit.savepoint.flink_out import write_flink
 
@@ -141,8 +145,8 @@ def test_tables_read_from_flink_savepoints_live_in_arrow_memory(tmp_path):
                                  "w": [i / 2 for i in range(n)]}))
     sp = Savepoint.open(write_flink(tmp_path / "sp", tmp_path / "flink"))
     gc.collect()
-    before = pa.total_allocated_bytes()
+    before = POOL.bytes_allocated()
     table = sp.keyed_table("op")
     gc.collect()
     assert sp.stats.states["v"] == "strided-view" and table.num_rows == n
-    assert pa.total_allocated_bytes() - before >= table.get_total_buffer_size()
+    assert POOL.bytes_allocated() - before >= table.get_total_buffer_size()

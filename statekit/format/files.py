@@ -319,13 +319,13 @@ def read_verified_bytes(root: Path, entry: FileEntry) -> pa.Buffer:
 
 
 def read_parquet_verified(root: Path, entry: FileEntry, *, columns=None, key_group: int | None = None,
-                          max_rows: int | None = None) -> pa.Table:
+                          key_groups: tuple[int, int] | None = None, max_rows: int | None = None) -> pa.Table:
     """A verified file parsed as an Arrow table.
 
     The whole file is checksummed first (a damaged byte anywhere raises `ChecksumMismatchError`);
-    then only the row groups needed are decoded: with `key_group`, those whose ``key_group``
-    statistics may hold it (the caller filters the rows); with `max_rows`, the leading ones that
-    hold at least that many rows. Read through `ParquetFile`, not `pq.read_table`, whose dataset
+    then only the row groups needed are decoded: with `key_group` (or an inclusive range `key_groups`),
+    those whose ``key_group`` statistics may hold it (the caller filters the rows); with `max_rows`, the
+    leading ones that hold at least that many rows. Read through `ParquetFile`, not `pq.read_table`, whose dataset
     layer costs a pandas import per process.
     """
     import pyarrow.parquet as pq
@@ -333,18 +333,23 @@ def read_parquet_verified(root: Path, entry: FileEntry, *, columns=None, key_gro
     buf = read_verified_bytes(root, entry)
     try:
         pf = pq.ParquetFile(pa.BufferReader(buf))
-        if key_group is None and max_rows is None:
+        if key_group is None and key_groups is None and max_rows is None:
             return pf.read(columns=columns)
         md = pf.metadata
-        if key_group is not None:
-            groups = row_groups_holding(md, key_group)
+        if key_group is not None or key_groups is not None:
+            lo, hi = key_groups if key_groups is not None else (key_group, key_group)
+            assert lo is not None
+            groups = row_groups_holding(md, lo, hi)
         else:
             groups, rows, wanted = [], 0, max_rows or 0
             while len(groups) < md.num_row_groups and rows < wanted:
                 rows += md.row_group(len(groups)).num_rows
                 groups.append(len(groups))
         if not groups:
-            return pf.schema_arrow.empty_table() if columns is None else pf.schema_arrow.empty_table().select(columns)
+            from statekit.format.arrow_memory import empty_table  # numpy: not needed by manifest-only commands
+
+            empty = empty_table(pf.schema_arrow)
+            return empty if columns is None else empty.select(columns)
         return pf.read_row_groups(groups, columns=columns)
     # any decoding failure of a file that passed its checksum; KeyError: a column the manifest implies
     # (e.g. namespace) that the file lacks
@@ -354,16 +359,17 @@ def read_parquet_verified(root: Path, entry: FileEntry, *, columns=None, key_gro
         ) from None
 
 
-def row_groups_holding(metadata: "pq.FileMetaData", key_group: int) -> list[int]:
-    """Indexes of the row groups whose ``key_group`` column statistics do not rule out `key_group`
-    (all of them when the file has no such column or no statistics)."""
+def row_groups_holding(metadata: "pq.FileMetaData", key_group: int, last: int | None = None) -> list[int]:
+    """Indexes of the row groups whose ``key_group`` column statistics do not rule out `key_group` (with
+    `last`: any key group of `key_group`..`last`); all of them when the file has no such column or no statistics."""
+    last = key_group if last is None else last
     leaf = next((j for j in range(metadata.num_columns) if metadata.schema.column(j).path == "key_group"), None)
     if leaf is None:
         return list(range(metadata.num_row_groups))
     out = []
     for i in range(metadata.num_row_groups):
         st = metadata.row_group(i).column(leaf).statistics
-        if st is None or not st.has_min_max or st.min <= key_group <= st.max:
+        if st is None or not st.has_min_max or (st.min <= last and key_group <= st.max):
             out.append(i)
     return out
 

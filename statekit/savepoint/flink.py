@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any, Literal
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from statekit.errors import InvalidArgumentError, StatekitError
 from statekit.format.flink import pyflink
@@ -32,7 +31,7 @@ from statekit.types import parse_ddl
 
 def _operator_metadata(reader: FlinkStateReader, op: OperatorState,
                        pyflink_types: dict[str, str] | None = None) -> OperatorMetadata:
-    uid = op.uid if op.uid and OperatorIdentifier.for_uid(op.uid).uid_hash == op.operator_id else None
+    uid = op.verified_uid
     lay = reader.layout(op)
     keyed: tuple[StateInfo, ...] = ()
     key_type = ns_type = None
@@ -171,6 +170,8 @@ class FlinkSavepoint(Savepoint):
         table = self._read_keyed(op, rng).table
         ktype = table.schema.field("key").type
         if not (pa.types.is_struct(ktype) or pa.types.is_nested(ktype)):  # narrow in Arrow before making Python rows
+            import pyarrow.compute as pc  # here: the one-key path above starts without it
+
             try:
                 table = table.filter(pc.equal(table.column("key"), pa.scalar(key, ktype)))
             except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError, OverflowError):

@@ -11,16 +11,16 @@ placement (uid hash, parallelism, max parallelism, key groups) - and hands the t
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence, TypeGuard
 
 import numpy as np
 import pyarrow as pa
 
 from statekit.errors import InvalidArgumentError, ParallelismError, StateTypeError
-from statekit.format.arrow_memory import from_numpy
-from statekit.format.flink import pyflink_out
+from statekit.format.arrow_memory import empty_table, from_numpy
 from statekit.format.flink.serializers import FlinkType
 from statekit.format.flink.serializers_out import (
     FlinkPojo,
@@ -46,6 +46,9 @@ from statekit.keygroups import assign_key_groups
 from statekit.savepoint.reader import Savepoint
 from statekit.types import parse_ddl
 
+if TYPE_CHECKING:
+    from statekit.savepoint.flink import FlinkSavepoint
+
 #: per operator (uid or uid hash) and state name, how a struct is written: `FlinkTuple` or `FlinkPojo`
 TypeHints = Mapping[str, Mapping[str, Hint]]
 _KEY = "<key>"  # the hint entry of an operator's key type
@@ -62,11 +65,15 @@ class Carried:
     operator_states: dict[str, Any]  # name -> StateMeta (operator / broadcast)
 
 
+def _is_flink(sp: Savepoint) -> TypeGuard["FlinkSavepoint"]:
+    """Whether `sp` was read from a Flink savepoint (without importing Flink's reader when it was not loaded)."""
+    mod = sys.modules.get("statekit.savepoint.flink")
+    return mod is not None and isinstance(sp, mod.FlinkSavepoint)
+
+
 def carried_serializers(sp: Savepoint, meta: OperatorMetadata) -> Carried | None:
     """The serializers a Flink savepoint holds for `meta`'s operator, or None for statekit savepoints."""
-    from statekit.savepoint.flink import FlinkSavepoint
-
-    if not isinstance(sp, FlinkSavepoint):
+    if not _is_flink(sp):
         return _from_manifest(meta) if meta.flink is not None else None
     fop = sp.flink.metadata.operator(meta.uid_hash)
     if fop is None:
@@ -108,6 +115,7 @@ def _from_manifest(meta: OperatorMetadata) -> Carried:
 
 def _carried_pyflink(key: FlinkType | None, states: Mapping[str, Any]) -> bool:
     """Whether carried serializers are a PyFlink operator's (one-field Row key, ``python-state-`` states)."""
+    from statekit.format.flink import pyflink_out  # here: PyFlink's coders need the reader's modules
     return (key is not None and key.kind == "row" and len(key.children) == 1
             and any(n.startswith(pyflink_out.PREFIX) for n in states))
 
@@ -116,13 +124,11 @@ def pyflink_types(sp: Savepoint, meta: OperatorMetadata, carried: Carried | None
                   declared: Mapping[str, str] | None) -> dict[str, str] | None:
     """The PyFlink types of `meta`'s states when it is written as a PyFlink operator (declared for it, read from
     a PyFlink savepoint, or carried from one through statekit's format), else None."""
-    from statekit.savepoint.flink import FlinkSavepoint
-
     if declared is not None:
         return dict(declared)
     if meta.key_type is None:
         return None
-    if isinstance(sp, FlinkSavepoint):
+    if _is_flink(sp):
         return sp.pyflink_types(meta.identifier) if sp.is_pyflink(meta.identifier) else None
     if carried is not None and _carried_pyflink(carried.key, carried.states):
         return {}
@@ -133,6 +139,7 @@ def pyflink_keyed(meta: OperatorMetadata, carried: Carried | None, types: Mappin
                   timers: pa.Table, max_parallelism: int) -> tuple[KeyedLayoutOut, pa.Table, pa.Table]:
     """Layout, keyed table and timers of a PyFlink operator (see `statekit.format.flink.pyflink_out`): key groups
     of the Row-wrapped key, keys wrapped, states coded (or passed through when stored and undeclared)."""
+    from statekit.format.flink import pyflink_out
     from statekit.format.flink.keyed import state_ddl
     from statekit.format.flink.pyflink import parse_type
 
@@ -331,9 +338,11 @@ def operator_data(sp: Savepoint, meta: OperatorMetadata, *, hints: TypeHints | N
                   uid: str | None = None, uid_hash: str | None = None, name: str | None = None,
                   max_parallelism: int | None = None, parallelism: int | None = None,
                   new_key: Any = None, new_key_type: str | None = None,
-                  pyflink: Mapping[str, str] | None = None) -> OperatorData:
+                  pyflink: Mapping[str, str] | None = None, stream: bool = False) -> OperatorData:
     """What to write for operator `meta` of `sp`, optionally under another identity / max parallelism / keys
-    (`pyflink`: the PyFlink types of its states, to write it as a PyFlink job's operator)."""
+    (`pyflink`: the PyFlink types of its states, to write it as a PyFlink job's operator). With `stream`, keyed
+    state copied unchanged from a statekit savepoint is handed over as `KeyedFiles` (read file by file by the
+    writer) instead of a table."""
     carried = carried_serializers(sp, meta)
     py = pyflink_types(sp, meta, carried, pyflink)
     maxp = max_parallelism or meta.max_parallelism
@@ -347,8 +356,11 @@ def operator_data(sp: Savepoint, meta: OperatorMetadata, *, hints: TypeHints | N
     uid_hash = uid_hash or meta.uid_hash
     data = OperatorData(uid, uid_hash, name or meta.name or uid or uid_hash, par, maxp)
     if meta.key_type is not None:
-        keyed = sp.keyed_table(meta.identifier, with_key_group=True)
         timers = sp.timers(meta.identifier)
+        files = None
+        if stream and new_key is None and py is None and maxp == meta.max_parallelism:
+            files = sp.keyed_stream(meta.identifier)  # the writer reads it file by file where it can
+        keyed = sp.keyed_table(meta.identifier, with_key_group=True) if files is None else empty_table(pa.schema([]))
         key_type = meta.key_type
         if new_key is not None:
             keyed, timers, new_type = _rekeyed(sp, meta, new_key, new_key_type, keyed, timers)
@@ -367,7 +379,7 @@ def operator_data(sp: Savepoint, meta: OperatorMetadata, *, hints: TypeHints | N
             keyed = rehash(keyed, key_type, maxp, data.layout)
             if has_timers:
                 timers = rehash(timers, key_type, maxp, data.layout)
-        data.keyed, data.timers = keyed, timers if has_timers else None
+        data.keyed, data.timers = keyed if files is None else files, timers if has_timers else None
     data.operator_states = with_operator_data(sp, meta, operator_state_layouts(meta, carried, hints))
     return data
 
@@ -423,7 +435,7 @@ def write_flink(source: str | os.PathLike[str] | Savepoint, target: str | os.Pat
         ops.append(operator_data(
             sp, meta, hints=types, uid=new_uid, uid_hash=ident.uid_hash if ident else None,
             name=new_uid, max_parallelism=maxp, new_key=pick(rekey, meta), new_key_type=pick(key_types, meta),
-            pyflink=pick(pyflink or {}, meta)))
+            pyflink=pick(pyflink or {}, meta), stream=True))
     unknown = sorted(set(named) - used)
     if unknown:
         listing = ", ".join(m.uid or m.uid_hash for m in sp.operators)

@@ -14,6 +14,7 @@ from statekit.errors import (
     SchemaMismatchError,
     UntrustedPicklePayloadError,
 )
+from statekit.format.arrow_memory import empty_table
 from statekit.format.files import read_parquet_verified, read_verified_bytes
 from statekit.format.manifest import FileEntry, Manifest, OperatorMetadata, load_manifest, safe_relative_path
 from statekit.format.values import state_value_decoder
@@ -22,6 +23,7 @@ from statekit.keygroups import KeyGroupRange, assign_to_key_group
 from statekit.types import parse_ddl
 
 if TYPE_CHECKING:
+    from statekit.format.keyed_stream import KeyedFiles
     from statekit.state.descriptors import OperatorStateInfo
 
 # pyarrow.compute, the keyed-table layout (statekit.format.keyed) and thread pools are imported where
@@ -168,13 +170,27 @@ class Savepoint:
                 self._check_schema(t, expected, f"file {e.path}")
                 for e, t in zip(files, self._read_files(files))
             ]
-            table = pa.concat_tables(parts) if parts else expected.empty_table()
+            table = pa.concat_tables(parts) if parts else empty_table(expected)
         if key_groups is not None:
             import pyarrow.compute as pc
 
             kg = table.column("key_group")
             table = table.filter(pc.and_(pc.greater_equal(kg, key_groups.start), pc.less_equal(kg, key_groups.end)))
         return table if with_key_group else table.drop_columns(["key_group"])
+
+    def keyed_stream(self, op: OpLike) -> "KeyedFiles | None":
+        """The keyed table of `op` as `KeyedFiles`, read one verified file at a time by key-group range (for bulk
+        writers), or None where only `keyed_table` reads it (native RocksDB files, files sharing key groups, or a
+        subclass reading another format)."""
+        meta = self.operator(op)
+        if meta.key_type is None or meta.is_native or type(self).keyed_table is not Savepoint.keyed_table:
+            return None
+        from statekit.format.keyed_stream import KeyedFiles
+
+        expected = self.keyed_schema(op)
+        return KeyedFiles.of(self.path, self.keyed_files(op), expected,
+                             lambda t, where: self._check_schema(t, expected, where),
+                             lambda: self.keyed_table(op, with_key_group=True))
 
     def _native_table(self, meta: OperatorMetadata, key_groups: KeyGroupRange | None) -> pa.Table:
         from statekit.format import keyed as K
@@ -203,7 +219,7 @@ class Savepoint:
             )
         expected = K.keyed_schema(meta.keyed_key_type, meta.keyed_states, namespace_type=meta.namespace_type)
         parts = [self._check_schema(p, expected, f"native RocksDB state of {meta.display_name}") for p in parts]
-        return pa.concat_tables(parts) if parts else expected.empty_table()
+        return pa.concat_tables(parts) if parts else empty_table(expected)
 
     def get(self, op: OpLike, key: Any, *, namespace: Any = None) -> dict[str, Any] | None:
         """The states of one key as Python values, or None.
@@ -245,7 +261,7 @@ class Savepoint:
         expected = K.timers_schema(meta.key_type, namespace_type=meta.namespace_type)
         files = meta.files_of("timers")
         parts = [self._check_schema(t, expected, f"file {e.path}") for e, t in zip(files, self._read_files(files))]
-        return pa.concat_tables(parts) if parts else expected.empty_table()
+        return pa.concat_tables(parts) if parts else empty_table(expected)
 
     def _operator_state_table(self, op: OpLike, name: str, redistribution: str | None) -> tuple["OperatorStateInfo", pa.Table]:
         meta = self.operator(op)
@@ -259,7 +275,7 @@ class Savepoint:
                                   pa.field("value", parse_ddl(info.type))])
         files = meta.files_of(sub, name)
         parts = [self._check_schema(t, expected, f"file {e.path}") for e, t in zip(files, self._read_files(files))]
-        table = pa.concat_tables(parts) if parts else expected.empty_table()
+        table = pa.concat_tables(parts) if parts else empty_table(expected)
         return info, table
 
     def list_state(self, op: OpLike, name: str) -> pa.Table:

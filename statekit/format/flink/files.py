@@ -13,6 +13,7 @@ import re
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 
 from statekit.errors import CorruptSavepointError, UnsafePathError
 from statekit.format.flink.metadata import StreamHandle
@@ -20,6 +21,8 @@ from statekit.format.flink.metadata import StreamHandle
 _CHECKPOINT_DIR = re.compile(r"chk-\d+")
 _JOB_ID = re.compile(r"[0-9a-f]{32}")
 _JOB_SUBDIRS = ("shared", "taskowned")
+#: ranges at least this long are memory-mapped rather than copied (`StateFiles.range_array`)
+MAP_MIN_BYTES = 8 << 20
 
 
 class StateFiles:
@@ -121,6 +124,46 @@ class StateFiles:
                     raise CorruptSavepointError(f"{self.root}: state file {h.path!r} changed while being read.")
             pos += n
         return buf, bases
+
+    def range_array(self, h: StreamHandle, lo: int, hi: int) -> np.ndarray:
+        """Bytes [lo, hi) of a stream as a read-only uint8 array: memory-mapped when long, copied when short.
+
+        Why a mapping: a full read of a large savepoint copied every state file into fresh memory, and a
+        fresh process spent more time in the kernel (first touch of that memory) than decoding it. The
+        mapping is Arrow's (`pyarrow.memory_map`), so it is unmapped by Arrow when the last array over
+        it is gone, never freed through Python objects. Decoded columns never point into it: every
+        decoder copies into Arrow-owned memory (`statekit.format.arrow_memory`). As with any mapping, a
+        file truncated by another process while it is being decoded ends the process (SIGBUS); a file
+        found shorter than `_metadata` says before mapping is a `CorruptSavepointError`.
+        """
+        if h.kind == "bytes":
+            data = h.data or b""
+            if hi > len(data):
+                raise CorruptSavepointError(f"{self.root}: {self.describe(h)} holds {len(data)} bytes, fewer than "
+                                            f"_metadata's offsets need ({hi}). The savepoint is damaged; take a new one.")
+            return np.frombuffer(data, np.uint8)[lo:hi]
+        p, size = self._open_checked(h)
+        if hi > size:
+            raise CorruptSavepointError(
+                f"{self.root}: _metadata points at offset {hi} of state file {h.path!r}, past its end "
+                f"({size} bytes). The savepoint is damaged; take a new one."
+            )
+        if hi - lo >= MAP_MIN_BYTES:
+            mapped = pa.memory_map(str(p), "r")
+            buf = mapped.read_buffer()  # zero-copy: a slice of the mapping, which keeps it alive
+            mapped.close()
+            if buf.size < hi:  # shortened since it was checked
+                raise CorruptSavepointError(f"{self.root}: state file {h.path!r} is shorter than expected "
+                                            f"({buf.size} < {hi} bytes); it changed while being read.")
+            return np.frombuffer(buf, np.uint8)[lo:hi]
+        out = np.empty(hi - lo, np.uint8)
+        with open(p, "rb") as f:
+            f.seek(lo)
+            if f.readinto(out.data) != hi - lo:
+                raise CorruptSavepointError(f"{self.root}: state file {h.path!r} is shorter than expected; it "
+                                            "changed while being read.")
+        out.flags.writeable = False
+        return out
 
     def read_range(self, h: StreamHandle, start: int, end: int) -> bytes:
         """Bytes [start, end) of a stream (end clipped to the stream's size)."""

@@ -32,7 +32,8 @@ from statekit.format.flink.serializers import FlinkType
 from statekit.format.flink.values import FIXED_DTYPES, gather_fixed, gather_ranges, ranges_equal
 from statekit.types import parse_ddl
 
-__all__ = ["DecodeStats", "Entries", "KeyedLayout", "KeyedResult", "decode", "layout", "read_proxy", "state_ddl"]
+__all__ = ["DecodeStats", "Entries", "KeyedLayout", "KeyedResult", "decode", "layout", "read_proxy", "state_ddl",
+           "value_width"]
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,15 @@ class KeyedLayout:
     timers: tuple[StateMeta, ...]  # timer queues
     namespace_type: FlinkType | None  # None: VoidNamespace only
     prefix_bytes: int
+
+
+def value_width(lay: KeyedLayout) -> int | None:
+    """The one width of every value in the key groups, when all keyed states hold fixed-width values (no timers)."""
+    if lay.timers or not lay.states:
+        return None
+    widths = {np.dtype(FIXED_DTYPES[s.value_type.kind]).itemsize if s.keyed_kind in ("value", "reducing", "aggregating")
+              and s.value_type.kind in FIXED_DTYPES else None for s in lay.states}
+    return widths.pop() if len(widths) == 1 else None
 
 
 def prefix_bytes(max_parallelism: int) -> int:

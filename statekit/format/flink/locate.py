@@ -34,12 +34,30 @@ class DecodeStats:
 
     strided_entries: int = 0
     scanned_entries: int = 0
+    value_length_scanned: int = 0  # of the scanned entries, those found by their value lengths
     chained_entries: int = 0
     states: dict[str, str] = field(default_factory=dict)
     table: str = ""
 
+    #: when batches of one read took different paths, the slowest is reported
+    _RANK = {"strided-view": 0, "bulk": 1}
+
+    def merge(self, other: "DecodeStats") -> None:
+        """Add the counts and paths of another part of the same read (`other` decoded after `self`'s parts)."""
+        self.strided_entries += other.strided_entries
+        self.scanned_entries += other.scanned_entries
+        self.value_length_scanned += other.value_length_scanned
+        self.chained_entries += other.chained_entries
+        for label, how in other.states.items():
+            seen = self.states.get(label)
+            if seen is None or self._RANK.get(how, 2) >= self._RANK.get(seen, 2):
+                self.states[label] = how
+        if other.table:
+            self.table = "joined" if "joined" in (self.table, other.table) else other.table
+
     def describe(self) -> str:
-        where = (f"entries located: {self.strided_entries} strided, {self.scanned_entries} scanned, "
+        by = f" ({self.value_length_scanned} by value length)" if self.value_length_scanned else ""
+        where = (f"entries located: {self.strided_entries} strided, {self.scanned_entries} scanned{by}, "
                  f"{self.chained_entries} chained")
         rows = f"; rows: {self.table}" if self.table else ""
         return where + "; " + ", ".join(f"{k}: {v}" for k, v in sorted(self.states.items())) + rows
@@ -126,11 +144,12 @@ def _be32(buf: np.ndarray, at: np.ndarray) -> np.ndarray:
 
 
 def locate(buf: np.ndarray, starts: np.ndarray, limits: np.ndarray, where: str, stats: DecodeStats, *,
-           chain_kg: np.ndarray | None = None, prefix_bytes: int = 1) -> Located:
+           chain_kg: np.ndarray | None = None, prefix_bytes: int = 1, value_width: int | None = None) -> Located:
     """Every entry of the key groups starting at `starts` (each ending before `limits`).
 
     With `chain_kg` (each chain's key group), variable-sized entries are first found by `_scan`;
-    chains it cannot prove are walked by `_chained`.
+    chains it cannot prove are walked by `_chained`. `value_width`: every value is known to be that
+    many bytes (fixed-width ValueStates only), which lets the scan look for the value lengths.
     """
     runs: list[Run] = []
     pending: list[tuple[int, int, int]] = []  # (chain, position, state id) left for the chained walk
@@ -163,13 +182,13 @@ def locate(buf: np.ndarray, starts: np.ndarray, limits: np.ndarray, where: str, 
                     break
     pieces: list[tuple[int, int, Entries]] = []
     if pending and chain_kg is not None:
-        pieces, pending = _scan(buf, pending, limits, chain_kg, prefix_bytes, stats)
+        pieces, pending = _scan(buf, pending, limits, chain_kg, prefix_bytes, stats, value_width)
     walked = _chained(buf, pending, limits, where, stats) if pending else Entries.concat([])
     return Located(runs, walked, pieces)
 
 
 def _scan(buf: np.ndarray, pending: list[tuple[int, int, int]], limits: np.ndarray, chain_kg: np.ndarray, P: int,
-          stats: DecodeStats) -> tuple[list[tuple[int, int, Entries]], list[tuple[int, int, int]]]:
+          stats: DecodeStats, value_width: int | None = None) -> tuple[list[tuple[int, int, Entries]], list[tuple[int, int, int]]]:
     """Variable-sized entries found without walking: every plausible entry header is a candidate, then proven.
 
     A candidate at c has a small key length (``i32 < 256``), its key group in the prefix, and a value
@@ -182,7 +201,13 @@ def _scan(buf: np.ndarray, pending: list[tuple[int, int, int]], limits: np.ndarr
     left: list[tuple[int, int, int]] = []
     for c_, p, sid in pending:
         lim = int(limits[c_])
-        got = _scan_region(buf, p, lim, int(chain_kg[c_]), P, c_, sid)
+        got = None
+        if value_width is not None:
+            got = _scan_value_lengths(buf, p, lim, int(chain_kg[c_]), P, c_, sid, value_width)
+            if got is not None:
+                stats.value_length_scanned += len(got[0])
+        if got is None:
+            got = _scan_region(buf, p, lim, int(chain_kg[c_]), P, c_, sid)
         if got is None:
             left.append((c_, p, sid))
             continue
@@ -240,6 +265,88 @@ def _scan_region(buf: np.ndarray, p: int, lim: int, kg: int, P: int, chain: int,
     for i, (lo, hi) in enumerate(zip(bounds[:-1], bounds[1:])):
         sid_of[lo:hi] = sid if i == 0 else sids[i - 1]
     return Entries(np.full(n, chain, np.int64), sid_of, p + c + 4, k, p + q + 4, v), bounds
+
+
+def _scan_value_lengths(buf: np.ndarray, p: int, lim: int, kg: int, P: int, chain: int, sid: int,
+                        W: int) -> tuple[Entries, list[int]] | None:
+    """`_scan_region` for values all `W` bytes long: candidates are the value lengths, the bytes ``00 00 00 W``.
+
+    Those four bytes are rare inside keys and values, unlike a key group's byte (in key group 0x30
+    every digit of a String key is one), so there are few false candidates, and the value length is
+    known. The successor of the value length at q is the one of the entry starting at its end
+    (``q + 4 + W``, or 2 bytes later after a state run's last entry, where the state id sits). The
+    chain from the first entry is then proven as in `_scan_region`: every kept entry is what a walk
+    from the region's start reads (key length, key-group prefix, value length W, run-end flags,
+    state ids), or the region goes back to `_scan_region`.
+    """
+    m = lim - p
+    if m < 8 + W + P or W > 255:
+        return None
+    seg = buf[p:lim]
+    # A u32 at every byte, read little-endian (native, so gathers are plain loads): the big-endian
+    # i32 ``00 00 00 L`` (0 < L < 256) reads as ``L << 24``.
+    every = np.ndarray((m - 3,), np.dtype("<u4"), buffer=buf.data, offset=p, strides=(1,))
+
+    def lengths(at: np.ndarray) -> np.ndarray:  # the byte-sized i32 at each position, or 0
+        x = every[at]
+        out = (x >> 24).astype(np.int64)
+        out[(x & 0xFFFFFF) != 0] = 0
+        return out
+
+    q = np.flatnonzero(seg[3:] == W)  # one pass over the bytes; then three zero bytes before each W
+    q = q[(every[q] & 0xFFFFFF) == 0]
+    q = q[q + 4 + W <= m]
+    k0 = int(lengths(np.zeros(1, np.int64))[0])
+    if not k0:
+        return None
+    q = q[np.searchsorted(q, 4 + k0):]  # the first entry's value length is candidate 0
+    if not len(q) or q[0] != 4 + k0:
+        return None
+    # The entry after each candidate starts at its end, or 2 bytes on (a state id) where no key length
+    # starts; its key length gives the next candidate. The kept chain is checked below against the
+    # run-end flags, so a wrong guess here is caught.
+    last = m - 4
+    s = np.minimum(q + 4 + W, last)
+    kl = lengths(s)
+    moved = np.flatnonzero(kl == 0)
+    s[moved] = np.minimum(s[moved] + 2, last)
+    kl[moved] = lengths(s[moved])
+    nxt = s + 4 + kl
+    nxt[kl == 0] = -1
+    keep = _follow(q, nxt)
+    if keep is not None:
+        q, s, kl = q[keep], s[keep], kl[keep]
+    # on the chain from the first entry, each entry starts where its predecessor said (`_follow`)
+    n = len(q)
+    starts = np.empty(n, np.int64)
+    starts[0] = 0
+    starts[1:] = s[:-1]
+    klen = np.empty(n, np.int64)
+    klen[0] = k0
+    klen[1:] = kl[:-1]
+    end = q + 4 + W
+    if not (klen > P).all():
+        return None
+    first = seg[starts + 4]
+    flag = first >= 0x80
+    if P == 1:
+        prefix_ok = (first & 0x7F) == kg
+    else:
+        prefix_ok = ((first & 0x7F) == kg >> 8) & (seg[starts + 5] == (kg & 0xFF))
+    if not prefix_ok.all() or not flag[-1] or end[-1] + 2 > m:
+        return None
+    if not np.array_equal(starts[1:] - end[:-1], 2 * flag[:-1]):  # a state id exactly after each run's end
+        return None
+    fpos = end[flag]
+    sids = seg[fpos].astype(np.int64) << 8 | seg[fpos + 1]
+    if sids[-1] != END_OF_KEY_GROUP or (sids[:-1] == END_OF_KEY_GROUP).any():
+        return None
+    ends = np.flatnonzero(flag) + 1
+    bounds = [0] + ends.tolist()
+    sid_of = np.empty(n, np.int64)
+    for i, (lo, hi) in enumerate(zip(bounds[:-1], bounds[1:])):
+        sid_of[lo:hi] = sid if i == 0 else sids[i - 1]
+    return Entries(np.full(n, chain, np.int64), sid_of, p + starts + 4, klen, p + q + 4, np.full(n, W, np.int64)), bounds
 
 
 def _strided(buf: np.ndarray, p: int, lim: int) -> tuple[int, int, int, int, bool] | None:

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from statekit.format.flink.binary import DataInput
-from statekit.format.flink.keyed import group_entries
+from statekit.format.flink.keyed import group_entries, value_width
 from statekit.format.flink.locate import DecodeStats, locate
 from statekit.format.flink.metadata import KeyGroupsHandle, OperatorState
 from statekit.format.flink.values import gather_fixed, reader
@@ -46,7 +46,8 @@ def lookup(fr: Any, op: OperatorState, key_bytes: bytes, kg: int, stats: DecodeS
         data, _ = unframe_snappy(data, where)
     buf = np.frombuffer(data, np.uint8)
     P = lay.prefix_bytes
-    located = locate(buf, np.array([0]), np.array([len(buf)]), where, stats, chain_kg=np.array([kg]), prefix_bytes=P)
+    located = locate(buf, np.array([0]), np.array([len(buf)]), where, stats, chain_kg=np.array([kg]), prefix_bytes=P,
+                     value_width=value_width(lay))
     groups = group_entries(located, np.zeros(1, np.int64), [dict(enumerate(proxy.states))], where)
     want = np.frombuffer(key_bytes, np.uint8)
     n = len(key_bytes)

@@ -150,6 +150,13 @@ class OperatorState:
     subtasks: tuple[SubtaskState, ...]
     fully_finished: bool = False
 
+    @property
+    def verified_uid(self) -> str | None:
+        """The uid, when it is the one the operator id was hashed from (else None: a name in the uid field)."""
+        from statekit.identifiers import OperatorIdentifier
+
+        return self.uid if self.uid and OperatorIdentifier.for_uid(self.uid).uid_hash == self.operator_id else None
+
 
 @dataclass(frozen=True)
 class CheckpointMetadata:

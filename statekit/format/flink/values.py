@@ -15,7 +15,7 @@ import numpy as np
 import pyarrow as pa
 
 from statekit.errors import CorruptSavepointError
-from statekit.format.arrow_memory import allocate, arrow_type, from_numpy, primitive
+from statekit.format.arrow_memory import POOL, allocate, arrow_type, from_numpy, primitive
 from statekit.format.flink.binary import DataInput, java_string
 from statekit.format.flink.serializers import FlinkType
 from statekit.types import parse_ddl
@@ -170,7 +170,7 @@ def binary_array(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray, type_
     w32[long_, 3] = starts[long_] % _VIEW_BUF
     data = [pa.py_buffer(buf[k : k + 2 * _VIEW_BUF]) for k in range(0, max(size, 1), _VIEW_BUF)] if len(long_) else []
     arr = pa.Array.from_buffers(view_type, n, [None, pa.py_buffer(views)] + data)
-    return arr.cast(type_)  # Arrow copies the bytes out: the result owns its memory
+    return arr.cast(type_, memory_pool=POOL)  # Arrow copies the bytes out: the result owns its memory
 
 
 def gather_ranges(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:

@@ -12,7 +12,6 @@ import struct
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from statekit.errors import StateTypeError
 from statekit.format.flink.serializers import FlinkType
@@ -218,6 +217,8 @@ def encode(arr: pa.Array | pa.ChunkedArray, t: FlinkType, *, what: str = "a valu
         lengths = raw.lengths.astype(">i4").view(np.uint8).reshape(-1, 4)
         return concat([Encoded.fixed(lengths), raw])
     if k == "window":
+        import pyarrow.compute as pc  # here: writers of other layouts start without it
+
         s = pc.struct_field(arr, "start").to_numpy(zero_copy_only=False).astype(">i8")
         e = pc.struct_field(arr, "end").to_numpy(zero_copy_only=False).astype(">i8")
         return Encoded.fixed(np.concatenate([s.view(np.uint8).reshape(n, 8), e.view(np.uint8).reshape(n, 8)], axis=1))

@@ -2,11 +2,13 @@
 
 Boundary: the write side of `statekit.format.flink`. Input per operator is a `KeyedLayoutOut`
 (key serializer, states with their exact meta-info bytes, timer queues) with a keyed table
-(``key_group``, ``key``, one column per state) and a timers table, and/or operator states; output
-is a directory Flink 2.x restores (section 7 of `../shared/flink/FORMAT.md`). Keyed entries are
-built column-wise (`values_out`), one state run per key group, the 0x80 flag on each run's last
-entry. `write_keyed_file` is the unit a Spark task runs (one file per key-group range); the
-driver only writes `_metadata` (`metadata_bytes`). Nothing is compressed; every stream is a file.
+(``key_group``, ``key``, one column per state; or a statekit savepoint's `KeyedFiles`, read file
+by file) and a timers table, and/or operator states; output is a directory Flink 2.x restores
+(section 7 of `../shared/flink/FORMAT.md`). Keyed entries are built column-wise (`values_out`), one
+state run per key group, the 0x80 flag on each run's last entry; fixed-width layouts in bulk
+(`regular_out`), with the same bytes. `write_keyed_file` is the unit a Spark task runs (one file
+per key-group range); the driver only writes `_metadata` (`metadata_bytes`). Nothing is
+compressed; every stream is a file.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import os
 import struct
 import uuid
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, BinaryIO, Sequence
 
@@ -31,9 +33,11 @@ from statekit.format.flink.metadata import (
     SAVEPOINT_KEY_GROUPS_HANDLE,
 )
 from statekit.format.flink.proxy import PROXY_VERSION
+from statekit.format.flink.regular_out import PRIMITIVE, entry_dtype, is_regular, write_regular_file
 from statekit.format.flink.serializers import FlinkType
 from statekit.format.flink.serializers_out import DataOutput, top_level
 from statekit.format.flink.values_out import Encoded, concat, encode, join_runs, nullable_values
+from statekit.format.keyed_stream import KeyedFiles
 from statekit.keygroups import key_group_range
 
 METADATA_VERSION = 6
@@ -167,11 +171,7 @@ def _namespace(layout: KeyedLayoutOut, table: pa.Table, n: int) -> Encoded:
     return encode(table.column("namespace"), layout.namespace, what="namespace")
 
 
-PRIMITIVE = {"long": ">i8", "int": ">i4", "short": ">i2", "byte": "i1", "double": ">f8", "float": ">f4",
-              "boolean": "u1"}
-
-
-PRIMITIVE_BLOCK = 1 << 20  # rows per block of the streamed regular layout
+PRIMITIVE_BLOCK = 1 << 20  # rows per block of a streamed regular layout (the Spark fragments')
 
 
 def primitive_entries(kg: np.ndarray, nb: int, keys: np.ndarray, key_kind: str, values: np.ndarray,
@@ -179,19 +179,15 @@ def primitive_entries(kg: np.ndarray, nb: int, keys: np.ndarray, key_kind: str, 
     """``i32 klen | kg | key | 0x00 (void namespace) | i32 vlen | value`` for every row, in one structured fill
     (into `out` when it is large enough): numpy swaps the bytes to big-endian as it assigns each field, so no
     intermediate matrices are built. Returns the structured array (n entries)."""
-    kt, vt = np.dtype(PRIMITIVE[key_kind]), np.dtype(PRIMITIVE[value_kind])
-    kw, vw = kt.itemsize, vt.itemsize
-    dt = np.dtype({"names": ["kl", "kg", "k", "ns", "vl", "v"],
-                   "formats": [">i4", "u1" if nb == 1 else ">u2", kt, "u1", ">i4", vt],
-                   "offsets": [0, 4, 4 + nb, 4 + nb + kw, 5 + nb + kw, 9 + nb + kw], "itemsize": 9 + nb + kw + vw})
+    dt = entry_dtype(nb, key_kind, value_kind)
     n = len(keys)
     whole = out if out is not None and out.dtype == dt and len(out) >= n else np.empty(n, dt)
     out = whole[:n]
-    out["kl"] = nb + kw + 1
+    out["kl"] = nb + dt["k"].itemsize + 1
     out["kg"] = kg
     out["k"] = keys
     out["ns"] = 0
-    out["vl"] = vw
+    out["vl"] = dt["v"].itemsize
     out["v"] = values
     return out  # a view of `whole` (the buffer the next block reuses): out.base
 
@@ -308,56 +304,10 @@ def write_key_groups(f: BinaryIO, runs: list[Run], start: int, end: int, pos: in
 
 
 def _all_primitive(layout: KeyedLayoutOut, keyed: pa.Table | None, timers: pa.Table | None) -> bool:
-    """The regular layout: primitive key, void namespace, primitive value states without nulls, no timers."""
-    return (keyed is not None and keyed.num_rows > 0 and (timers is None or not timers.num_rows)
-            and layout.namespace is None and layout.key.kind in PRIMITIVE
-            and all(s.kind not in ("list", "map") and s.value.kind in PRIMITIVE and not keyed.column(s.column).null_count
-                    for s in layout.states))
-
-
-def _write_primitive_key_groups(f: BinaryIO, layout: KeyedLayoutOut, keyed: pa.Table, start: int, end: int,
-                                pos: int) -> list[int]:
-    """`write_key_groups` for the regular layout, streamed: blocks of whole key groups are encoded into buffers
-    reused from block to block (fresh memory is what costs most on a busy machine), then written."""
-    keyed, kg = _sorted_by_key_group(keyed)
-    if kg[0] < start or kg[-1] > end:
-        raise InvalidArgumentError(f"keyed rows outside key groups {start}..{end} were given for one file.")
-    nb = layout.prefix_bytes
-    keys = keyed.column("key").to_numpy()
-    values = [keyed.column(s.column).to_numpy() for s in layout.states]  # ChunkedArray: copies when needed
-    bounds = np.searchsorted(kg, np.arange(start, end + 2)).tolist()
-    offsets = [0] * (end - start + 1)
-    sids = [sid.to_bytes(2, "big") for sid in range(len(layout.states))]
-    bufs: list[np.ndarray | None] = [None] * len(layout.states)
-    i = 0
-    while i <= end - start:
-        j = i + 1  # a block: whole key groups, about PRIMITIVE_BLOCK rows (at least one key group)
-        while j <= end - start and bounds[j + 1] - bounds[i] <= PRIMITIVE_BLOCK:
-            j += 1
-        lo, hi = bounds[i], bounds[j]
-        encoded = []
-        for sid, s in enumerate(layout.states):
-            arr = primitive_entries(kg[lo:hi], nb, keys[lo:hi], layout.key.kind, values[sid][lo:hi], s.value.kind,
-                                     out=bufs[sid])
-            bufs[sid] = arr.base if arr.base is not None else arr
-            data, w = arr.view(np.uint8).reshape(-1), arr.dtype.itemsize
-            ends = np.asarray(bounds[i + 1 : j + 1]) - lo
-            ends = ends[ends > np.asarray(bounds[i:j]) - lo]
-            data[(ends - 1) * w + 4] |= 0x80  # each state run's last entry: its first key byte
-            encoded.append((data.data, w))
-        for g in range(i, j):
-            a, z = bounds[g] - lo, bounds[g + 1] - lo
-            if a == z:
-                continue
-            offsets[g] = pos
-            for sid, (mv, w) in enumerate(encoded):
-                f.write(sids[sid])
-                f.write(mv[a * w : z * w])
-                pos += 2 + (z - a) * w
-            f.write(END_OF_KEY_GROUP)
-            pos += 2
-        i = j
-    return offsets
+    """The regular layout (`regular_out`): primitive key and value states, void namespace (timers too)."""
+    has_timers = timers is not None and timers.num_rows > 0
+    return (keyed is not None and keyed.num_rows > 0
+            and is_regular(layout, keyed.schema, timers.schema if has_timers else None))  # type: ignore[union-attr]
 
 
 def write_keyed_file(path: Path, layout: KeyedLayoutOut, keyed: pa.Table | None, timers: pa.Table | None,
@@ -366,14 +316,8 @@ def write_keyed_file(path: Path, layout: KeyedLayoutOut, keyed: pa.Table | None,
     Returns the key-group offsets and the file size. The rows given must lie in that range."""
     if _all_primitive(layout, keyed, timers):
         assert keyed is not None
-        proxy = layout.proxy()
-        with open(path, "xb") as f:
-            f.write(proxy)
-            offsets = _write_primitive_key_groups(f, layout, keyed, start, end, len(proxy))
-            size = f.tell()
-            f.flush()
-            os.fsync(f.fileno())
-        return offsets, size
+        sorted_timers = _sorted_by_key_group(timers)[0] if timers is not None and timers.num_rows else None
+        return write_regular_file(path, layout, [_sorted_by_key_group(keyed)[0]], start, end, sorted_timers)
     runs = keyed_runs(layout, keyed, timers)
     for r in runs:
         if len(r.key_groups) and (r.key_groups[0] < start or r.key_groups[-1] > end):
@@ -541,7 +485,7 @@ class OperatorData:
     parallelism: int
     max_parallelism: int
     layout: KeyedLayoutOut | None = None
-    keyed: pa.Table | None = None  # key_group, key, [namespace], state columns
+    keyed: pa.Table | KeyedFiles | None = None  # key_group, key, [namespace], state columns (or files to read)
     timers: pa.Table | None = None  # key_group, key, [namespace], timestamp, domain
     operator_states: Sequence[OperatorStateOut] = ()
 
@@ -568,16 +512,28 @@ def write_operator(staging: FlinkStaging, op: OperatorData) -> OperatorOut:
     has_op_state = bool(op.operator_states)
     if op.layout is None and not has_op_state:
         return out  # stateless: listed, no subtask states
-    keyed = _by_key_group(op.keyed)
+    files = op.keyed if isinstance(op.keyed, KeyedFiles) else None
+    timer_schema = op.timers.schema if op.timers is not None and op.timers.num_rows else None
+    if files is not None and (op.layout is None or not files.num_rows
+                              or not is_regular(op.layout, files.schema, timer_schema)):
+        files = None  # only the regular layout is written file by file
+        op = replace(op, keyed=op.keyed.table())  # type: ignore[union-attr]
+    keyed = _by_key_group(op.keyed) if files is None else None  # type: ignore[arg-type]
     timers = _by_key_group(op.timers)
+    rows = files.num_rows if files is not None else len(keyed[1]) if keyed is not None else 0
 
     def subtask(i: int) -> SubtaskOut:
         st = SubtaskOut(i)
         if op.layout is not None:
             rng = key_group_range(op.max_parallelism, op.parallelism, i)
-            part, tpart = _key_group_slice(keyed, rng), _key_group_slice(timers, rng)
             name, path = staging.new_file()
-            offsets, size = write_keyed_file(path, op.layout, part, tpart, rng.start, rng.end)
+            tpart = _key_group_slice(timers, rng)
+            if files is not None:
+                offsets, size = write_regular_file(path, op.layout, files.batches(rng.start, rng.end), rng.start,
+                                                   rng.end, tpart)
+            else:
+                part = _key_group_slice(keyed, rng)
+                offsets, size = write_keyed_file(path, op.layout, part, tpart, rng.start, rng.end)
             st.keyed = (rng.start, offsets, name, size)
         if has_op_state:
             name, path = staging.new_file()
@@ -585,9 +541,9 @@ def write_operator(staging: FlinkStaging, op: OperatorData) -> OperatorOut:
             st.operator = (states, name, size)
         return st
 
-    # subtask files in parallel: numpy's copies and the file writes release the GIL
+    # subtask files in parallel: decoding, numpy's copies and the file writes release the GIL
     workers = min(op.parallelism, os.cpu_count() or 1, 4)
-    if workers > 1 and keyed is not None and len(keyed[1]) >= 1 << 16:
+    if workers > 1 and rows >= 1 << 16:
         with ThreadPoolExecutor(workers) as pool:
             out.subtasks.extend(pool.map(subtask, range(op.parallelism)))
     else:
@@ -604,5 +560,6 @@ def write_flink_savepoint(target: str | os.PathLike[str], operators: Sequence[Op
             raise InvalidArgumentError(f"operator {op.uid or op.uid_hash} appears twice; each operator appears once.")
         seen.add(op.uid_hash)
     with FlinkStaging(target) as staging:
-        outs = [write_operator(staging, op) for op in operators]
+        with storage_errors(staging.target):  # a full disk is a StorageFullError, the partial output removed
+            outs = [write_operator(staging, op) for op in operators]
         return staging.commit(metadata_bytes(checkpoint_id, outs))

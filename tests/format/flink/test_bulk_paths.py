@@ -60,6 +60,56 @@ def test_non_ascii_string_keys_fall_back_to_records(tmp_path: Path) -> None:
 def test_a_whole_process_read_does_not_import_pandas(tmp_path: Path) -> None:
     path = _flink_savepoint(tmp_path, list(range(N)), "bigint")
     code = (f"import sys; from statekit.savepoint import Savepoint; sp = Savepoint.open({str(path)!r}); "
-            "t = sp.keyed_table('bench'); assert t.num_rows == 3000; sp.get('bench', 7); "
+            "assert sp.get('bench', 7); assert 'pyarrow.compute' not in sys.modules, 'compute imported by get'; "
+            "t = sp.keyed_table('bench'); assert t.num_rows == 3000; "
             "assert 'pandas' not in sys.modules, 'pandas was imported'")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_value_length_scan_finds_what_the_key_group_scan_finds(tmp_path: Path) -> None:
+    """Values all 8 bytes: the scan for ``00 00 00 08`` meets false candidates (values holding those bytes,
+    5-char keys whose key length is 8, key group 8 whose prefix byte is 8) and still finds exactly the
+    entries the key-group scan finds, or leaves the key group to it."""
+    import numpy as np
+
+    from statekit.format.flink import locate as L
+    from statekit.format.flink.reader import FlinkStateReader
+
+    keys = [f"key-{i}" for i in range(N)] + [f"k{i:04d}" for i in range(N)] + ["\x08" * 9, "a\x00\x00\x00\x08b"]
+    vals = [8, 0x0000000800000008, 0x0800000008000000, -8, 0, (1 << 63) - 1]
+    a = [vals[i % len(vals)] if i % 3 else i for i in range(len(keys))]
+    b = [0x08 << (8 * (i % 5)) for i in range(len(keys))]
+    src = tmp_path / "sk"
+    with SavepointBuilder(src) as sb:
+        op = sb.add_operator("bench", parallelism=2, max_parallelism=128, key_type="string",
+                             keyed_states=[ValueStateDescriptor("a", "bigint"), ValueStateDescriptor("b", "bigint")])
+        op.write_keyed(pa.table({"key": pa.array(keys, pa.string()), "a": pa.array(a, pa.int64()),
+                                 "b": pa.array(b, pa.int64())}))
+    path = write_flink(src, tmp_path / "flink")
+    sp = Savepoint.open(path)
+    got = {r["key"]: (r["a"], r["b"]) for r in sp.keyed_table("bench").to_pylist()}
+    assert got == {k: (x, y) for k, x, y in zip(keys, a, b)}
+    assert "by value length" in sp.stats.describe(), sp.stats.describe()
+
+    fr = FlinkStateReader(path)
+    op_state = fr.metadata.operators[[o.operator_id for o in fr.metadata.operators].index(sp.operator("bench").uid_hash)]
+    found = 0
+    for h in fr.keyed_handles(op_state):
+        buf = fr.files.range_array(h.delegate, 0, fr.files.size(h.delegate))
+        nz = sorted(o for o in h.offsets if o)
+        for i, o in enumerate(h.offsets):
+            if not o:
+                continue
+            lim = nz[nz.index(o) + 1] if o != nz[-1] else len(buf)
+            sid = int(buf[o]) << 8 | int(buf[o + 1])
+            by_kg = L._scan_region(buf, o + 2, lim, h.start + i, 1, 0, sid)
+            by_len = L._scan_value_lengths(buf, o + 2, lim, h.start + i, 1, 0, sid, 8)
+            assert by_kg is not None
+            if by_len is not None:
+                found += 1
+                assert by_len[1] == by_kg[1]
+                for f in ("sid", "kp", "klen", "vp", "vlen"):
+                    assert np.array_equal(getattr(by_len[0], f), getattr(by_kg[0], f)), f
+            # a wrong value width never proves a chain
+            assert L._scan_value_lengths(buf, o + 2, lim, h.start + i, 1, 0, sid, 4) is None
+    assert found > 100

@@ -72,3 +72,23 @@ def test_arrow_memory_copies_and_round_trips() -> None:
     flags = np.array([True, False, True] * 5)
     assert from_numpy(flags).to_pylist() == flags.tolist()
     assert to_numpy(from_numpy(flags)).tolist() == flags.tolist()
+
+
+def test_small_pages_restores_numpy_setting() -> None:
+    """The huge-page switch is off inside (also nested, also on error) and back to what it was after."""
+    import numpy as np
+    import pytest
+
+    from statekit.format.arrow_memory import small_pages
+
+    switch = np._core.multiarray._set_madvise_hugepage
+    original = switch(True)
+    for before in (True, False):
+        switch(before)
+        with pytest.raises(RuntimeError), small_pages():
+            with small_pages():
+                assert switch(False) is False  # reads the setting (and keeps it off)
+            assert switch(False) is False
+            raise RuntimeError
+        assert switch(before) is before
+    switch(original)

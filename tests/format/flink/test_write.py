@@ -242,8 +242,9 @@ def test_max_parallelism_not_matching_the_declared_job_is_refused(tmp_path):
 
 
 def test_streamed_regular_layout_writes_the_same_bytes_as_the_general_path(tmp_path, monkeypatch):
-    """The regular layout (primitive keys and values) is encoded in blocks of key groups into reused buffers;
-    with tiny blocks (many boundaries) its file is byte-identical to the general encoder's."""
+    """The regular layout (primitive keys and values) is encoded into small reused buffers; with tiny buffers
+    (refilled inside key groups) its file is byte-identical to the general encoder's."""
+    from statekit.format.flink import regular_out as R
     from statekit.format.flink import writer as W
     from statekit.savepoint.flink_out import operator_data
 
@@ -257,7 +258,7 @@ def test_streamed_regular_layout_writes_the_same_bytes_as_the_general_path(tmp_p
     sp = Savepoint.open(tmp_path / "sk")
     data = operator_data(sp, sp.operator("op"))
     assert W._all_primitive(data.layout, data.keyed, None)
-    monkeypatch.setattr(W, "PRIMITIVE_BLOCK", 7)
+    monkeypatch.setattr(R, "CHUNK_ROWS", 7)
     streamed = W.write_keyed_file(tmp_path / "streamed", data.layout, data.keyed, None, 0, 255)
     monkeypatch.setattr(W, "_all_primitive", lambda *a: False)
     general = W.write_keyed_file(tmp_path / "general", data.layout, data.keyed, None, 0, 255)
