@@ -376,6 +376,7 @@ class SavepointWriter:
         from statekit.format.flink.writer import FlinkStaging, metadata_bytes
         from statekit.savepoint.flink_out import keyed_layout
         from statekit.spark.flink_columnar import regular, write_columnar
+        from statekit.spark.flink_jvm import jvm_writable, write_jvm
 
         if self.source is not None or self._renames:
             return None
@@ -392,13 +393,17 @@ class SavepointWriter:
             meta = OperatorMetadata(identifier=e.ident, name=e.ident.uid or e.ident.uid_hash, parallelism=par,
                                     max_parallelism=maxp, key_type=keyed_t.key_type, keyed_states=t.keyed_states)
             layout = keyed_layout(meta, None, types, max_parallelism=maxp, has_timers=False)
-            if not regular(layout):
+            columns = [(c, d.name) for c, d in pairs]
+            # in the JVM when the session can (no row reaches Python), else fixed-width layouts in Python
+            jvm = jvm_writable(keyed_t.source.df, keyed_t.key, columns, layout)
+            if not jvm and not regular(layout):
                 return None
-            plans.append((keyed_t, pairs, layout, e.ident, par))
+            plans.append((keyed_t, columns, layout, e.ident, par, jvm))
         with FlinkStaging(path) as staging:
-            outs = [write_columnar(kt.source.df, kt.key, kt.key_type, [(c, d.name) for c, d in pairs], layout,
-                                   ident.uid, ident.uid_hash, par, staging.dir)
-                    for kt, pairs, layout, ident, par in plans]
+            outs = [write_jvm(kt.source.df, kt.key, columns, layout, ident.uid, ident.uid_hash, par, staging.dir)
+                    if jvm else write_columnar(kt.source.df, kt.key, kt.key_type, columns, layout, ident.uid,
+                                               ident.uid_hash, par, staging.dir)
+                    for kt, columns, layout, ident, par, jvm in plans]
             return staging.commit(metadata_bytes(0, outs))
 
     def _write_flink(self, path: Path, types: TypeHints | None) -> Path:

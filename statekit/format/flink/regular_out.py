@@ -1,15 +1,15 @@
-"""The regular keyed layout written in bulk: primitive keys and value states, void namespace, no timers.
+"""The regular keyed layout written in bulk: primitive keys, primitive value states and timers, void namespace.
 
-Every entry of such a state has one width (``i32 klen | key-group prefix | key | 0x00 | i32 vlen |
-value``), so a state's entries are one numpy structured array: the constant fields are filled once
-per reused buffer, and per key group only the key and value fields are assigned (numpy swaps the
-bytes to big-endian as it assigns, releasing the GIL), plus the key-group prefix as one scalar. The
-buffers stay small (`CHUNK_ROWS` entries per state, in cache) and are handed to the kernel in gathered
-writes spanning many key groups. Rows arrive as Arrow tables or batches sorted by key
-group (one whole table, or a savepoint read file by file: `statekit.format.keyed_stream`); null
-values (a key without that state) are skipped as the general path (`writer.keyed_runs`) skips them,
-and the bytes are identical to that path's. Files go to disk around the page cache
-(`statekit.format.direct_file`).
+Every entry of such a state (or timer queue) has one width (``i32 klen | key-group prefix | key | 0x00
+| i32 vlen | value``; timers ``... | prefix | timestamp | key | 0x00 | i32 0``), so a run of entries is
+one numpy structured array: the constant fields are filled once per reused buffer, and per key group
+only the key and value (timestamp) fields are assigned - numpy swaps the bytes to big-endian as it
+assigns, releasing the GIL - plus the key-group prefix as one scalar. The buffers stay small
+(`CHUNK_ROWS` entries per run, in cache) and are written in batches spanning many key groups. Rows
+arrive as Arrow tables or batches sorted by key group (one whole table, or a savepoint read file by
+file: `statekit.format.keyed_stream`); null values (a key without that state) are skipped as the
+general path (`writer.keyed_runs`) skips them, and the bytes are identical to that path's. Files go
+to disk around the page cache (`statekit.format.direct_file`).
 """
 
 from __future__ import annotations

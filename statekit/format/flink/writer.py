@@ -2,11 +2,13 @@
 
 Boundary: the write side of `statekit.format.flink`. Input per operator is a `KeyedLayoutOut`
 (key serializer, states with their exact meta-info bytes, timer queues) with a keyed table
-(``key_group``, ``key``, one column per state) and a timers table, and/or operator states; output
-is a directory Flink 2.x restores (section 7 of `../shared/flink/FORMAT.md`). Keyed entries are
-built column-wise (`values_out`), one state run per key group, the 0x80 flag on each run's last
-entry. `write_keyed_file` is the unit a Spark task runs (one file per key-group range); the
-driver only writes `_metadata` (`metadata_bytes`). Nothing is compressed; every stream is a file.
+(``key_group``, ``key``, one column per state; or a statekit savepoint's `KeyedFiles`, read file
+by file) and a timers table, and/or operator states; output is a directory Flink 2.x restores
+(section 7 of `../shared/flink/FORMAT.md`). Keyed entries are built column-wise (`values_out`), one
+state run per key group, the 0x80 flag on each run's last entry; fixed-width layouts in bulk
+(`regular_out`), with the same bytes. `write_keyed_file` is the unit a Spark task runs (one file
+per key-group range); the driver only writes `_metadata` (`metadata_bytes`). Nothing is
+compressed; every stream is a file.
 """
 
 from __future__ import annotations
@@ -558,5 +560,6 @@ def write_flink_savepoint(target: str | os.PathLike[str], operators: Sequence[Op
             raise InvalidArgumentError(f"operator {op.uid or op.uid_hash} appears twice; each operator appears once.")
         seen.add(op.uid_hash)
     with FlinkStaging(target) as staging:
-        outs = [write_operator(staging, op) for op in operators]
+        with storage_errors(staging.target):  # a full disk is a StorageFullError, the partial output removed
+            outs = [write_operator(staging, op) for op in operators]
         return staging.commit(metadata_bytes(checkpoint_id, outs))
