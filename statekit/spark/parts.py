@@ -22,6 +22,10 @@ job's builder removes; file names are deterministic per bucket, so a retried tas
 files. In a cluster the savepoint's path must be on a filesystem every executor and the driver
 see (as for reading it with Spark).
 
+When nothing but the layout happens to the rows (no task function) and Spark's Parquet writer stores
+every column as declared, `statekit.spark.jvm_parts` writes the parts instead, with no Python pass
+over the rows (same layout and guarantees; this module is its fallback).
+
 To reuse it for another operator layout (e.g. a Flink-format writer), give `write_keyed_parts` a
 `PartPlan` and a task function; `write_table_files` is the per-bucket file writer.
 
