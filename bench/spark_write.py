@@ -223,6 +223,10 @@ def main() -> None:
         SavepointWriter.new_savepoint(spark).with_operator(
             "w", OperatorTransformation.bootstrap_with(small).key_by("key").transform(Balance())).write(out / "warm")
         small.write.parquet(str(out / "warm.parquet"))
+        # and the JVM's code paths of the big writes (shuffle, sort, Parquet, describe): every figure is a
+        # second repetition, as JIT warm-up would otherwise land on whichever write runs first
+        df.write.parquet(str(out / "warm-baseline.parquet"))
+        savepoint("warm-columnar", columnar)()
 
         t_pq = timed(lambda: df.write.parquet(str(out / "baseline.parquet")))
         t_col, rss_col = peak_rss_growth(savepoint("columnar", columnar))
