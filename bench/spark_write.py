@@ -2,7 +2,9 @@
 
 Prints, in one run on one session, for the same 2M-key DataFrame (``key bigint, balance bigint``):
   * ``df.write.parquet`` (the baseline: what writing the data costs at all);
-  * the columnar path, ``key_by("key").columns(ValueStateDescriptor("balance", ...))``;
+  * the columnar path, ``key_by("key").columns(ValueStateDescriptor("balance", ...))`` (Spark's own Parquet
+    writer, `statekit.spark.jvm_parts`), next to its floor in plain Spark: the key group and the shuffle
+    alone (no output), and those plus the sort and Spark's Parquet write;
   * the function path, a `KeyedStateBootstrapFunction` run once per row on the heap backend;
   * ``SavepointWriter.rekey`` of the columnar savepoint (key -> key + 10**9, key groups
     recomputed), against reading its keyed files and writing them back re-keyed with plain Spark,
@@ -91,6 +93,21 @@ def large(spark, n: int, out: Path) -> None:
     print(f"{n:,} keys, two bigint states, spark.driver.memory={spark.conf.get('spark.driver.memory')}: "
           f"{seconds:6.2f}s  {n / seconds / 1e6:6.2f} M rows/s; driver RSS +{growth / 2**20:.0f} MB for "
           f"{state / 2**20:.0f} MB of state ({growth / state:.2f}x)")
+
+
+def layout_floor(spark, df, out: Path, buckets: int) -> tuple[float, float]:
+    """What the columnar layout costs in plain Spark: (key group + shuffle into `buckets` tasks, no output;
+    the same + sort by key group + Spark's Parquet write). Every keyed write needs the shuffle: a key's rows
+    must meet to be checked unique, and files hold contiguous key-group ranges."""
+    from statekit.spark.keygroup_column import key_group_column
+    from statekit.spark.parts import PartPlan, bucket_column
+
+    plan = PartPlan("", "", "bigint", 128, buckets, None, None, 0, "")
+    kg = key_group_column(spark, F.col("key"), 128)
+    shuffled = df.withColumn("key_group", kg).repartition(buckets, bucket_column(plan, "key_group"))
+    t_shuffle = timed(lambda: shuffled.write.format("noop").mode("overwrite").save())
+    t_floor = timed(lambda: shuffled.sortWithinPartitions("key_group").write.parquet(str(out / "floor.parquet")))
+    return t_shuffle, t_floor
 
 
 def timed(fn) -> float:
@@ -209,6 +226,7 @@ def main() -> None:
 
         t_pq = timed(lambda: df.write.parquet(str(out / "baseline.parquet")))
         t_col, rss_col = peak_rss_growth(savepoint("columnar", columnar))
+        t_shuffle, t_floor = layout_floor(spark, df, out, len(Savepoint.open(out / "columnar").keyed_files("accounts")))
         t_fn, rss_fn = peak_rss_growth(savepoint("function", function))
         for name in ("columnar", "function"):
             assert Savepoint.open(out / name).operator("accounts").files and \
@@ -229,6 +247,8 @@ def main() -> None:
         print(f"df.write.parquet (baseline)      : {t_pq:6.2f}s  {n / t_pq / 1e6:6.2f} M rows/s")
         print(f"bootstrap, columnar path         : {t_col:6.2f}s  {n / t_col / 1e6:6.2f} M rows/s  "
               f"ratio {t_pq / t_col:.2f}x of baseline")
+        print(f"  floor: key group + shuffle only: {t_shuffle:6.2f}s (bounds the ratio at {t_pq / t_shuffle:.2f}x); "
+              f"+ sort + Spark's Parquet write: {t_floor:6.2f}s ({t_pq / t_floor:.2f}x)")
         print(f"bootstrap, function path         : {t_fn:6.2f}s  {n / t_fn / 1e6:6.2f} M rows/s  "
               f"ratio {t_pq / t_fn:.2f}x of baseline")
         state = n * (4 + 8 + 8)  # the keyed table in Arrow: key_group int, key bigint, balance bigint

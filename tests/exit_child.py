@@ -6,7 +6,8 @@
 - ``reads SP``: point reads of many files from 16 threads (Parquet pre-buffering on Arrow's pools).
 - ``flink CORPUS SP [mapped]``: Flink savepoints (canonical and native RocksDB) read from threads, then SQL
   over a Flink and a statekit savepoint on DuckDB (DuckDB's threads scanning Arrow tables); ``mapped``:
-  every canonical state file read through a memory mapping, the mapped bytes still referenced at exit.
+  every canonical state file read through a memory mapping in small batches on threads, the mapped
+  bytes still referenced at exit.
 - ``rocksdb OUT RUNTIME_TESTS``: a RocksDB job with checkpoints ending in a final savepoint.
 - ``buffers SP python|arrow``: the bare pattern, without statekit: every Parquet file under SP read
   by 8 threads from memory, held as Python bytes (what statekit did) or in Arrow's own memory.
@@ -49,9 +50,10 @@ def flink(corpus: str, sp_path: str, mode: str = "copied") -> None:
     root = Path(corpus)
     cases = ["long-rocksdb-canonical", "string-rocksdb-native", "string-hashmap-canonical-snappy"]
     if mode == "mapped":
-        from statekit.format.flink import files
+        from statekit.format.flink import files, reader
 
         files.MAP_MIN_BYTES = 0
+        reader.BATCH_BYTES = 1024  # many batches, decoded on threads as a large read's are
         cases = ["long-rocksdb-canonical", "string-rocksdb-native", "string-hashmap-canonical", "tuple2-hashmap-canonical"]
         h = Savepoint.open(root / cases[2] / "savepoint").flink.metadata.operators
         state = next(st.managed_keyed for op in h for st in op.subtasks if st.managed_keyed is not None)

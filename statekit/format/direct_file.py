@@ -80,16 +80,17 @@ class DirectFile:
 
     def _write_block(self, n: int) -> None:
         """Write the first `n` bytes of the block (a multiple of ALIGN) directly; on refusal, buffered."""
-        view = memoryview(self._map)[:n]
-        try:
-            done = os.write(self.fd, view)
-        except OSError as exc:
-            if exc.errno != errno.EINVAL:
-                raise
-            done = 0
-        if done < n:  # refused (EINVAL: alignment the device wants) or short: continue without O_DIRECT
-            self._to_buffered()
-            self._writev([view[done:]])
+        with memoryview(self._map) as whole, whole[:n] as view:
+            try:
+                done = os.write(self.fd, view)
+            except OSError as exc:
+                if exc.errno != errno.EINVAL:
+                    raise
+                done = 0
+            if done < n:  # refused (EINVAL: alignment the device wants) or short: continue without O_DIRECT
+                self._to_buffered()
+                with view[done:] as rest:
+                    self._writev([rest])
         self._fill = 0
 
     def _to_buffered(self) -> None:
@@ -138,7 +139,10 @@ class DirectFile:
         os.close(self.fd)
         if hasattr(self, "_map"):
             del self._block
-            self._map.close()
+            try:
+                self._map.close()
+            except BufferError:  # a view still held by a traceback being handled: freed with it
+                pass
 
     def __enter__(self) -> "DirectFile":
         return self

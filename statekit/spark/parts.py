@@ -42,7 +42,7 @@ from typing import Callable, Iterable, Iterator, Literal
 
 import numpy as np
 import pyarrow as pa
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
 
@@ -58,6 +58,7 @@ __all__ = [
     "PART_SCHEMA",
     "PartPlan",
     "TaskFunction",
+    "bucket_column",
     "entries_from",
     "merge_states",
     "partition_values",
@@ -154,6 +155,13 @@ def partition_values(n: int) -> list[int]:
     return [int(x) for x in values if x is not None]
 
 
+def bucket_column(plan: PartPlan, kg: str = KEY_GROUP) -> Column:
+    """The value to ``repartition(plan.buckets, ...)`` by that sends key group column `kg`'s bucket ``b`` to partition ``b``."""
+    lookup = partition_values(plan.buckets)
+    bucket = F.expr(f"(`{kg}` * {plan.buckets}) div {plan.max_parallelism}").cast("int")
+    return F.element_at(F.array(*[F.lit(int(v)) for v in lookup]), bucket + 1)
+
+
 def _with_buckets(df: DataFrame, key_col: str, plan: PartPlan) -> DataFrame:
     """`df` with `KEY_GROUP`, shuffled so that each bucket is one task.
 
@@ -169,9 +177,7 @@ def _with_buckets(df: DataFrame, key_col: str, plan: PartPlan) -> DataFrame:
     if jvm_hashable(df, key_col, plan.key_type):
         kg_col = key_group_column(df.sparkSession, F.col(f"`{key_col}`"), plan.max_parallelism)
     if kg_col is not None:
-        bucket = F.expr(f"(`{KEY_GROUP}` * {plan.buckets}) div {plan.max_parallelism}").cast("int")
-        part = F.element_at(F.array(*[F.lit(int(v)) for v in lookup]), bucket + 1)
-        return df.withColumn(KEY_GROUP, kg_col).repartition(plan.buckets, part)
+        return df.withColumn(KEY_GROUP, kg_col).repartition(plan.buckets, bucket_column(plan))
     key_type, max_parallelism = plan.key_type, plan.max_parallelism
 
     def add(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -333,6 +339,12 @@ def write_keyed_parts(df: DataFrame, key_col: str, plan: PartPlan, task: TaskFun
     `KEY_GROUP`) to ``task`` and writes what it returns. A null key raises `NullKeyError`
     (`null_keys`, given a batch holding one, may raise a better one).
     """
+    if task is None and not timers and check_unique is None:  # nothing but the layout: Spark's own writer
+        from statekit.spark.jvm_parts import write_keyed_parts_jvm
+
+        written = write_keyed_parts_jvm(df, key_col, plan)
+        if written is not None:
+            return written
     return _run(df, key_col, plan, task or _identity(key_col, timers=timers), check_unique, null_keys)[0]
 
 
@@ -388,6 +400,12 @@ def write_grouped_parts(df: DataFrame, plan: PartPlan) -> list[FileEntry]:
     savepoint's keyed table as statekit's data source reads it (one task per group of files),
     transformed row by row. File names carry their key-group range, so tasks never collide.
     """
+    from statekit.spark.jvm_parts import write_grouped_parts_jvm
+
+    written = write_grouped_parts_jvm(df, plan)
+    if written is not None:
+        return written
+
     def write(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         entries = write_task_output(task_table(batches), None, plan)
         if entries:

@@ -95,7 +95,10 @@ def evolve_with_spark(spark: SparkSession, builder: SavepointBuilder, source: Sa
         keyed = keyed.select(*[F.col(f"`{c}`") for c in keep])
         if grouped:
             assert writer.max_parallelism == meta.max_parallelism, "key groups of another max parallelism"
-            entries += P.write_grouped_parts(keyed, plan)
+            from statekit.spark.jvm_parts import one_file_per_partition
+
+            with one_file_per_partition(spark):  # a Parquet scan's partitions are whole files
+                entries += P.write_grouped_parts(keyed, plan)
         else:
             entries += P.write_keyed_parts(keyed, "key", plan)
     if meta.files_of("timers"):
@@ -113,6 +116,29 @@ def _null_key_refusal(what: str) -> Callable[[pa.RecordBatch], None]:
         raise NullKeyError(f"{what}: {named} to a null key; keys are never null. Map it to a value.")
 
     return refuse
+
+
+def _rekey_in_jvm(keyed: DataFrame, plan: P.PartPlan, what: str) -> list[FileEntry] | None:
+    """Re-keyed rows written by Spark's Parquet writer (`jvm_parts`), or None when it cannot write them.
+
+    A null new key or two old keys that became one fail the job; a query of the old keys then names them
+    (as `_rekey_task` does), reading only what the error needs."""
+    from statekit.spark.jvm_parts import write_keyed_parts_jvm
+
+    def duplicate(new: Any) -> None:
+        before = [r[0] for r in keyed.where(F.col("key") == F.lit(new)).select(_OLD).limit(2).collect()]
+        if len(before) == 2:
+            raise DuplicateKeyError(
+                f"{what}: keys {before[0]!r} and {before[1]!r} both become {new!r}, and a key holds one "
+                "row of state. Merge their state first (read_keyed_state, aggregate, bootstrap) or map them apart."
+            )
+
+    try:
+        return write_keyed_parts_jvm(keyed.drop(_OLD), "key", plan, duplicate=duplicate)
+    except NullKeyError:
+        old = keyed.where(F.col("key").isNull()).select(_OLD).limit(1).collect()
+        named = f"key {old[0][0]!r} maps" if old else "a key maps"
+        raise NullKeyError(f"{what}: {named} to a null key; keys are never null. Map it to a value.") from None
 
 
 def _rekey_task(namespaced: bool, what: str, states: list[str], merge: Any) -> P.TaskFunction:
@@ -213,7 +239,11 @@ def rekey_with_spark(spark: SparkSession, builder: SavepointBuilder, source: Sav
     plan = _plan(spark, builder, writer)
     task = _rekey_task(meta.namespace_type is not None, what, states, merge)
     refuse = _null_key_refusal(what)
-    entries = P.write_keyed_parts(keyed, "key", plan, task, null_keys=refuse)
+    entries = None
+    if merge is None and meta.namespace_type is None:  # Spark's own writer; errors named by a small query
+        entries = _rekey_in_jvm(keyed, plan, what)
+    if entries is None:
+        entries = P.write_keyed_parts(keyed, "key", plan, task, null_keys=refuse)
     if timers is not None:
         entries += P.write_keyed_parts(timers, "key", plan, timers=True, null_keys=refuse)
     writer.add_files(entries)

@@ -290,8 +290,8 @@ class SavepointWriter:
     def _evolved_frame(self, entry: _Entry, *, grouped: bool) -> DataFrame:
         """The entry's keyed table after its state transforms, a Spark DataFrame (Python functions per Arrow batch).
 
-        `grouped`: read through statekit's data source with ``key_group`` (one task per group of
-        files, so partitions hold disjoint key-group ranges and the result is written without a shuffle).
+        `grouped`: read with ``key_group`` so that partitions hold disjoint key-group ranges (whole
+        files) and the result is written without a shuffle (`parts.write_grouped_parts`).
         """
 
         from statekit.savepoint.evolve import apply_python_transforms
@@ -301,7 +301,9 @@ class SavepointWriter:
         assert self.source is not None and entry.existing is not None
         meta = entry.existing
         reader = SavepointReader(self.spark, self.source)
-        df = reader.read_keyed_state(meta.identifier, with_key_group=True, engine="statekit") if grouped \
+        # grouped: Spark's Parquet scan when it can, read one file per partition while writing
+        # (`jvm_parts.one_file_per_partition`), or statekit's data source (one task per group of files)
+        df = reader.read_keyed_state(meta.identifier, with_key_group=True) if grouped \
             else reader.read_keyed_state(meta.identifier)  # fmt: skip
         done: list[StateTransform] = []
         for t in entry.transforms:

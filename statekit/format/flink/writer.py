@@ -560,5 +560,6 @@ def write_flink_savepoint(target: str | os.PathLike[str], operators: Sequence[Op
             raise InvalidArgumentError(f"operator {op.uid or op.uid_hash} appears twice; each operator appears once.")
         seen.add(op.uid_hash)
     with FlinkStaging(target) as staging:
-        outs = [write_operator(staging, op) for op in operators]
+        with storage_errors(staging.target):  # a full disk is a StorageFullError, the partial output removed
+            outs = [write_operator(staging, op) for op in operators]
         return staging.commit(metadata_bytes(checkpoint_id, outs))

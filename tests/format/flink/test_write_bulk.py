@@ -223,3 +223,24 @@ def test_a_damaged_file_read_ahead_is_refused_and_nothing_is_written(tmp_path):
     with pytest.raises(ChecksumMismatchError, match=e.path):
         write_flink(src, tmp_path / "out")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["sk"]
+
+
+def test_a_full_disk_is_a_storage_full_error_and_nothing_is_left(tmp_path, monkeypatch):
+    import errno
+
+    from statekit.errors import StorageFullError
+
+    src = build(tmp_path / "sk", max_parallelism=128, parallelism=2, rows_per_file=400)
+    monkeypatch.setattr(D, "BLOCK", D.ALIGN)
+    real, calls = D.os.write, []
+
+    def write(fd, data):
+        calls.append(fd)
+        if len(calls) > 3:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(fd, data)
+
+    monkeypatch.setattr(D.os, "write", write)
+    with pytest.raises(StorageFullError, match="no space left"):
+        write_flink(src, tmp_path / "out")
+    assert len(calls) > 3 and sorted(p.name for p in tmp_path.iterdir()) == ["sk"]
