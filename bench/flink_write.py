@@ -5,7 +5,8 @@ The shape of Flink's own anchor (`../shared/flink/generator/bench.sh`): N Long k
 
   * Java: `Bench bootstrap` (SavepointWriter from ``fromSequence``, HashMap backend), one JVM, -Xmx8g;
   * Spark: ``SavepointWriter.new_savepoint(spark).with_operator("bench", key_by("key").columns(a, b))
-    .write(out, format="flink")`` from ``spark.range(N)`` (state files written by Spark tasks);
+    .write(out, format="flink")`` from ``spark.range(N)`` (state files written by Spark tasks, in the JVM:
+    `statekit.spark.flink_jvm`);
   * local: ``write_flink`` (what ``statekit convert --to flink`` runs) of the same state from a statekit
     savepoint, in-process, and the whole ``statekit convert --to flink`` command as a fresh process.
 

@@ -7,7 +7,8 @@ key group, and reports where each (key group, state) run lies; then one task per
 concatenates the runs of its key-group range from every fragment into the subtask's Flink file,
 flags each run's last entry and checks that no key appears twice. Only run positions (O(fragments
 x key groups)) reach the driver, which writes `_metadata`. Other layouts take the general path
-(`statekit.spark.flink_writer`).
+(`statekit.spark.flink_writer`). With a JDK, `statekit.spark.flink_jvm` writes these bootstraps (and
+String keys and values) inside Spark's JVM instead; this path is the one without it.
 """
 
 from __future__ import annotations

@@ -23,6 +23,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from statekit.errors import SavepointWriteError
 from statekit.format.files import remove_tree, storage_errors
 from statekit.format.flink.writer import KeyedLayoutOut, OperatorOut, SubtaskOut
 from statekit.keygroups import key_group_range
@@ -114,6 +115,11 @@ def write_jvm(df: DataFrame, key_col: str, columns: list[tuple[str, str]], layou
     for line in lines:
         sub, name, size, offsets = line.split("\t")
         s = int(sub)
+        with storage_errors(staging_dir):
+            written = (staging_dir / name).stat().st_size
+        if written != int(size):  # every task wrote its part of each file: all of them must be there
+            raise SavepointWriteError(f"the keyed file of subtask {s} of {uid or uid_hash} has {written} bytes, "
+                                      f"not {size}; nothing was published. Retry the write.")
         out.subtasks[s].keyed = (key_group_range(maxp, parallelism, s).start, [int(o) for o in offsets.split(",")],
                                  name, int(size))
     return out

@@ -112,6 +112,18 @@ def test_many_partitions_read_back_and_bad_input_is_typed(spark, tmp_path):
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no staging or scratch left behind
 
 
+def test_plans_a_barrier_stage_refuses_are_shuffled_first(spark, tmp_path):
+    """A coalesce or a union gives an RDD chain Spark runs in no barrier stage: the writer repartitions it once."""
+    a = spark.range(0, 400, 1, numPartitions=2).selectExpr("id AS k", "id * 3 AS a")
+    b = spark.range(400, 700, 1, numPartitions=1).selectExpr("id AS k", "id * 3 AS a")
+    for name, df in (("coalesced", a.coalesce(1)), ("union", a.union(b))):
+        t = OperatorTransformation.bootstrap_with(df, parallelism=2).key_by("k").columns(
+            ValueStateDescriptor("a", "bigint"))
+        out = SavepointWriter.new_savepoint(spark).with_operator("op", t).write(tmp_path / name, format="flink")
+        got = {r["key"]: r["a"] for r in Savepoint.open(out).keyed_table("op").to_pylist()}
+        assert got == {i: 3 * i for i in range(400 if name == "coalesced" else 700)}
+
+
 def test_other_layouts_and_types_take_the_other_paths(spark, tmp_path):
     df = spark.range(0, 50, 1, numPartitions=2).selectExpr("id AS k", "CAST(id AS INT) AS a", "array(id) AS l")
     t = OperatorTransformation.bootstrap_with(df).key_by("k").columns(ValueStateDescriptor("a", "bigint"))

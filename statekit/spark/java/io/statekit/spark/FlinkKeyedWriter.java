@@ -6,8 +6,11 @@ import java.io.IOException;
 import java.io.Serializable;
 import java.nio.ByteBuffer;
 import java.nio.channels.FileChannel;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
 import java.nio.file.Path;
 import java.nio.file.Paths;
+import java.nio.file.StandardCopyOption;
 import java.nio.file.StandardOpenOption;
 import java.util.ArrayList;
 import java.util.Arrays;
@@ -228,7 +231,7 @@ public final class FlinkKeyedWriter {
                         .append(keyAt[g + 1]);
                 }
             }
-            String[] all = ctx.allGather(me + "\t" + msg);
+            String[] all = exchange(ctx, me, me + "\t" + msg);
             int tasks = all.length;
             long[][] byTask = new long[tasks][maxParallelism * states];
             long[][][] keyRuns = new long[maxParallelism][][];
@@ -309,21 +312,13 @@ public final class FlinkKeyedWriter {
                     }
                     sizes[s] = pos;
                 }
+                // each task makes the files it wrote durable: a file's force() flushes every task's bytes in it, so
+                // once all tasks are done (the driver's collect) every byte is on disk; the driver checks the sizes
                 for (FileChannel c : open.values()) {
+                    c.force(true);
                     c.close();
                 }
                 open.clear();
-                ctx.barrier(); // every task's bytes are in the files: each is made durable once
-                for (int s = me; s < parallelism; s += tasks) {
-                    try (FileChannel c = FileChannel.open(Paths.get(dir, names[s]), StandardOpenOption.CREATE,
-                            StandardOpenOption.WRITE)) {
-                        if (c.size() != sizes[s]) {
-                            throw new IOException("file of subtask " + s + " has " + c.size() + " bytes, not "
-                                + sizes[s]);
-                        }
-                        c.force(true);
-                    }
-                }
             } catch (IOException e) {
                 throw ioError(Paths.get(dir), e);
             } finally {
@@ -345,6 +340,44 @@ public final class FlinkKeyedWriter {
                 out.add(line.toString());
             }
             return CollectionConverters.asScala(out.iterator());
+        }
+
+        /**
+         * Every task's message, this one's included: what {@code allGather} does, through files in the scratch
+         * directory, because Spark's barrier sync answers in steps of one second. The barrier stage still runs every
+         * task at once (so none waits for a task not started) and fails them all together.
+         */
+        private String[] exchange(BarrierTaskContext ctx, int me, String msg) {
+            int tasks = ctx.getTaskInfos().length;
+            String prefix = "counts-" + ctx.stageAttemptNumber() + "-";
+            Path tmp = Paths.get(scratch, prefix + me + ".tmp");
+            try {
+                Files.write(tmp, msg.getBytes(StandardCharsets.UTF_8));
+                Files.move(tmp, Paths.get(scratch, prefix + me), StandardCopyOption.ATOMIC_MOVE);
+                String[] out = new String[tasks];
+                int got = 0;
+                while (got < tasks) {
+                    for (int t = 0; t < tasks; t++) {
+                        Path p = Paths.get(scratch, prefix + t);
+                        if (out[t] == null && Files.exists(p)) {
+                            out[t] = new String(Files.readAllBytes(p), StandardCharsets.UTF_8);
+                            got++;
+                        }
+                    }
+                    if (got < tasks) {
+                        if (ctx.isInterrupted()) {
+                            throw new IllegalStateException("task killed while waiting for the other tasks");
+                        }
+                        Thread.sleep(2);
+                    }
+                }
+                return out;
+            } catch (IOException e) {
+                throw ioError(tmp, e);
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+                throw new IllegalStateException("interrupted while waiting for the other tasks", e);
+            }
         }
 
         private void write(Map<Integer, FileChannel> open, int s, ByteBuffer b, long pos) throws IOException {
