@@ -491,10 +491,12 @@ public final class FlinkKeyedWriter {
 
     static RuntimeException ioError(Path path, IOException e) {
         String msg = String.valueOf(e.getMessage());
-        String cls = msg.contains("No space left") || msg.contains("Disk quota") ? "StorageFullError"
-            : "SavepointWriteError";
-        return error(cls, "writing " + path + " failed: " + e + "; nothing was published. Free space or check the "
-            + "target's file system, then retry.");
+        if (msg.contains("No space left") || msg.contains("Disk quota")) {  // worded as statekit.format.files words it
+            return error("StorageFullError", "no space left while writing " + path + " (" + e + "); nothing was "
+                + "published and the partial output was removed. Free space (or raise the quota) and retry.");
+        }
+        return error("SavepointWriteError", "writing " + path + " failed: " + e + "; nothing was published. Check "
+            + "the target's file system, then retry.");
     }
 
 }
