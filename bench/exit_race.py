@@ -55,20 +55,6 @@ runpy.run_path(sys.argv[0], run_name="__main__")
 """
 
 
-def _savepoint(path: Path) -> Path:
-    import pyarrow as pa
-
-    from statekit.savepoint import SavepointBuilder
-    from statekit.state import ValueStateDescriptor
-
-    n = 60_000
-    with SavepointBuilder(path, rows_per_file=1_000) as b:
-        op = b.add_operator("accounts", parallelism=1, max_parallelism=128, key_type="string",
-                            keyed_states=[ValueStateDescriptor("balance", "double")])
-        op.write_keyed(pa.table({"key": [f"user-{i:06d}" for i in range(n)], "balance": [float(i) for i in range(n)]}))
-    return path
-
-
 def _run(pattern: str, args: list[str], cwd: Path) -> subprocess.CompletedProcess:
     prefix = [sys.executable, "-c", OLD_PATTERN] if pattern == "old" else [sys.executable]
     return subprocess.run(prefix + [str(CHILD), *args], cwd=cwd, capture_output=True, text=True, timeout=600,
@@ -84,7 +70,8 @@ def main() -> None:
     opts = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="exit-race-") as tmp:
         root = Path(tmp)
-        sp = _savepoint(root / "sp")
+        sp = root / "sp"
+        subprocess.run([sys.executable, str(CHILD), "savepoint", str(sp)], check=True)
         print(f"load: {os.getloadavg()[0]:.1f} (1-min average), {os.cpu_count()} CPUs, {opts.jobs} processes at a time")
         totals = {}
         for workload in opts.workloads.split(","):

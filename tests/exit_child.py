@@ -8,6 +8,7 @@
   over a Flink and a statekit savepoint on DuckDB (DuckDB's threads scanning Arrow tables); ``mapped``:
   every canonical state file read through a memory mapping in small batches on threads, the mapped
   bytes still referenced at exit.
+- ``savepoint SP``: writes the statekit savepoint of many small files that the other workloads read.
 - ``rocksdb OUT RUNTIME_TESTS``: a RocksDB job with checkpoints ending in a final savepoint.
 - ``buffers SP python|arrow``: the bare pattern, without statekit: every Parquet file under SP read
   by 8 threads from memory, held as Python bytes (what statekit did) or in Arrow's own memory.
@@ -107,7 +108,20 @@ def buffers(sp_path: str, memory: str) -> None:
     print(len(files))
 
 
-WORKLOADS = {"reads": reads, "flink": flink, "rocksdb": rocksdb, "buffers": buffers}
+def savepoint(sp_path: str) -> None:
+    import pyarrow as pa
+
+    from statekit.savepoint import SavepointBuilder
+    from statekit.state import ValueStateDescriptor
+
+    n = 60_000
+    with SavepointBuilder(Path(sp_path), rows_per_file=1_000) as b:
+        op = b.add_operator("accounts", parallelism=1, max_parallelism=128, key_type="string",
+                            keyed_states=[ValueStateDescriptor("balance", "double")])
+        op.write_keyed(pa.table({"key": [f"user-{i:06d}" for i in range(n)], "balance": [float(i) for i in range(n)]}))
+
+
+WORKLOADS = {"savepoint": savepoint, "reads": reads, "flink": flink, "rocksdb": rocksdb, "buffers": buffers}
 
 if __name__ == "__main__":
     WORKLOADS[sys.argv[1]](*sys.argv[2:])
