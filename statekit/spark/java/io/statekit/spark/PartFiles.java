@@ -2,14 +2,12 @@ package io.statekit.spark;
 
 import java.io.IOException;
 import java.io.Serializable;
-import java.nio.ByteBuffer;
 import java.nio.channels.FileChannel;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Paths;
 import java.nio.file.StandardOpenOption;
 import java.util.Arrays;
 import java.util.List;
-import java.util.zip.CRC32;
 
 import org.apache.hadoop.conf.Configuration;
 import org.apache.hadoop.fs.Path;
@@ -61,17 +59,11 @@ public final class PartFiles implements Function<String, String>, Serializable {
 
     @Override
     public String call(String path) throws IOException {
-        CRC32 crc = new CRC32();
-        long size = 0;
+        long checksum;
+        long size;
         try (FileChannel ch = FileChannel.open(Paths.get(path), StandardOpenOption.READ)) {
-            ByteBuffer buf = ByteBuffer.allocateDirect(8 << 20);
-            int n;
-            while ((n = ch.read(buf)) >= 0) {
-                buf.flip();
-                crc.update(buf);
-                size += n;
-                buf.clear();
-            }
+            checksum = SavepointFiles.crc32(ch);
+            size = ch.position(); // the bytes just checksummed
             ch.force(true); // durable before the manifest naming it is
         }
         Configuration conf = new Configuration(false);
@@ -102,7 +94,7 @@ public final class PartFiles implements Function<String, String>, Serializable {
                 duplicate = duplicateKey(reader);
             }
         }
-        return path + "\t" + rows + "\t" + size + "\t" + String.format("%08x", crc.getValue()) + "\t"
+        return path + "\t" + rows + "\t" + size + "\t" + String.format("%08x", checksum) + "\t"
             + (lo == null ? 0 : lo) + "\t" + (hi == null ? 0 : hi) + "\t" + duplicate;
     }
 

@@ -141,18 +141,23 @@ final class SavepointFiles {
     }
 
     private String crc32(Path full, Entry e) {
-        CRC32 crc = new CRC32();
-        ByteBuffer buffer = ByteBuffer.allocateDirect(1 << 20);
         try (FileChannel channel = FileChannel.open(full, StandardOpenOption.READ)) {
-            while (channel.read(buffer) >= 0) {
-                buffer.flip();
-                crc.update(buffer);
-                buffer.clear();
-            }
+            return String.format("crc32:%08x", crc32(channel));
         } catch (IOException io) {
             throw new StatekitException("CorruptSavepointError", root + ": file " + e.path()
                 + " cannot be read (" + io + "). Restore the file or use another savepoint.");
         }
-        return String.format("crc32:%08x", crc.getValue());
+    }
+
+    /** The CRC-32 of the channel's bytes from its position to its end (the manifest's checksum of a file). */
+    static long crc32(FileChannel channel) throws IOException {
+        CRC32 crc = new CRC32();
+        ByteBuffer buffer = ByteBuffer.allocateDirect(8 << 20);
+        while (channel.read(buffer) >= 0) {
+            buffer.flip();
+            crc.update(buffer);
+            buffer.clear();
+        }
+        return crc.getValue();
     }
 }
