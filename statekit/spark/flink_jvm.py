@@ -72,9 +72,9 @@ def jvm_writable(df: DataFrame, key_col: str, columns: list[tuple[str, str]], la
     by_name = {s.column: s for s in layout.states}
     if any(not _exact(df, c, by_name[name].value.kind) for c, name in columns):
         return False
-    from statekit.spark.keygroup_column import _unavailable
+    from statekit.spark.keygroup_column import jvm_classes_unavailable
 
-    return _unavailable(df.sparkSession) is None  # loads and ships statekit's classes (the key-group UDF's jar)
+    return jvm_classes_unavailable(df.sparkSession) is None  # loads and ships statekit's classes (the key-group UDF's jar)
 
 
 def write_jvm(df: DataFrame, key_col: str, columns: list[tuple[str, str]], layout: KeyedLayoutOut,

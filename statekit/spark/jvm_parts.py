@@ -95,9 +95,9 @@ def jvm_unavailable(df: DataFrame, columns: dict[str, str], schema: pa.Schema) -
     """
     from pyspark.sql.pandas.types import from_arrow_type
 
-    from statekit.spark.keygroup_column import _unavailable
+    from statekit.spark.keygroup_column import jvm_classes_unavailable
 
-    reason = _unavailable(df.sparkSession)
+    reason = jvm_classes_unavailable(df.sparkSession)
     if reason is not None:
         return reason
     if sorted(columns.values()) != sorted(df.columns):

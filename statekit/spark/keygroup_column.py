@@ -24,7 +24,7 @@ from pyspark.sql.types import DataType
 
 from statekit.types import parse_ddl
 
-__all__ = ["UDF_CLASS", "key_group_column", "jvm_hashable"]
+__all__ = ["UDF_CLASS", "jvm_classes_unavailable", "jvm_hashable", "key_group_column"]
 
 UDF_CLASS = "io.statekit.spark.KeyGroupUdf"
 UDF_NAME = "statekit_key_group"
@@ -57,7 +57,8 @@ def _same(a: DataType, b: DataType) -> bool:
     return type(a) is type(b)
 
 
-def _unavailable(spark: SparkSession) -> str | None:
+def jvm_classes_unavailable(spark: SparkSession) -> str | None:
+    """None when statekit's JVM classes are loaded and shipped in `spark`'s session, else why not (warned once)."""
     jsession = getattr(spark, "_jsparkSession", None)
     if jsession is None:
         return "Spark Connect sessions cannot load statekit's JVM classes from the client"
@@ -88,7 +89,7 @@ def key_group_column(spark: SparkSession, key: Column, max_parallelism: int) -> 
 
     `key` must already have the Spark type of its declared key type (see `jvm_hashable`).
     """
-    if _unavailable(spark) is not None:
+    if jvm_classes_unavailable(spark) is not None:
         return None
     from pyspark.sql.classic.column import Column as ClassicColumn
     from pyspark.sql.classic.column import _to_seq
