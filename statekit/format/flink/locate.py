@@ -79,6 +79,14 @@ class Run:
         """One fixed-width field of every entry (at `offset` from the entry start) as a strided view, no copy."""
         return field_view(buf, self.pos + offset, self.count, self.stride, dtype)
 
+    def entries(self, idx: np.ndarray | None = None) -> "Entries":
+        """The positions of the run's entries (those at `idx` only, if given)."""
+        i = np.arange(self.count, dtype=np.int64) if idx is None else idx.astype(np.int64)
+        pos = self.pos + i * self.stride
+        n = len(i)
+        return Entries(np.full(n, self.chain, np.int64), np.full(n, self.sid, np.int64), pos + 4,
+                       np.full(n, self.klen, np.int64), pos + 8 + self.klen, np.full(n, self.vlen, np.int64))
+
 
 def field_view(buf: np.ndarray, pos: int, count: int, stride: int, dtype: str) -> np.ndarray:
     """`count` values of `dtype` at ``pos + i * stride`` in `buf`, as a zero-copy (unaligned) strided array."""
@@ -114,12 +122,7 @@ class Entries:
 
     @staticmethod
     def of_runs(runs: list[Run]) -> "Entries":
-        parts = []
-        for r in runs:
-            pos = r.pos + np.arange(r.count, dtype=np.int64) * r.stride
-            parts.append(Entries(np.full(r.count, r.chain, np.int64), np.full(r.count, r.sid, np.int64), pos + 4,
-                                 np.full(r.count, r.klen, np.int64), pos + 8 + r.klen, np.full(r.count, r.vlen, np.int64)))
-        return Entries.concat(parts)
+        return Entries.concat([r.entries() for r in runs])
 
 
 @dataclass

@@ -9,15 +9,15 @@ must answer (non-canonical handles, namespaced state).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
 from statekit.format.flink.binary import DataInput
 from statekit.format.flink.keyed import group_entries, value_width
-from statekit.format.flink.locate import DecodeStats, locate
+from statekit.format.flink.locate import DecodeStats, Entries, Located, field_view, locate
 from statekit.format.flink.metadata import KeyGroupsHandle, OperatorState
-from statekit.format.flink.values import gather_fixed, reader
+from statekit.format.flink.values import reader
 
 
 def lookup(fr: Any, op: OperatorState, key_bytes: bytes, kg: int, stats: DecodeStats) -> Any:
@@ -49,8 +49,14 @@ def lookup(fr: Any, op: OperatorState, key_bytes: bytes, kg: int, stats: DecodeS
     located = locate(buf, np.array([0]), np.array([len(buf)]), where, stats, chain_kg=np.array([kg]), prefix_bytes=P,
                      value_width=value_width(lay))
     groups = group_entries(located, np.zeros(1, np.int64), [dict(enumerate(proxy.states))], where)
-    want = np.frombuffer(key_bytes, np.uint8)
     n = len(key_bytes)
+    hits: list[np.ndarray] = []
+
+    def key_at() -> np.ndarray:  # where the key (and the VoidNamespace byte) starts a key, if anywhere: one search
+        if not hits:
+            hay = data if isinstance(data, bytes) else buf.tobytes()
+            hits.append(np.array([i - P for i in _occurrences(hay, key_bytes + b"\x00") if i >= P], np.int64))
+        return hits[0]
     out: dict[str, Any] = {}
     found = False
     mv = buf.data
@@ -58,15 +64,11 @@ def lookup(fr: Any, op: OperatorState, key_bytes: bytes, kg: int, stats: DecodeS
         meta = g.meta
         if meta.is_timer:
             continue
-        e = g.entries(located)
         is_map = meta.keyed_kind == "map"
-        fits = (e.klen > P + n + 1) if is_map else (e.klen == P + n + 1)  # + VoidNamespace byte
-        cand = np.flatnonzero(fits)
-        if len(cand):
-            same = (gather_fixed(buf, e.kp[cand] + P, n) == want).all(axis=1)
-            cand = cand[same]
-        if not len(cand):
+        e = _matching(buf, key_at, located, g, P, n, key_bytes, is_map)
+        if not len(e):
             continue
+        cand = np.arange(len(e))
         found = True
         t = meta.value_type
         if is_map:
@@ -100,6 +102,48 @@ def lookup(fr: Any, op: OperatorState, key_bytes: bytes, kg: int, stats: DecodeS
             out[name] = _reader_or_bytes(t)(DataInput(mv, where, pos=vs, end=ve), ve)
     stats.states.setdefault("key", "lookup")  # type: ignore[union-attr]
     return out if found else None
+
+
+def _matching(buf: np.ndarray, key_at: Callable[[], np.ndarray], located: Located, g: Any, P: int, n: int,
+              key_bytes: bytes, is_map: bool) -> Entries:
+    """The entries of state group `g` whose key (after the `P` key-group bytes) is `key_bytes`.
+
+    Strided runs are compared in place through one strided view of their key bytes (no per-entry
+    positions are built for the ~N/max-parallelism entries of the key group); scanned and walked
+    entries through their positions.
+    """
+    klen = P + n + 1  # + the VoidNamespace byte
+
+    def fits(lengths: np.ndarray) -> np.ndarray:
+        return lengths > klen if is_map else lengths == klen
+
+    found: list[Entries] = []
+    # equal bytes <=> equal values of one dtype of their width (unsigned ints, else opaque bytes)
+    dtype = f"u{n}" if n in (1, 2, 4, 8) else f"V{n}"
+    for r in g.runs:
+        if fits(np.array([r.klen]))[0]:
+            keys = field_view(buf, r.pos + 4 + P, r.count, r.stride, dtype)
+            found.append(r.entries(np.flatnonzero(keys == np.frombuffer(key_bytes, dtype)[0])))
+    rest_parts = list(g.pieces or [])
+    if len(g.chained):
+        rest_parts.append(located.chained.take(g.chained))
+    rest = Entries.concat(rest_parts)
+    if len(rest):
+        # Where the key's bytes occur at all (a substring search, usually one hit per state), then
+        # which of those are located entries' keys: no per-entry gather over the key group.
+        at = key_at()
+        cand = np.flatnonzero(np.isin(rest.kp, at) & fits(rest.klen)) if len(at) else np.zeros(0, np.int64)
+        found.append(rest.take(cand))
+    return Entries.concat(found)
+
+
+def _occurrences(hay: bytes, needle: bytes) -> list[int]:
+    """Every start of `needle` in `hay` (overlapping ones included)."""
+    out, i = [], hay.find(needle)
+    while i >= 0:
+        out.append(i)
+        i = hay.find(needle, i + 1)
+    return out
 
 
 def _reader_or_bytes(t: Any):

@@ -113,3 +113,25 @@ def test_value_length_scan_finds_what_the_key_group_scan_finds(tmp_path: Path) -
             # a wrong value width never proves a chain
             assert L._scan_value_lengths(buf, o + 2, lim, h.start + i, 1, 0, sid, 4) is None
     assert found > 100
+
+
+def test_get_matches_whole_keys_only_when_a_key_hides_inside_another(tmp_path: Path) -> None:
+    # Flink writes "key-7" as 06 'key-7' and the VoidNamespace byte 00: the bytes of that key (and its
+    # namespace byte) also occur inside the key "a\x06key-7", at a position where no entry starts.
+    hidden = [f"a\x06key-{i}" for i in range(0, N, 3)]
+    keys = [f"key-{i}" for i in range(N) if i % 3] + hidden  # "key-0", "key-3", ... exist only inside others
+    path = _flink_savepoint(tmp_path, keys, "string")
+    sp = Savepoint.open(path)
+    for i, k in enumerate(keys):
+        assert sp.get("bench", k) == {"a": i, "b": 2 * i + 1}, k
+    for i in range(0, N, 3):
+        assert sp.get("bench", f"key-{i}") is None
+    assert "lookup" in sp.stats.describe()
+
+
+def test_get_of_long_keys_compares_keys_in_place(tmp_path: Path) -> None:
+    keys = list(range(N))
+    sp = Savepoint.open(_flink_savepoint(tmp_path, keys, "bigint"))
+    for k in (0, 1, N // 2, N - 1):
+        assert sp.get("bench", k) == {"a": k, "b": 2 * k + 1}
+    assert sp.get("bench", N) is None and sp.get("bench", -1) is None
