@@ -30,6 +30,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from processes import installed_env  # bench/ is on sys.path when run as a script
+
 GENERATOR = Path(os.environ.get("STATEKIT_FLINK_GENERATOR", "/work/shared/flink/generator"))
 CACHE = Path(os.environ.get("STATEKIT_FLINK_BENCH_DIR", Path.home() / ".cache" / "statekit" / "flink-bench"))
 JAVA_OPTS = os.environ.get("BENCH_JAVA_OPTS", "-Xmx6g")
@@ -83,6 +85,7 @@ def savepoint(kind: str, n: int) -> Path:
 
 
 CPU = {"user": 0.0, "sys": 0.0}  # the CPU time of the last `whole_process` child
+ENV = installed_env()  # children run as an installed statekit does (bytecode cached; see bench/processes.py)
 
 
 def whole_process(code: str) -> float:
@@ -90,7 +93,7 @@ def whole_process(code: str) -> float:
 
     r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
-    subprocess.run([sys.executable, "-c", code], check=True)
+    subprocess.run([sys.executable, "-c", code], check=True, env=ENV)
     dt = time.perf_counter() - t0
     r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     CPU.update(user=r1.ru_utime - r0.ru_utime, sys=r1.ru_stime - r0.ru_stime)

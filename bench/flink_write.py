@@ -34,6 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "flink"))
 
 import flink_harness  # noqa: E402
+from processes import installed_env  # noqa: E402
 
 from statekit.savepoint import Savepoint, SavepointBuilder  # noqa: E402
 from statekit.savepoint.flink_out import write_flink  # noqa: E402
@@ -132,7 +133,7 @@ def main() -> None:
         exe = Path(sys.executable).with_name("statekit")
         t0 = time.perf_counter()
         proc = subprocess.run([str(exe), "convert", "--to", "flink", str(work / "sk"), str(work / "cli")],
-                              capture_output=True, text=True)
+                              capture_output=True, text=True, env=installed_env())
         if proc.returncode == 0:
             results["statekit convert --to flink (whole process)"] = time.perf_counter() - t0
             check(work / "cli", n)
