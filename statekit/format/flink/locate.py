@@ -315,6 +315,13 @@ def _scan_value_lengths(buf: np.ndarray, p: int, lim: int, kg: int, P: int, chai
     s[moved] = np.minimum(s[moved] + 2, last)
     kl[moved] = lengths(s[moved])
     nxt = s + 4 + kl
+    # A candidate with no plausible successor can only be the key group's last entry: dropping the
+    # others first usually leaves no false candidate for `_follow` to prune (a true one dropped
+    # here would only break the chain, and the checks below then refuse it).
+    live = kl != 0
+    live[-1] = True
+    if not live.all():
+        q, s, kl, nxt = q[live], s[live], kl[live], nxt[live]
     nxt[kl == 0] = -1
     keep = _follow(q, nxt)
     if keep is not None:
