@@ -276,8 +276,8 @@ def _surely_unique(col: pa.ChunkedArray) -> bool:
     if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t) or pa.types.is_large_binary(t):
         fingerprints = np.sort(np.concatenate([_fingerprints(c) for c in col.chunks]))
         return not bool(np.any(fingerprints[1:] == fingerprints[:-1]))
-    if pa.types.is_boolean(t):
-        return len(col) - col.null_count <= 2 and len(col) <= 2 and len(set(col.to_pylist())) == len(col)
+    if pa.types.is_boolean(t):  # two values: more than two rows always repeat one
+        return len(col) <= 2 and len(set(col.to_pylist())) == len(col)
     return False  # floats (NaN, -0.0) and nested keys take the exact path
 
 
@@ -289,8 +289,8 @@ def _fingerprints(arr: pa.Array) -> np.ndarray:
     """A 64-bit fingerprint of every string/binary value: equal values, equal fingerprints.
 
     Made of the value's length and its first, middle and last 8 bytes (so it sees every byte of values
-    up to 16 bytes), mixed; sorting fingerprints finds candidate duplicates ~10x faster than hashing
-    the strings in Arrow. Distinct values may share one (the caller then checks exactly).
+    up to 16 bytes), mixed; sorting fingerprints finds candidate duplicates ~2.5x faster than Arrow's
+    hash table (`pc.unique`). Distinct values may share one (the caller then checks exactly).
     """
     if pa.types.is_string(arr.type) or pa.types.is_binary(arr.type):
         offset_type: type = np.int32
