@@ -302,23 +302,17 @@ def _fingerprints(arr: pa.Array) -> np.ndarray:
     first = int(offsets[0])
     offsets -= first
     data = np.frombuffer(data_buf, np.uint8)[first : first + int(offsets[-1])] if data_buf is not None else np.zeros(0, np.uint8)
-    padded = np.zeros((len(data) + 23) // 8 * 8, np.uint8)  # 8-byte reads at any value's start stay inside
+    padded = np.zeros(len(data) + 8, np.uint8)  # an 8-byte read at any value's start stays inside
     padded[: len(data)] = data
-    aligned = padded.view("<u8")
+    u64_at = np.ndarray((len(data) + 1,), np.dtype("<u8"), buffer=padded.data, strides=(1,))  # a u64 at every byte
     starts, length = offsets[:-1], offsets[1:] - offsets[:-1]
-
-    def u64_at(pos: np.ndarray) -> np.ndarray:  # 8 bytes at any byte position from two aligned words
-        i, shift = pos >> 3, ((pos & 7) << 3).view(np.uint64)
-        # the high word shifted by 64 - shift in two steps: a single shift by 64 is undefined
-        return (aligned[i] >> shift) | ((aligned[i + 1] << np.uint64(1)) << (np.uint64(63) - shift))
-
     width = (np.minimum(length, 8) << 3).view(np.uint64)
     mask = np.full(n, np.uint64(0xFFFFFFFFFFFFFFFF))
     short = width < 64
     mask[short] = (np.uint64(1) << width[short]) - np.uint64(1)
-    head = u64_at(starts) & mask
-    tail = u64_at(np.maximum(offsets[1:] - 8, starts)) & mask
-    middle = u64_at(starts + np.maximum(length // 2 - 4, 0)) & mask
+    head = u64_at[starts] & mask
+    tail = u64_at[np.maximum(offsets[1:] - 8, starts)] & mask
+    middle = u64_at[starts + np.maximum(length // 2 - 4, 0)] & mask
     fp = head * _MIX[0]
     tail *= _MIX[1]
     fp ^= (tail >> np.uint64(7)) | (tail << np.uint64(57))
