@@ -68,14 +68,13 @@ def lookup(fr: Any, op: OperatorState, key_bytes: bytes, kg: int, stats: DecodeS
         e = _matching(buf, key_at, located, g, P, n, key_bytes, is_map)
         if not len(e):
             continue
-        cand = np.arange(len(e))
         found = True
         t = meta.value_type
         if is_map:
             kt, vt = t.children if t.kind == "map" else (t, t)
             kr, vr = _reader_or_bytes(kt), _reader_or_bytes(vt)
             items = []
-            for i in cand.tolist():
+            for i in range(len(e)):
                 ks, ke = int(e.kp[i]) + P + n + 1, int(e.kp[i] + e.klen[i])
                 vs, ve = int(e.vp[i]), int(e.vp[i] + e.vlen[i])
                 k = kr(DataInput(mv, where, pos=ks, end=ke), ke)
@@ -83,8 +82,7 @@ def lookup(fr: Any, op: OperatorState, key_bytes: bytes, kg: int, stats: DecodeS
                 items.append((k, None if isnull else vr(DataInput(mv, where, pos=vs + 1, end=ve), ve)))
             out[name] = items
             continue
-        i = int(cand[0])
-        vs, ve = int(e.vp[i]), int(e.vp[i] + e.vlen[i])
+        vs, ve = int(e.vp[0]), int(e.vp[0] + e.vlen[0])  # one entry per key outside map state
         if meta.keyed_kind == "list":
             elem = t.children[0] if t.kind == "list" else t
             if not elem.decodable:
@@ -114,14 +112,14 @@ def _matching(buf: np.ndarray, key_at: Callable[[], np.ndarray], located: Locate
     """
     klen = P + n + 1  # + the VoidNamespace byte
 
-    def fits(lengths: np.ndarray) -> np.ndarray:
+    def fits(lengths: Any) -> Any:  # key lengths (an array, or one run's) that can hold the key
         return lengths > klen if is_map else lengths == klen
 
     found: list[Entries] = []
     # equal bytes <=> equal values of one dtype of their width (unsigned ints, else opaque bytes)
     dtype = f"u{n}" if n in (1, 2, 4, 8) else f"V{n}"
     for r in g.runs:
-        if fits(np.array([r.klen]))[0]:
+        if fits(r.klen):
             keys = field_view(buf, r.pos + 4 + P, r.count, r.stride, dtype)
             found.append(r.entries(np.flatnonzero(keys == np.frombuffer(key_bytes, dtype)[0])))
     rest_parts = list(g.pieces or [])
