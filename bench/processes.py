@@ -4,7 +4,7 @@
 install on first import. Some machines (sandboxes, containers) set ``PYTHONDONTWRITEBYTECODE``, so
 that every fresh interpreter compiles statekit's modules from source again (~0.1-0.2 s per process,
 more than a one-key read costs). The benchmarks compile once, as an install does, and run their
-child processes without that variable; the README's figures are measured so.
+child processes without that variable; the whole-process figures they print are measured so.
 """
 
 from __future__ import annotations

@@ -289,7 +289,7 @@ def _fingerprints(arr: pa.Array) -> np.ndarray:
     """A 64-bit fingerprint of every string/binary value: equal values, equal fingerprints.
 
     Made of the value's length and its first, middle and last 8 bytes (so it sees every byte of values
-    up to 16 bytes), mixed; sorting fingerprints finds candidate duplicates ~2.5x faster than Arrow's
+    up to 16 bytes), mixed; sorting fingerprints finds candidate duplicates ~2.3x faster than Arrow's
     hash table (`pc.unique`). Distinct values may share one (the caller then checks exactly).
     """
     if pa.types.is_string(arr.type) or pa.types.is_binary(arr.type):
