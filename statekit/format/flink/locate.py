@@ -23,6 +23,7 @@ from statekit.format.flink.values import gather_fixed
 END_OF_KEY_GROUP = 0xFFFF
 _PROBE = 64  # first strided probe; grown 4x while the run goes on
 _PRUNE_ROUNDS = 4  # rounds of pruning stray candidates before pointer doubling
+_CHUNK = 1 << 19  # bytes proven per step of the value-length scan (see `_scan_value_lengths`)
 _MIN_RUN = 8  # shorter runs are left to the chained walk (probing them costs more than it saves)
 
 
@@ -147,12 +148,14 @@ def _be32(buf: np.ndarray, at: np.ndarray) -> np.ndarray:
 
 
 def locate(buf: np.ndarray, starts: np.ndarray, limits: np.ndarray, where: str, stats: DecodeStats, *,
-           chain_kg: np.ndarray | None = None, prefix_bytes: int = 1, value_width: int | None = None) -> Located:
+           chain_kg: np.ndarray | None = None, prefix_bytes: int = 1, value_width: int | None = None,
+           until: int | None = None) -> Located:
     """Every entry of the key groups starting at `starts` (each ending before `limits`).
 
     With `chain_kg` (each chain's key group), variable-sized entries are first found by `_scan`;
     chains it cannot prove are walked by `_chained`. `value_width`: every value is known to be that
     many bytes (fixed-width ValueStates only), which lets the scan look for the value lengths.
+    `until` (one-key reads): entries that start after this offset may be left out of a scanned chain.
     """
     runs: list[Run] = []
     pending: list[tuple[int, int, int]] = []  # (chain, position, state id) left for the chained walk
@@ -185,13 +188,14 @@ def locate(buf: np.ndarray, starts: np.ndarray, limits: np.ndarray, where: str, 
                     break
     pieces: list[tuple[int, int, Entries]] = []
     if pending and chain_kg is not None:
-        pieces, pending = _scan(buf, pending, limits, chain_kg, prefix_bytes, stats, value_width)
+        pieces, pending = _scan(buf, pending, limits, chain_kg, prefix_bytes, stats, value_width, until)
     walked = _chained(buf, pending, limits, where, stats) if pending else Entries.concat([])
     return Located(runs, walked, pieces)
 
 
 def _scan(buf: np.ndarray, pending: list[tuple[int, int, int]], limits: np.ndarray, chain_kg: np.ndarray, P: int,
-          stats: DecodeStats, value_width: int | None = None) -> tuple[list[tuple[int, int, Entries]], list[tuple[int, int, int]]]:
+          stats: DecodeStats, value_width: int | None = None,
+          until: int | None = None) -> tuple[list[tuple[int, int, Entries]], list[tuple[int, int, int]]]:
     """Variable-sized entries found without walking: every plausible entry header is a candidate, then proven.
 
     A candidate at c has a small key length (``i32 < 256``), its key group in the prefix, and a value
@@ -206,7 +210,7 @@ def _scan(buf: np.ndarray, pending: list[tuple[int, int, int]], limits: np.ndarr
         lim = int(limits[c_])
         got = None
         if value_width is not None:
-            got = _scan_value_lengths(buf, p, lim, int(chain_kg[c_]), P, c_, sid, value_width)
+            got = _scan_value_lengths(buf, p, lim, int(chain_kg[c_]), P, c_, sid, value_width, until)
             if got is not None:
                 stats.value_length_scanned += len(got[0])
         if got is None:
@@ -271,7 +275,7 @@ def _scan_region(buf: np.ndarray, p: int, lim: int, kg: int, P: int, chain: int,
 
 
 def _scan_value_lengths(buf: np.ndarray, p: int, lim: int, kg: int, P: int, chain: int, sid: int,
-                        W: int) -> tuple[Entries, list[int]] | None:
+                        W: int, until: int | None = None) -> tuple[Entries, list[int]] | None:
     """`_scan_region` for values all `W` bytes long: candidates are the value lengths, the bytes ``00 00 00 W``.
 
     Those four bytes are rare inside keys and values, unlike a key group's byte (in key group 0x30
@@ -281,6 +285,12 @@ def _scan_value_lengths(buf: np.ndarray, p: int, lim: int, kg: int, P: int, chai
     chain from the first entry is then proven as in `_scan_region`: every kept entry is what a walk
     from the region's start reads (key length, key-group prefix, value length W, run-end flags,
     state ids), or the region goes back to `_scan_region`.
+
+    The proof goes `_CHUNK` bytes at a time, each step starting at the entry the previous one proved
+    to come next: its scratch arrays stay in cache and are reused from malloc's arena instead of
+    being fresh (page-faulted) memory each time. With `until` (an offset in `buf`, for one-key
+    reads) it stops at the first step past it: the entries returned are then the proven chain up to
+    there, and the last piece of `bounds` ends without a run-end flag.
     """
     m = lim - p
     if m < 8 + W + P or W > 255:
@@ -296,67 +306,97 @@ def _scan_value_lengths(buf: np.ndarray, p: int, lim: int, kg: int, P: int, chai
         out[(x & 0xFFFFFF) != 0] = 0
         return out
 
-    q = np.flatnonzero(seg[3:] == W)  # one pass over the bytes; then three zero bytes before each W
-    q = q[(every[q] & 0xFFFFFF) == 0]
-    q = q[q + 4 + W <= m]
-    k0 = int(lengths(np.zeros(1, np.int64))[0])
-    if not k0:
-        return None
-    q = q[np.searchsorted(q, 4 + k0):]  # the first entry's value length is candidate 0
-    if not len(q) or q[0] != 4 + k0:
-        return None
-    # The entry after each candidate starts at its end, or 2 bytes on (a state id) where no key length
-    # starts; its key length gives the next candidate. The kept chain is checked below against the
-    # run-end flags, so a wrong guess here is caught.
     last = m - 4
-    s = np.minimum(q + 4 + W, last)
-    kl = lengths(s)
-    moved = np.flatnonzero(kl == 0)
-    s[moved] = np.minimum(s[moved] + 2, last)
-    kl[moved] = lengths(s[moved])
-    nxt = s + 4 + kl
-    # A candidate with no plausible successor can only be the key group's last entry: dropping the
-    # others first usually leaves no false candidate for `_follow` to prune (a true one dropped
-    # here would only break the chain, and the checks below then refuse it).
-    live = kl != 0
-    live[-1] = True
-    if not live.all():
-        q, s, kl, nxt = q[live], s[live], kl[live], nxt[live]
-    nxt[kl == 0] = -1
-    keep = _follow(q, nxt)
-    if keep is not None:
-        q, s, kl = q[keep], s[keep], kl[keep]
-    # on the chain from the first entry, each entry starts where its predecessor said (`_follow`)
-    n = len(q)
-    starts = np.empty(n, np.int64)
-    starts[0] = 0
-    starts[1:] = s[:-1]
-    klen = np.empty(n, np.int64)
-    klen[0] = k0
-    klen[1:] = kl[:-1]
-    end = q + 4 + W
-    if not (klen > P).all():
-        return None
-    first = seg[starts + 4]
-    flag = first >= 0x80
-    if P == 1:
-        prefix_ok = (first & 0x7F) == kg
-    else:
-        prefix_ok = ((first & 0x7F) == kg >> 8) & (seg[starts + 5] == (kg & 0xFF))
-    if not prefix_ok.all() or not flag[-1] or end[-1] + 2 > m:
-        return None
-    if not np.array_equal(starts[1:] - end[:-1], 2 * flag[:-1]):  # a state id exactly after each run's end
-        return None
-    fpos = end[flag]
-    sids = seg[fpos].astype(np.int64) << 8 | seg[fpos + 1]
-    if sids[-1] != END_OF_KEY_GROUP or (sids[:-1] == END_OF_KEY_GROUP).any():
-        return None
-    ends = np.flatnonzero(flag) + 1
-    bounds = [0] + ends.tolist()
-    sid_of = np.empty(n, np.int64)
-    for i, (lo, hi) in enumerate(zip(bounds[:-1], bounds[1:])):
-        sid_of[lo:hi] = sid if i == 0 else sids[i - 1]
-    return Entries(np.full(n, chain, np.int64), sid_of, p + starts + 4, klen, p + q + 4, np.full(n, W, np.int64)), bounds
+    pos, cur_sid = 0, sid  # the next entry to prove starts at `pos`, in state run `cur_sid`
+    parts: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []  # (starts, klen, q, sid_of)
+    bounds, total = [0], 0
+    while True:
+        if pos > last:
+            return None
+        x0 = int(every[pos])
+        k0 = x0 >> 24 if not x0 & 0xFFFFFF else 0
+        q0 = pos + 4 + k0
+        hi = min(max(pos + _CHUNK, q0 + 1), m - 3)  # this step's candidates lie in [q0, hi)
+        if not k0 or q0 >= hi:
+            return None
+        q = np.flatnonzero(seg[q0 + 3 : hi + 3] == W)  # one pass over the bytes; then three zero bytes before each W
+        q += q0
+        q = q[(every[q] & 0xFFFFFF) == 0]
+        if len(q) and q[-1] + 4 + W > m:
+            q = q[q + 4 + W <= m]
+        if not len(q) or q[0] != q0:  # the first entry's value length is candidate 0
+            return None
+        # The entry after each candidate starts at its end, or 2 bytes on (a state id) where no key length
+        # starts; its key length gives the next candidate. The kept chain is checked below against the
+        # run-end flags, so a wrong guess here is caught.
+        s = np.minimum(q + 4 + W, last)
+        kl = lengths(s)
+        moved = np.flatnonzero(kl == 0)
+        if len(moved):
+            s[moved] = np.minimum(s[moved] + 2, last)
+            kl[moved] = lengths(s[moved])
+        nxt = s + 4 + kl
+        # A candidate with no plausible successor can only be the key group's last entry: dropping the
+        # others first usually leaves no false candidate for `_follow` to prune (a true one dropped
+        # here would only break the chain, and the checks below then refuse it).
+        live = kl != 0
+        live[-1] = True
+        if not live.all():
+            q, s, kl, nxt = q[live], s[live], kl[live], nxt[live]
+            nxt[kl == 0] = -1
+        keep = _follow(q, nxt)
+        if keep is not None:
+            q, s, kl = q[keep], s[keep], kl[keep]
+        # On the chain from this step's first entry each entry starts where its predecessor said
+        # (`_follow`); the path ends at the last entry whose successor's value length lies past `hi`.
+        n = len(q)
+        starts = np.empty(n, np.int64)
+        starts[0] = pos
+        starts[1:] = s[:-1]
+        klen = np.empty(n, np.int64)
+        klen[0] = k0
+        klen[1:] = kl[:-1]
+        end = q + 4 + W
+        if not (klen > P).all():
+            return None
+        first = seg[starts + 4]
+        flag = first >= 0x80
+        if P == 1:
+            prefix_ok = (first & 0x7F) == kg
+        else:
+            prefix_ok = ((first & 0x7F) == kg >> 8) & (seg[starts + 5] == (kg & 0xFF))
+        if not prefix_ok.all() or end[-1] + 2 * bool(flag[-1]) > m:
+            return None
+        if not np.array_equal(starts[1:] - end[:-1], 2 * flag[:-1]):  # a state id exactly after each run's end
+            return None
+        ends = np.flatnonzero(flag)
+        sid_of = np.full(n, cur_sid, np.int64)
+        done = False
+        for i in ends.tolist():
+            at = int(end[i])
+            cur_sid = int(seg[at]) << 8 | int(seg[at + 1])
+            if cur_sid == END_OF_KEY_GROUP:
+                if i != n - 1:  # entries after the key group's end
+                    return None
+                done = True
+            else:
+                sid_of[i + 1 :] = cur_sid
+            bounds.append(total + i + 1)
+        parts.append((starts + (p + 4), klen, q + (p + 4), sid_of))  # key and value positions in `buf`
+        total += n
+        pos = int(end[-1]) + 2 * bool(flag[-1])
+        if done:
+            break
+        if pos >= m or (until is not None and p + pos > until):
+            if until is None:  # the region ended without the key group's end marker
+                return None
+            if bounds[-1] != total:
+                bounds.append(total)
+            break
+    kp, klen, vp, sid_of = (np.concatenate(c) if len(parts) > 1 else c[0] for c in zip(*parts))
+    # the constant columns are read-only broadcast views: no memory to fill for them
+    same = np.broadcast_to
+    return Entries(same(np.int64(chain), (total,)), sid_of, kp, klen, vp, same(np.int64(W), (total,))), bounds
 
 
 def _strided(buf: np.ndarray, p: int, lim: int) -> tuple[int, int, int, int, bool] | None:

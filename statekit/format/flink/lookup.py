@@ -17,7 +17,7 @@ from statekit.format.flink.binary import DataInput
 from statekit.format.flink.keyed import group_entries, value_width
 from statekit.format.flink.locate import DecodeStats, Entries, Located, field_view, locate
 from statekit.format.flink.metadata import KeyGroupsHandle, OperatorState
-from statekit.format.flink.values import reader
+from statekit.format.flink.values import FIXED_DTYPES, reader
 
 
 def lookup(fr: Any, op: OperatorState, key_bytes: bytes, kg: int, stats: DecodeStats) -> Any:
@@ -46,17 +46,26 @@ def lookup(fr: Any, op: OperatorState, key_bytes: bytes, kg: int, stats: DecodeS
         data, _ = unframe_snappy(data, where)
     buf = np.frombuffer(data, np.uint8)
     P = lay.prefix_bytes
-    located = locate(buf, np.array([0]), np.array([len(buf)]), where, stats, chain_kg=np.array([kg]), prefix_bytes=P,
-                     value_width=value_width(lay))
-    groups = group_entries(located, np.zeros(1, np.int64), [dict(enumerate(proxy.states))], where)
     n = len(key_bytes)
-    hits: list[np.ndarray] = []
+    until = None
+    at: np.ndarray | None = None
+    if lay.key_type.kind not in FIXED_DTYPES:
+        # Variable-sized keys: where the key's bytes (and the VoidNamespace byte) occur at all, by one
+        # substring search. No occurrence: the key is not here. Otherwise the chain of entries needs
+        # proving only as far as the last occurrence.
+        at = _key_starts(data, key_bytes, P)
+        if not len(at):
+            return None
+        until = int(at[-1])
+    located = locate(buf, np.array([0]), np.array([len(buf)]), where, stats, chain_kg=np.array([kg]), prefix_bytes=P,
+                     value_width=value_width(lay), until=until)
+    groups = group_entries(located, np.zeros(1, np.int64), [dict(enumerate(proxy.states))], where)
 
-    def key_at() -> np.ndarray:  # where the key (and the VoidNamespace byte) starts a key, if anywhere: one search
-        if not hits:
-            hay = data if isinstance(data, bytes) else buf.tobytes()
-            hits.append(np.array([i - P for i in _occurrences(hay, key_bytes + b"\x00") if i >= P], np.int64))
-        return hits[0]
+    def key_at() -> np.ndarray:  # where the key starts a key, if anywhere (searched once, when first needed)
+        nonlocal at
+        if at is None:
+            at = _key_starts(data, key_bytes, P)
+        return at
     out: dict[str, Any] = {}
     found = False
     mv = buf.data
@@ -125,14 +134,19 @@ def _matching(buf: np.ndarray, key_at: Callable[[], np.ndarray], located: Locate
     rest_parts = list(g.pieces or [])
     if len(g.chained):
         rest_parts.append(located.chained.take(g.chained))
-    rest = Entries.concat(rest_parts)
-    if len(rest):
-        # Where the key's bytes occur at all (a substring search, usually one hit per state), then
-        # which of those are located entries' keys: no per-entry gather over the key group.
+    for rest in rest_parts:
+        # Which of the key's occurrences are located entries' keys: a membership test per state run,
+        # no gather of key bytes over the key group.
         at = key_at()
-        cand = np.flatnonzero(np.isin(rest.kp, at) & fits(rest.klen)) if len(at) else np.zeros(0, np.int64)
-        found.append(rest.take(cand))
+        if len(at) and len(rest):
+            found.append(rest.take(np.flatnonzero(np.isin(rest.kp, at) & fits(rest.klen))))
     return Entries.concat(found)
+
+
+def _key_starts(data: bytes | memoryview, key_bytes: bytes, P: int) -> np.ndarray:
+    """Where an entry's key would start (`P` bytes before `key_bytes`) for every occurrence of the key and its VoidNamespace byte."""
+    hay = data if isinstance(data, bytes) else bytes(data)
+    return np.array([i - P for i in _occurrences(hay, key_bytes + b"\x00") if i >= P], np.int64)
 
 
 def _occurrences(hay: bytes, needle: bytes) -> list[int]:

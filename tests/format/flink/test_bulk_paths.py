@@ -66,14 +66,20 @@ def test_a_whole_process_read_does_not_import_pandas(tmp_path: Path) -> None:
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
-def test_value_length_scan_finds_what_the_key_group_scan_finds(tmp_path: Path) -> None:
+@pytest.mark.parametrize("chunk", [None, 64, 200], ids=["default-steps", "64-byte-steps", "200-byte-steps"])
+def test_value_length_scan_finds_what_the_key_group_scan_finds(tmp_path: Path, monkeypatch, chunk) -> None:
     """Values all 8 bytes: the scan for ``00 00 00 08`` meets false candidates (values holding those bytes,
     5-char keys whose key length is 8, key group 8 whose prefix byte is 8) and still finds exactly the
-    entries the key-group scan finds, or leaves the key group to it."""
+    entries the key-group scan finds, or leaves the key group to it. Small proof steps put false
+    candidates and state-run ends at every step boundary; a proof stopped early (`until`) returns the
+    same chain up to where it stopped."""
     import numpy as np
 
     from statekit.format.flink import locate as L
     from statekit.format.flink.reader import FlinkStateReader
+
+    if chunk:
+        monkeypatch.setattr(L, "_CHUNK", chunk)
 
     keys = [f"key-{i}" for i in range(N)] + [f"k{i:04d}" for i in range(N)] + ["\x08" * 9, "a\x00\x00\x00\x08b"]
     vals = [8, 0x0000000800000008, 0x0800000008000000, -8, 0, (1 << 63) - 1]
@@ -110,12 +116,28 @@ def test_value_length_scan_finds_what_the_key_group_scan_finds(tmp_path: Path) -
                 assert by_len[1] == by_kg[1]
                 for f in ("sid", "kp", "klen", "vp", "vlen"):
                     assert np.array_equal(getattr(by_len[0], f), getattr(by_kg[0], f)), f
+                e = by_kg[0]
+                for until in (int(e.kp[0]), int(e.kp[len(e) // 3]), int(e.kp[-1]) + 100):
+                    part, bounds = L._scan_value_lengths(buf, o + 2, lim, h.start + i, 1, 0, sid, 8, until)
+                    # every entry that starts by `until` (4 bytes before its key); with small steps, few more
+                    assert len(part) == len(e) or int(e.kp[len(part)]) - 4 > until
+                    if chunk:
+                        assert len(part) == len(e) or int(part.kp[-1]) - until < chunk + 300
+                    assert bounds[-1] == len(part) and set(bounds) <= set(by_kg[1]) | {len(part)}
+                    for f in ("sid", "kp", "klen", "vp", "vlen"):
+                        assert np.array_equal(getattr(part, f), getattr(e, f)[: len(part)]), f
             # a wrong value width never proves a chain
             assert L._scan_value_lengths(buf, o + 2, lim, h.start + i, 1, 0, sid, 4) is None
     assert found > 100
 
 
-def test_get_matches_whole_keys_only_when_a_key_hides_inside_another(tmp_path: Path) -> None:
+@pytest.mark.parametrize("chunk", [None, 64], ids=["default-steps", "64-byte-steps"])
+def test_get_matches_whole_keys_only_when_a_key_hides_inside_another(tmp_path: Path, monkeypatch, chunk) -> None:
+    # With 64-byte proof steps a get proves the chain only up to the key's last occurrence.
+    if chunk:
+        from statekit.format.flink import locate as L
+
+        monkeypatch.setattr(L, "_CHUNK", chunk)
     # Flink writes "key-7" as 06 'key-7' and the VoidNamespace byte 00: the bytes of that key (and its
     # namespace byte) also occur inside the key "a\x06key-7", at a position where no entry starts.
     hidden = [f"a\x06key-{i}" for i in range(0, N, 3)]
