@@ -230,8 +230,8 @@ def _scanned_table(lay: KeyedLayout, buf: np.ndarray, located: Located, groups: 
     """The keyed table straight from located entries (variable-width keys or values) when every state lists the same keys.
 
     Keys are decoded once, from the first state's entries; the other states are proven to hold the
-    same key bytes in the same order (`ranges_equal`: 8-byte windows, no gather of the bytes), so no
-    join is needed.
+    same key bytes in the same order (`_same_keys_in_runs` for scanned state runs, else `ranges_equal`:
+    8-byte windows, no gather of the bytes), so no join is needed.
     """
     keyed = [g for g in groups.values() if not g.meta.is_timer]
     if (not keyed or lay.namespace_type is not None
@@ -245,9 +245,13 @@ def _scanned_table(lay: KeyedLayout, buf: np.ndarray, located: Located, groups: 
     P = lay.prefix_bytes
     kp = np.concatenate([e.kp for e in base])
     klen = np.concatenate([e.klen for e in base])
-    for ps in per_state[1:]:
-        if not (np.array_equal(klen, np.concatenate([e.klen for e in ps]))
-                and ranges_equal(buf, kp, np.concatenate([e.kp for e in ps]), klen)):
+    for g, ps in zip(keyed[1:], per_state[1:]):
+        if _one_run_per_chain(keyed[0]) and _one_run_per_chain(g):
+            same = [_same_keys_in_runs(buf, a, b) for a, b in zip(base, ps)]
+            if not all(same):
+                return None
+        elif not (np.array_equal(klen, np.concatenate([e.klen for e in ps]))
+                  and ranges_equal(buf, kp, np.concatenate([e.kp for e in ps]), klen)):
             return None
     got = decode_open(lay.key_type, buf, kp + P, kp + klen, where, stats, "key")
     if not np.array_equal(got[1] + 1, kp + klen):  # the key, then VoidNamespace's one byte
@@ -263,6 +267,38 @@ def _scanned_table(lay: KeyedLayout, buf: np.ndarray, located: Located, groups: 
         t = _column_type(g.meta)
         cols[g.meta.name] = vals if vals.type == t else vals.cast(t)
     return _with_all_states(lay, cols, n)
+
+
+def _one_run_per_chain(g: _Group) -> bool:
+    """Whether the state's entries are scanned state runs, one per chain (each run's entries lie back to back)."""
+    if g.runs or len(g.chained) or not g.pieces:
+        return False
+    chains = [int(e.chain[0]) for e in g.pieces if len(e)]
+    return len(chains) == len(set(chains)) == len(g.pieces)
+
+
+def _same_keys_in_runs(buf: np.ndarray, a: Entries, b: Entries) -> bool:
+    """Whether state run `b` holds the keys of state run `a` in the same order (runs of back-to-back entries).
+
+    When the values have one width (1, 2, 4 or 8 bytes), the two runs' bytes are compared whole, in one
+    pass, with the values of `a` masked out: equal bytes everywhere else means equal length fields, so
+    a walk of `b` meets its entries where `a`'s lie, with the same key bytes. Otherwise key by key.
+    """
+    if len(a) != len(b):
+        return False
+    if not len(a):
+        return True
+    w = int(a.vlen[0])
+    a0, b0 = int(a.kp[0]) - 4, int(b.kp[0]) - 4
+    a1, b1 = int(a.vp[-1]) + w, int(b.vp[-1]) + w
+    if w not in (1, 2, 4, 8) or not ((a.vlen == w).all() and (b.vlen == w).all()):
+        return bool(np.array_equal(a.klen, b.klen) and ranges_equal(buf, a.kp, b.kp, a.klen))
+    if a1 - a0 != b1 - b0:
+        return False
+    diff = np.bitwise_xor(buf[a0:a1], buf[b0:b1])
+    values = np.ndarray((len(diff) - w + 1,), np.dtype(f"u{w}"), buffer=diff.data, strides=(1,))
+    values[a.vp - a0] = 0
+    return not diff.any()
 
 
 def _by_chain(g: _Group, located: Located) -> list[Entries]:

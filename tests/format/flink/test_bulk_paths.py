@@ -157,3 +157,63 @@ def test_get_of_long_keys_compares_keys_in_place(tmp_path: Path) -> None:
     for k in (0, 1, N // 2, N - 1):
         assert sp.get("bench", k) == {"a": k, "b": 2 * k + 1}
     assert sp.get("bench", N) is None and sp.get("bench", -1) is None
+
+
+def test_states_with_different_keys_are_joined_not_paired(tmp_path: Path) -> None:
+    """In key groups state b misses a key that a holds and holds one of the same length that a misses: state
+    runs of equal entry counts and byte sizes, but other keys, so rows are joined by key, never paired by position."""
+    from statekit.format.keyed import compute_key_groups
+
+    keys = [f"key-{i}" + "x" * (i % 5) for i in range(N)]  # lengths vary entry to entry: every key group is scanned
+    kg = compute_key_groups(pa.array(keys), 128, "string")
+    same_group_and_length: dict[tuple[int, int], list[int]] = {}
+    for i, g in enumerate(kg.tolist()):
+        same_group_and_length.setdefault((g, len(keys[i])), []).append(i)
+    no_a = {rows[0] for rows in same_group_and_length.values() if len(rows) > 2}
+    no_b = {rows[1] for rows in same_group_and_length.values() if len(rows) > 2}
+    assert len(no_a) > 100
+    a = [None if i in no_a else i for i in range(N)]
+    b = [None if i in no_b else 2 * i + 1 for i in range(N)]
+    src = tmp_path / "sk"
+    with SavepointBuilder(src) as sb:
+        op = sb.add_operator("bench", parallelism=2, max_parallelism=128, key_type="string",
+                             keyed_states=[ValueStateDescriptor("a", "bigint"), ValueStateDescriptor("b", "bigint")])
+        op.write_keyed(pa.table({"key": pa.array(keys), "a": pa.array(a, pa.int64()), "b": pa.array(b, pa.int64())}))
+    sp = Savepoint.open(write_flink(src, tmp_path / "flink"))
+    got = {r["key"]: (r["a"], r["b"]) for r in sp.keyed_table("bench").to_pylist()}
+    assert got == {k: (x, y) for k, x, y in zip(keys, a, b)}
+    assert "rows: joined" in sp.stats.describe() and " 0 strided" in sp.stats.describe(), sp.stats.describe()
+
+
+def test_runs_compare_equal_only_when_every_key_byte_is_equal() -> None:
+    """Two state runs built by hand: values may differ; a key byte, or a key's length, may not."""
+    import struct
+
+    import numpy as np
+
+    from statekit.format.flink.keyed import _same_keys_in_runs
+    from statekit.format.flink.locate import Entries
+
+    def run(keys: list[bytes], values: list[int]) -> bytes:
+        return b"".join(struct.pack(">i", len(k)) + k + struct.pack(">iq", 8, v) for k, v in zip(keys, values))
+
+    def entries(keys: list[bytes], at: int) -> Entries:
+        kp, vp = [], []
+        for k in keys:
+            kp.append(at + 4)
+            vp.append(at + 8 + len(k))
+            at += 16 + len(k)
+        n = len(keys)
+        return Entries(np.zeros(n, np.int64), np.zeros(n, np.int64), np.array(kp), np.array([len(k) for k in keys]),
+                       np.array(vp), np.full(n, 8, np.int64))
+
+    keys = [b"\x05\x06key-1\x00", b"\x05\x08key-123\x00", b"\x85\x07key-12\x00"]
+    first = run(keys, [1, 2, 3])
+    for other_keys, values, same in [
+        (keys, [7, 8, 9], True),  # other values, same keys
+        ([keys[0], b"\x05\x08key-124\x00", keys[2]], [1, 2, 3], False),  # one key byte differs
+        ([keys[0], b"\x05\x07key-12\x00", b"\x85\x08key-123\x00"], [1, 2, 3], False),  # lengths swapped
+    ]:
+        buf = np.frombuffer(first + b"\xff\xff" + run(other_keys, values), np.uint8)
+        a, b = entries(keys, 0), entries(other_keys, len(first) + 2)
+        assert _same_keys_in_runs(buf, a, b) is same, other_keys
