@@ -61,10 +61,15 @@ def write_parquet(table: pa.Table, full_path: Path, *, root: Path | None = None)
 
         kg = column_values(table.column("key_group"))
         bounds = None if kg is None else row_group_bounds(kg, ROW_GROUP_ROWS)
+    # Statistics only where a reader selects row groups by them: key_group (rows are laid out by key
+    # group, so the min/max of keys or states rule out nothing; String keys: ~30% of the encoding time).
+    statistics: bool | list[str] = ["key_group"] if "key_group" in table.column_names else True
     if bounds is None:
-        pq.write_table(table, sink, row_group_size=ROW_GROUP_ROWS, compression="snappy", use_dictionary=dictionary)
+        pq.write_table(table, sink, row_group_size=ROW_GROUP_ROWS, compression="snappy", use_dictionary=dictionary,
+                       write_statistics=statistics)
     else:
-        with pq.ParquetWriter(sink, table.schema, compression="snappy", use_dictionary=dictionary) as writer:
+        with pq.ParquetWriter(sink, table.schema, compression="snappy", use_dictionary=dictionary,
+                              write_statistics=statistics) as writer:
             for start, end in bounds:
                 writer.write_table(table.slice(start, end - start), row_group_size=end - start)
     buf = sink.getvalue()

@@ -27,8 +27,9 @@ TIMESTAMPS = "window-timestamps"
 SESSIONS = "session-windows"
 #: List state holds no nulls: Long.MIN_VALUE stands for "no timestamp" in TIMESTAMPS, as in Flink.
 NO_TIMESTAMP = -(2**63)
-#: Below this many rows the key-group hash runs on one thread; above, on two halves in parallel.
+#: Below this many rows the key-group hash runs on one thread; above, in slices of HASH_SLICE_ROWS on two threads.
 PARALLEL_HASH_ROWS = 1_000_000
+HASH_SLICE_ROWS = 1 << 18
 
 
 #: numpy dtypes of the fixed-width Arrow types `column_values` reads.
@@ -203,27 +204,35 @@ def conform(table: pa.Table, schema: pa.Schema, *, what: str) -> pa.Table:
 
 
 def compute_key_groups(keys: pa.ChunkedArray | pa.Array, max_parallelism: int, key_type: str) -> np.ndarray:
-    """Key groups for a key column, hashing two halves in parallel when the column is large."""
-    if isinstance(keys, pa.ChunkedArray):
-        keys = keys.combine_chunks() if keys.num_chunks != 1 else keys.chunk(0)
+    """Key groups for a key column; a large column is hashed in slices of `HASH_SLICE_ROWS` on two threads.
+
+    Why slices, not halves: each slice's scratch arrays stay in cache and are reused from the
+    allocator, where a half's are fresh memory (10M String keys: ~0.2 s against 0.22-0.44 s).
+    """
     if keys.null_count:
         raise NullKeyError(
             f"the key column holds {keys.null_count} null key(s); Flink forbids null keys. Drop or fill them."
         )
     n = len(keys)
     if n < PARALLEL_HASH_ROWS:
+        if isinstance(keys, pa.ChunkedArray):
+            keys = keys.combine_chunks() if keys.num_chunks != 1 else keys.chunk(0)
         return np.asarray(assign_key_groups(keys, max_parallelism, key_type), dtype=np.int32)
     from concurrent.futures import ThreadPoolExecutor  # here: a one-key read loads this module without it
 
-    half = n // 2
+    out = np.empty(n, np.int32)
+    slices, at = [], 0  # (first row, slice): chunks are sliced where they are, never combined (a copy)
+    for chunk in keys.chunks if isinstance(keys, pa.ChunkedArray) else [keys]:
+        slices += [(at + a, chunk.slice(a, HASH_SLICE_ROWS)) for a in range(0, len(chunk), HASH_SLICE_ROWS)]
+        at += len(chunk)
+
+    def hash_slice(job: tuple[int, pa.Array]) -> None:
+        start, part = job
+        out[start : start + len(part)] = assign_key_groups(part, max_parallelism, key_type)
+
     with ThreadPoolExecutor(2) as pool:
-        parts = list(
-            pool.map(
-                lambda a: np.asarray(assign_key_groups(a, max_parallelism, key_type), dtype=np.int32),
-                [keys.slice(0, half), keys.slice(half)],
-            )
-        )
-    return np.concatenate(parts)
+        list(pool.map(hash_slice, slices))
+    return out
 
 
 def drop_unset_rows(table: pa.Table, kg: np.ndarray, state_names: Sequence[str]) -> tuple[pa.Table, np.ndarray]:
@@ -289,8 +298,10 @@ def _fingerprints(arr: pa.Array) -> np.ndarray:
     """A 64-bit fingerprint of every string/binary value: equal values, equal fingerprints.
 
     Made of the value's length and its first, middle and last 8 bytes (so it sees every byte of values
-    up to 16 bytes), mixed; sorting fingerprints finds candidate duplicates ~2.3x faster than Arrow's
-    hash table (`pc.unique`). Distinct values may share one (the caller then checks exactly).
+    up to 16 bytes), mixed; sorting fingerprints finds candidate duplicates several times faster than
+    Arrow's hash table (`pc.unique`). Distinct values may share one (the caller then checks exactly).
+    Computed `_FINGERPRINT_ROWS` values at a time: the scratch arrays stay in cache and are reused
+    (900k String keys: ~50 -> ~25 ms).
     """
     if pa.types.is_string(arr.type) or pa.types.is_binary(arr.type):
         offset_type: type = np.int32
@@ -298,25 +309,45 @@ def _fingerprints(arr: pa.Array) -> np.ndarray:
         offset_type = np.int64
     _, offsets_buf, data_buf = arr.buffers()[:3]
     n = len(arr)
-    offsets = np.frombuffer(offsets_buf, offset_type, n + 1, arr.offset * np.dtype(offset_type).itemsize).astype(np.int64)
-    first = int(offsets[0])
-    offsets -= first
-    data = np.frombuffer(data_buf, np.uint8)[first : first + int(offsets[-1])] if data_buf is not None else np.zeros(0, np.uint8)
-    padded = np.zeros(len(data) + 8, np.uint8)  # an 8-byte read at any value's start stays inside
-    padded[: len(data)] = data
-    u64_at = np.ndarray((len(data) + 1,), np.dtype("<u8"), buffer=padded.data, strides=(1,))  # a u64 at every byte
-    starts, length = offsets[:-1], offsets[1:] - offsets[:-1]
+    offsets: np.ndarray = np.frombuffer(offsets_buf, offset_type, n + 1, arr.offset * np.dtype(offset_type).itemsize)
+    data = np.frombuffer(data_buf, np.uint8) if data_buf is not None else np.zeros(0, np.uint8)
+    out = np.empty(n, np.uint64)
+    for a in range(0, n, _FINGERPRINT_ROWS):
+        b = min(n, a + _FINGERPRINT_ROWS)
+        lo, hi = int(offsets[a]), int(offsets[b])
+        if hi + 8 <= len(data):  # an 8-byte read at any value's start stays inside the data
+            window = data[lo : hi + 8]
+        else:
+            window = np.zeros(hi - lo + 8, np.uint8)
+            window[: hi - lo] = data[lo:hi]
+        out[a:b] = _mix(window, offsets[a : b + 1].astype(np.int64) - lo)
+    return out
+
+
+_FINGERPRINT_ROWS = 1 << 15
+
+
+def _mix(window: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """The fingerprints of the values at `offsets` in `window` (readable 8 bytes past the last value)."""
+    u64_at = np.ndarray((len(window) - 7,), np.dtype("<u8"), buffer=window.data, offset=0, strides=(1,))
+    starts, ends = offsets[:-1], offsets[1:]
+    length = ends - starts
     width = (np.minimum(length, 8) << 3).view(np.uint64)
-    mask = np.full(n, np.uint64(0xFFFFFFFFFFFFFFFF))
+    mask = np.full(len(starts), np.uint64(0xFFFFFFFFFFFFFFFF))
     short = width < 64
-    mask[short] = (np.uint64(1) << width[short]) - np.uint64(1)
-    head = u64_at[starts] & mask
-    tail = u64_at[np.maximum(offsets[1:] - 8, starts)] & mask
-    middle = u64_at[starts + np.maximum(length // 2 - 4, 0)] & mask
-    fp = head * _MIX[0]
+    if short.any():
+        mask[short] = (np.uint64(1) << width[short]) - np.uint64(1)
+    fp = u64_at[starts]
+    fp &= mask
+    fp *= _MIX[0]
+    tail = u64_at[np.maximum(ends - 8, starts)]
+    tail &= mask
     tail *= _MIX[1]
     fp ^= (tail >> np.uint64(7)) | (tail << np.uint64(57))
-    fp ^= middle * _MIX[2]
+    middle = u64_at[starts + np.maximum(length // 2 - 4, 0)]
+    middle &= mask
+    middle *= _MIX[2]
+    fp ^= middle
     fp ^= length.view(np.uint64) * _MIX[3]
     return fp
 
