@@ -22,6 +22,7 @@ from statekit.format.flink.values import gather_fixed
 
 END_OF_KEY_GROUP = 0xFFFF
 _PROBE = 64  # first strided probe; grown 4x while the run goes on
+_FEW_EXCEPTIONS = 256  # at most this many candidates off the simple chain: `_follow` walks them in Python
 _PRUNE_ROUNDS = 4  # rounds of pruning stray candidates before pointer doubling
 _CHUNK = 1 << 19  # bytes proven per step of the value-length scan (see `_scan_value_lengths`)
 _MIN_RUN = 8  # shorter runs are left to the chained walk (probing them costs more than it saves)
@@ -297,18 +298,18 @@ def _scan_value_lengths(buf: np.ndarray, p: int, lim: int, kg: int, P: int, chai
         return None
     seg = buf[p:lim]
     # A u32 at every byte, read little-endian (native, so gathers are plain loads): the big-endian
-    # i32 ``00 00 00 L`` (0 < L < 256) reads as ``L << 24``.
+    # i32 ``00 00 00 L`` (0 < L < 256) reads as ``L << 24``; byte-swapped after a gather, as L.
     every = np.ndarray((m - 3,), np.dtype("<u4"), buffer=buf.data, offset=p, strides=(1,))
 
-    def lengths(at: np.ndarray) -> np.ndarray:  # the byte-sized i32 at each position, or 0
+    def lengths(at: np.ndarray) -> tuple[np.ndarray, np.ndarray]:  # the i32 at each position, and whether it is not 1..255
         x = every[at]
-        out = (x >> 24).astype(np.int64)
-        out[(x & 0xFFFFFF) != 0] = 0
-        return out
+        x.byteswap(inplace=True)
+        return x, (x - 1) >= 255  # (unsigned: 0 wraps around)
 
     last = m - 4
+    kg_high = kg >> 8 if P == 2 else kg  # the first key byte, run-end flag aside
     pos, cur_sid = 0, sid  # the next entry to prove starts at `pos`, in state run `cur_sid`
-    parts: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []  # (starts, klen, q, sid_of)
+    parts: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []  # (kp, klen, vp, sid_of)
     bounds, total = [0], 0
     while True:
         if pos > last:
@@ -326,54 +327,60 @@ def _scan_value_lengths(buf: np.ndarray, p: int, lim: int, kg: int, P: int, chai
             q = q[q + 4 + W <= m]
         if not len(q) or q[0] != q0:  # the first entry's value length is candidate 0
             return None
-        # The entry after each candidate starts at its end, or 2 bytes on (a state id) where no key length
-        # starts; its key length gives the next candidate. The kept chain is checked below against the
-        # run-end flags, so a wrong guess here is caught.
-        s = np.minimum(q + 4 + W, last)
-        kl = lengths(s)
-        moved = np.flatnonzero(kl == 0)
+        # The entry after each candidate starts at its end `e`, or 2 bytes on (a state id) where no key
+        # length starts; its key length gives the next candidate. The kept chain is checked below
+        # against the run-end flags, so a wrong guess here is caught.
+        e = q + (4 + W)
+        s = np.minimum(e, last) if e[-1] > last else e  # (`e` ascends)
+        kl, bad = lengths(s)
+        moved = np.flatnonzero(bad)
         if len(moved):
+            if s is e:
+                s = e.copy()
             s[moved] = np.minimum(s[moved] + 2, last)
-            kl[moved] = lengths(s[moved])
-        nxt = s + 4 + kl
+            kl[moved], bad[moved] = lengths(s[moved])
+        nxt = s + 4
+        nxt += kl
         # A candidate with no plausible successor can only be the key group's last entry: dropping the
         # others first usually leaves no false candidate for `_follow` to prune (a true one dropped
         # here would only break the chain, and the checks below then refuse it).
-        live = kl != 0
+        if bad[-1]:
+            nxt[-1] = -1
+        live = ~bad
         live[-1] = True
         if not live.all():
-            q, s, kl, nxt = q[live], s[live], kl[live], nxt[live]
-            nxt[kl == 0] = -1
+            q, e, s, kl, nxt = q[live], e[live], s[live], kl[live], nxt[live]
         keep = _follow(q, nxt)
         if keep is not None:
-            q, s, kl = q[keep], s[keep], kl[keep]
+            q, e, s, kl = q[keep], e[keep], s[keep], kl[keep]
         # On the chain from this step's first entry each entry starts where its predecessor said
         # (`_follow`); the path ends at the last entry whose successor's value length lies past `hi`.
         n = len(q)
-        starts = np.empty(n, np.int64)
-        starts[0] = pos
-        starts[1:] = s[:-1]
+        kp = np.empty(n, np.int64)  # where each key starts, in `buf`
+        kp[0] = p + pos + 4
+        np.add(s[:-1], p + 4, out=kp[1:])
         klen = np.empty(n, np.int64)
         klen[0] = k0
         klen[1:] = kl[:-1]
-        end = q + 4 + W
-        if not (klen > P).all():
+        if int(klen.min()) <= P:
             return None
-        first = seg[starts + 4]
+        first = buf[kp]
+        first ^= kg_high  # 0, or 0x80 on a state run's last entry
         flag = first >= 0x80
-        if P == 1:
-            prefix_ok = (first & 0x7F) == kg
-        else:
-            prefix_ok = ((first & 0x7F) == kg >> 8) & (seg[starts + 5] == (kg & 0xFF))
-        if not prefix_ok.all() or end[-1] + 2 * bool(flag[-1]) > m:
+        first &= 0x7F
+        if first.any() or (P == 2 and not (buf[kp + 1] == (kg & 0xFF)).all()) or int(e[-1]) + 2 * bool(flag[-1]) > m:
             return None
-        if not np.array_equal(starts[1:] - end[:-1], 2 * flag[:-1]):  # a state id exactly after each run's end
-            return None
+        # Between entries nothing, and after each state run's last entry exactly a state id (2 bytes).
         ends = np.flatnonzero(flag)
+        gap = kp[1:] - e[:-1]
+        gap -= p + 4
+        apart = np.flatnonzero(gap)
+        if not np.array_equal(apart, ends[ends < n - 1]) or not (gap[apart] == 2).all():
+            return None
         sid_of = np.full(n, cur_sid, np.int64)
         done = False
         for i in ends.tolist():
-            at = int(end[i])
+            at = int(e[i])
             cur_sid = int(seg[at]) << 8 | int(seg[at + 1])
             if cur_sid == END_OF_KEY_GROUP:
                 if i != n - 1:  # entries after the key group's end
@@ -382,9 +389,9 @@ def _scan_value_lengths(buf: np.ndarray, p: int, lim: int, kg: int, P: int, chai
             else:
                 sid_of[i + 1 :] = cur_sid
             bounds.append(total + i + 1)
-        parts.append((starts + (p + 4), klen, q + (p + 4), sid_of))  # key and value positions in `buf`
+        parts.append((kp, klen, q + (p + 4), sid_of))  # key and value positions in `buf`
         total += n
-        pos = int(end[-1]) + 2 * bool(flag[-1])
+        pos = int(e[-1]) + 2 * bool(flag[-1])
         if done:
             break
         if pos >= m or (until is not None and p + pos > until):
@@ -441,13 +448,18 @@ def _follow(c: np.ndarray, nxt: np.ndarray) -> np.ndarray | None:
     pointer doubling: succ^(2^r) tables, then the path from candidate 0 doubled each round.
     """
     n = len(c)
-    if np.array_equal(nxt[:-1], c[1:]):
-        return None
-    j = np.arange(1, n + 1)  # mostly a candidate's successor is the next candidate: search only the others
     off = np.flatnonzero(nxt[:-1] != c[1:])
+    if not len(off):
+        return None
     off = np.append(off, n - 1)
     at = np.searchsorted(c, nxt[off])
-    j[off] = np.where((at < n) & (c[np.minimum(at, n - 1)] == nxt[off]), at, n)  # n: no successor among them
+    succ_off = np.where((at < n) & (c[np.minimum(at, n - 1)] == nxt[off]), at, n)  # n: no successor among them
+    if len(off) <= _FEW_EXCEPTIONS:
+        walked = _walk_exceptions(n, off.tolist(), succ_off.tolist())
+        if walked is not None:
+            return walked
+    j = np.arange(1, n + 1)  # mostly a candidate's successor is the next candidate: search only the others
+    j[off] = succ_off
     keep = np.ones(n, bool)
     for _ in range(_PRUNE_ROUNDS):
         hit = np.zeros(n + 1, bool)
@@ -466,6 +478,28 @@ def _follow(c: np.ndarray, nxt: np.ndarray) -> np.ndarray | None:
         path = np.concatenate([path, table[path]])
     path = path[path < n]
     return path[np.concatenate([[True], path[1:] > path[:-1]])] if len(path) > 1 else path
+
+
+def _walk_exceptions(n: int, off: list[int], succ: list[int]) -> np.ndarray | None:
+    """`_follow`'s path when few candidates (`off`, ascending) have a successor other than the next one.
+
+    From candidate 0 the path steps to the next candidate except at an exception `i`, where it jumps
+    to `succ[i]`, leaving out the candidates jumped over (and all after it, when `succ[i]` is `n`).
+    Exceptions that the path jumps over are not on it. None when a jump goes backwards (then the
+    caller's general method answers).
+    """
+    keep = np.ones(n, bool)
+    reached = 0  # the path covers every candidate from here up to the next exception it meets
+    for i, t in zip(off, succ):
+        if i < reached:
+            continue  # jumped over: not on the path
+        if t <= i:
+            return None
+        keep[i + 1 : t] = False
+        if t >= n:
+            break
+        reached = t
+    return np.flatnonzero(keep)
 
 
 def _chained(buf: np.ndarray, pending: list[tuple[int, int, int]], limits: np.ndarray, where: str,

@@ -217,3 +217,26 @@ def test_runs_compare_equal_only_when_every_key_byte_is_equal() -> None:
         buf = np.frombuffer(first + b"\xff\xff" + run(other_keys, values), np.uint8)
         a, b = entries(keys, 0), entries(other_keys, len(first) + 2)
         assert _same_keys_in_runs(buf, a, b) is same, other_keys
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_follow_keeps_exactly_the_path_from_the_first_candidate(seed: int) -> None:
+    """True entries form a chain from candidate 0; false candidates lie inside them and point anywhere
+    (forwards, backwards, at each other, nowhere). Few of them take the walk over exceptions, many (300)
+    the pointer doubling: both keep exactly the true chain."""
+    import numpy as np
+
+    from statekit.format.flink import locate as L
+
+    rng = np.random.default_rng(seed)
+    true = np.cumsum(rng.integers(10, 40, 300))
+    false = true[:-1] + rng.integers(1, 9, len(true) - 1)
+    false = rng.choice(false, int(rng.choice([0, 1, 3, 20, 299])), replace=False)
+    c = np.unique(np.concatenate([true, false]))
+    nxt = np.empty(len(c), np.int64)
+    is_true = np.isin(c, true)
+    nxt[is_true] = np.append(true[1:], true[-1] + 25)
+    nxt[~is_true] = rng.choice(np.concatenate([c, c + 1, [-1]]), int((~is_true).sum()))
+    got = L._follow(c, nxt)
+    got = np.arange(len(c)) if got is None else got
+    assert np.array_equal(c[got], true)  # the true chain, whatever the false candidates point at
