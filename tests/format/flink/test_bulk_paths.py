@@ -16,11 +16,11 @@ from statekit.state import ValueStateDescriptor
 N = 3000  # enough entries per key group for strided runs
 
 
-def _flink_savepoint(tmp_path: Path, keys: list, key_type: str) -> Path:
+def _flink_savepoint(tmp_path: Path, keys: list, key_type: str, max_parallelism: int = 128) -> Path:
     """A Flink savepoint written by statekit: two ValueState<bigint> over `keys` (a = i, b = 2i + 1)."""
     src = tmp_path / "sk"
     with SavepointBuilder(src) as b:
-        op = b.add_operator("bench", parallelism=2, max_parallelism=128, key_type=key_type,
+        op = b.add_operator("bench", parallelism=2, max_parallelism=max_parallelism, key_type=key_type,
                             keyed_states=[ValueStateDescriptor("a", "bigint"), ValueStateDescriptor("b", "bigint")])
         op.write_keyed(pa.table({"key": pa.array(keys, pa.int64() if key_type == "bigint" else pa.string()),
                                  "a": pa.array(range(len(keys)), pa.int64()),
@@ -131,8 +131,10 @@ def test_value_length_scan_finds_what_the_key_group_scan_finds(tmp_path: Path, m
     assert found > 100
 
 
-@pytest.mark.parametrize("chunk", [None, 64], ids=["default-steps", "64-byte-steps"])
-def test_get_matches_whole_keys_only_when_a_key_hides_inside_another(tmp_path: Path, monkeypatch, chunk) -> None:
+@pytest.mark.parametrize("chunk,max_parallelism", [(None, 128), (64, 128), (64, 4096)],
+                         ids=["default-steps", "64-byte-steps", "two-byte-key-group-prefix"])
+def test_get_matches_whole_keys_only_when_a_key_hides_inside_another(tmp_path: Path, monkeypatch, chunk,
+                                                                     max_parallelism) -> None:
     # With 64-byte proof steps a get proves the chain only up to the key's last occurrence.
     if chunk:
         from statekit.format.flink import locate as L
@@ -142,13 +144,13 @@ def test_get_matches_whole_keys_only_when_a_key_hides_inside_another(tmp_path: P
     # namespace byte) also occur inside the key "a\x06key-7", at a position where no entry starts.
     hidden = [f"a\x06key-{i}" for i in range(0, N, 3)]
     keys = [f"key-{i}" for i in range(N) if i % 3] + hidden  # "key-0", "key-3", ... exist only inside others
-    path = _flink_savepoint(tmp_path, keys, "string")
+    path = _flink_savepoint(tmp_path, keys, "string", max_parallelism)
     sp = Savepoint.open(path)
     for i, k in enumerate(keys):
         assert sp.get("bench", k) == {"a": i, "b": 2 * i + 1}, k
     for i in range(0, N, 3):
         assert sp.get("bench", f"key-{i}") is None
-    assert "lookup" in sp.stats.describe()
+    assert "lookup" in sp.stats.describe() and "by value length" in sp.stats.describe(), sp.stats.describe()
 
 
 def test_get_of_long_keys_compares_keys_in_place(tmp_path: Path) -> None:
