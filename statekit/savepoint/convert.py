@@ -86,10 +86,16 @@ def write_flink_operator(b: SavepointBuilder, sp: FlinkSavepoint, meta: Operator
     if meta.key_type is not None:
         # a PyFlink key group belongs to the Row-wrapped key: the unwrapped key gets statekit's own
         keep = _keeps_key_groups(meta.key_type) and not sp.is_pyflink(meta.identifier)
-        w.write_keyed(sp.keyed_table(meta.identifier, with_key_group=keep))
-        timers = sp.timers(meta.identifier)
-        if timers.num_rows:
-            w.write_timers(timers if keep else timers.drop_columns(["key_group"]))
+        # Canonical state without timers is decoded a batch of key groups at a time and each batch
+        # written while the next is decoded (at commit): the two overlap, and memory holds a few batches.
+        batches = sp.keyed_batches(meta.identifier) if keep else None
+        if batches is not None:
+            w.write_keyed_batches(batches)
+        else:
+            w.write_keyed(sp.keyed_table(meta.identifier, with_key_group=keep))
+            timers = sp.timers(meta.identifier)
+            if timers.num_rows:
+                w.write_timers(timers if keep else timers.drop_columns(["key_group"]))
     for info in meta.operator_states:
         if info.redistribution == "broadcast":
             w.write_broadcast_state(info, sp.broadcast_state(meta.identifier, info.name))

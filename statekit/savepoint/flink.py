@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Iterator, Literal
 
 import pyarrow as pa
 
@@ -18,8 +18,8 @@ from statekit.errors import InvalidArgumentError, StatekitError
 from statekit.format.flink import pyflink
 from statekit.format.flink.keyed import DecodeStats, KeyedResult, state_ddl
 from statekit.format.flink.lookup import lookup
-from statekit.format.flink.metadata import OperatorState
-from statekit.format.flink.reader import FlinkStateReader
+from statekit.format.flink.metadata import KeyGroupsHandle, OperatorState
+from statekit.format.flink.reader import BATCH_BYTES, FlinkStateReader
 from statekit.format.flink.values import encode_key
 from statekit.format.manifest import Manifest, OperatorMetadata
 from statekit.identifiers import OperatorIdentifier
@@ -139,6 +139,59 @@ class FlinkSavepoint(Savepoint):
             table = self._keyed(op).table  # type: ignore[union-attr]
         table = table.cast(self.keyed_schema(op))
         return table if with_key_group else table.drop_columns(["key_group"])
+
+    def keyed_batches(self, op: OpLike, *, batch_bytes: int = BATCH_BYTES) -> Iterator[pa.Table] | None:
+        """The keyed table (with ``key_group``) in batches of consecutive key groups of about `batch_bytes` of
+        state each, decoded one batch at a time; None when the operator's state is not all canonical
+        key-group streams without timers (then `keyed_table` reads it whole).
+
+        `convert` writes each batch while the next is decoded, holding only a few batches in memory.
+        """
+        meta = self.operator(op)
+        if meta.key_type is None or self.is_pyflink(op):
+            return None
+        fop = self.flink_operator(op)
+        lay = self.flink.layout(fop)
+        every = self.flink.keyed_handles(fop)
+        handles = [h for h in every if isinstance(h, KeyGroupsHandle) and self.flink.handle_layout(h) == "canonical"]
+        if lay is None or lay.timers or not handles or len(handles) != len(every):
+            return None
+        ranges: list[tuple[int, int]] = []
+        for h in handles:
+            starts = [(h.start + i, o) for i, o in enumerate(h.offsets) if o]
+            first, size = None, 0
+            for (kg, o), nxt in zip(starts, [o for _, o in starts[1:]] + [None]):
+                first = kg if first is None else first
+                size += (nxt - o) if nxt is not None else batch_bytes
+                if size >= batch_bytes:
+                    ranges.append((first, kg))
+                    first, size = None, 0
+            if first is not None:
+                ranges.append((first, h.end))
+        schema = self.keyed_schema(op)
+
+        def decode(key_groups: tuple[int, int]) -> tuple[pa.Table, DecodeStats]:
+            own = DecodeStats()
+            return self.flink.read_keyed(fop, key_groups=key_groups, stats=own).table, own
+
+        def batches() -> Iterator[pa.Table]:
+            from concurrent.futures import ThreadPoolExecutor  # here: a one-key read loads this module without it
+
+            # Two batches are decoded at once (one core each), in order; the consumer writes the
+            # previous ones meanwhile.
+            with ThreadPoolExecutor(2, thread_name_prefix="statekit-flink-batches") as pool:
+                pending = [pool.submit(decode, r) for r in ranges[:2]]
+                for r in ranges[2:] + [None]:
+                    table, own = pending.pop(0).result()
+                    if r is not None:
+                        pending.append(pool.submit(decode, r))
+                    self.stats.merge(own)
+                    yield table.cast(schema)
+                for f in pending:
+                    table, own = f.result()
+                    self.stats.merge(own)
+                    yield table.cast(schema)
+        return batches()
 
     def get(self, op: OpLike, key: Any, *, namespace: Any = None) -> dict[str, Any] | None:
         """The states of one key, reading only its key group's bytes (POJO and Row keys: every key group)."""

@@ -70,6 +70,7 @@ class OperatorWriter:
         self.flink = flink  # Flink serializers carried from a Flink savepoint (manifest field `flink`)
         self.dir = f"op-{ident.uid_hash}"
         self._keyed: list[pa.Table] = []
+        self._keyed_batches: Iterable[pa.Table] | None = None
         self._timers: list[pa.Table] = []
         self._operator_states: list[tuple[OperatorStateInfo, pa.Table]] = []
         self._native: list[tuple[int, Path, KeyGroupRange, list[str]]] = []
@@ -92,6 +93,19 @@ class OperatorWriter:
         if not isinstance(table, pa.Table):
             raise InvalidArgumentError(f"write_keyed() takes a pyarrow.Table, got {type(table).__name__}.")
         self._keyed.append(table)
+
+    def write_keyed_batches(self, batches: Iterable[pa.Table]) -> None:
+        """Add the keyed table as batches (pyarrow Tables laid out as for `write_keyed`) in ascending, disjoint key-group ranges.
+
+        The batches are consumed at commit: each one's files are written on the builder's workers while
+        the next batch is produced, and at most two batches are held at a time. So a table larger than
+        memory can be written, and producing it (e.g. decoding a Flink savepoint) overlaps the writing.
+        Batches whose key groups overlap an earlier batch's raise `InvalidArgumentError`; nothing is published.
+        """
+        self._require_keyed("keyed state")
+        if self._keyed_batches is not None:
+            raise InvalidArgumentError(f"operator {self.identifier}: write_keyed_batches() was already called.")
+        self._keyed_batches = batches
 
     def declare_keyed_states(self, states: Sequence[StateInfo]) -> None:
         """Declare the keyed states once they are known, when user code registers them while the
@@ -198,12 +212,18 @@ class OperatorWriter:
     def _finish(self, root: Path, pool: ThreadPoolExecutor) -> tuple[OperatorMetadata, set[str]]:
         futures: list[Future[FileEntry]] = []
         features: set[str] = set()
-        if self._keyed and self._native:
+        if (self._keyed or self._keyed_batches is not None) and self._native:
             raise InvalidArgumentError(
                 f"operator {self.identifier}: keyed state was written both as tables and as native RocksDB files."
             )
+        if self._keyed and self._keyed_batches is not None:
+            raise InvalidArgumentError(
+                f"operator {self.identifier}: keyed state was written both as one table and as batches; use one way."
+            )
         if self._keyed:
             futures += self._write_keyed_files(root, pool)
+        if self._keyed_batches is not None:
+            futures += self._write_keyed_batches(root, pool)
         if self._timers:
             futures += self._write_timer_files(root, pool)
         used: set[str] = set()
@@ -268,25 +288,58 @@ class OperatorWriter:
                 out = [(pa.concat_tables([t for t, _ in out]), np.concatenate([kg for _, kg in out]))]
         return out
 
-    def _write_keyed_files(self, root: Path, pool: ThreadPoolExecutor) -> list[Future[FileEntry]]:
+    def _keyed_schema(self) -> tuple[str, pa.Schema]:
         what = f"keyed table of operator {self.identifier}"
-        schema = K.keyed_schema(
+        return what, K.keyed_schema(
             self._require_keyed("a keyed table"), self.keyed_states, namespace_type=self.namespace_type, with_key_group=False
         )
-        names = [s.name for s in self.keyed_states]
-        futures = []
-        part = 0
+
+    def _write_keyed_files(self, root: Path, pool: ThreadPoolExecutor) -> list[Future[FileEntry]]:
+        what, schema = self._keyed_schema()
+        futures: list[Future[FileEntry]] = []
         for table, kg in self._prepared(self._keyed, schema, what):
-            table, kg = K.drop_unset_rows(table, kg, names)
-            # One stable radix sort of the key groups (cheaper in total than selecting per file); the
-            # workers gather their files' rows from it.
-            order = K.key_group_order(kg)
-            for split in K.split_by_key_group(kg, self._builder.rows_per_file):
-                rel = f"{self.dir}/keyed/part-{part:05d}-kg{split.kg_start:05d}-{split.kg_end:05d}.parquet"
-                part += 1
-                rows = None if order is None else order[split.row_start : split.row_end]
-                futures.append(pool.submit(
-                    _write_keyed_chunk, root, rel, table, kg, rows, split, self.namespace_type is not None, what))
+            futures += self._submit_keyed(root, pool, table, kg, len(futures), what)
+        return futures
+
+    def _write_keyed_batches(self, root: Path, pool: ThreadPoolExecutor) -> list[Future[FileEntry]]:
+        what, schema = self._keyed_schema()
+        futures: list[Future[FileEntry]] = []
+        in_flight: list[list[Future[FileEntry]]] = []
+        last_kg = -1
+        assert self._keyed_batches is not None
+        for batch in self._keyed_batches:
+            if not isinstance(batch, pa.Table):
+                raise InvalidArgumentError(f"{what}: write_keyed_batches() takes pyarrow.Tables, got {type(batch).__name__}.")
+            for table, kg in self._prepared([batch], schema, what):
+                if int(kg.min()) <= last_kg:
+                    raise InvalidArgumentError(
+                        f"{what}: a batch holds key group {int(kg.min())}, at or before key group {last_kg} of an "
+                        "earlier batch; batches must cover ascending, disjoint key-group ranges (or write one table)."
+                    )
+                last_kg = int(kg.max())
+                submitted = self._submit_keyed(root, pool, table, kg, len(futures), what)
+                futures += submitted
+                in_flight.append(submitted)
+            while len(in_flight) > 1:  # the batch before this one is written before another is produced
+                for f in in_flight.pop(0):
+                    f.result()
+        return futures
+
+    def _submit_keyed(self, root: Path, pool: ThreadPoolExecutor, table: pa.Table, kg: np.ndarray, part: int,
+                      what: str) -> list[Future[FileEntry]]:
+        """Write one key-grouped table as files ``part-NNNNN`` from number `part` on (on the workers)."""
+        names = [s.name for s in self.keyed_states]
+        table, kg = K.drop_unset_rows(table, kg, names)
+        # One stable radix sort of the key groups (cheaper in total than selecting per file); the
+        # workers gather their files' rows from it.
+        order = K.key_group_order(kg)
+        futures = []
+        for split in K.split_by_key_group(kg, self._builder.rows_per_file):
+            rel = f"{self.dir}/keyed/part-{part:05d}-kg{split.kg_start:05d}-{split.kg_end:05d}.parquet"
+            part += 1
+            rows = None if order is None else order[split.row_start : split.row_end]
+            futures.append(pool.submit(
+                _write_keyed_chunk, root, rel, table, kg, rows, split, self.namespace_type is not None, what))
         return futures
 
     def _write_timer_files(self, root: Path, pool: ThreadPoolExecutor) -> list[Future[FileEntry]]:
