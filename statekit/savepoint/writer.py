@@ -6,7 +6,7 @@ import os
 import uuid
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Iterable, Literal, Sequence
+from typing import Any, Iterable, Iterator, Literal, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -303,11 +303,21 @@ class OperatorWriter:
 
     def _write_keyed_batches(self, root: Path, pool: ThreadPoolExecutor) -> list[Future[FileEntry]]:
         what, schema = self._keyed_schema()
+        assert self._keyed_batches is not None
+        batches = iter(self._keyed_batches)
+        try:
+            return self._consume_keyed_batches(root, pool, batches, schema, what)
+        finally:
+            close = getattr(batches, "close", None)
+            if close is not None:  # a generator stops producing now (its own workers end), not when collected
+                close()
+
+    def _consume_keyed_batches(self, root: Path, pool: ThreadPoolExecutor, batches: Iterator[pa.Table],
+                               schema: pa.Schema, what: str) -> list[Future[FileEntry]]:
         futures: list[Future[FileEntry]] = []
         in_flight: list[list[Future[FileEntry]]] = []
         last_kg = -1
-        assert self._keyed_batches is not None
-        for batch in self._keyed_batches:
+        for batch in batches:
             if not isinstance(batch, pa.Table):
                 raise InvalidArgumentError(f"{what}: write_keyed_batches() takes pyarrow.Tables, got {type(batch).__name__}.")
             for table, kg in self._prepared([batch], schema, what):

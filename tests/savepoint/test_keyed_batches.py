@@ -61,8 +61,17 @@ def test_batches_give_the_savepoint_one_table_gives(tmp_path: Path) -> None:
 def test_overlapping_batches_are_refused_and_nothing_is_published(tmp_path: Path) -> None:
     t = _table()
     parts = _by_key_groups(t, [64])
+    closed = []
+
+    def batches():
+        try:
+            yield from [parts[1], parts[0], parts[1]]
+        finally:
+            closed.append(True)  # the producer is stopped when the write fails, not left suspended
+
     with pytest.raises(InvalidArgumentError, match="ascending, disjoint key-group ranges"):
-        _write(tmp_path / "sp", batches=iter([parts[1], parts[0]]))
+        _write(tmp_path / "sp", batches=batches())
+    assert closed == [True]
     assert not (tmp_path / "sp").exists()
     assert list(tmp_path.iterdir()) == []  # no staging left behind either
 
