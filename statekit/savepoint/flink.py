@@ -9,6 +9,7 @@ hash, and Flink 2.x's stored uid is shown when it hashes to the id.
 from __future__ import annotations
 
 import os
+from itertools import islice
 from pathlib import Path
 from typing import Any, Iterator, Literal
 
@@ -156,18 +157,7 @@ class FlinkSavepoint(Savepoint):
         handles = [h for h in every if isinstance(h, KeyGroupsHandle) and self.flink.handle_layout(h) == "canonical"]
         if lay is None or lay.timers or not handles or len(handles) != len(every):
             return None
-        ranges: list[tuple[int, int]] = []
-        for h in handles:
-            starts = [(h.start + i, o) for i, o in enumerate(h.offsets) if o]
-            first, size = None, 0
-            for (kg, o), nxt in zip(starts, [o for _, o in starts[1:]] + [None]):
-                first = kg if first is None else first
-                size += (nxt - o) if nxt is not None else batch_bytes
-                if size >= batch_bytes:
-                    ranges.append((first, kg))
-                    first, size = None, 0
-            if first is not None:
-                ranges.append((first, h.end))
+        ranges = self.flink.key_group_batches(fop, batch_bytes)
         schema = self.keyed_schema(op)
 
         def decode(key_groups: tuple[int, int]) -> tuple[pa.Table, DecodeStats]:
@@ -179,16 +169,13 @@ class FlinkSavepoint(Savepoint):
 
             # Two batches are decoded at once (one core each), in order; the consumer writes the
             # previous ones meanwhile.
+            todo = iter(ranges)
             with ThreadPoolExecutor(2, thread_name_prefix="statekit-flink-batches") as pool:
-                pending = [pool.submit(decode, r) for r in ranges[:2]]
-                for r in ranges[2:] + [None]:
+                pending = [pool.submit(decode, r) for r in islice(todo, 2)]
+                while pending:
                     table, own = pending.pop(0).result()
-                    if r is not None:
+                    for r in islice(todo, 1):
                         pending.append(pool.submit(decode, r))
-                    self.stats.merge(own)
-                    yield table.cast(schema)
-                for f in pending:
-                    table, own = f.result()
                     self.stats.merge(own)
                     yield table.cast(schema)
         return batches()

@@ -245,10 +245,10 @@ def _scanned_table(lay: KeyedLayout, buf: np.ndarray, located: Located, groups: 
     P = lay.prefix_bytes
     kp = np.concatenate([e.kp for e in base])
     klen = np.concatenate([e.klen for e in base])
+    base_runs = _one_run_per_chain(keyed[0])
     for g, ps in zip(keyed[1:], per_state[1:]):
-        if _one_run_per_chain(keyed[0]) and _one_run_per_chain(g):
-            same = [_same_keys_in_runs(buf, a, b) for a, b in zip(base, ps)]
-            if not all(same):
+        if base_runs and _one_run_per_chain(g):
+            if not all(_same_keys_in_runs(buf, a, b) for a, b in zip(base, ps)):
                 return None
         elif not (np.array_equal(klen, np.concatenate([e.klen for e in ps]))
                   and ranges_equal(buf, kp, np.concatenate([e.kp for e in ps]), klen)):

@@ -107,12 +107,12 @@ BATCH_BYTES = 32 << 20
 _THREADS = min(4, os.cpu_count() or 1)
 
 
-def _batches(chains: list[tuple[int, int, int, int]]) -> list[list[tuple[int, int, int, int]]]:
-    """Consecutive chains (segment, key group, start, limit) in groups of about `BATCH_BYTES`."""
+def _batches(chains: list[tuple[int, int, int, int]], batch_bytes: int = BATCH_BYTES) -> list[list[tuple[int, int, int, int]]]:
+    """Consecutive chains (segment, key group, start, limit) in groups of about `batch_bytes`."""
     out: list[list[tuple[int, int, int, int]]] = []
-    size = BATCH_BYTES
+    size = batch_bytes
     for c in chains:
-        if size >= BATCH_BYTES:
+        if size >= batch_bytes:
             out.append([])
             size = 0
         out[-1].append(c)
@@ -172,6 +172,28 @@ class FlinkStateReader:
         return K.layout([self.proxy(h) for h in handles], op.max_parallelism, f"{self.root} operator {op.operator_id}")
 
     @_typed
+    def _key_group_spans(self, h: KeyGroupsHandle) -> list[tuple[int, int, int]]:
+        """(key group, start, end) in its stream of every non-empty key group of a canonical handle."""
+        size = self.files.size(h.delegate)
+        nz = sorted({o for o in h.offsets if o})
+        if nz and nz[-1] >= size:
+            raise CorruptSavepointError(
+                f"{self.root}: _metadata points at offset {nz[-1]} of {self.files.describe(h.delegate)}, past "
+                f"its end ({size} bytes). The savepoint is damaged; take a new one."
+            )
+        nxt = {o: (nz[i + 1] if i + 1 < len(nz) else size) for i, o in enumerate(nz)}
+        return [(h.start + i, o, nxt[o]) for i, o in enumerate(h.offsets) if o]
+
+    def key_group_batches(self, op: OperatorState, batch_bytes: int = BATCH_BYTES) -> list[tuple[int, int]]:
+        """(first, last) key group of each batch `read_keyed` would decode (about `batch_bytes` of one stream), in
+        order; the operator's handles must be canonical."""
+        out = []
+        for h in self.keyed_handles(op):
+            assert isinstance(h, KeyGroupsHandle)
+            chains = [(0, kg, o, end) for kg, o, end in self._key_group_spans(h)]
+            out += [(batch[0][1], batch[-1][1]) for batch in _batches(chains, batch_bytes)]
+        return out
+
     def read_keyed(self, op: OperatorState, *, key_groups: tuple[int, int] | None = None,
                    stats: DecodeStats | None = None) -> K.KeyedResult:
         """The keyed and timers tables of `op`, optionally only key groups [start, end] (reading only their bytes)."""
@@ -189,25 +211,17 @@ class FlinkStateReader:
         for hi_, h in enumerate(handles):
             assert isinstance(h, KeyGroupsHandle)  # every handle is canonical here (checked above)
             proxy = self.proxy(h)
-            size = self.files.size(h.delegate)
-            nz = sorted({o for o in h.offsets if o})
-            if nz and nz[-1] >= size:
-                raise CorruptSavepointError(
-                    f"{self.root}: _metadata points at offset {nz[-1]} of {self.files.describe(h.delegate)}, past "
-                    f"its end ({size} bytes). The savepoint is damaged; take a new one."
-                )
-            nxt = {o: (nz[i + 1] if i + 1 < len(nz) else size) for i, o in enumerate(nz)}
-            picked = [(h.start + i, o) for i, o in enumerate(h.offsets)
-                      if o and (key_groups is None or key_groups[0] <= h.start + i <= key_groups[1])]
+            picked = [(kg, o, end) for kg, o, end in self._key_group_spans(h)
+                      if key_groups is None or key_groups[0] <= kg <= key_groups[1]]
             if not picked:
                 continue
-            lo = min(o for _, o in picked)
-            hi = max(nxt[o] for _, o in picked)
+            lo = min(o for _, o, _ in picked)
+            hi = max(end for _, _, end in picked)
             seg = len(segments)
             segments.append((h.delegate, lo, hi))
             compressed.append(proxy.compressed)
             sid_maps.append(dict(enumerate(proxy.states)))
-            chains.extend((seg, kg, o - lo, nxt[o] - lo) for kg, o in picked)
+            chains.extend((seg, kg, o - lo, end - lo) for kg, o, end in picked)
         where = f"{self.root} operator {op.uid or op.operator_id}"
         # Each stream is decoded straight from its own (mapped) bytes in batches of whole key groups, and the
         # tables concatenated. Why batches: the decoder's scratch arrays are a few times the bytes decoded;
