@@ -25,7 +25,7 @@ from statekit.format.arrow_memory import allocate, arrow_type, copy_buffer, empt
 from statekit.format.flink.binary import DataInput
 from statekit.format.flink.columns import decode_exact, decode_list, decode_nullable, decode_open
 from statekit.format.flink.files import StateFiles
-from statekit.format.flink.locate import DecodeStats, Entries, Located, Run, corrupt
+from statekit.format.flink.locate import DecodeStats, Entries, Located, Run, corrupt, equal_except_values
 from statekit.format.flink.metadata import KeyGroupsHandle
 from statekit.format.flink.proxy import KeyedProxy, StateMeta, read_keyed_proxy
 from statekit.format.flink.serializers import FlinkType
@@ -248,7 +248,7 @@ def _scanned_table(lay: KeyedLayout, buf: np.ndarray, located: Located, groups: 
     base_runs = _one_run_per_chain(keyed[0])
     for g, ps in zip(keyed[1:], per_state[1:]):
         if base_runs and _one_run_per_chain(g):
-            if not all(_same_keys_in_runs(buf, a, b) for a, b in zip(base, ps)):
+            if not all(_same_keys_in_runs(buf, located, a, b) for a, b in zip(base, ps)):
                 return None
         elif not (np.array_equal(klen, np.concatenate([e.klen for e in ps]))
                   and ranges_equal(buf, kp, np.concatenate([e.kp for e in ps]), klen)):
@@ -277,28 +277,26 @@ def _one_run_per_chain(g: _Group) -> bool:
     return len(chains) == len(set(chains)) == len(g.pieces)
 
 
-def _same_keys_in_runs(buf: np.ndarray, a: Entries, b: Entries) -> bool:
+def _same_keys_in_runs(buf: np.ndarray, located: Located, a: Entries, b: Entries) -> bool:
     """Whether state run `b` holds the keys of state run `a` in the same order (runs of back-to-back entries).
 
-    When the values have one width (1, 2, 4 or 8 bytes), the two runs' bytes are compared whole, in one
-    pass, with the values of `a` masked out: equal bytes everywhere else means equal length fields, so
-    a walk of `b` meets its entries where `a`'s lie, with the same key bytes. Otherwise key by key.
+    Runs the scan proved to be copies of one layout (`Located.same_keys_as`) are. Otherwise, when the
+    values have one width, the two runs' bytes are compared whole, in one pass, with the values of `a`
+    masked out: equal bytes everywhere else means equal length fields, so a walk of `b` meets its
+    entries where `a`'s lie, with the same key bytes. Otherwise key by key.
     """
     if len(a) != len(b):
         return False
     if not len(a):
         return True
+    if located.same_keys_as(int(a.chain[0]), int(a.sid[0]), int(b.sid[0])):
+        return True
     w = int(a.vlen[0])
     a0, b0 = int(a.kp[0]) - 4, int(b.kp[0]) - 4
     a1, b1 = int(a.vp[-1]) + w, int(b.vp[-1]) + w
-    if w not in (1, 2, 4, 8) or not ((a.vlen == w).all() and (b.vlen == w).all()):
+    if not ((a.vlen == w).all() and (b.vlen == w).all()):
         return bool(np.array_equal(a.klen, b.klen) and ranges_equal(buf, a.kp, b.kp, a.klen))
-    if a1 - a0 != b1 - b0:
-        return False
-    diff = np.bitwise_xor(buf[a0:a1], buf[b0:b1])
-    values = np.ndarray((len(diff) - w + 1,), np.dtype(f"u{w}"), buffer=diff.data, strides=(1,))
-    values[a.vp - a0] = 0
-    return not diff.any()
+    return a1 - a0 == b1 - b0 and equal_except_values(buf, a0, b0, a1 - a0, a.vp - a0, w)
 
 
 def _by_chain(g: _Group, located: Located) -> list[Entries]:

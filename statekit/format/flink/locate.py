@@ -37,6 +37,7 @@ class DecodeStats:
     strided_entries: int = 0
     scanned_entries: int = 0
     value_length_scanned: int = 0  # of the scanned entries, those found by their value lengths
+    copied_entries: int = 0  # of those, the entries of state runs proven to repeat the first run's layout (`_copy_run`)
     chained_entries: int = 0
     states: dict[str, str] = field(default_factory=dict)
     table: str = ""
@@ -49,6 +50,7 @@ class DecodeStats:
         self.strided_entries += other.strided_entries
         self.scanned_entries += other.scanned_entries
         self.value_length_scanned += other.value_length_scanned
+        self.copied_entries += other.copied_entries
         self.chained_entries += other.chained_entries
         for label, how in other.states.items():
             seen = self.states.get(label)
@@ -58,7 +60,8 @@ class DecodeStats:
             self.table = "joined" if "joined" in (self.table, other.table) else other.table
 
     def describe(self) -> str:
-        by = f" ({self.value_length_scanned} by value length)" if self.value_length_scanned else ""
+        copied = f", {self.copied_entries} of them as copies of a proven state run" if self.copied_entries else ""
+        by = f" ({self.value_length_scanned} by value length{copied})" if self.value_length_scanned else ""
         where = (f"entries located: {self.strided_entries} strided, {self.scanned_entries} scanned{by}, "
                  f"{self.chained_entries} chained")
         rows = f"; rows: {self.table}" if self.table else ""
@@ -133,6 +136,14 @@ class Located:
     runs: list[Run]  # strided runs
     chained: Entries  # walked entries, any state
     pieces: list[tuple[int, int, Entries]] | None = None  # scanned: (chain, state id, that state run's entries)
+    #: (chain, state id) -> the state id of an earlier run of that chain proven to hold the same keys in
+    #: the same order, with values of the same width (`_copy_run`)
+    same_keys: dict[tuple[int, int], int] = field(default_factory=dict)
+
+    def same_keys_as(self, chain: int, sid: int, other: int) -> bool:
+        """Whether state runs `sid` and `other` of `chain` were proven to list the same keys in the same order."""
+        a, b = self.same_keys.get((chain, sid)), self.same_keys.get((chain, other))
+        return (a is not None or b is not None) and (sid if a is None else a) == (other if b is None else b)
 
 
 def corrupt(where: str, why: str) -> CorruptSavepointError:
@@ -160,6 +171,7 @@ def locate(buf: np.ndarray, starts: np.ndarray, limits: np.ndarray, where: str, 
     """
     runs: list[Run] = []
     pending: list[tuple[int, int, int]] = []  # (chain, position, state id) left for the chained walk
+    same_keys: dict[tuple[int, int], int] = {}
     n = len(buf)
     for c, (p, lim) in enumerate(zip(starts.tolist(), limits.tolist())):
         if p + 2 > lim or lim > n:
@@ -189,30 +201,33 @@ def locate(buf: np.ndarray, starts: np.ndarray, limits: np.ndarray, where: str, 
                     break
     pieces: list[tuple[int, int, Entries]] = []
     if pending and chain_kg is not None:
-        pieces, pending = _scan(buf, pending, limits, chain_kg, prefix_bytes, stats, value_width, until)
+        pieces, pending = _scan(buf, pending, limits, chain_kg, prefix_bytes, stats, value_width, until, same_keys)
     walked = _chained(buf, pending, limits, where, stats) if pending else Entries.concat([])
-    return Located(runs, walked, pieces)
+    return Located(runs, walked, pieces, same_keys)
 
 
 def _scan(buf: np.ndarray, pending: list[tuple[int, int, int]], limits: np.ndarray, chain_kg: np.ndarray, P: int,
-          stats: DecodeStats, value_width: int | None = None,
-          until: int | None = None) -> tuple[list[tuple[int, int, Entries]], list[tuple[int, int, int]]]:
+          stats: DecodeStats, value_width: int | None = None, until: int | None = None,
+          same_keys: dict[tuple[int, int], int] | None = None,
+          ) -> tuple[list[tuple[int, int, Entries]], list[tuple[int, int, int]]]:
     """Variable-sized entries found without walking: every plausible entry header is a candidate, then proven.
 
     A candidate at c has a small key length (``i32 < 256``), its key group in the prefix, and a value
     length that fits. The true entries form a chain from the region's start; if each candidate's end
     (plus 2 after a run's last entry) is exactly the next candidate, the candidates are that chain -
     a false candidate would sit between two true entries and break the equality. Regions that fail
-    the proof are returned for the chained walk.
+    the proof are returned for the chained walk. State runs found to repeat an earlier run's keys are
+    recorded in `same_keys` as (chain, state id) -> that run's state id.
     """
     parts: list[tuple[int, int, Entries]] = []
     left: list[tuple[int, int, int]] = []
     for c_, p, sid in pending:
         lim = int(limits[c_])
-        got = None
+        got, copies = None, {}
         if value_width is not None:
-            got = _scan_value_lengths(buf, p, lim, int(chain_kg[c_]), P, c_, sid, value_width, until)
-            if got is not None:
+            scanned = _scan_value_lengths(buf, p, lim, int(chain_kg[c_]), P, c_, sid, value_width, until)
+            if scanned is not None:
+                got, copies = scanned[:2], scanned[2]
                 stats.value_length_scanned += len(got[0])
         if got is None:
             got = _scan_region(buf, p, lim, int(chain_kg[c_]), P, c_, sid)
@@ -222,7 +237,12 @@ def _scan(buf: np.ndarray, pending: list[tuple[int, int, int]], limits: np.ndarr
         e, bounds = got
         stats.scanned_entries += len(e)
         for a, b in zip(bounds[:-1], bounds[1:]):  # one piece per state run: no regrouping later
-            parts.append((c_, int(e.sid[a]), e.take(slice(a, b))))
+            run_sid = int(e.sid[a])
+            parts.append((c_, run_sid, e.take(slice(a, b))))
+            if run_sid in copies:
+                stats.copied_entries += b - a
+                if same_keys is not None:
+                    same_keys[(c_, run_sid)] = copies[run_sid]
     return parts, left
 
 
@@ -276,7 +296,7 @@ def _scan_region(buf: np.ndarray, p: int, lim: int, kg: int, P: int, chain: int,
 
 
 def _scan_value_lengths(buf: np.ndarray, p: int, lim: int, kg: int, P: int, chain: int, sid: int,
-                        W: int, until: int | None = None) -> tuple[Entries, list[int]] | None:
+                        W: int, until: int | None = None) -> tuple[Entries, list[int], dict[int, int]] | None:
     """`_scan_region` for values all `W` bytes long: candidates are the value lengths, the bytes ``00 00 00 W``.
 
     Those four bytes are rare inside keys and values, unlike a key group's byte (in key group 0x30
@@ -292,6 +312,10 @@ def _scan_value_lengths(buf: np.ndarray, p: int, lim: int, kg: int, P: int, chai
     being fresh (page-faulted) memory each time. With `until` (an offset in `buf`, for one-key
     reads) it stops at the first step past it: the entries returned are then the proven chain up to
     there, and the last piece of `bounds` ends without a run-end flag.
+
+    A state run after the first is tried first as a copy of the first's layout (`_copy_run`: the states
+    of a key group mostly list the same keys): one byte comparison instead of a proof. The third item
+    returned maps the state ids of the runs found that way to the first run's state id.
     """
     m = lim - p
     if m < 8 + W + P or W > 255:
@@ -311,7 +335,33 @@ def _scan_value_lengths(buf: np.ndarray, p: int, lim: int, kg: int, P: int, chai
     pos, cur_sid = 0, sid  # the next entry to prove starts at `pos`, in state run `cur_sid`
     parts: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []  # (kp, klen, vp, sid_of)
     bounds, total = [0], 0
+    run_pos = 0  # where the current state run's first entry starts (in `seg`)
+    first_run: tuple[int, int, int, int] | None = None  # the key group's first state run: (sid, start, end, entries)
+    first_cols: list[np.ndarray] | None = None  # its entries' kp, klen, vp
+    copies: dict[int, int] = {}
+    copy_tried = False
     while True:
+        if first_run is not None and not copy_tried:
+            copy_tried = True
+            if first_cols is None:
+                first_cols = [(np.concatenate(c) if len(parts) > 1 else c[0])[: first_run[3]] for c in list(zip(*parts))[:3]]
+            copied = _copy_run(buf, p, m, first_run, first_cols, run_pos, W)
+            if copied is not None:
+                parts.append((*copied, np.full(len(copied[0]), cur_sid, np.int64)))
+                copies[cur_sid] = first_run[0]
+                total += len(copied[0])
+                bounds.append(total)
+                at = run_pos + first_run[2] - first_run[1]
+                cur_sid = int(seg[at]) << 8 | int(seg[at + 1])
+                if cur_sid == END_OF_KEY_GROUP:
+                    break
+                pos = run_pos = at + 2
+                copy_tried = False
+                if pos >= m or (until is not None and p + pos > until):
+                    if until is None:  # the region ended without the key group's end marker
+                        return None
+                    break
+                continue
         if pos > last:
             return None
         x0 = int(every[pos])
@@ -381,14 +431,20 @@ def _scan_value_lengths(buf: np.ndarray, p: int, lim: int, kg: int, P: int, chai
         done = False
         for i in ends.tolist():
             at = int(e[i])
+            if first_run is None:
+                first_run = (cur_sid, run_pos, at, total + i + 1)
             cur_sid = int(seg[at]) << 8 | int(seg[at + 1])
+            bounds.append(total + i + 1)
             if cur_sid == END_OF_KEY_GROUP:
                 if i != n - 1:  # entries after the key group's end
                     return None
                 done = True
             else:
-                sid_of[i + 1 :] = cur_sid
-            bounds.append(total + i + 1)
+                # Another state run starts: the step ends here, and that run is first tried as a copy.
+                run_pos, copy_tried = at + 2, False
+                n = i + 1
+                kp, klen, q, e, flag, sid_of = kp[:n], klen[:n], q[:n], e[:n], flag[:n], sid_of[:n]
+                break
         parts.append((kp, klen, q + (p + 4), sid_of))  # key and value positions in `buf`
         total += n
         pos = int(e[-1]) + 2 * bool(flag[-1])
@@ -403,7 +459,38 @@ def _scan_value_lengths(buf: np.ndarray, p: int, lim: int, kg: int, P: int, chai
     kp, klen, vp, sid_of = (np.concatenate(c) if len(parts) > 1 else c[0] for c in zip(*parts))
     # the constant columns are read-only broadcast views: no memory to fill for them
     same = np.broadcast_to
-    return Entries(same(np.int64(chain), (total,)), sid_of, kp, klen, vp, same(np.int64(W), (total,))), bounds
+    return Entries(same(np.int64(chain), (total,)), sid_of, kp, klen, vp, same(np.int64(W), (total,))), bounds, copies
+
+
+def _copy_run(buf: np.ndarray, p: int, m: int, first_run: tuple[int, int, int, int], first_cols: list[np.ndarray],
+              run_pos: int, W: int) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """The entries (kp, klen, vp) of the state run at `run_pos` of `buf[p:p+m]` when its bytes equal the key group's
+    first run's everywhere but in the values, else None.
+
+    Equal bytes outside the values mean equal key lengths, keys (run-end flag included) and value
+    lengths, so a walk of this run meets its entries where the first run's lie, shifted: its
+    positions are the first run's, and it holds the same keys in the same order. The state id after
+    it is read by the caller (and the walk's next step is checked like any other).
+    """
+    _, start, end, _ = first_run
+    kp, klen, vp = first_cols
+    length = end - start
+    if run_pos + length + 2 > m or not equal_except_values(buf, p + start, p + run_pos, length, vp - (p + start), W):
+        return None
+    shift = run_pos - start
+    return kp + shift, klen, vp + shift
+
+
+def equal_except_values(buf: np.ndarray, a: int, b: int, length: int, values: np.ndarray, W: int) -> bool:
+    """Whether the `length` bytes at `a` and at `b` of `buf` are equal except in the `W`-byte values at offsets `values`
+    (from `a`/`b`, ascending, inside the range): one pass, the values' differences masked out."""
+    diff = np.bitwise_xor(buf[a : a + length], buf[b : b + length])
+    if W in (1, 2, 4, 8):
+        np.ndarray((length - W + 1,), np.dtype(f"u{W}"), buffer=diff.data, strides=(1,))[values] = 0
+    else:
+        for k in range(W):
+            diff[values + k] = 0
+    return not diff.any()
 
 
 def _strided(buf: np.ndarray, p: int, lim: int) -> tuple[int, int, int, int, bool] | None:

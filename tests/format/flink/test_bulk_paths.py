@@ -118,7 +118,7 @@ def test_value_length_scan_finds_what_the_key_group_scan_finds(tmp_path: Path, m
                     assert np.array_equal(getattr(by_len[0], f), getattr(by_kg[0], f)), f
                 e = by_kg[0]
                 for until in (int(e.kp[0]), int(e.kp[len(e) // 3]), int(e.kp[-1]) + 100):
-                    part, bounds = L._scan_value_lengths(buf, o + 2, lim, h.start + i, 1, 0, sid, 8, until)
+                    part, bounds, _ = L._scan_value_lengths(buf, o + 2, lim, h.start + i, 1, 0, sid, 8, until)
                     # every entry that starts by `until` (4 bytes before its key); with small steps, few more
                     assert len(part) == len(e) or int(e.kp[len(part)]) - 4 > until
                     if chunk:
@@ -194,19 +194,19 @@ def test_runs_compare_equal_only_when_every_key_byte_is_equal() -> None:
     import numpy as np
 
     from statekit.format.flink.keyed import _same_keys_in_runs
-    from statekit.format.flink.locate import Entries
+    from statekit.format.flink.locate import Entries, Located
 
     def run(keys: list[bytes], values: list[int]) -> bytes:
         return b"".join(struct.pack(">i", len(k)) + k + struct.pack(">iq", 8, v) for k, v in zip(keys, values))
 
-    def entries(keys: list[bytes], at: int) -> Entries:
+    def entries(keys: list[bytes], at: int, sid: int) -> Entries:
         kp, vp = [], []
         for k in keys:
             kp.append(at + 4)
             vp.append(at + 8 + len(k))
             at += 16 + len(k)
         n = len(keys)
-        return Entries(np.zeros(n, np.int64), np.zeros(n, np.int64), np.array(kp), np.array([len(k) for k in keys]),
+        return Entries(np.zeros(n, np.int64), np.full(n, sid, np.int64), np.array(kp), np.array([len(k) for k in keys]),
                        np.array(vp), np.full(n, 8, np.int64))
 
     keys = [b"\x05\x06key-1\x00", b"\x05\x08key-123\x00", b"\x85\x07key-12\x00"]
@@ -217,8 +217,8 @@ def test_runs_compare_equal_only_when_every_key_byte_is_equal() -> None:
         ([keys[0], b"\x05\x07key-12\x00", b"\x85\x08key-123\x00"], [1, 2, 3], False),  # lengths swapped
     ]:
         buf = np.frombuffer(first + b"\xff\xff" + run(other_keys, values), np.uint8)
-        a, b = entries(keys, 0), entries(other_keys, len(first) + 2)
-        assert _same_keys_in_runs(buf, a, b) is same, other_keys
+        a, b = entries(keys, 0, 0), entries(other_keys, len(first) + 2, 1)
+        assert _same_keys_in_runs(buf, Located([], Entries.concat([])), a, b) is same, other_keys
 
 
 @pytest.mark.parametrize("seed", range(40))
@@ -260,3 +260,50 @@ def test_keyed_batches_and_the_conversion_through_them_equal_the_whole_table(tmp
     assert pa.concat_tables(batches).equals(whole)
     out = Savepoint.open(convert_to_statekit(path, tmp_path / "converted", uids=["bench"]))
     assert out.keyed_table("bench", with_key_group=True).equals(whole)
+
+
+@pytest.mark.parametrize("chunk", [None, 64], ids=["default-steps", "64-byte-steps"])
+def test_a_state_run_is_taken_as_a_copy_of_the_first_only_when_its_bytes_say_so(monkeypatch, chunk) -> None:
+    """A key group's second state run whose bytes equal the first's outside the values is located as a copy
+    of it (recorded, so its keys are not compared again); one key byte, one key length, one entry more,
+    or a value length that differs each make it proven on its own. Either way the entries are the walk's."""
+    import struct
+
+    import numpy as np
+
+    from statekit.format.flink import locate as L
+
+    if chunk:
+        monkeypatch.setattr(L, "_CHUNK", chunk)
+    kg = 5
+
+    def run(keys: list[bytes], values: list[int], widths: list[int] | None = None) -> bytes:
+        out = b""
+        for i, (k, v) in enumerate(zip(keys, values)):
+            key = bytes([kg | (0x80 if i == len(keys) - 1 else 0)]) + k
+            w = 8 if widths is None else widths[i]
+            out += struct.pack(">i", len(key)) + key + struct.pack(">i", w) + v.to_bytes(w, "big")
+        return out
+
+    keys = [b"\x08key-%d\x00" % i for i in range(40)] + [b"\x0ckey-1234567\x00"]
+    first = run(keys, list(range(41)))
+    cases = [
+        (run(keys, [8 * i for i in range(41)]), True),  # same keys, other values (some 00 00 00 08)
+        (run(keys[:7] + [b"\x08kez-7\x00"] + keys[8:], list(range(41))), False),  # one key byte
+        (run(keys[:7] + [b"\x09key-77\x00"] + keys[8:], list(range(41))), False),  # one key length
+        (run(keys + [b"\x08key-x\x00"], list(range(42))), False),  # one entry more
+        (run(keys, list(range(41)), [8] * 20 + [4] + [8] * 20), False),  # one value length
+    ]
+    for second, copied in cases:
+        data = b"\x00\x00" + first + b"\x00\x01" + second + b"\xff\xff"
+        buf = np.frombuffer(data + b"\x00" * 16, np.uint8)
+        walked = L._chained(buf, [(0, 2, 0)], np.array([len(data)]), "test", L.DecodeStats())
+        got = L._scan_value_lengths(buf, 2, len(data), kg, 1, 0, 0, 8)
+        if got is None:  # a value of another width: left to the key-group scan or the walk
+            assert not copied
+            continue
+        entries, bounds, copies = got
+        assert copies == ({1: 0} if copied else {})
+        assert bounds == [0, 41, len(walked)]
+        for f in ("sid", "kp", "klen", "vp", "vlen"):
+            assert np.array_equal(getattr(entries, f), getattr(walked, f)), f
