@@ -260,32 +260,35 @@ class OperatorWriter:
         )
         return meta, features
 
-    def _prepared(self, tables: list[pa.Table], schema: pa.Schema, what: str) -> list[tuple[pa.Table, np.ndarray]]:
-        """Conform and key-group each table; merge them if their key groups overlap."""
+    def _prepared(self, tables: list[pa.Table], schema: pa.Schema,
+                  what: str) -> list[tuple[pa.Table, np.ndarray, np.ndarray]]:
+        """Conform and key-group each table (key groups and the keys' Java hashCodes); merge them if their key
+        groups overlap."""
         key_type = self.key_type
         assert key_type is not None
         out = []
         for t in tables:
             given_kg = t.column("key_group") if "key_group" in t.column_names else None
             t = K.conform(t.drop_columns(["key_group"]) if given_kg is not None else t, schema, what=what)
-            kg = K.compute_key_groups(t.column("key"), self.max_parallelism, key_type)
+            kg, hashes = K.key_groups_and_hashes(t.column("key"), self.max_parallelism, key_type)
             if given_kg is not None and not np.array_equal(np.asarray(given_kg.to_numpy(), dtype=np.int32), kg):
                 raise InvalidArgumentError(
                     f"{what}: the given key_group column disagrees with the key groups of the keys at max "
                     f"parallelism {self.max_parallelism}; drop the column and let statekit compute it."
                 )
-            out.append((t, kg))
-        out = [(t, kg) for t, kg in out if len(kg)]
+            out.append((t, kg, hashes))
+        out = [part for part in out if len(part[1])]
         if len(out) > 1:
             # Inputs (e.g. one per subtask) are written in key-group order, whatever order they came
             # in; if their key-group ranges interleave they become one table, so that the files of
             # the operator cover ascending, disjoint ranges and each key group stays contiguous.
-            bounds = [(int(kg.min()), int(kg.max())) for _, kg in out]
+            bounds = [(int(kg.min()), int(kg.max())) for _, kg, _ in out]
             order = sorted(range(len(out)), key=lambda i: bounds[i])
             if all(bounds[a][1] < bounds[b][0] for a, b in zip(order, order[1:])):
                 out = [out[i] for i in order]
             else:
-                out = [(pa.concat_tables([t for t, _ in out]), np.concatenate([kg for _, kg in out]))]
+                out = [(pa.concat_tables([t for t, _, _ in out]), np.concatenate([kg for _, kg, _ in out]),
+                        np.concatenate([h for _, _, h in out]))]
         return out
 
     def _keyed_schema(self) -> tuple[str, pa.Schema]:
@@ -297,8 +300,8 @@ class OperatorWriter:
     def _write_keyed_files(self, root: Path, pool: ThreadPoolExecutor) -> list[Future[FileEntry]]:
         what, schema = self._keyed_schema()
         futures: list[Future[FileEntry]] = []
-        for table, kg in self._prepared(self._keyed, schema, what):
-            futures += self._submit_keyed(root, pool, table, kg, len(futures), what)
+        for table, kg, hashes in self._prepared(self._keyed, schema, what):
+            futures += self._submit_keyed(root, pool, table, kg, hashes, len(futures), what)
         return futures
 
     def _write_keyed_batches(self, root: Path, pool: ThreadPoolExecutor) -> list[Future[FileEntry]]:
@@ -320,14 +323,14 @@ class OperatorWriter:
         for batch in batches:
             if not isinstance(batch, pa.Table):
                 raise InvalidArgumentError(f"{what}: write_keyed_batches() takes pyarrow.Tables, got {type(batch).__name__}.")
-            for table, kg in self._prepared([batch], schema, what):
+            for table, kg, hashes in self._prepared([batch], schema, what):
                 if int(kg.min()) <= last_kg:
                     raise InvalidArgumentError(
                         f"{what}: a batch holds key group {int(kg.min())}, at or before key group {last_kg} of an "
                         "earlier batch; batches must cover ascending, disjoint key-group ranges (or write one table)."
                     )
                 last_kg = int(kg.max())
-                submitted = self._submit_keyed(root, pool, table, kg, len(futures), what)
+                submitted = self._submit_keyed(root, pool, table, kg, hashes, len(futures), what)
                 futures += submitted
                 in_flight.append(submitted)
             while len(in_flight) > 1:  # the batch before this one is written before another is produced
@@ -335,11 +338,14 @@ class OperatorWriter:
                     f.result()
         return futures
 
-    def _submit_keyed(self, root: Path, pool: ThreadPoolExecutor, table: pa.Table, kg: np.ndarray, part: int,
-                      what: str) -> list[Future[FileEntry]]:
+    def _submit_keyed(self, root: Path, pool: ThreadPoolExecutor, table: pa.Table, kg: np.ndarray,
+                      hashes: np.ndarray | None, part: int, what: str) -> list[Future[FileEntry]]:
         """Write one key-grouped table as files ``part-NNNNN`` from number `part` on (on the workers)."""
         names = [s.name for s in self.keyed_states]
+        rows_before = len(kg)
         table, kg = K.drop_unset_rows(table, kg, names)
+        if len(kg) != rows_before:
+            hashes = None  # rows were dropped: uniqueness is checked with fingerprints of its own
         # One stable radix sort of the key groups (cheaper in total than selecting per file); the
         # workers gather their files' rows from it.
         order = K.key_group_order(kg)
@@ -349,7 +355,7 @@ class OperatorWriter:
             part += 1
             rows = None if order is None else order[split.row_start : split.row_end]
             futures.append(pool.submit(
-                _write_keyed_chunk, root, rel, table, kg, rows, split, self.namespace_type is not None, what))
+                _write_keyed_chunk, root, rel, table, kg, hashes, rows, split, self.namespace_type is not None, what))
         return futures
 
     def _write_timer_files(self, root: Path, pool: ThreadPoolExecutor) -> list[Future[FileEntry]]:
@@ -357,7 +363,7 @@ class OperatorWriter:
         schema = K.timers_schema(self._require_keyed("timers"), namespace_type=self.namespace_type)
         schema = schema.remove(0)
         futures = []
-        for i, (table, kg) in enumerate(self._prepared(self._timers, schema, what)):
+        for i, (table, kg, _) in enumerate(self._prepared(self._timers, schema, what)):
             table, kg = K.sort_by_key_group(table, kg)
             if table.num_rows:
                 rel = f"{self.dir}/timers/part-{i:05d}.parquet"
@@ -365,14 +371,16 @@ class OperatorWriter:
         return futures
 
 
-def _write_keyed_chunk(root, rel, table, kg, rows, split, has_namespace, what) -> FileEntry:
+def _write_keyed_chunk(root, rel, table, kg, hashes, rows, split, has_namespace, what) -> FileEntry:
     # Gathering rows and checking key uniqueness per file inside the workers lets both cores share
     # the work; a key's duplicates share its key group, so they always land in the same file.
     if rows is None:  # already grouped by key group
         chunk, chunk_kg = table.slice(split.row_start, split.rows), kg[split.row_start : split.row_end]
+        chunk_hashes = None if hashes is None else hashes[split.row_start : split.row_end]
     else:
         chunk, chunk_kg = K.take_rows(table, rows), kg[rows]
-    K.check_unique_keys(chunk, has_namespace=has_namespace, what=what)
+        chunk_hashes = None if hashes is None else hashes[rows]
+    K.check_unique_keys(chunk, has_namespace=has_namespace, what=what, key_hashes=chunk_hashes)
     return _write_file(root, rel, K.with_key_group_column(chunk, chunk_kg), "keyed", None, split.kg_start,
                        split.kg_end, None)
 

@@ -30,7 +30,7 @@ def test_keys_whose_fingerprints_meet_are_checked_exactly() -> None:
     # 40-byte keys differing only in bytes the fingerprint does not sample (8-11 and 28-31): equal
     # fingerprints, distinct keys, so no error; a real repeat among them is still found.
     keys = [f"{'p' * 8}{i:04d}{'q' * 16}{i:04d}{'r' * 8}" for i in range(500)]
-    assert not K._surely_unique(pa.chunked_array([pa.array(keys)]))
+    assert len(K._maybe_repeated(pa.chunked_array([pa.array(keys)]), None)) == 500
     K.check_unique_keys(_table(pa.array(keys)), has_namespace=False, what="t")
     with pytest.raises(DuplicateKeyError):
         K.check_unique_keys(_table(pa.array(keys + [keys[123]])), has_namespace=False, what="t")
@@ -43,6 +43,30 @@ def test_sliced_and_chunked_columns_agree_with_a_python_set() -> None:
         whole = pa.array(["zz", *values, "zz"])
         col = pa.chunked_array([whole.slice(1, len(values) // 2), whole.slice(1 + len(values) // 2, len(values) - len(values) // 2)])
         unique = len(set(values)) == len(values)
-        if K._surely_unique(col):
-            assert unique, values  # "surely" is never wrong; "maybe not" is checked exactly
-        assert (K.first_duplicate(pa.table({"key": col}), ["key"]) is None) == unique, values
+        if not len(K._maybe_repeated(col, None)):
+            assert unique, values  # "no row repeats" is never wrong; "maybe" is checked exactly
+        table = pa.table({"key": col})
+        first = next((i for i, v in enumerate(values) if v in values[:i]), None)
+        assert K.first_duplicate(table, ["key"]) == first, values
+        _, hashes = K.key_groups_and_hashes(col, 128, "string")
+        assert K.first_duplicate(table, ["key"], hashes) == first, values
+
+
+def test_java_hashcodes_as_fingerprints_check_colliding_keys_exactly() -> None:
+    # "Aa" and "BB" share String.hashCode, so every mix of them of one length does too: one fingerprint
+    # for 2**8 distinct keys (all candidates, compared exactly), among 5000 others.
+    import itertools
+
+    same_hash = ["".join(p) for p in itertools.product(["Aa", "BB"], repeat=8)]
+    keys = same_hash + [f"key-{i}" for i in range(5000)]
+    t = _table(pa.array(keys))
+    _, hashes = K.key_groups_and_hashes(t.column("key"), 128, "string")
+    assert len(set(hashes[: len(same_hash)].tolist())) == 1
+    assert len(K._maybe_repeated(t.column("key"), hashes)) == len(same_hash)
+    K.check_unique_keys(t, has_namespace=False, what="t", key_hashes=hashes)
+    for repeat in (same_hash[77], "key-4321"):
+        t2 = _table(pa.array(keys + [repeat] + ["key-x"]))
+        _, h2 = K.key_groups_and_hashes(t2.column("key"), 128, "string")
+        assert K.first_duplicate(t2, ["key"], h2) == len(keys)
+        with pytest.raises(DuplicateKeyError, match=repeat):
+            K.check_unique_keys(t2, has_namespace=False, what="t", key_hashes=h2)
