@@ -266,8 +266,6 @@ def first_duplicate(table: pa.Table, cols: list[str], key_hashes: np.ndarray | N
     `key_hashes`: the Java hashCodes of a single String key column (`key_groups_and_hashes`), when
     known; with the key lengths they are its fingerprints, instead of computing others.
     """
-    import pandas as pd  # pandas' hash table is the fastest duplicate check available here
-
     flat = table.select(cols).flatten()
     if flat.num_columns == 1:
         candidates = _maybe_repeated(flat.column(0), key_hashes)
@@ -275,8 +273,14 @@ def first_duplicate(table: pa.Table, cols: list[str], key_hashes: np.ndarray | N
             if not len(candidates):
                 return None
             if len(candidates) <= len(flat) // 8:  # few rows share a fingerprint: compare only those exactly
-                dup = pd.Series(flat.column(0).take(candidates).to_pylist()).duplicated().to_numpy()
-                return int(candidates[np.argmax(dup)]) if dup.any() else None
+                seen: set = set()
+                for row, value in zip(candidates.tolist(), flat.column(0).take(candidates).to_pylist()):
+                    if value in seen:
+                        return row
+                    seen.add(value)
+                return None
+    import pandas as pd  # pandas' hash table is the fastest duplicate check available here (imported only now: ~0.2 s)
+
     if flat.num_columns == 1 and pa.types.is_primitive(flat.schema.types[0]):
         dup = pd.Series(flat.column(0).to_numpy()).duplicated().to_numpy()
     else:
