@@ -43,13 +43,15 @@ def checksum(data: bytes | memoryview | pa.Buffer) -> str:
 def write_parquet(table: pa.Table, full_path: Path, *, root: Path | None = None) -> tuple[int, str]:
     """Write `table` to `full_path` as Parquet; return (bytes, checksum) of exactly what was written.
 
-    The file is encoded in memory first so the checksum covers the bytes on disk without reading
-    them back. It is fsynced, so that once the manifest naming it is durable, so is the file.
-    With `root` (a staging directory), directories are made below it only (`make_dirs_below`).
+    The encoder streams its pages straight into the new file through `_ChecksummedFile`, so the
+    checksum covers the bytes written to disk without reading them back, and no whole-file buffer
+    is built first (that buffer's growth and fresh memory cost a third of the time of writing a
+    32 MB batch). The file is fsynced, so that once the manifest naming it is durable, so is the
+    file; a failed write removes it. With `root` (a staging directory), directories are made below
+    it only (`make_dirs_below`).
     """
     import pyarrow.parquet as pq
 
-    sink = pa.BufferOutputStream()
     # Dictionary encoding pays off for text; on numbers it only costs time (even on key_group, whose
     # sorted runs snappy compresses almost as well: ~17% less encoding CPU for ~0.7% more bytes). Not
     # on the key column either: its values are (nearly) all distinct, so every row group would build a
@@ -64,24 +66,62 @@ def write_parquet(table: pa.Table, full_path: Path, *, root: Path | None = None)
     # Statistics only where a reader selects row groups by them: key_group (rows are laid out by key
     # group, so the min/max of keys or states rule out nothing; String keys: ~30% of the encoding time).
     statistics: bool | list[str] = ["key_group"] if "key_group" in table.column_names else True
-    if bounds is None:
-        pq.write_table(table, sink, row_group_size=ROW_GROUP_ROWS, compression="snappy", use_dictionary=dictionary,
-                       write_statistics=statistics)
-    else:
-        with pq.ParquetWriter(sink, table.schema, compression="snappy", use_dictionary=dictionary,
-                              write_statistics=statistics) as writer:
-            for start, end in bounds:
-                writer.write_table(table.slice(start, end - start), row_group_size=end - start)
-    buf = sink.getvalue()
     if root is None:
         full_path.parent.mkdir(parents=True, exist_ok=True)
     else:
         make_dirs_below(root, full_path.parent)
-    with open(full_path, "xb") as fh:  # always a new file: never through a name that exists (a link)
-        fh.write(memoryview(buf))
-        fh.flush()
-        os.fsync(fh.fileno())
-    return buf.size, checksum(buf)
+    with open(full_path, "xb", buffering=_WRITE_BUFFER) as fh:  # always a new file: never through a name that exists (a link)
+        sink = _ChecksummedFile(fh)
+        try:
+            if bounds is None:
+                pq.write_table(table, sink, row_group_size=ROW_GROUP_ROWS, compression="snappy",
+                               use_dictionary=dictionary, write_statistics=statistics)
+            else:
+                with pq.ParquetWriter(sink, table.schema, compression="snappy", use_dictionary=dictionary,
+                                      write_statistics=statistics) as writer:
+                    for start, end in bounds:
+                        writer.write_table(table.slice(start, end - start), row_group_size=end - start)
+            fh.flush()
+            os.fsync(fh.fileno())
+        except BaseException:
+            fh.close()
+            full_path.unlink(missing_ok=True)
+            raise
+    return sink.size, f"{CHECKSUM_ALGORITHM}:{sink.crc:08x}"
+
+
+_WRITE_BUFFER = 1 << 20  # the encoder's many small writes (page headers) are gathered; pages pass through
+
+
+class _ChecksummedFile:
+    """A write-only file object for pyarrow that checksums (and counts) every byte on its way to `fh`.
+
+    Closing it leaves `fh` open: the caller fsyncs and closes it.
+    """
+
+    def __init__(self, fh) -> None:
+        self._fh = fh
+        self.crc = 0
+        self.size = 0
+        self.closed = False
+
+    def write(self, data) -> int:
+        self.crc = zlib.crc32(data, self.crc)
+        self.size += len(data)
+        self._fh.write(data)  # a buffered file writes all of it or raises
+        return len(data)
+
+    def tell(self) -> int:
+        return self.size
+
+    def flush(self) -> None:
+        pass  # `fh` is flushed (and fsynced) by `write_parquet`
+
+    def writable(self) -> bool:
+        return True
+
+    def close(self) -> None:
+        self.closed = True
 
 
 def make_dirs_below(root: Path, directory: Path) -> None:
