@@ -223,26 +223,27 @@ def _scan(buf: np.ndarray, pending: list[tuple[int, int, int]], limits: np.ndarr
     left: list[tuple[int, int, int]] = []
     for c_, p, sid in pending:
         lim = int(limits[c_])
-        got, copies = None, {}
         if value_width is not None:
             scanned = _scan_value_lengths(buf, p, lim, int(chain_kg[c_]), P, c_, sid, value_width, until)
             if scanned is not None:
-                got, copies = scanned[:2], scanned[2]
-                stats.value_length_scanned += len(got[0])
-        if got is None:
-            got = _scan_region(buf, p, lim, int(chain_kg[c_]), P, c_, sid)
+                runs, copies = scanned
+                for run_sid, e in runs:  # one piece per state run: no regrouping later
+                    parts.append((c_, run_sid, e))
+                    stats.value_length_scanned += len(e)
+                    stats.scanned_entries += len(e)
+                    if run_sid in copies:
+                        stats.copied_entries += len(e)
+                        if same_keys is not None:
+                            same_keys[(c_, run_sid)] = copies[run_sid]
+                continue
+        got = _scan_region(buf, p, lim, int(chain_kg[c_]), P, c_, sid)
         if got is None:
             left.append((c_, p, sid))
             continue
         e, bounds = got
         stats.scanned_entries += len(e)
         for a, b in zip(bounds[:-1], bounds[1:]):  # one piece per state run: no regrouping later
-            run_sid = int(e.sid[a])
-            parts.append((c_, run_sid, e.take(slice(a, b))))
-            if run_sid in copies:
-                stats.copied_entries += b - a
-                if same_keys is not None:
-                    same_keys[(c_, run_sid)] = copies[run_sid]
+            parts.append((c_, int(e.sid[a]), e.take(slice(a, b))))
     return parts, left
 
 
@@ -295,8 +296,8 @@ def _scan_region(buf: np.ndarray, p: int, lim: int, kg: int, P: int, chain: int,
     return Entries(np.full(n, chain, np.int64), sid_of, p + c + 4, k, p + q + 4, v), bounds
 
 
-def _scan_value_lengths(buf: np.ndarray, p: int, lim: int, kg: int, P: int, chain: int, sid: int,
-                        W: int, until: int | None = None) -> tuple[Entries, list[int], dict[int, int]] | None:
+def _scan_value_lengths(buf: np.ndarray, p: int, lim: int, kg: int, P: int, chain: int, sid: int, W: int,
+                        until: int | None = None) -> tuple[list[tuple[int, Entries]], dict[int, int]] | None:
     """`_scan_region` for values all `W` bytes long: candidates are the value lengths, the bytes ``00 00 00 W``.
 
     Those four bytes are rare inside keys and values, unlike a key group's byte (in key group 0x30
@@ -309,13 +310,15 @@ def _scan_value_lengths(buf: np.ndarray, p: int, lim: int, kg: int, P: int, chai
 
     The proof goes `_CHUNK` bytes at a time, each step starting at the entry the previous one proved
     to come next: its scratch arrays stay in cache and are reused from malloc's arena instead of
-    being fresh (page-faulted) memory each time. With `until` (an offset in `buf`, for one-key
-    reads) it stops at the first step past it: the entries returned are then the proven chain up to
-    there, and the last piece of `bounds` ends without a run-end flag.
+    being fresh (page-faulted) memory each time. A step ends at a state run's end, so each step
+    belongs to one run. With `until` (an offset in `buf`, for one-key reads) it stops at the first
+    step past it: the entries returned are then the proven chain up to there, the last run cut short.
 
     A state run after the first is tried first as a copy of the first's layout (`_copy_run`: the states
-    of a key group mostly list the same keys): one byte comparison instead of a proof. The third item
-    returned maps the state ids of the runs found that way to the first run's state id.
+    of a key group mostly list the same keys): one byte comparison instead of a proof.
+
+    Returns the state runs in order, each as (state id, its entries), and the state ids of the runs
+    found as copies mapped to the first run's state id.
     """
     m = lim - p
     if m < 8 + W + P or W > 255:
@@ -330,27 +333,31 @@ def _scan_value_lengths(buf: np.ndarray, p: int, lim: int, kg: int, P: int, chai
         x.byteswap(inplace=True)
         return x, (x - 1) >= 255  # (unsigned: 0 wraps around)
 
+    runs: list[tuple[int, Entries]] = []
+    run_parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # the current run's proven steps: (kp, klen, vp)
+
+    def end_run(run_sid: int) -> None:  # the current run's steps as one piece (constant columns: broadcast views)
+        kp, klen, vp = (np.concatenate(c) if len(run_parts) > 1 else c[0] for c in zip(*run_parts))
+        n = len(kp)
+        runs.append((run_sid, Entries(np.broadcast_to(np.int64(chain), (n,)), np.broadcast_to(np.int64(run_sid), (n,)),
+                                      kp, klen, vp, np.broadcast_to(np.int64(W), (n,)))))
+        run_parts.clear()
+
     last = m - 4
     kg_high = kg >> 8 if P == 2 else kg  # the first key byte, run-end flag aside
     pos, cur_sid = 0, sid  # the next entry to prove starts at `pos`, in state run `cur_sid`
-    parts: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []  # (kp, klen, vp, sid_of)
-    bounds, total = [0], 0
     run_pos = 0  # where the current state run's first entry starts (in `seg`)
-    first_run: tuple[int, int, int, int] | None = None  # the key group's first state run: (sid, start, end, entries)
-    first_cols: list[np.ndarray] | None = None  # its entries' kp, klen, vp
+    first_run: tuple[int, int, int] | None = None  # the key group's first state run: (sid, start, end)
     copies: dict[int, int] = {}
     copy_tried = False
     while True:
         if first_run is not None and not copy_tried:
             copy_tried = True
-            if first_cols is None:
-                first_cols = [(np.concatenate(c) if len(parts) > 1 else c[0])[: first_run[3]] for c in list(zip(*parts))[:3]]
-            copied = _copy_run(buf, p, m, first_run, first_cols, run_pos, W)
+            copied = _copy_run(buf, p, m, first_run, runs[0][1], run_pos, W)
             if copied is not None:
-                parts.append((*copied, np.full(len(copied[0]), cur_sid, np.int64)))
+                run_parts.append(copied)
+                end_run(cur_sid)
                 copies[cur_sid] = first_run[0]
-                total += len(copied[0])
-                bounds.append(total)
                 at = run_pos + first_run[2] - first_run[1]
                 cur_sid = int(seg[at]) << 8 | int(seg[at + 1])
                 if cur_sid == END_OF_KEY_GROUP:
@@ -427,58 +434,52 @@ def _scan_value_lengths(buf: np.ndarray, p: int, lim: int, kg: int, P: int, chai
         apart = np.flatnonzero(gap)
         if not np.array_equal(apart, ends[ends < n - 1]) or not (gap[apart] == 2).all():
             return None
-        sid_of = np.full(n, cur_sid, np.int64)
-        done = False
-        for i in ends.tolist():
+        run_sid, done = cur_sid, False
+        if len(ends):  # the step ends at its first run end: the next run is first tried as a copy
+            i = int(ends[0])
             at = int(e[i])
-            if first_run is None:
-                first_run = (cur_sid, run_pos, at, total + i + 1)
             cur_sid = int(seg[at]) << 8 | int(seg[at + 1])
-            bounds.append(total + i + 1)
             if cur_sid == END_OF_KEY_GROUP:
                 if i != n - 1:  # entries after the key group's end
                     return None
                 done = True
             else:
-                # Another state run starts: the step ends here, and that run is first tried as a copy.
                 run_pos, copy_tried = at + 2, False
                 n = i + 1
-                kp, klen, q, e, flag, sid_of = kp[:n], klen[:n], q[:n], e[:n], flag[:n], sid_of[:n]
-                break
-        parts.append((kp, klen, q + (p + 4), sid_of))  # key and value positions in `buf`
-        total += n
+                kp, klen, q, e, flag = kp[:n], klen[:n], q[:n], e[:n], flag[:n]
+            if first_run is None:
+                first_run = (run_sid, 0, at)
+        run_parts.append((kp, klen, q + (p + 4)))  # key and value positions in `buf`
+        if len(ends):
+            end_run(run_sid)
         pos = int(e[-1]) + 2 * bool(flag[-1])
         if done:
             break
         if pos >= m or (until is not None and p + pos > until):
             if until is None:  # the region ended without the key group's end marker
                 return None
-            if bounds[-1] != total:
-                bounds.append(total)
+            if run_parts:
+                end_run(cur_sid)
             break
-    kp, klen, vp, sid_of = (np.concatenate(c) if len(parts) > 1 else c[0] for c in zip(*parts))
-    # the constant columns are read-only broadcast views: no memory to fill for them
-    same = np.broadcast_to
-    return Entries(same(np.int64(chain), (total,)), sid_of, kp, klen, vp, same(np.int64(W), (total,))), bounds, copies
+    return runs, copies
 
 
-def _copy_run(buf: np.ndarray, p: int, m: int, first_run: tuple[int, int, int, int], first_cols: list[np.ndarray],
-              run_pos: int, W: int) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+def _copy_run(buf: np.ndarray, p: int, m: int, first_run: tuple[int, int, int], first: Entries, run_pos: int,
+              W: int) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
     """The entries (kp, klen, vp) of the state run at `run_pos` of `buf[p:p+m]` when its bytes equal the key group's
-    first run's everywhere but in the values, else None.
+    first run's (`first`) everywhere but in the values, else None.
 
     Equal bytes outside the values mean equal key lengths, keys (run-end flag included) and value
     lengths, so a walk of this run meets its entries where the first run's lie, shifted: its
     positions are the first run's, and it holds the same keys in the same order. The state id after
     it is read by the caller (and the walk's next step is checked like any other).
     """
-    _, start, end, _ = first_run
-    kp, klen, vp = first_cols
+    _, start, end = first_run
     length = end - start
-    if run_pos + length + 2 > m or not equal_except_values(buf, p + start, p + run_pos, length, vp - (p + start), W):
+    if run_pos + length + 2 > m or not equal_except_values(buf, p + start, p + run_pos, length, first.vp - (p + start), W):
         return None
     shift = run_pos - start
-    return kp + shift, klen, vp + shift
+    return first.kp + shift, first.klen, first.vp + shift
 
 
 def equal_except_values(buf: np.ndarray, a: int, b: int, length: int, values: np.ndarray, W: int) -> bool:

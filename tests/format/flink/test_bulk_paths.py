@@ -66,6 +66,19 @@ def test_a_whole_process_read_does_not_import_pandas(tmp_path: Path) -> None:
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
+def _joined(scanned):
+    """`_scan_value_lengths`'s state runs as one `Entries` with the run bounds (`_scan_region`'s shape)."""
+    from statekit.format.flink.locate import Entries
+
+    if scanned is None:
+        return None
+    runs, _ = scanned
+    bounds = [0]
+    for _, e in runs:
+        bounds.append(bounds[-1] + len(e))
+    return Entries.concat([e for _, e in runs]), bounds
+
+
 @pytest.mark.parametrize("chunk", [None, 64, 200], ids=["default-steps", "64-byte-steps", "200-byte-steps"])
 def test_value_length_scan_finds_what_the_key_group_scan_finds(tmp_path: Path, monkeypatch, chunk) -> None:
     """Values all 8 bytes: the scan for ``00 00 00 08`` meets false candidates (values holding those bytes,
@@ -109,7 +122,7 @@ def test_value_length_scan_finds_what_the_key_group_scan_finds(tmp_path: Path, m
             lim = nz[nz.index(o) + 1] if o != nz[-1] else len(buf)
             sid = int(buf[o]) << 8 | int(buf[o + 1])
             by_kg = L._scan_region(buf, o + 2, lim, h.start + i, 1, 0, sid)
-            by_len = L._scan_value_lengths(buf, o + 2, lim, h.start + i, 1, 0, sid, 8)
+            by_len = _joined(L._scan_value_lengths(buf, o + 2, lim, h.start + i, 1, 0, sid, 8))
             assert by_kg is not None
             if by_len is not None:
                 found += 1
@@ -118,7 +131,7 @@ def test_value_length_scan_finds_what_the_key_group_scan_finds(tmp_path: Path, m
                     assert np.array_equal(getattr(by_len[0], f), getattr(by_kg[0], f)), f
                 e = by_kg[0]
                 for until in (int(e.kp[0]), int(e.kp[len(e) // 3]), int(e.kp[-1]) + 100):
-                    part, bounds, _ = L._scan_value_lengths(buf, o + 2, lim, h.start + i, 1, 0, sid, 8, until)
+                    part, bounds = _joined(L._scan_value_lengths(buf, o + 2, lim, h.start + i, 1, 0, sid, 8, until))
                     # every entry that starts by `until` (4 bytes before its key); with small steps, few more
                     assert len(part) == len(e) or int(e.kp[len(part)]) - 4 > until
                     if chunk:
@@ -302,8 +315,10 @@ def test_a_state_run_is_taken_as_a_copy_of_the_first_only_when_its_bytes_say_so(
         if got is None:  # a value of another width: left to the key-group scan or the walk
             assert not copied
             continue
-        entries, bounds, copies = got
+        copies = got[1]
+        entries, bounds = _joined(got)
         assert copies == ({1: 0} if copied else {})
+        assert [s for s, _ in got[0]] == [0, 1]
         assert bounds == [0, 41, len(walked)]
         for f in ("sid", "kp", "klen", "vp", "vlen"):
             assert np.array_equal(getattr(entries, f), getattr(walked, f)), f
