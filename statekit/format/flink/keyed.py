@@ -253,8 +253,9 @@ def _scanned_table(lay: KeyedLayout, buf: np.ndarray, located: Located, groups: 
         elif not (np.array_equal(klen, np.concatenate([e.klen for e in ps]))
                   and ranges_equal(buf, kp, np.concatenate([e.kp for e in ps]), klen)):
             return None
-    got = decode_open(lay.key_type, buf, kp + P, kp + klen, where, stats, "key")
-    if not np.array_equal(got[1] + 1, kp + klen):  # the key, then VoidNamespace's one byte
+    kend = kp + klen
+    got = decode_open(lay.key_type, buf, kp + P, kend, where, stats, "key")
+    if not np.array_equal(got[1] + 1, kend):  # the key, then VoidNamespace's one byte
         return None
     n = len(kp)
     kg, kg_buf = allocate(n, np.int32)
@@ -262,8 +263,8 @@ def _scanned_table(lay: KeyedLayout, buf: np.ndarray, located: Located, groups: 
     cols = {"key_group": primitive(kg_buf, n, pa.int32()), "key": got[0]}
     for g, ps in zip(keyed, per_state):
         vp = np.concatenate([e.vp for e in ps])
-        vlen = np.concatenate([e.vlen for e in ps])
-        vals = decode_exact(g.meta.value_type, buf, vp, vp + vlen, where, stats, g.meta.name)
+        vend = np.concatenate([e.vp + e.vlen for e in ps])
+        vals = decode_exact(g.meta.value_type, buf, vp, vend, where, stats, g.meta.name)
         t = _column_type(g.meta)
         cols[g.meta.name] = vals if vals.type == t else vals.cast(t)
     return _with_all_states(lay, cols, n)
