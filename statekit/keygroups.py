@@ -15,7 +15,7 @@ from statekit.keyhash import _INT32_MIN, _M32, _U32, KeyType, _int32, java_hash,
 __all__ = [
     "DEFAULT_LOWER_BOUND_MAX_PARALLELISM", "MAX_PARALLELISM_UPPER_BOUND", "KeyGroupRange",
     "assign_key_groups", "assign_to_key_group", "check_max_parallelism", "check_parallelism",
-    "compute_key_group_for_key_hash", "default_max_parallelism", "java_hash", "key_group_range",
+    "compute_key_group_for_key_hash", "compute_key_groups_for_key_hashes", "default_max_parallelism", "java_hash", "key_group_range",
     "murmur_hash", "operator_index_for_key_group",
 ]  # fmt: skip
 
@@ -262,6 +262,18 @@ def _murmur_array(h: np.ndarray, max_parallelism: int) -> np.ndarray:
     return signed
 
 
+def compute_key_groups_for_key_hashes(hashes: np.ndarray, max_parallelism: int) -> np.ndarray:
+    """Vectorised `compute_key_group_for_key_hash`: the int32 key groups of uint32 Java hashCodes.
+
+    Works in place: `hashes` is overwritten (pass a copy to keep it).
+
+    >>> compute_key_groups_for_key_hashes(np.array([0, 1], np.uint32), 128).tolist()
+    [94, 86]
+    """
+    m = check_max_parallelism(max_parallelism)
+    return _murmur_array(hashes, m) if len(hashes) else np.zeros(0, np.int32)
+
+
 def assign_key_groups(values: Any, max_parallelism: int, key_type: KeyType = None) -> np.ndarray:
     """Vectorised `assign_to_key_group`: the key group of every key, as an int32 numpy array.
 
@@ -290,6 +302,5 @@ def assign_key_groups(values: Any, max_parallelism: int, key_type: KeyType = Non
     >>> assign_key_groups(np.arange(3, dtype=np.int32), 128).tolist()
     [94, 86, 127]
     """
-    m = check_max_parallelism(max_parallelism)
-    h = java_hash_array(values, key_type)
-    return _murmur_array(h, m) if len(h) else np.zeros(0, np.int32)
+    check_max_parallelism(max_parallelism)  # before hashing: a bad value is refused even for no keys
+    return compute_key_groups_for_key_hashes(java_hash_array(values, key_type), max_parallelism)

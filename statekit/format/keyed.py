@@ -10,7 +10,7 @@ import pyarrow as pa
 
 from statekit.errors import DuplicateKeyError, InvalidArgumentError, NullKeyError, StateTypeError
 from statekit.format.arrow_memory import from_numpy
-from statekit.keygroups import _murmur_array, check_max_parallelism
+from statekit.keygroups import check_max_parallelism, compute_key_groups_for_key_hashes
 from statekit.keyhash import java_hash_array
 from statekit.state.descriptors import StateInfo
 from statekit.types import parse_ddl, to_ddl
@@ -230,7 +230,7 @@ def key_groups_and_hashes(keys: pa.ChunkedArray | pa.Array, max_parallelism: int
         start, part = job
         h = java_hash_array(part, key_type)
         hashes[start : start + len(part)] = h
-        kg[start : start + len(part)] = _murmur_array(h, m)  # (in place on `h`)
+        kg[start : start + len(part)] = compute_key_groups_for_key_hashes(h, m)  # (overwrites `h`)
 
     if n < PARALLEL_HASH_ROWS:
         if n:
@@ -314,8 +314,8 @@ def _maybe_repeated(col: pa.ChunkedArray, key_hashes: np.ndarray | None) -> np.n
             fp |= np.concatenate([np.diff(_offsets(c)) for c in col.chunks]).astype(np.uint64)
         else:
             fp = np.concatenate([_fingerprints(c) for c in col.chunks])
-    elif pa.types.is_boolean(t):  # two values: more than two rows always repeat one
-        return None if len(col) > 2 else np.arange(len(col)) if len(set(col.to_pylist())) < len(col) else np.zeros(0, np.int64)
+    elif pa.types.is_boolean(t) and len(col) <= 2:  # (more than two rows always repeat a value: the exact path names it)
+        fp = col.to_numpy(zero_copy_only=False).astype(np.uint8)
     else:
         return None
     ordered = np.sort(fp)

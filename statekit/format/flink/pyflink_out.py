@@ -22,7 +22,7 @@ from statekit.errors import StateTypeError
 from statekit.format.flink.pyflink import _FIXED, PREFIX, PyType, parse_type
 from statekit.format.flink.serializers import FlinkType
 from statekit.format.flink.serializers_out import DataOutput, flink_type, list_of, map_of
-from statekit.keygroups import _murmur_array, check_max_parallelism
+from statekit.keygroups import check_max_parallelism, compute_key_groups_for_key_hashes
 from statekit.keyhash import java_hash_array
 from statekit.types import parse_ddl, to_ddl
 
@@ -58,7 +58,7 @@ def key_groups(keys: pa.Array | pa.ChunkedArray, key_ddl: str, max_parallelism: 
     m = check_max_parallelism(max_parallelism)
     h = java_hash_array(keys, key_ddl)
     h += np.uint32(_ROW_HASH)
-    return _murmur_array(h, m) if len(h) else np.zeros(0, np.int32)
+    return compute_key_groups_for_key_hashes(h, m)
 
 
 def wrap_keys(keys: pa.Array | pa.ChunkedArray) -> pa.StructArray:
