@@ -13,7 +13,11 @@ from statekit_cli import common
 def convert(
     source: Path = typer.Argument(..., help="Flink savepoint or chk-N directory; with --to flink, any savepoint."),
     out: Path = typer.Argument(..., help="The new savepoint; must not exist."),
-    to: str = typer.Option("statekit", "--to", help="Output format: statekit (default) or flink (canonical Flink 2.x)."),
+    to: str = typer.Option("statekit", "--to", help="Output format: statekit (default) or flink (canonical Flink)."),
+    flink_version: Optional[str] = typer.Option(
+        None, "--flink-version",
+        help="With --to flink: the Flink version to restore it (1.18-2.3, e.g. 1.20); default: the version the "
+             "state came from, else the newest."),
     uid: List[str] = typer.Option([], "--uid", help="Operator uid to carry (matched by its hash); repeatable."),
     max_parallelism: Optional[int] = typer.Option(
         None, "--max-parallelism",
@@ -27,18 +31,24 @@ def convert(
     try:
         if to == "flink":
             from statekit.format.flink.metadata import read_metadata
+            from statekit.format.flink.versions import FlinkVersion
             from statekit.savepoint.flink_out import write_flink
 
             if uid:
                 raise typer.BadParameter("--uid applies to conversions into statekit's format; Flink stores uid hashes.")
-            path = write_flink(source, out, max_parallelism=max_parallelism)
+            path = write_flink(source, out, max_parallelism=max_parallelism, flink_version=flink_version)
             # the operators from `_metadata` alone: opening the Flink savepoint would load Flink's whole reader
-            names = [op.verified_uid or op.operator_id for op in read_metadata(path).operators]
+            md = read_metadata(path)
+            names = [op.verified_uid or op.operator_id for op in md.operators]
+            written = FlinkVersion.parse(flink_version) if flink_version else FlinkVersion.for_metadata_version(md.version)
+            to = f"flink: {written.describe()}"
         elif to == "statekit":
             from statekit.savepoint.convert import convert_to_statekit
 
             if max_parallelism is not None:
                 raise typer.BadParameter("--max-parallelism applies with --to flink; use set-max-parallelism here.")
+            if flink_version is not None:
+                raise typer.BadParameter("--flink-version applies with --to flink.")
             path = convert_to_statekit(source, out, uids=uid)
             names = [m.uid or m.uid_hash for m in Savepoint.open(path).operators]
         else:

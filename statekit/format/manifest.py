@@ -119,17 +119,23 @@ class FlinkSerializers:
     states: tuple[tuple[str, bytes], ...] = ()
     timers: tuple[bytes, ...] = ()
     operator_states: tuple[tuple[str, bytes], ...] = ()
+    #: the Flink version line the snapshots came from ("1.20"; `versions.FlinkVersion`), the default
+    #: target when the state is written back to Flink; None in manifests written before it was recorded
+    flink_version: str | None = None
 
     def without_key(self) -> "FlinkSerializers":
         """The same without what depends on the key type (after a re-key to another type)."""
-        return FlinkSerializers(None, self.states, (), self.operator_states)
+        return FlinkSerializers(None, self.states, (), self.operator_states, self.flink_version)
 
     def to_json(self) -> dict[str, Any]:
         b64 = lambda b: base64.b64encode(b).decode("ascii")  # noqa: E731
-        return {"key": b64(self.key) if self.key is not None else None,
-                "states": {n: b64(b) for n, b in self.states},
-                "timers": [b64(b) for b in self.timers],
-                "operator_states": {n: b64(b) for n, b in self.operator_states}}
+        out: dict[str, Any] = {"key": b64(self.key) if self.key is not None else None,
+                               "states": {n: b64(b) for n, b in self.states},
+                               "timers": [b64(b) for b in self.timers],
+                               "operator_states": {n: b64(b) for n, b in self.operator_states}}
+        if self.flink_version is not None:
+            out["flink_version"] = self.flink_version
+        return out
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> "FlinkSerializers":
@@ -137,7 +143,8 @@ class FlinkSerializers:
         return cls(dec(d["key"]) if d.get("key") is not None else None,
                    tuple((n, dec(v)) for n, v in d.get("states", {}).items()),
                    tuple(dec(v) for v in d.get("timers", [])),
-                   tuple((n, dec(v)) for n, v in d.get("operator_states", {}).items()))
+                   tuple((n, dec(v)) for n, v in d.get("operator_states", {}).items()),
+                   d.get("flink_version"))
 
 
 @dataclass(frozen=True)
@@ -441,6 +448,16 @@ def _check_flink_json(d: Any, where: str, path: Path) -> None:
             raise _fail(path, f"field {where}.{name!r} is not an object")
         for k, v in d.get(name, {}).items():
             b64(v, f"{where}.{name}.{k}")
+    if d.get("flink_version") is not None:
+        from statekit.errors import InvalidArgumentError
+        from statekit.format.flink.versions import FlinkVersion
+
+        try:
+            FlinkVersion.parse(d["flink_version"]) if isinstance(d["flink_version"], str) else None
+        except InvalidArgumentError as e:
+            raise _fail(path, f"field {where}.flink_version: {e}") from None
+        if not isinstance(d["flink_version"], str):
+            raise _fail(path, f"field {where}.flink_version is not a Flink version line such as \"1.20\"")
     if not isinstance(d.get("timers", []), list):
         raise _fail(path, f"field {where}.timers is not a list")
     for i, v in enumerate(d.get("timers", [])):

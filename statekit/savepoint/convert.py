@@ -110,15 +110,16 @@ def flink_serializers(sp: FlinkSavepoint, meta: OperatorMetadata) -> FlinkSerial
     lay = sp.flink.layout(fop)
     known = {s.name for s in meta.operator_states}
     ops = tuple((n, m.raw) for n, m in sp.flink.operator_states(fop).items() if n in known)
+    version = str(sp.flink_version)
     if lay is None:
-        return FlinkSerializers(operator_states=ops)
+        return FlinkSerializers(operator_states=ops, flink_version=version)
     # only states statekit lists, under their stored names (PyFlink's python-state-<name>: `write_flink` writes
     # them back in PyFlink's layout)
     names = {s.name for s in meta.keyed_states}
     if sp.is_pyflink(meta.identifier):
         names = {pyflink.PREFIX + n for n in names} | names
     return FlinkSerializers(lay.key_type.raw, tuple((s.name, s.raw) for s in lay.states if s.name in names),
-                            tuple(t.raw for t in lay.timers), ops)
+                            tuple(t.raw for t in lay.timers), ops, version)
 
 
 def _keeps_key_groups(key_type: str) -> bool:

@@ -22,6 +22,7 @@ from statekit.format.flink.lookup import lookup
 from statekit.format.flink.metadata import KeyGroupsHandle, OperatorState
 from statekit.format.flink.reader import BATCH_BYTES, FlinkStateReader
 from statekit.format.flink.values import encode_key
+from statekit.format.flink.versions import FlinkVersion
 from statekit.format.manifest import Manifest, OperatorMetadata
 from statekit.identifiers import OperatorIdentifier
 from statekit.keygroups import KeyGroupRange, assign_to_key_group
@@ -107,6 +108,12 @@ class FlinkSavepoint(Savepoint):
     @property
     def format(self) -> str:
         return f"flink-metadata-v{self.flink.metadata.version}"
+
+    @property
+    def flink_version(self) -> FlinkVersion:
+        """The newest Flink line writing this savepoint's `_metadata` version (v4: 1.20, v5: 2.0, v6: 2.3);
+        what its state is written back as by default."""
+        return FlinkVersion.for_metadata_version(self.flink.metadata.version)
 
     def __repr__(self) -> str:
         return f"FlinkSavepoint({str(self.path)!r}, checkpoint_id={self.checkpoint_id}, operators={len(self.operators)})"

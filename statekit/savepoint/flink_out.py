@@ -33,6 +33,7 @@ from statekit.format.flink.serializers_out import (
     operator_meta_info,
     timer_meta_info,
 )
+from statekit.format.flink.versions import FlinkVersion
 from statekit.format.flink.writer import (
     KeyedLayoutOut,
     KeyedStateOut,
@@ -389,7 +390,8 @@ def write_flink(source: str | os.PathLike[str] | Savepoint, target: str | os.Pat
                 remove: Sequence[str] = (), max_parallelism: int | Mapping[str, int] | None = None,
                 rekey: Mapping[str, Any] | None = None, key_types: Mapping[str, str] | None = None,
                 job_max_parallelism: int | None = None, checkpoint_id: int | None = None,
-                pyflink: Mapping[str, Mapping[str, str]] | None = None) -> Path:
+                pyflink: Mapping[str, Mapping[str, str]] | None = None,
+                flink_version: str | FlinkVersion | None = None) -> Path:
     """Write savepoint `source` (statekit or Flink) as a canonical Flink savepoint at `target`.
 
     Serializers read from a Flink savepoint are reused unchanged; other state maps its DDL types
@@ -404,12 +406,15 @@ def write_flink(source: str | os.PathLike[str] | Savepoint, target: str | os.Pat
     so a savepoint that does not match is refused (`ParallelismError`) instead of written. `pyflink`
     names operators to write as a PyFlink job keeps them (``{uid: {state: PyFlink type}}``, types as
     `statekit.format.flink.pyflink.parse_type` reads them, ``{}`` to infer every one from its column);
-    operators read from a PyFlink savepoint are written that way anyway. The source is never
-    modified; `target` must not exist.
+    operators read from a PyFlink savepoint are written that way anyway. `flink_version` ("1.20", "2.0",
+    "2.3", ...) is the Flink the savepoint is for (its `_metadata` layout); by default the version the state
+    came from (`Savepoint.flink_version`), else the newest. The source is never modified; `target` must not
+    exist.
     """
     from statekit.keygroups import check_max_parallelism
 
     sp = source if isinstance(source, Savepoint) else Savepoint.open(source)
+    version = target_version(sp, flink_version)
     uids, rekey, key_types = dict(uids or {}), dict(rekey or {}), dict(key_types or {})
     per_op = dict(max_parallelism) if isinstance(max_parallelism, Mapping) else {}
     for v in ([max_parallelism] if isinstance(max_parallelism, int) else list(per_op.values())):
@@ -449,8 +454,16 @@ def write_flink(source: str | os.PathLike[str] | Savepoint, target: str | os.Pat
                 "rescale every operator (stateless ones too)."
             )
     cid = sp.checkpoint_id if checkpoint_id is None else checkpoint_id
-    return write_flink_savepoint(target, ops, checkpoint_id=cid)
+    return write_flink_savepoint(target, ops, checkpoint_id=cid, flink_version=version)
+
+
+def target_version(sp: Savepoint | None, flink_version: str | FlinkVersion | None) -> FlinkVersion:
+    """The Flink version a write targets: the one asked for, else the one `sp`'s state came from, else the newest."""
+    if flink_version is not None:
+        return FlinkVersion.parse(flink_version)
+    came_from = sp.flink_version if sp is not None else None
+    return came_from if came_from is not None else FlinkVersion.newest()
 
 
 __all__ = ["TypeHints", "carried_serializers", "keyed_layout", "operator_data", "operator_state_layouts",
-           "pyflink_keyed", "pyflink_types", "with_operator_data", "write_flink"]
+           "pyflink_keyed", "pyflink_types", "target_version", "with_operator_data", "write_flink"]

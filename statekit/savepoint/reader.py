@@ -23,6 +23,7 @@ from statekit.keygroups import KeyGroupRange, assign_to_key_group
 from statekit.types import parse_ddl
 
 if TYPE_CHECKING:
+    from statekit.format.flink.versions import FlinkVersion
     from statekit.format.keyed_stream import KeyedFiles
     from statekit.state.descriptors import OperatorStateInfo
 
@@ -75,6 +76,19 @@ class Savepoint:
     @property
     def kind(self) -> str:
         return self.manifest.kind
+
+    @property
+    def flink_version(self) -> "FlinkVersion | None":
+        """The Flink version line this state came from (None: not from Flink), the default target of `write_flink`.
+
+        A statekit savepoint converted from Flink records it with each operator's carried serializers;
+        operators of different lines give the oldest, whose `_metadata` every one of them reads.
+        """
+        from statekit.format.flink.versions import FlinkVersion
+
+        lines = [FlinkVersion.parse(op.flink.flink_version) for op in self.manifest.operators
+                 if op.flink is not None and op.flink.flink_version is not None]
+        return min(lines) if lines else None
 
     @property
     def job_name(self) -> str | None:

@@ -19,6 +19,7 @@ import pyarrow as pa
 from pyspark.sql import SparkSession
 
 from statekit.format.files import storage_errors
+from statekit.format.flink.versions import FlinkVersion
 from statekit.format.flink.writer import (
     FlinkStaging,
     KeyedLayoutOut,
@@ -37,6 +38,7 @@ from statekit.savepoint.flink_out import (
     carried_serializers,
     keyed_layout,
     operator_state_layouts,
+    target_version,
     with_operator_data,
 )
 from statekit.savepoint.reader import Savepoint
@@ -83,14 +85,17 @@ def _task(source: str, staging: str, plans: list[_Plan], task: tuple[int, int, s
 
 def write_flink_spark(spark: SparkSession, source: str | os.PathLike[str], target: str | os.PathLike[str], *,
                       types: TypeHints | None = None, carried: Mapping[str, Carried | None] | None = None,
-                      names: Mapping[str, str] | None = None) -> Path:
+                      names: Mapping[str, str] | None = None,
+                      flink_version: str | FlinkVersion | None = None) -> Path:
     """Write statekit savepoint `source` as a Flink savepoint at `target` with one Spark task per state file.
 
     `carried` maps an operator's uid hash to the serializers it had in a Flink savepoint (reused
-    byte for byte; by default those its manifest carries); other state gets DDL-mapped serializers (`types` hints structs). Atomic: nothing
-    is at `target` unless every task and the `_metadata` write succeeded.
+    byte for byte; by default those its manifest carries); other state gets DDL-mapped serializers (`types` hints structs).
+    `flink_version`: the Flink the savepoint is for (default: the one the state came from, else the newest). Atomic:
+    nothing is at `target` unless every task and the `_metadata` write succeeded.
     """
     sp = Savepoint.open(source)
+    version = target_version(sp, flink_version)
     carried = carried or {}
     plans: list[_Plan] = []
     tasks: list[tuple[int, int, str]] = []
@@ -124,7 +129,7 @@ def write_flink_spark(spark: SparkSession, source: str | os.PathLike[str], targe
                 st.keyed = (key_group_range(plans[i].max_parallelism, plans[i].parallelism, sub).start, detail, name, size)
             else:
                 st.operator = (detail, name, size)
-        return staging.commit(metadata_bytes(sp.checkpoint_id, outs))
+        return staging.commit(metadata_bytes(sp.checkpoint_id, outs, flink_version=version))
 
 
 __all__ = ["write_flink_spark"]

@@ -14,6 +14,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from statekit.errors import InvalidArgumentError, UnknownOperatorError
+from statekit.format.flink.versions import FlinkVersion
 from statekit.identifiers import OperatorIdentifier
 from statekit.keygroups import check_max_parallelism
 from statekit.savepoint import OperatorMetadata, Savepoint, SavepointBuilder
@@ -372,7 +373,7 @@ class SavepointWriter:
             self.source, self._entries = source, entries
             shutil.rmtree(staged, ignore_errors=True)
 
-    def _direct_flink(self, path: Path, types: TypeHints | None) -> Path | None:
+    def _direct_flink(self, path: Path, types: TypeHints | None, version: FlinkVersion) -> Path | None:
         """Columnar bootstraps of fixed-width keys and values go straight to Flink's format (no statekit staging);
         None when the writer holds anything else."""
         from statekit.format.flink.writer import FlinkStaging, metadata_bytes
@@ -406,16 +407,18 @@ class SavepointWriter:
                     if jvm else write_columnar(kt.source.df, kt.key, kt.key_type, columns, layout, ident.uid,
                                                ident.uid_hash, par, staging.dir)
                     for kt, columns, layout, ident, par, jvm in plans]
-            return staging.commit(metadata_bytes(0, outs))
+            return staging.commit(metadata_bytes(0, outs, flink_version=version))
 
-    def _write_flink(self, path: Path, types: TypeHints | None) -> Path:
+    def _write_flink(self, path: Path, types: TypeHints | None, flink_version: str | FlinkVersion | None) -> Path:
         from statekit.format.flink.writer import check_target
+        from statekit.savepoint.flink_out import target_version
         from statekit.spark.flink_writer import write_flink_spark
 
         check_target(path)
         if self.source is not None:
             refuse_target_inside(self.source.path, path)
-        direct = self._direct_flink(path, types)
+        version = target_version(self.source, flink_version)  # asked for, else where the state came from
+        direct = self._direct_flink(path, types, version)
         if direct is not None:
             return direct
         # The statekit savepoint is staged beside the target (Parquet on the executors), then converted; state
@@ -423,15 +426,16 @@ class SavepointWriter:
         staged = path.parent / f".{path.name}.statekit-{uuid.uuid4().hex[:12]}"
         try:
             self.write(staged)
-            return write_flink_spark(self.spark, staged, path, types=types)
+            return write_flink_spark(self.spark, staged, path, types=types, flink_version=version)
         finally:
             shutil.rmtree(staged, ignore_errors=True)
 
     def write(self, path: str | os.PathLike[str], *, format: Literal["statekit", "flink"] = "statekit",
-              types: TypeHints | None = None) -> Path:
+              types: TypeHints | None = None, flink_version: str | FlinkVersion | None = None) -> Path:
         """Run the bootstrap jobs and publish the savepoint at `path`, atomically.
 
-        ``format="flink"`` writes a canonical Flink 2.x savepoint that a Flink job with the same uids,
+        ``format="flink"`` writes a canonical Flink savepoint for `flink_version` ("1.20", "2.0", "2.3", ...;
+        by default the version the source's state came from, else the newest) that a Flink job with the same uids,
         key types and state descriptors restores: state files are written by Spark tasks (one per
         operator subtask's key-group range), the driver writes only `_metadata`. Serializers read
         from a Flink source are reused unchanged; new state maps DDL types to Flink's serializers
@@ -441,7 +445,9 @@ class SavepointWriter:
         nothing is left at `path` nor beside it.
         """
         if format == "flink":
-            return self._write_flink(Path(path), types)
+            return self._write_flink(Path(path), types, flink_version)
+        if flink_version is not None:
+            raise InvalidArgumentError("flink_version applies to format='flink' only.")
         if format != "statekit":
             raise InvalidArgumentError(f"format must be 'statekit' or 'flink', not {format!r}.")
         from statekit.savepoint.flink import FlinkSavepoint

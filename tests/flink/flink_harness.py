@@ -1,5 +1,5 @@
-"""Real Apache Flink 2.3.0 for tests and benchmarks: builds tests/flink/java once, restores savepoints
-into a Java job and reads them with Flink's SavepointReader, returning what Flink saw as Python data."""
+"""Real Apache Flink for tests and benchmarks, one build per version line (1.18-2.3): builds tests/flink/java,
+restores savepoints into a Java job and reads them with Flink's SavepointReader, returning what Flink saw."""
 
 from __future__ import annotations
 
@@ -15,9 +15,57 @@ from pathlib import Path
 from typing import Any
 
 JAVA_DIR = Path(__file__).resolve().parent / "java"
-# Build output stays outside the repository; rebuilt only when the Maven sources change.
-BUILD_DIR = Path(os.environ.get("STATEKIT_FLINKBUILD", "~/.cache/statekit/flinkbuild")).expanduser()
+# Build output stays outside the repository, one directory per version line; rebuilt only when the
+# Maven sources change.
+BUILD_ROOT = Path(os.environ.get("STATEKIT_FLINKBUILD", "~/.cache/statekit/flinkbuild")).expanduser()
 ADD_OPENS = [f"--add-opens=java.base/{p}=ALL-UNNAMED" for p in ("java.lang", "java.util", "java.lang.invoke", "java.nio")]
+
+#: version line -> (Flink runtime version, State Processor API version) from Maven Central. The SPA
+#: artifact is released only for some patch versions of a line, so it is pinned apart.
+FLINK_VERSIONS: dict[str, tuple[str, str]] = {
+    "1.18": ("1.18.1", "1.18.1"),
+    "1.19": ("1.19.3", "1.19.1"),
+    "1.20": ("1.20.5", "1.20.0"),
+    "2.0": ("2.0.2", "2.0.0"),
+    "2.1": ("2.1.3", "2.1.0"),
+    "2.2": ("2.2.1", "2.2.0"),
+    "2.3": ("2.3.0", "2.3.0"),
+}
+DEFAULT_VERSION = "2.3"
+
+#: The harness is written against Flink 2.x; a 1.x build compiles a copy with these names replaced (the
+#: API moves between the lines; nothing else differs for what the harness uses). Configuration keys
+#: renamed in 2.0 are set under both names in the sources instead.
+LEGACY_API: tuple[tuple[str, str], ...] = (
+    ("org.apache.flink.streaming.api.functions.source.legacy.SourceFunction",
+     "org.apache.flink.streaming.api.functions.source.SourceFunction"),
+    ("org.apache.flink.state.rocksdb.EmbeddedRocksDBStateBackend",
+     "org.apache.flink.contrib.streaming.state.EmbeddedRocksDBStateBackend"),
+    ("import org.apache.flink.api.common.functions.OpenContext;", ""),
+    # RichFunction.open(OpenContext) does not exist in 1.18, and KeyedStateReaderFunction keeps the
+    # abstract open(Configuration) through 1.20
+    ("open(OpenContext ", "open(org.apache.flink.configuration.Configuration "),
+    (".fromData(", ".fromElements("),
+    ("RecoveryClaimMode", "RestoreMode"),
+    # metadata before V5 (Flink 2.0) stores no operator uid
+    ("os.getOperatorUid()", "java.util.Optional.<String>empty()"),
+)
+
+#: Applied after LEGACY_API for Flink 1.18 only: RuntimeContext.getTaskInfo() and the Sink V2
+#: DiscardingSink arrived in 1.19.
+API_BEFORE_1_19: tuple[tuple[str, str], ...] = (
+    (".getTaskInfo()", ""),
+    ("org.apache.flink.streaming.api.functions.sink.v2.DiscardingSink",
+     "org.apache.flink.streaming.api.functions.sink.DiscardingSink"),
+    (".sinkTo(new DiscardingSink<>())", ".addSink(new DiscardingSink<>())"),
+)
+
+
+def _renames(version: str) -> tuple[tuple[str, str], ...]:
+    """The (2.x name, older name) replacements a build for line `version` applies to the harness sources."""
+    if not version.startswith("1."):
+        return ()
+    return LEGACY_API + (API_BEFORE_1_19 if version == "1.18" else ())
 
 
 class FlinkRunError(RuntimeError):
@@ -32,8 +80,15 @@ def missing_tools() -> str | None:
     return None
 
 
-def _sources_digest() -> str:
-    h = hashlib.sha256()
+def build_dir(version: str = DEFAULT_VERSION) -> Path:
+    """Where the harness of Flink `version` (a line such as "1.20") is built."""
+    if version not in FLINK_VERSIONS:
+        raise ValueError(f"unknown Flink version line {version!r}; known: {', '.join(FLINK_VERSIONS)}")
+    return BUILD_ROOT / version
+
+
+def _sources_digest(version: str) -> str:
+    h = hashlib.sha256(repr((FLINK_VERSIONS[version], _renames(version))).encode())
     for p in sorted([JAVA_DIR / "pom.xml", *(JAVA_DIR / "src").rglob("*")]):
         if p.is_file():
             h.update(str(p.relative_to(JAVA_DIR)).encode())
@@ -41,41 +96,68 @@ def _sources_digest() -> str:
     return h.hexdigest()
 
 
-def build() -> Path:
-    """Compile the harness (Flink 2.3.0 from Maven Central via ~/.m2) unless it is up to date."""
-    digest = _sources_digest()
-    stamp = BUILD_DIR / "sources.sha256"
-    BUILD_DIR.mkdir(parents=True, exist_ok=True)
-    with open(BUILD_DIR / ".lock", "w") as lock:  # one build at a time across processes
+def _legacy_sources(dest: Path, version: str) -> Path:
+    """A copy of the harness sources for a 1.x build (its renames applied); returns its java root."""
+    root = dest / "src-1.x"
+    shutil.rmtree(root, ignore_errors=True)
+    for src in (JAVA_DIR / "src" / "main" / "java").rglob("*.java"):
+        text = src.read_text()
+        for new, old in _renames(version):
+            text = text.replace(new, old)
+        out = root / src.relative_to(JAVA_DIR / "src" / "main" / "java")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text)
+    return root
+
+
+def build(version: str = DEFAULT_VERSION) -> Path:
+    """Compile the harness against Flink `version` (jars from Maven Central via ~/.m2) unless it is up to date."""
+    where = build_dir(version)
+    digest = _sources_digest(version)
+    stamp = where / "sources.sha256"
+    where.mkdir(parents=True, exist_ok=True)
+    with open(where / ".lock", "w") as lock:  # one build at a time across processes
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if stamp.exists() and stamp.read_text() == digest and (BUILD_DIR / "classpath.txt").exists():
-            return BUILD_DIR
+        if stamp.exists() and stamp.read_text() == digest and (where / "classpath.txt").exists():
+            return where
+        runtime, spa = FLINK_VERSIONS[version]
+        sources = _legacy_sources(where, version) if version.startswith("1.") else JAVA_DIR / "src" / "main" / "java"
+        shutil.rmtree(where / "target", ignore_errors=True)  # no class of another source tree survives
         proc = subprocess.run(
-            ["mvn", "-q", "-B", "-f", str(JAVA_DIR / "pom.xml"), f"-Dflinkbuild.dir={BUILD_DIR}", "compile"],
+            ["mvn", "-q", "-B", "-f", str(JAVA_DIR / "pom.xml"), f"-Dflinkbuild.dir={where}",
+             f"-Dflink.version={runtime}", f"-Dspa.version={spa}", f"-Dharness.sources={sources}", "compile"],
             capture_output=True, text=True,
         )
         if proc.returncode != 0:
-            raise FlinkRunError(f"mvn compile of {JAVA_DIR} failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}")
+            raise FlinkRunError(f"mvn compile of {JAVA_DIR} for Flink {runtime} failed:\n"
+                                f"{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}")
         stamp.write_text(digest)
-    return BUILD_DIR
+    return where
 
 
-def java_command(main_class: str, *args: str, heap: str = "2g") -> list[str]:
-    """The java command line running `main_class` of the built harness."""
-    classpath = f"{BUILD_DIR / 'target' / 'classes'}:{(BUILD_DIR / 'classpath.txt').read_text().strip()}"
+def java_command(main_class: str, *args: str, heap: str = "2g", version: str = DEFAULT_VERSION) -> list[str]:
+    """The java command line running `main_class` of the harness built for Flink `version`."""
+    where = build_dir(version)
+    classpath = f"{where / 'target' / 'classes'}:{(where / 'classpath.txt').read_text().strip()}"
     return ["java", f"-Xmx{heap}", *ADD_OPENS, "-cp", classpath, main_class, *args]
 
 
-def _run_pairs(main_class: str, pairs: list[tuple[Path, dict]], timeout: float) -> list[list[dict] | str]:
+def flink_version_of(version: str) -> str:
+    """The exact Flink runtime version a line's harness runs (e.g. "1.20" -> "1.20.5")."""
+    return FLINK_VERSIONS[version][0]
+
+
+def _run_pairs(main_class: str, pairs: list[tuple[Path, dict]], timeout: float,
+               version: str = DEFAULT_VERSION) -> list[list[dict] | str]:
     """Run one harness class over (savepoint, spec) pairs in one JVM: per pair its records or its error."""
-    build()
+    build(version)
     with tempfile.TemporaryDirectory(prefix="statekit-flink-") as tmp:
         args: list[str] = []
         for i, (savepoint, spec) in enumerate(pairs):
             spec_file = Path(tmp) / f"spec-{i}.json"
             spec_file.write_text(json.dumps(spec))
             args += [str(Path(savepoint).resolve()), str(spec_file)]
-        proc = subprocess.run(java_command(main_class, *args), capture_output=True, text=True, timeout=timeout)
+        proc = subprocess.run(java_command(main_class, *args, version=version), capture_output=True, text=True, timeout=timeout)
     results: list[list[dict] | str | None] = [None] * len(pairs)
     current: int | None = None
     for line in proc.stdout.splitlines():
@@ -136,14 +218,15 @@ def _restored(records: list[dict]) -> Restored:
     return out
 
 
-def restore(savepoint: str | Path, spec: dict, *, timeout: float = 900) -> Restored:
+def restore(savepoint: str | Path, spec: dict, *, timeout: float = 900, version: str = DEFAULT_VERSION) -> Restored:
     """Restore `savepoint` into a Java job built from `spec` (see Restore.java) and collect its output."""
-    return _restored(_one(_run_pairs("statekit.flinktest.Restore", [(Path(savepoint), spec)], timeout)))
+    return _restored(_one(_run_pairs("statekit.flinktest.Restore", [(Path(savepoint), spec)], timeout, version)))
 
 
-def restore_many(pairs: list[tuple[str | Path, dict]], *, timeout: float = 1800) -> list[Restored | str]:
+def restore_many(pairs: list[tuple[str | Path, dict]], *, timeout: float = 1800,
+                 version: str = DEFAULT_VERSION) -> list[Restored | str]:
     """Several restores in one JVM: per pair what the job saw, or the job's failure text."""
-    results = _run_pairs("statekit.flinktest.Restore", [(Path(s), spec) for s, spec in pairs], timeout)
+    results = _run_pairs("statekit.flinktest.Restore", [(Path(s), spec) for s, spec in pairs], timeout, version)
     return [r if isinstance(r, str) else _restored(r) for r in results]
 
 
@@ -182,15 +265,16 @@ def _dumped(records: list[dict]) -> Dumped:
     return out
 
 
-def dump_many(pairs: list[tuple[str | Path, dict]], *, timeout: float = 1800) -> list[Dumped | str]:
+def dump_many(pairs: list[tuple[str | Path, dict]], *, timeout: float = 1800,
+              version: str = DEFAULT_VERSION) -> list[Dumped | str]:
     """Read several savepoints with Flink's SavepointReader in one JVM (see Dump.java)."""
-    results = _run_pairs("statekit.flinktest.Dump", [(Path(s), spec) for s, spec in pairs], timeout)
+    results = _run_pairs("statekit.flinktest.Dump", [(Path(s), spec) for s, spec in pairs], timeout, version)
     return [r if isinstance(r, str) else _dumped(r) for r in results]
 
 
-def dump(savepoint: str | Path, spec: dict, *, timeout: float = 900) -> Dumped:
+def dump(savepoint: str | Path, spec: dict, *, timeout: float = 900, version: str = DEFAULT_VERSION) -> Dumped:
     """Read `savepoint` with Flink's SavepointReader and SavepointLoader."""
-    (result,) = dump_many([(savepoint, spec)], timeout=timeout)
+    (result,) = dump_many([(savepoint, spec)], timeout=timeout, version=version)
     if isinstance(result, str):
         raise FlinkRunError(result)
     return result

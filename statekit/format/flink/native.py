@@ -36,6 +36,10 @@ _ROCKS_FILE = re.compile(r"(\d+\.(sst|blob|log)|MANIFEST-\d+|CURRENT|OPTIONS-\d+
 _KNOWN_MERGE = re.compile(r"\s*merge_operator=(nullptr|\{id=StringAppendTESTOperator;delimiter=,;\}|StringAppendTESTOperator)\s*")
 
 
+#: RocksDB's words for files that are damaged or missing (anything else is refused as unsupported)
+_DAMAGE = re.compile(r"Corruption|checksum|No such file|truncated|bad magic|bad block|missing", re.IGNORECASE)
+
+
 @dataclass
 class NativeEntries:
     """Entries of one handle in one buffer: state id (index in the proxy), key and value positions."""
@@ -93,6 +97,22 @@ def _materialize(files: StateFiles, h: IncrementalKeyedHandle, into: Path) -> No
     for line in text.splitlines():
         if line.strip().startswith("merge_operator=") and not _KNOWN_MERGE.fullmatch(line):
             raise _refuse(files.root, f"a column family uses RocksDB merge operator {line.strip()!r}")
+    for name in options:
+        _keep_inside(into / name)
+
+
+#: DBOptions naming directories of the machine that wrote the files (RocksDB 6.x as shipped with Flink
+#: 1.x records the TaskManager's absolute `wal_dir`); RocksDB refuses to open a database whose `wal_dir`
+#: is missing, and must never touch one that exists. Empty means "the database's own directory".
+_OUTSIDE_DIRS = re.compile(r"^(\s*(?:wal_dir|db_log_dir)=).*$", re.MULTILINE)
+
+
+def _keep_inside(options_file: Path) -> None:
+    """Point the scratch copy's OPTIONS file at the copy itself (the checkpoint's own file is not touched)."""
+    text = options_file.read_text("utf-8", "replace")
+    fixed = _OUTSIDE_DIRS.sub(r"\1", text)
+    if fixed != text:
+        options_file.write_text(fixed, "utf-8")
 
 
 class NativeDatabases:
@@ -149,6 +169,9 @@ def _open_copy(files: StateFiles, h: IncrementalKeyedHandle) -> tuple[Any, Path,
             db = rocksdict.Rdict(str(tmp), options=opts, column_families=cf_opts,
                                  access_type=rocksdict.AccessType.read_only())
         except Exception as e:  # rocksdict raises plain exceptions for corruption and I/O errors
+            if not _DAMAGE.search(str(e)):  # e.g. "Invalid argument" / "Not implemented": not the files' fault
+                raise _refuse(files.root, f"RocksDB refuses to open the native state of key groups {h.start}-"
+                                          f"{h.end}: {explain(e)}") from None
             raise CorruptSavepointError(
                 f"{files.root}: RocksDB cannot open the native state of key groups {h.start}-{h.end}: {explain(e)}. "
                 "Its files are damaged; use another checkpoint or take a new savepoint."

@@ -41,6 +41,24 @@ from statekit.format.flink.proxy import KeyedProxy, OperatorProxy, StateMeta, re
 from statekit.format.flink.values import reader
 
 
+def _refuse_stale_compressed_offsets(states, where: str) -> None:
+    """Refuse a compressed operator-state stream whose elements share offsets (FLINK-34063).
+
+    Flink flushes its Snappy buffer before recording each element's offset, so every offset starts a chunk
+    and no two elements share one. Flink 1.18.0/1.18.1 did not flush: their offsets repeat a stale chunk
+    start, and reading at them yields the first element again and again (Flink's own restore fails too).
+    """
+    seen = [o for s in states for o in s.offsets]
+    if len(seen) != len(set(seen)):
+        raise CorruptSavepointError(
+            f"{where}: several list elements share one offset in a Snappy-compressed operator state stream, the "
+            "mark of Flink 1.18.0/1.18.1's compression bug FLINK-34063 (fixed in Flink 1.19): its element "
+            "positions were never recorded, and Flink cannot restore this operator state either. Keyed state "
+            "and uncompressed streams are unaffected; take the savepoint again without "
+            "execution.checkpointing.snapshot-compression or with Flink 1.19 or later."
+        )
+
+
 def unframe_snappy(data: bytes | memoryview, where: str) -> tuple[bytes, dict[int, int]]:
     """Decode a Snappy framing-format stream; also map each chunk's offset to its offset in the output."""
     import cramjam  # Snappy is only needed for savepoints taken with snapshot compression
@@ -369,6 +387,8 @@ class FlinkStateReader:
             entry = found[0]
             mode = entry.mode
             all_offsets = sorted({self._map(o, mapping, where) for s in h.states for o in s.offsets} | {len(data)})
+            if mapping is not None:
+                _refuse_stale_compressed_offsets(h.states, where)
             offsets = [self._map(o, mapping, where) for o in entry.offsets]
             if any(not 0 < o < len(data) for o in offsets):
                 raise CorruptSavepointError(

@@ -1,10 +1,10 @@
-"""Canonical Flink savepoints written from Arrow tables: keyed and operator state streams, `_metadata` V6, atomically.
+"""Canonical Flink savepoints written from Arrow tables: keyed and operator state streams, `_metadata` V4-V6, atomically.
 
 Boundary: the write side of `statekit.format.flink`. Input per operator is a `KeyedLayoutOut`
 (key serializer, states with their exact meta-info bytes, timer queues) with a keyed table
 (``key_group``, ``key``, one column per state; or a statekit savepoint's `KeyedFiles`, read file
-by file) and a timers table, and/or operator states; output is a directory Flink 2.x restores
-(section 7 of `../shared/flink/FORMAT.md`). Keyed entries are built column-wise (`values_out`), one
+by file) and a timers table, and/or operator states; output is a directory the chosen Flink version
+restores (section 7 of `../shared/flink/FORMAT.md`; `versions.FlinkVersion` picks the `_metadata` layout). Keyed entries are built column-wise (`values_out`), one
 state run per key group, the 0x80 flag on each run's last entry; fixed-width layouts in bulk
 (`regular_out`), with the same bytes. `write_keyed_file` is the unit a Spark task runs (one file
 per key-group range); the driver only writes `_metadata` (`metadata_bytes`). Nothing is
@@ -37,10 +37,10 @@ from statekit.format.flink.regular_out import PRIMITIVE, entry_dtype, is_regular
 from statekit.format.flink.serializers import FlinkType
 from statekit.format.flink.serializers_out import DataOutput, top_level
 from statekit.format.flink.values_out import Encoded, concat, encode, join_runs, nullable_values
+from statekit.format.flink.versions import FlinkVersion
 from statekit.format.keyed_stream import KeyedFiles
 from statekit.keygroups import key_group_range
 
-METADATA_VERSION = 6
 END_OF_KEY_GROUP = b"\xff\xff"
 NULL_CHECKPOINT_PROPERTIES = b"\xac\xed\x00\x05\x70"  # Java serialization of null, as the SPA writes it
 _MODE_ORDINAL = {"split": 0, "union": 1, "broadcast": 2}
@@ -376,11 +376,19 @@ def _relative(out: DataOutput, name: str, size: int) -> None:
     out.u8(RELATIVE_STREAM_HANDLE).utf(name).i64(size)
 
 
-def metadata_bytes(checkpoint_id: int, operators: Sequence[OperatorOut]) -> bytes:
-    """`_metadata`: magic, MetadataV6, no master states, the operators, and a null CheckpointProperties."""
-    out = DataOutput().i32(MAGIC).i32(METADATA_VERSION).i64(checkpoint_id).i32(0).i32(len(operators))
+def metadata_bytes(checkpoint_id: int, operators: Sequence[OperatorOut], *,
+                   flink_version: FlinkVersion | str | None = None) -> bytes:
+    """`_metadata` for `flink_version` (default: the newest): magic, its metadata version, no master states,
+    the operators, and a null CheckpointProperties (V4+).
+
+    V5 (Flink 2.0) added each operator's name and uid; V6 (2.1) changed only how in-flight channel state
+    is written, which a savepoint never holds. V4 (Flink 1.16-1.20) has neither name nor uid.
+    """
+    version = FlinkVersion.parse(flink_version) if flink_version is not None else FlinkVersion.newest()
+    out = DataOutput().i32(MAGIC).i32(version.metadata_version).i64(checkpoint_id).i32(0).i32(len(operators))
     for op in operators:
-        out.utf(op.name or "").utf(op.uid or "")
+        if version.metadata_version >= 5:
+            out.utf(op.name or "").utf(op.uid or "")
         out.raw(bytes.fromhex(op.uid_hash))
         out.i32(op.parallelism).i32(op.max_parallelism)
         out.u8(0)  # no coordinator state
@@ -552,8 +560,10 @@ def write_operator(staging: FlinkStaging, op: OperatorData) -> OperatorOut:
 
 
 def write_flink_savepoint(target: str | os.PathLike[str], operators: Sequence[OperatorData], *,
-                          checkpoint_id: int = 0) -> Path:
-    """Write a canonical Flink savepoint at `target` atomically (nothing appears there unless it all succeeded)."""
+                          checkpoint_id: int = 0, flink_version: FlinkVersion | str | None = None) -> Path:
+    """Write a canonical Flink savepoint at `target` atomically (nothing appears there unless it all succeeded),
+    with the `_metadata` layout of `flink_version` (default: the newest)."""
+    version = FlinkVersion.parse(flink_version) if flink_version is not None else FlinkVersion.newest()
     seen: set[str] = set()
     for op in operators:
         if op.uid_hash in seen:
@@ -562,4 +572,4 @@ def write_flink_savepoint(target: str | os.PathLike[str], operators: Sequence[Op
     with FlinkStaging(target) as staging:
         with storage_errors(staging.target):  # a full disk is a StorageFullError, the partial output removed
             outs = [write_operator(staging, op) for op in operators]
-        return staging.commit(metadata_bytes(checkpoint_id, outs))
+        return staging.commit(metadata_bytes(checkpoint_id, outs, flink_version=version))

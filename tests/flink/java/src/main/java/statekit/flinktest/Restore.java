@@ -208,6 +208,7 @@ public class Restore {
         conf.setString("rest.address", "127.0.0.1");
         conf.setString("rest.bind-port", "0");
         conf.setString("execution.state-recovery.path", savepoint);
+        conf.setString("execution.savepoint.path", savepoint);  // its name before Flink 1.20
         conf.setString("restart-strategy.type", "none");
         if (spec.has("state_backend")) conf.setString("state.backend.type", spec.get("state_backend").asText());
         StreamExecutionEnvironment env = StreamExecutionEnvironment.createLocalEnvironment(parallelism, conf);
