@@ -442,7 +442,6 @@ def java_hash_array(values: Any, key_type: KeyType = None) -> np.ndarray:
 
 
 # -- Flink SQL keys: BinaryRowData.hashCode ------------------------------------------------------------
-_U32 = np.uint32
 _ROW_SEED = 42  # MurmurHashUtils.DEFAULT_SEED
 
 

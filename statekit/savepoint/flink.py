@@ -16,8 +16,7 @@ from typing import Any, Iterator, Literal
 
 import pyarrow as pa
 
-from statekit.errors import InvalidArgumentError, StatekitError
-from statekit.errors import UnsupportedFormatError
+from statekit.errors import InvalidArgumentError, StatekitError, UnsupportedFormatError
 from statekit.format.flink.keyed import DecodeStats, KeyedLayout, KeyedResult
 from statekit.format.flink.kinds import JobKind, choose
 from statekit.format.flink.lookup import lookup
@@ -254,7 +253,7 @@ class FlinkSavepoint(Savepoint):
             kg = kind.key_group(key, lay, meta.max_parallelism)
             rng = (kg, kg) if kg is not None else None
             key_bytes = kind.key_bytes(key, lay) if namespace is None and kg is not None else None
-            if key_bytes is not None:  # the one-key path: key bytes matched in the key group, no table built
+            if key_bytes is not None and kg is not None:  # the one-key path: key bytes matched in the key group, no table built
                 found = lookup(self.flink, fop, key_bytes, kg, self.stats)
                 if found is not NotImplemented:
                     if found is None:

@@ -124,14 +124,14 @@ class _Stream:
             name = self.content(depth + 1)
             if not isinstance(name, str):
                 raise self.fail("an enum constant's name is not a string")
-            value = JavaEnum(desc.name if desc else "?", name)
-            self.handles[slot] = value
-            return value
+            constant = JavaEnum(desc.name if desc else "?", name)
+            self.handles[slot] = constant
+            return constant
         if tc == _CLASS:
             desc = self.class_desc(depth)
-            value = JavaClass(desc.name if desc else "?")
-            self.new_handle(value)
-            return value
+            clazz = JavaClass(desc.name if desc else "?")
+            self.new_handle(clazz)
+            return clazz
         if tc == _ARRAY:
             return self.array(depth)
         if tc in (_CLASSDESC, _PROXYCLASSDESC):
@@ -191,7 +191,7 @@ class _Stream:
 
     def annotation(self, depth: int) -> list[Any]:
         """Contents up to TC_ENDBLOCKDATA (class annotations, `writeObject` extras)."""
-        out = []
+        out: list[Any] = []
         while True:
             if self.inp.remaining() and self.inp.data[self.inp.pos] == _ENDBLOCKDATA:
                 self.inp.pos += 1

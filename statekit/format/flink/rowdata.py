@@ -251,7 +251,7 @@ def _array(data: Any, base: int, end: int, t: LogicalType) -> list[Any]:
     w = _element_size(t)
     if n < 0 or base + 4 + nulls + n * w > end:
         raise RowFault(f"an array claims {n} elements, more than its bytes hold")
-    out = []
+    out: list[Any] = []
     for i in range(n):
         if data[base + 4 + i // 8] >> (i % 8) & 1:
             out.append(None)

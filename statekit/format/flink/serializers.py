@@ -293,6 +293,16 @@ def _sql_composite(inp: DataInput, start: int, cls: str, version: int, kind: str
     return FlinkType("tuple", cls, version, raw, children, ("last_access", "value"), form="ttl")
 
 
+def without_ttl(t: FlinkType) -> FlinkType:
+    """`t` with TTL-wrapped parts as opaque bytes: how DataStream and PyFlink TTL state is presented (only SQL
+    state shows its last-access times, `keyed.layout`)."""
+    if t.form == "ttl":
+        return replace(t, kind="binary", field_names=(), form=None)
+    if t.children and any(c.form == "ttl" or c.children for c in t.children):
+        return replace(t, children=tuple(without_ttl(c) for c in t.children))
+    return t
+
+
 def _pojo(inp: DataInput, start: int, cls: str, version: int) -> FlinkType:
     type_class = inp.utf("the POJO class")
     fields: list[tuple[str, FlinkType | None]] = []
