@@ -171,13 +171,18 @@ def check(
         console.print(dumps({"path": str(report.path), "ok": report.ok, "files_checked": report.files_checked,
                              "rows_checked": report.rows_checked,
                              "problems": [{"kind": p.kind, "path": p.path, "message": p.message}
-                                          for p in report.problems]}), markup=False)
+                                          for p in report.problems],
+                             "unsupported": [{"operator": p.path, "message": p.message}
+                                             for p in report.unsupported]}), markup=False)
     elif report.ok:
         console.print(f"OK {path}: {report.files_checked} files, {report.rows_checked} rows checked", markup=False)
     else:
         rows, columns = problem_rows(report)
         emit_table(console, rows, columns, title=f"{report.path}: {len(report.problems)} problem(s)",
                    identity=("file",))
+    if not json:
+        for p in report.unsupported:  # limits of statekit, not damage: said, without failing the check
+            err().print(f"note: operator {p.path}: {p.message}", markup=False)
     if not report.ok:
         raise typer.Exit(EXIT_PROBLEMS)
 

@@ -27,3 +27,18 @@ def test_get_and_show_by_stored_name_and_check_is_clean():
     assert run_runner(["check", sp]).exit_code == 0
     bad = run_runner(["get", sp, "--name", "Deduplicate[25]", "--uid", "x", "--key", "1"])
     assert bad.exit_code != 0 and "not two of them" in bad.output
+
+
+def test_check_says_unsupported_apart_from_damage(tmp_path):
+    import shutil
+
+    root = tmp_path / "sp"
+    shutil.copytree(SQL / "default-hashmap-canonical" / "savepoint", root)
+    for p in root.iterdir():
+        p.chmod(0o644)
+        b = p.read_bytes()
+        if b"logical.VarCharType" in b:  # a SQL type class Flink does not have, same length
+            p.write_bytes(b.replace(b"logical.VarCharType", b"logical.VarXharType"))
+    r = run_runner(["check", root])
+    assert r.exit_code == 0, r.output
+    assert "unsupported" in r.output and "damaged" not in r.output
