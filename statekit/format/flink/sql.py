@@ -56,8 +56,8 @@ def operator_kind(name: str, lay: KeyedLayout | None) -> str | None:
             return "deduplication keep-first (rowtime)"
         dedup = states.get("deduplicate-state")
         if dedup is not None:
-            return "deduplication keep-first (proctime)" if dedup.value_type.kind == "boolean" else \
-                "deduplication keep-last"
+            t = dedup.value_type.children[1] if dedup.value_type.form == "ttl" else dedup.value_type
+            return "deduplication keep-first (proctime)" if t.kind == "boolean" else "deduplication keep-last"
     return _BY_NAME.get(base or "", "other")
 
 

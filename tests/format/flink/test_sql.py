@@ -53,8 +53,12 @@ def _from_json(v: Any) -> Any:
 
 def _plain(v: Any) -> Any:
     """statekit's values in expected.json's notation: rows as field lists, RAW bytes as hex, decimals as text."""
-    if isinstance(v, dict) and "row_kind" in v:
-        return [_plain(x) for k, x in v.items() if k != "row_kind"]
+    if isinstance(v, dict) and set(v) == {"last_access", "value"}:  # a TTL-wrapped SQL value
+        assert v["last_access"] > 1_700_000_000_000  # processing time of the job's run, in millis
+        return {"ttl_value": _plain(v["value"])}
+    if isinstance(v, dict) and "row_kind" in v:  # expected.json's notation: +I rows as field lists
+        fields = [_plain(x) for k, x in v.items() if k != "row_kind"]
+        return fields if v["row_kind"] == "+I" else {"row_kind": v["row_kind"], "fields": fields}
     if isinstance(v, dict):
         return {k: _plain(x) for k, x in v.items()}
     if isinstance(v, (list, tuple)):
@@ -87,8 +91,6 @@ def _actual_states(sp: Savepoint, op: str, rows: list[dict], timers: list[dict])
             out[s.name] = sorted(({"namespace": ns, "value": _plain(v)} for ns, v in vals), key=repr)
         elif s.kind == "map":
             out[s.name] = _entries(vals[0][1])
-        elif isinstance(vals[0][1], dict) and vals[0][1].get("row_kind", "+I") != "+I":  # notation: +U rows named so
-            out[s.name] = {"row_kind": vals[0][1]["row_kind"], "fields": _plain(vals[0][1])}
         else:
             out[s.name] = _plain(vals[0][1])
     for t in timers:
