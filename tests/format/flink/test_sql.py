@@ -245,3 +245,17 @@ def test_an_unknown_logical_type_is_unsupported_never_damage(tmp_path):
     at = data.index(b"\xac\xed\x00\x05")
     with pytest.raises(UnsupportedFormatError, match="VarXharType"):
         from_java(read_object(DataInput(data, "a snapshot", pos=at), "a type"), "here")
+
+
+def test_duckdb_sees_the_same_sql_tables_by_uid_or_uid_hash():
+    from statekit.query import sql
+
+    plan = sql(SQL / "plan-hashmap-canonical" / "savepoint",
+               'SELECT key.k0 AS user_name, "accState".f0 AS cnt, "accState".f1 AS total '
+               'FROM "6_group_aggregate".keyed ORDER BY user_name NULLS LAST').to_pylist()
+    want = {tuple(k["key"]): k["states"]["accState"] for k in _keyed_ops("plan-hashmap-canonical")["group_agg"]["keys"]}
+    assert [(r["user_name"], r["cnt"], r["total"]) for r in plan] == sorted(
+        ((k[0], v[0], v[1]) for k, v in want.items()), key=lambda t: (t[0] is None, t[0] or ""))
+    joined = sql(SQL / "default-hashmap-canonical" / "savepoint",
+                 "SELECT count(*) AS n FROM e96bd375b9e57cf0d6e30a79697dab53.keyed").to_pylist()
+    assert joined == [{"n": len(_keyed_ops("default-hashmap-canonical")["join"]["keys"])}]
