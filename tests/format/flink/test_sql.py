@@ -275,3 +275,11 @@ def test_convert_to_statekit_keeps_the_sql_tables(tmp_path):
         assert b.schema == a.schema and sorted(b.to_pylist(), key=repr) == sorted(a.to_pylist(), key=repr), label
         ta, tb = (sp.timers(want["name"]).drop_columns(["key_group"]).to_pylist() for sp in (src, out))
         assert sorted(tb, key=repr) == sorted(ta, key=repr), label
+
+
+def test_writing_sql_state_back_to_flink_is_refused_by_name_and_writes_nothing(tmp_path):
+    from statekit.savepoint.flink_out import write_flink
+
+    with pytest.raises(UnsupportedFormatError, match="Flink SQL operator"):
+        write_flink(SQL / "default-hashmap-canonical" / "savepoint", tmp_path / "out")
+    assert not (tmp_path / "out").exists()
