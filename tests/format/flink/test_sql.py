@@ -283,3 +283,30 @@ def test_writing_sql_state_back_to_flink_is_refused_by_name_and_writes_nothing(t
     with pytest.raises(UnsupportedFormatError, match="Flink SQL operator"):
         write_flink(SQL / "default-hashmap-canonical" / "savepoint", tmp_path / "out")
     assert not (tmp_path / "out").exists()
+
+
+def test_real_damage_in_a_sql_savepoint_is_still_called_damage(tmp_path):
+    root = _writable(tmp_path, "default-hashmap-canonical")
+    agg = _file_with(root, b"distinctAcc_0_null_state")  # a keyed stream of GroupAggregate[51]
+    data = agg.read_bytes()
+    agg.write_bytes(data[: len(data) - 40])  # the file cut short
+    report = check(root)
+    assert not report.ok, "a truncated file is damage"
+    assert any(agg.name in p.path + p.message and "truncated" in p.message
+               for p in report.problems), str(report)
+    assert not report.unsupported
+
+
+def test_a_row_length_pointing_past_its_entry_is_damage_not_a_crash(tmp_path):
+    root = _writable(tmp_path, "default-hashmap-canonical")
+    # the keep-last row of ('bartholomew', 2): "i32 64" row length before RowKind 02 (SQL-FORMAT.md 4.1)
+    row = bytes.fromhex("0000004002080000")
+    dedup = _file_with(root, row)
+    data = bytearray(dedup.read_bytes())
+    at = data.index(row)
+    data[at : at + 4] = (0x30).to_bytes(4, "big")  # shorter than the row's own fields and variable part
+    dedup.write_bytes(bytes(data))
+    sp = Savepoint.open(root)
+    with pytest.raises(CorruptSavepointError):
+        sp.keyed_table("Deduplicate[70]")
+    assert not check(root).ok
