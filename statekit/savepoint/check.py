@@ -11,7 +11,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from statekit.errors import DuplicateKeyError, SavepointError, StatekitError
+from statekit.errors import DuplicateKeyError, SavepointError, StatekitError, UnsupportedFormatError
 from statekit.format import keyed as K
 from statekit.format.files import read_parquet_verified, verify_file
 from statekit.format.manifest import MANIFEST_NAME, FileEntry, OperatorMetadata, load_manifest
@@ -241,7 +241,10 @@ def _check_flink(root: Path, report: CheckReport, deep: bool) -> CheckReport:
                 report.unsupported.append(Problem("unreadable", meta.display_name, f"unsupported: {why}"))
         for meta in sp.operators:
             if meta.key_type is not None and report.ok:
-                table = sp.keyed_table(meta.identifier, with_key_group=True)
+                try:
+                    table = sp.keyed_table(meta.identifier, with_key_group=True)
+                except UnsupportedFormatError:
+                    continue  # listed in report.unsupported above
                 report.rows_checked += table.num_rows
                 if sp.job_kind(meta.identifier) == "sql":  # BinaryRowData keys: their own key-group hash
                     wrong = sp.misplaced_keys(meta.identifier, table) or 0

@@ -157,9 +157,9 @@ class FlinkSavepoint(Savepoint):
         meta = self.operator(op)
         lay = self._layout(meta)
         kind = self._kinds[meta.uid_hash]
-        if lay is None or not hasattr(kind, "key_groups"):
+        actual = kind.key_groups(table.column("key").to_pylist(), lay, meta.max_parallelism) if lay is not None else None
+        if actual is None:
             return None
-        actual = kind.key_groups(table.column("key").to_pylist(), lay, meta.max_parallelism)
         return sum(a != b for a, b in zip(actual, table.column("key_group").to_pylist()))
 
     def _layout(self, meta: OperatorMetadata) -> KeyedLayout | None:

@@ -38,6 +38,9 @@ class DataStreamKind:
             return None
         return assign_to_key_group(key, max_parallelism, lay.key_type.ddl())
 
+    def key_groups(self, keys: list[Any], lay: KeyedLayout, max_parallelism: int) -> list[int] | None:
+        return None  # `check` hashes these keys by their declared type (`statekit.format.keyed.compute_key_groups`)
+
     def key_bytes(self, key: Any, lay: KeyedLayout) -> bytes | None:
         return encode_key(lay.key_type, key)
 

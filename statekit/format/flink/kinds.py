@@ -44,6 +44,10 @@ class JobKind(Protocol):
         """The key group of a user's key, or None when only the job's own code could compute it (read every key group)."""
         ...
 
+    def key_groups(self, keys: list[Any], lay: KeyedLayout, max_parallelism: int) -> list[int] | None:
+        """The key group of every key of the keyed table (for `check`), or None where `check` computes them itself."""
+        ...
+
     def key_bytes(self, key: Any, lay: KeyedLayout) -> bytes | None:
         """The key as stored, for the one-key byte match, or None where that path does not apply."""
         ...

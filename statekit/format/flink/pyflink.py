@@ -335,6 +335,9 @@ class PyFlinkKind:
     def key_group(self, key: Any, lay: KeyedLayout, max_parallelism: int) -> int | None:
         return key_group(key, lay, max_parallelism)
 
+    def key_groups(self, keys: list[Any], lay: KeyedLayout, max_parallelism: int) -> list[int] | None:
+        return None  # `check` hashes these keys by their declared type (`statekit.format.keyed.compute_key_groups`)
+
     def key_bytes(self, key: Any, lay: KeyedLayout) -> bytes | None:
         return None  # keys are Row-wrapped: the general path matches them in the key group's table
 

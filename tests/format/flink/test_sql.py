@@ -310,3 +310,21 @@ def test_a_row_length_pointing_past_its_entry_is_damage_not_a_crash(tmp_path):
     with pytest.raises(CorruptSavepointError):
         sp.keyed_table("Deduplicate[70]")
     assert not check(root).ok
+
+
+def test_an_operator_whose_layout_is_unsupported_is_listed_and_hides_nothing_else(tmp_path):
+    root = _writable(tmp_path, "default-hashmap-canonical")
+    old = b"VoidNamespaceSerializer$VoidNamespaceSerializerSnapshot"
+    for p in root.iterdir():  # a namespace serializer statekit does not know (same length: the streams stay valid)
+        b = p.read_bytes()
+        if old in b and b"Join" not in b:
+            p.write_bytes(b.replace(old, old[:-1] + b"X"))
+    sp = Savepoint.open(root)
+    report = check(root)
+    assert report.ok, str(report)
+    gone = [m.name for m in sp.operators if m.key_type is not None and sp.unsupported(m.identifier)]
+    assert gone and all("namespace serializer" in sp.unsupported(n)[0] for n in gone)
+    with pytest.raises(UnsupportedFormatError, match="namespace serializer"):
+        sp.keyed_table(gone[0])
+    readable = [m.name for m in sp.operators if m.key_type is not None and m.name not in gone]
+    assert readable and all(sp.keyed_table(n).num_rows for n in readable)
