@@ -260,6 +260,8 @@ def _rowdata(inp: DataInput, start: int, cls: str, version: int) -> FlinkType:
     raw = bytes(inp.data[start : inp.pos])
     if any(t is None for t in types):  # a type statekit does not know: the rows stay bytes, named as such
         return FlinkType("bytes", cls, version, raw, type_class="a SQL row with a type statekit does not decode")
+    if n == 0:  # the key of a global aggregate (no GROUP BY): one empty row, shown as its bytes
+        return FlinkType("bytes", cls, version, raw, form="empty_row")
     known = tuple(t for t in types if t is not None)
     return FlinkType("bytes", cls, version, raw, field_names=tuple(f"f{i}" for i in range(n)), row_kind=True,
                      form="row", logical=known)

@@ -34,6 +34,8 @@ _BY_NAME = {
     "GroupWindowAggregate": "legacy group window aggregate",
     "Join": "regular join",
 }
+#: the key row of a global aggregate (no GROUP BY columns): header only, RowKind +I, no fields
+EMPTY_ROW = encode_row([], [])
 _NAME = re.compile(r"^([A-Za-z]+)\[\d+\]$")
 
 
@@ -91,12 +93,16 @@ class SqlKind:
         return result  # already typed: rows were decoded by their LogicalTypes
 
     def key_value(self, key: Any, lay: KeyedLayout) -> Any:
-        """The key as the keyed table holds it (``{"k0": ..., "k1": ...}``)."""
+        """The key as the keyed table holds it (``{"k0": ..., "k1": ...}``; a global aggregate's: its row bytes)."""
+        if lay.key_type.form == "empty_row":
+            return EMPTY_ROW
         self._need_types(lay)
         fields = key_fields(key, lay.key_type)
         return dict(zip(lay.key_type.field_names, fields)) if len(fields) == len(lay.key_type.field_names) else key
 
     def key_group(self, key: Any, lay: KeyedLayout, max_parallelism: int) -> int | None:
+        if lay.key_type.form == "empty_row":  # any key given: there is only the one
+            return key_groups_of_rows([EMPTY_ROW], max_parallelism)[0]
         self._need_types(lay)
         row = encode_row(key_fields(key, lay.key_type), lay.key_type.logical)
         return key_groups_of_rows([row], max_parallelism)[0]
@@ -106,7 +112,7 @@ class SqlKind:
 
     def key_groups(self, keys: list[Any], lay: KeyedLayout, max_parallelism: int) -> list[int]:
         """The key groups of the keyed table's keys (`check` compares them with where each key is stored)."""
-        if lay.key_type.form != "row":  # undecoded keys are the row bytes themselves
+        if lay.key_type.form != "row":  # undecoded keys (and a global aggregate's) are the row bytes themselves
             return key_groups_of_rows(list(keys), max_parallelism)
         return key_groups_of_rows([encode_row(key_fields(k, lay.key_type), lay.key_type.logical) for k in keys],
                                   max_parallelism)
@@ -117,7 +123,7 @@ class SqlKind:
     def unsupported(self, lay: KeyedLayout) -> list[str]:
         """Why a part of the operator's state stays raw bytes, one sentence per state (empty when all decodes)."""
         out = []
-        if lay.key_type.form != "row":
+        if lay.key_type.form not in ("row", "empty_row"):
             out.append("its key row has a SQL type statekit does not decode: keys stay bytes and cannot be looked up")
         for s in lay.states:
             for role, t in s.serializers.items():

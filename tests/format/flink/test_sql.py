@@ -328,3 +328,17 @@ def test_an_operator_whose_layout_is_unsupported_is_listed_and_hides_nothing_els
         sp.keyed_table(gone[0])
     readable = [m.name for m in sp.operators if m.key_type is not None and m.name not in gone]
     assert readable and all(sp.keyed_table(n).num_rows for n in readable)
+
+
+def test_a_global_aggregates_empty_key_row_parses_and_shows_as_its_bytes():
+    import struct as st
+
+    from statekit.format.flink.serializers import NESTED_MAGIC, ROWDATA_SNAPSHOT, read_versioned
+    from statekit.format.flink.sql import EMPTY_ROW
+
+    cls = ROWDATA_SNAPSHOT.encode()
+    # RowDataSerializerSnapshot v3 of an arity-0 row (EmptyRowDataKeySelector): no types, no field serializers
+    raw = st.pack(">H", len(cls)) + cls + st.pack(">iiiii", 3, 0, NESTED_MAGIC, 1, 0)
+    t = read_versioned(DataInput(raw, "a snapshot"), "the key serializer")
+    assert t.form == "empty_row" and t.ddl() == "binary"
+    assert EMPTY_ROW == bytes(8)  # header only: RowKind +I, no null bits, no fields
