@@ -88,3 +88,5 @@ def test_flink_sql_savepoint_tables_through_spark_read_and_register(spark):
     assert "keyed" in dbs["43_join"]
     n = spark.sql("SELECT count(*) AS n FROM `43_join`.keyed").collect()[0]["n"]
     assert n == local.keyed_table("43_join").num_rows
+    nameless = SavepointReader.read(spark, str(sp_path.parents[1] / "default-hashmap-canonical" / "savepoint"))
+    assert "groupaggregate_51" in nameless.register()  # a SQL operator without uid: its stored name

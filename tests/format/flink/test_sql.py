@@ -247,7 +247,7 @@ def test_an_unknown_logical_type_is_unsupported_never_damage(tmp_path):
         from_java(read_object(DataInput(data, "a snapshot", pos=at), "a type"), "here")
 
 
-def test_duckdb_sees_the_same_sql_tables_by_uid_or_uid_hash():
+def test_duckdb_sees_the_same_sql_tables_by_uid_or_stored_name():
     from statekit.query import sql
 
     plan = sql(SQL / "plan-hashmap-canonical" / "savepoint",
@@ -257,7 +257,7 @@ def test_duckdb_sees_the_same_sql_tables_by_uid_or_uid_hash():
     assert [(r["user_name"], r["cnt"], r["total"]) for r in plan] == sorted(
         ((k[0], v[0], v[1]) for k, v in want.items()), key=lambda t: (t[0] is None, t[0] or ""))
     joined = sql(SQL / "default-hashmap-canonical" / "savepoint",
-                 "SELECT count(*) AS n FROM e96bd375b9e57cf0d6e30a79697dab53.keyed").to_pylist()
+                 "SELECT count(*) AS n FROM join_88.keyed").to_pylist()  # Join[88]: no uid
     assert joined == [{"n": len(_keyed_ops("default-hashmap-canonical")["join"]["keys"])}]
 
 
