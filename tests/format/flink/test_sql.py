@@ -342,3 +342,12 @@ def test_a_global_aggregates_empty_key_row_parses_and_shows_as_its_bytes():
     t = read_versioned(DataInput(raw, "a snapshot"), "the key serializer")
     assert t.form == "empty_row" and t.ddl() == "binary"
     assert EMPTY_ROW == bytes(8)  # header only: RowKind +I, no null bits, no fields
+
+
+def test_diff_of_one_sql_job_on_two_backends_finds_them_equal_and_a_ttl_run_different():
+    from statekit.savepoint.diff import diff
+
+    same = diff(SQL / "default-hashmap-canonical" / "savepoint", SQL / "default-rocksdb-canonical" / "savepoint")
+    assert same.same, same
+    ttl = diff(SQL / "default-hashmap-canonical" / "savepoint", SQL / "default-hashmap-canonical-ttl" / "savepoint")
+    assert not ttl.same and "accState" in ttl.operator("ce628a0c9ddf8d38e127d0b466258be2").states_changed  # TTL wraps values
