@@ -109,6 +109,9 @@ OPTIONAL_UID = typer.Option(None, "--uid", metavar="UID", help="Only this operat
                             show_default=False)
 HASH = typer.Option(None, "--hash", metavar="HASH", show_default=False,
                     help="The operator's uid hash (32 hex characters), instead of --uid.")
+NAME = typer.Option(None, "--name", metavar="NAME", show_default=False,
+                    help="The operator's name as stored in the savepoint (e.g. GroupAggregate[51] of a SQL job "
+                         "without uids), instead of --uid or --hash.")
 KEY = typer.Option(..., "--key", help="The key, parsed as the operator's key type (JSON for struct keys).")
 JSON = typer.Option(False, "--json", help="Print the answer as JSON (what the library returns).")
 FORMAT = typer.Option("table", "--format", help="table, json or csv.", case_sensitive=False)
@@ -119,13 +122,16 @@ PATH = typer.Argument(..., help="Savepoint or checkpoint directory.", show_defau
 
 
 def operator_id(uid: Optional[str], uid_hash: Optional[str], *, required: bool = True,
-                uid_option: str = "--uid", hash_option: str = "--hash"):
-    """The `OperatorIdentifier` named by ``--uid UID`` or ``--hash HASH`` (exactly one of them; neither
-    gives None when not `required`). A malformed hash is an `InvalidArgumentError` (exit 2)."""
+                uid_option: str = "--uid", hash_option: str = "--hash", name: Optional[str] = None):
+    """The `OperatorIdentifier` named by ``--uid UID`` or ``--hash HASH``, or the stored name of ``--name NAME``
+    (which the library resolves; exactly one of them; none gives None when not `required`). A malformed hash
+    is an `InvalidArgumentError` (exit 2)."""
     from statekit.identifiers import OperatorIdentifier
 
-    if uid is not None and uid_hash is not None:
-        fail(f"name the operator by {uid_option} or by {hash_option}, not both.")
+    if sum(x is not None for x in (uid, uid_hash, name)) > 1:
+        fail(f"name the operator by {uid_option}, by {hash_option} or by --name, not two of them.")
+    if name is not None:
+        return name
     if uid is None and uid_hash is None:
         if required:
             fail(f"name the operator: {uid_option} UID, or {hash_option} HASH (its 32-hex uid hash).")

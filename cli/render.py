@@ -10,7 +10,7 @@ import io
 import json
 from typing import Any, Iterable, Sequence
 
-from statekit.errors import InvalidKeyError, StateTypeError
+from statekit.errors import InvalidKeyError, StatekitError, StateTypeError
 
 MASK = "•••"
 
@@ -146,11 +146,22 @@ def summary_line(sp) -> str:
 
 
 def operator_rows(sp) -> tuple[list[list[str]], list[str]]:
-    """Rows and column names listing a savepoint's operators."""
-    columns = ["uid", "uid hash", "parallelism", "key type", "files", "size"]
-    rows = [[op.uid or "-", op.uid_hash, f"{op.parallelism} / {op.max_parallelism}", op.key_type or "-",
-             str(len(op.files)), human_bytes(op.total_bytes)] for op in sp.operators]
+    """Rows and column names listing a savepoint's operators (``kind``: what a Flink SQL operator is, else ``-``)."""
+    kind_of = getattr(sp, "operator_kind", None)  # Flink savepoints know their operators' kinds
+    columns = ["name", "uid", "uid hash", "parallelism", "kind", "key type", "files", "size"]
+    rows = [[op.name or "-", op.uid or "-", op.uid_hash, f"{op.parallelism} / {op.max_parallelism}",
+             _kind(kind_of, op), op.key_type or "-", str(len(op.files)), human_bytes(op.total_bytes)]
+            for op in sp.operators]
     return rows, columns
+
+
+def _kind(kind_of, op) -> str:
+    if kind_of is None or op.key_type is None:
+        return "-"
+    try:
+        return kind_of(op.identifier) or "-"
+    except StatekitError as exc:  # an operator statekit cannot read is listed, not fatal here
+        return f"unsupported ({type(exc).__name__})"
 
 
 def state_rows(sp) -> tuple[list[list[str]], list[str]]:

@@ -24,7 +24,7 @@ import pyarrow as pa
 
 from statekit.errors import InvalidArgumentError
 
-__all__ = ["QueryError", "connect", "database_name", "sql", "sql_relation", "table_name", "tables"]
+__all__ = ["QueryError", "connect", "database_name", "database_names", "sql", "sql_relation", "table_name", "tables"]
 
 
 class QueryError(InvalidArgumentError):
@@ -45,9 +45,35 @@ def database_name(meta, prefix: str | None = None) -> str:
     return table_name((f"{prefix}_" if prefix else "") + (meta.uid or meta.uid_hash))
 
 
+def database_names(sp, prefix: str | None = None) -> dict[str, str]:
+    """Operator uid hash -> its database: the one naming rule of `statekit.sql` and Spark's `register()`.
+
+    An operator's database is its uid as an identifier (`table_name`); without a uid, a Flink SQL
+    operator's stored name (``GroupAggregate[51]`` -> ``groupaggregate_51``, unless two operators would
+    share it), else its uid hash; ``<prefix>_`` first when given.
+
+    """
+    sql_kind = getattr(sp, "job_kind", None)
+    named: dict[str, str] = {}
+    for meta in sp.operators:
+        if meta.uid is None and meta.name and sql_kind is not None and meta.key_type is not None \
+                and sql_kind(meta.identifier) == "sql":
+            named[meta.uid_hash] = table_name(meta.name).strip("_")
+    taken = [n for n in named.values()]
+    out = {}
+    for meta in sp.operators:
+        alias = named.get(meta.uid_hash)
+        if alias is not None and taken.count(alias) == 1:
+            out[meta.uid_hash] = table_name((f"{prefix}_" if prefix else "") + alias)
+        else:
+            out[meta.uid_hash] = database_name(meta, prefix)
+    return out
+
+
 def tables(sp, prefix: str | None = None) -> dict[str, dict[str, tuple[Any, str, str | None]]]:
     """Database -> table -> (operator metadata, table kind, state name) for every table of `sp`."""
     out: dict[str, dict[str, tuple[Any, str, str | None]]] = {}
+    dbs = database_names(sp, prefix)
     for meta in sp.operators:
         names: dict[str, tuple[Any, str, str | None]] = {}
         if meta.key_type is not None:
@@ -55,7 +81,7 @@ def tables(sp, prefix: str | None = None) -> dict[str, dict[str, tuple[Any, str,
             names["timers"] = (meta, "timers", None)
         for s in meta.operator_states:
             names[table_name(s.name)] = (meta, s.redistribution, s.name)
-        out[database_name(meta, prefix)] = names
+        out[dbs[meta.uid_hash]] = names
     return out
 
 

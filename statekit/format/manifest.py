@@ -293,12 +293,28 @@ class Manifest:
         return json.dumps(self.to_json(), indent=1, sort_keys=False)
 
     def operator(self, op: OperatorIdentifier | str) -> OperatorMetadata:
-        """The operator with `op`'s uid hash; `UnknownOperatorError` lists what exists."""
+        """The operator `op` names; `UnknownOperatorError` lists what exists.
+
+        `op` is an `OperatorIdentifier`, or a str tried as a uid, then as a uid hash (32 hex digits), then
+        as the operator's stored name (Flink SQL operators have no uid by default: ``GroupAggregate[51]``).
+        """
         ident = OperatorIdentifier.coerce(op)
         for meta in self.operators:
             if meta.uid_hash == ident.uid_hash:
                 return meta
-        have = ", ".join(f"{m.uid or '<no uid>'} ({m.uid_hash})" for m in self.operators) or "no operators"
+        if isinstance(op, str):
+            for meta in self.operators:
+                if meta.uid_hash == op:
+                    return meta
+            named = [m for m in self.operators if m.name == op]
+            if len(named) > 1:
+                raise UnknownOperatorError(
+                    f"{len(named)} operators are named {op!r} (uid hashes {', '.join(m.uid_hash for m in named)}); "
+                    "name one by its uid hash instead."
+                )
+            if named:
+                return named[0]
+        have = ", ".join(f"{m.uid or m.name or '<no uid>'} ({m.uid_hash})" for m in self.operators) or "no operators"
         raise UnknownOperatorError(
             f"no operator {ident} (uid hash {ident.uid_hash}) in this savepoint; it contains: {have}."
         )

@@ -140,6 +140,9 @@ def _match_columns(t: pa.Table, prefix: str) -> tuple[pa.Table, list[str]]:
         if pa.types.is_struct(arr.type):
             for i, f in enumerate(arr.type):
                 add(f"{name}.{f.name}", pc.struct_field(arr, [i]))
+        elif name.startswith("k."):  # a key field may be NULL (SQL keys), and hash joins never match nulls
+            cols[f"{name}.null"] = pc.is_null(arr)
+            cols[name] = _nulls_filled(arr)
         else:
             cols[name] = arr
 
@@ -147,11 +150,38 @@ def _match_columns(t: pa.Table, prefix: str) -> tuple[pa.Table, list[str]]:
     if "namespace" in t.column_names:
         ns = t.column("namespace")
         cols["ns_void"] = pc.is_null(ns)
-        for i, f in enumerate(ns.type):
-            cols[f"ns.{f.name}"] = pc.fill_null(pc.struct_field(ns, [i]), 0)  # void namespace matches void
+        if pa.types.is_struct(ns.type):  # a window's bounds
+            for i, f in enumerate(ns.type):
+                cols[f"ns.{f.name}"] = pc.fill_null(pc.struct_field(ns, [i]), 0)  # void namespace matches void
+        else:  # a SQL window's slice end (bigint)
+            cols["ns"] = pc.fill_null(ns, 0)
     names = list(cols)
     cols[prefix] = pa.array(range(t.num_rows), pa.int64())
     return pa.table(cols), names
+
+
+def _nulls_filled(arr: Any) -> Any:
+    """`arr` with NULLs replaced by its type's zero (the caller keeps which were NULL in a column of its own)."""
+    import decimal
+
+    t = arr.type
+    zero: Any = "" if pa.types.is_string(t) or pa.types.is_large_string(t) else \
+        b"" if pa.types.is_binary(t) or pa.types.is_large_binary(t) else \
+        decimal.Decimal(0) if pa.types.is_decimal(t) else False if pa.types.is_boolean(t) else 0
+    try:
+        return pc.fill_null(arr, pa.scalar(zero, t))
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError):
+        return arr
+
+
+def _map_value(v: Any) -> Any:
+    """A map's entries, comparable whatever their order: a dict, or (struct keys, as a SQL join's rows) sorted items."""
+    if v is None:
+        return None
+    try:
+        return dict(v)
+    except TypeError:  # unhashable keys
+        return sorted(map(repr, v))
 
 
 def _equal(x: pa.ChunkedArray, y: pa.ChunkedArray) -> pa.Array:
@@ -163,7 +193,7 @@ def _equal(x: pa.ChunkedArray, y: pa.ChunkedArray) -> pa.Array:
             return pa.array([False] * len(x))
     if pa.types.is_nested(y.type):
         is_map = pa.types.is_map(y.type)
-        norm = (lambda v: None if v is None else dict(v)) if is_map else (lambda v: v)
+        norm = _map_value if is_map else (lambda v: v)
         return pa.array([norm(u) == norm(v) for u, v in zip(x.to_pylist(), y.to_pylist())], pa.bool_())
     both_null = pc.and_(pc.is_null(x), pc.is_null(y))
     return pc.fill_null(pc.or_kleene(both_null, pc.equal(x, y)), False)

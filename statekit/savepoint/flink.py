@@ -9,42 +9,37 @@ hash, and Flink 2.x's stored uid is shown when it hashes to the id.
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from itertools import islice
 from pathlib import Path
 from typing import Any, Iterator, Literal
 
 import pyarrow as pa
 
-from statekit.errors import InvalidArgumentError, StatekitError
-from statekit.format.flink import pyflink
-from statekit.format.flink.keyed import DecodeStats, KeyedResult, state_ddl
+from statekit.errors import InvalidArgumentError, StatekitError, UnsupportedFormatError
+from statekit.format.flink.keyed import DecodeStats, KeyedLayout, KeyedResult
+from statekit.format.flink.kinds import JobKind, choose
 from statekit.format.flink.lookup import lookup
 from statekit.format.flink.metadata import KeyGroupsHandle, OperatorState
 from statekit.format.flink.reader import BATCH_BYTES, FlinkStateReader
-from statekit.format.flink.values import encode_key
 from statekit.format.flink.versions import FlinkVersion
 from statekit.format.manifest import Manifest, OperatorMetadata
 from statekit.identifiers import OperatorIdentifier
-from statekit.keygroups import KeyGroupRange, assign_to_key_group
+from statekit.keygroups import KeyGroupRange
 from statekit.savepoint.reader import OpLike, Savepoint, _same_key, _same_ns, decode_row
-from statekit.state.descriptors import OperatorStateInfo, Redistribution, StateInfo, as_state_kind
+from statekit.state.descriptors import OperatorStateInfo, Redistribution, StateInfo
 from statekit.types import parse_ddl
 
 
-def _operator_metadata(reader: FlinkStateReader, op: OperatorState,
+def _operator_metadata(reader: FlinkStateReader, op: OperatorState, kind: JobKind, lay: KeyedLayout | None,
                        pyflink_types: dict[str, str] | None = None) -> OperatorMetadata:
     uid = op.verified_uid
-    lay = reader.layout(op)
     keyed: tuple[StateInfo, ...] = ()
     key_type = ns_type = None
     if lay is not None:
-        key_type = lay.key_type.ddl()
+        key_type = kind.key_ddl(lay)
         ns_type = lay.namespace_type.ddl() if lay.namespace_type is not None else None
-        keyed = tuple(StateInfo(s.name, s.keyed_kind or "value", state_ddl(s)) for s in lay.states)
-        if pyflink.is_pyflink(lay, declared=pyflink_types is not None):  # key unwrapped, Python states decoded
-            key_type = pyflink.key_ddl(lay)
-            keyed = tuple(StateInfo(n, as_state_kind(k), t, pickled=p)
-                          for n, k, t, p in pyflink.states(lay, pyflink_types or {}))
+        keyed = kind.states(lay, pyflink_types or {})
     op_states = []
     for name, meta in reader.operator_states(op).items():
         mode = (meta.options.get("OPERATOR_STATE_DISTRIBUTION_MODE") or "").upper()
@@ -85,6 +80,8 @@ class FlinkSavepoint(Savepoint):
         self.stats = DecodeStats()
         self._cache: dict[str, KeyedResult] = {}
         self._pyflink: dict[str, dict[str, str]] = {}
+        self._kinds: dict[str, JobKind] = {}  # per operator id: the kind of job, chosen once in `open`
+        self._unsupported: dict[str, str] = {}  # per operator id: why its keyed state cannot be read at all
 
     @classmethod
     def open(cls, path: str | os.PathLike[str], *, trust_pickled: bool = False,
@@ -98,11 +95,26 @@ class FlinkSavepoint(Savepoint):
         unknown = set(by_hash) - {op.operator_id for op in md.operators}
         if unknown:
             raise InvalidArgumentError(f"pyflink_types names operators {sorted(unknown)} the savepoint does not have")
-        ops = tuple(_operator_metadata(reader, op, by_hash.get(op.operator_id)) for op in md.operators)
+        kinds: dict[str, JobKind] = {}
+        unsupported: dict[str, str] = {}
+        ops = []
+        for op in md.operators:
+            try:
+                lay = reader.layout(op)
+            except UnsupportedFormatError as exc:  # this operator's keyed state only; the others stay readable
+                lay = None
+                unsupported[op.operator_id] = str(exc)
+            kinds[op.operator_id] = choose(lay, declared=op.operator_id in by_hash)
+            ops.append(_operator_metadata(reader, op, kinds[op.operator_id], lay, by_hash.get(op.operator_id)))
+            if op.operator_id in unsupported:
+                ops[-1] = replace(ops[-1], key_type="binary")
         kind: Literal["checkpoint", "savepoint"] = "checkpoint" if md.path.name.startswith("chk-") else "savepoint"
-        manifest = Manifest(checkpoint_id=md.checkpoint_id, kind=kind, created_at="", job_name=None, operators=ops)
+        manifest = Manifest(checkpoint_id=md.checkpoint_id, kind=kind, created_at="", job_name=None,
+                            operators=tuple(ops))
         sp = cls(Path(path), reader, manifest, trust_pickled=trust_pickled)
         sp._pyflink = by_hash
+        sp._kinds = kinds
+        sp._unsupported = unsupported
         return sp
 
     @property
@@ -123,6 +135,49 @@ class FlinkSavepoint(Savepoint):
         found = self.flink.metadata.operator(meta.uid_hash)
         assert found is not None
         return found
+
+    def job_kind(self, op: OpLike) -> str:
+        """The kind of Flink job `op` belongs to: ``datastream``, ``pyflink`` or ``sql`` (`statekit.format.flink.kinds`)."""
+        return self._kinds[self.operator(op).uid_hash].name
+
+    def operator_kind(self, op: OpLike) -> str | None:
+        """What `op` is in its job kind's terms (SQL: ``group aggregate``, ``window TVF aggregate``, ``legacy group
+        window aggregate``, ``deduplication keep-first (proctime|rowtime)``, ``deduplication keep-last``, ``regular
+        join``, ``other``), None where the kind does not say (DataStream, PyFlink) or the operator keeps no keyed state."""
+        meta = self.operator(op)
+        if meta.key_type is None:
+            return None
+        return self._kinds[meta.uid_hash].operator_kind(meta.name, self._layout(meta))
+
+    def unsupported(self, op: OpLike) -> list[str]:
+        """Why parts of `op`'s state cannot be decoded (kept as bytes or not read), one sentence each; empty when
+        everything decodes. These are limits of statekit, not damage (`check` reports them apart)."""
+        meta = self.operator(op)
+        if meta.uid_hash in self._unsupported:
+            return [self._unsupported[meta.uid_hash]]
+        lay = self._layout(meta)
+        return self._kinds[meta.uid_hash].unsupported(lay) if lay is not None else []
+
+    def misplaced_keys(self, op: OpLike, table: pa.Table) -> int | None:
+        """How many rows of `op`'s keyed table (with ``key_group``) lie in a key group other than their key's, by
+        the key-group hash of the operator's job kind; None where statekit cannot compute it (used by `check`)."""
+        meta = self.operator(op)
+        lay = self._layout(meta)
+        kind = self._kinds[meta.uid_hash]
+        actual = kind.key_groups(table.column("key").to_pylist(), lay, meta.max_parallelism) if lay is not None else None
+        if actual is None:
+            return None
+        return sum(a != b for a, b in zip(actual, table.column("key_group").to_pylist()))
+
+    def _layout(self, meta: OperatorMetadata) -> KeyedLayout | None:
+        if meta.key_type is None:
+            return None
+        self._refuse_unsupported(meta)
+        return self.flink.layout(self.flink_operator(meta.identifier))
+
+    def _refuse_unsupported(self, meta: OperatorMetadata) -> None:
+        if meta.uid_hash in self._unsupported:
+            raise UnsupportedFormatError(self._unsupported[meta.uid_hash])
 
     def _keyed(self, op: OpLike) -> KeyedResult | None:
         meta = self.operator(op)
@@ -156,7 +211,7 @@ class FlinkSavepoint(Savepoint):
         `convert` writes each batch while the next is decoded, holding only a few batches in memory.
         """
         meta = self.operator(op)
-        if meta.key_type is None or self.is_pyflink(op):
+        if meta.key_type is None or self._kinds[meta.uid_hash].name != "datastream":
             return None
         fop = self.flink_operator(op)
         lay = self.flink.layout(fop)
@@ -198,22 +253,21 @@ class FlinkSavepoint(Savepoint):
                 "call get() without namespace=."
             )
         fop = self.flink_operator(op)
-        lay = self.flink.layout(fop)
+        lay = self._layout(meta)
+        kind = self._kinds[meta.uid_hash]
         rng = None
-        if lay is not None and pyflink.is_pyflink(lay, declared=meta.uid_hash in self._pyflink):
-            kg = pyflink.key_group(key, lay, meta.max_parallelism)
-            rng = (kg, kg)
-        elif lay is not None and lay.key_type.kind not in ("pojo", "row", "binary"):  # their hashCode is user code
-            kg = assign_to_key_group(key, meta.max_parallelism, meta.key_type)
-            rng = (kg, kg)
-            key_bytes = encode_key(lay.key_type, key) if namespace is None else None
-            if key_bytes is not None:  # the one-key path: key bytes matched in the key group, no table built
+        if lay is not None:
+            kg = kind.key_group(key, lay, meta.max_parallelism)
+            rng = (kg, kg) if kg is not None else None
+            key_bytes = kind.key_bytes(key, lay) if namespace is None and kg is not None else None
+            if key_bytes is not None and kg is not None:  # the one-key path: key bytes matched in the key group, no table built
                 found = lookup(self.flink, fop, key_bytes, kg, self.stats)
                 if found is not NotImplemented:
                     if found is None:
                         return None
                     row = {s.name: found.get(s.name) for s in meta.keyed_states}
                     return decode_row(row, meta, trusted=self.trust_pickled)
+            key = kind.key_value(key, lay)
         table = self._read_keyed(op, rng).table
         ktype = table.schema.field("key").type
         if not (pa.types.is_struct(ktype) or pa.types.is_nested(ktype)):  # narrow in Arrow before making Python rows
@@ -230,23 +284,21 @@ class FlinkSavepoint(Savepoint):
 
     def is_pyflink(self, op: OpLike) -> bool:
         """Whether `op` is a PyFlink operator whose Row key is shown unwrapped (see `statekit.format.flink.pyflink`)."""
-        meta = self.operator(op)
-        lay = self.flink.layout(self.flink_operator(op)) if meta.key_type is not None else None
-        return lay is not None and pyflink.is_pyflink(lay, declared=meta.uid_hash in self._pyflink)
+        return self.job_kind(op) == "pyflink"
 
     def pyflink_types(self, op: OpLike) -> dict[str, str]:
         """The PyFlink types this savepoint was opened with for `op` (``pyflink_types=``), empty when none."""
         return dict(self._pyflink.get(self.operator(op).uid_hash, {}))
 
     def _read_keyed(self, op: OpLike, key_groups: tuple[int, int] | None = None) -> KeyedResult:
-        """Keyed and timer tables as stored, then (PyFlink operators) the key unwrapped and values decoded."""
+        """Keyed and timer tables as stored, then as the operator's job kind presents them (PyFlink: key unwrapped)."""
         meta = self.operator(op)
         fop = self.flink_operator(op)
+        lay = self._layout(meta)
         result = self.flink.read_keyed(fop, key_groups=key_groups, stats=self.stats)
-        lay = self.flink.layout(fop)
-        if lay is not None and pyflink.is_pyflink(lay, declared=meta.uid_hash in self._pyflink):
-            result = pyflink.decode(result, lay, self._pyflink.get(meta.uid_hash, {}), f"{self.path} {meta.display_name}")
-        return result
+        assert lay is not None
+        return self._kinds[meta.uid_hash].decode(result, lay, self._pyflink.get(meta.uid_hash, {}),
+                                                 f"{self.path} {meta.display_name}")
 
     def timers(self, op: OpLike) -> pa.Table:
         meta = self.operator(op)
@@ -277,9 +329,14 @@ class FlinkSavepoint(Savepoint):
         return info, table
 
     def check_all(self) -> list[tuple[str, str]]:
-        """Decode every state of every operator; (where, message) for each failure (used by `check`)."""
+        """Decode every state of every operator; (where, message) for each failure (used by `check`).
+
+        What statekit cannot decode is not a failure here: see `unsupported` (`check` lists it apart).
+        """
         problems = []
         for meta in self.operators:
+            if meta.uid_hash in self._unsupported:
+                continue
             try:
                 if meta.key_type is not None:
                     self.keyed_table(meta.identifier)

@@ -369,9 +369,10 @@ class SavepointReader:
     def register(self, prefix: str | None = None, *, format: str = "parquet") -> dict[str, list[str]]:
         """Create one Spark database per operator with a table per state, so plain SQL works.
 
-        Each operator gets a database named from its uid (its uid hash when it has none), lower-cased
-        with characters other than letters, digits and ``_`` replaced by ``_``, and prefixed with
-        ``<prefix>_`` when `prefix` is given. It holds ``keyed`` and ``timers`` (keyed operators)
+        Each operator gets a database named from its uid (without one: a Flink SQL operator's stored
+        name, else its uid hash), lower-cased with characters other than letters, digits and ``_``
+        replaced by ``_``, and prefixed with ``<prefix>_`` when `prefix` is given
+        (`statekit.query.database_names`). It holds ``keyed`` and ``timers`` (keyed operators)
         and one table per operator state (named after the state).
 
         ``keyed`` and ``timers`` are external Parquet tables over the savepoint's own files (no copy)
@@ -393,9 +394,12 @@ class SavepointReader:
         {'myapp_proc': ['keyed', 'timers']}
         >>> spark.sql("SELECT * FROM myapp_proc.keyed WHERE key = 7").show()      # doctest: +SKIP
         """
+        from statekit.query import database_names  # the naming rule lives once, shared with statekit.sql
+
         out: dict[str, list[str]] = {}
+        dbs = database_names(self.savepoint, prefix)
         for meta in self.savepoint.operators:
-            db = _identifier((f"{prefix}_" if prefix else "") + (meta.uid or meta.uid_hash))
+            db = dbs[meta.uid_hash]
             tables = (["keyed", "timers"] if meta.key_type is not None else []) + [
                 s.name for s in meta.operator_states
             ]

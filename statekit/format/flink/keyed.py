@@ -15,7 +15,7 @@ path each state took.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pyarrow as pa
@@ -45,6 +45,10 @@ class KeyedLayout:
     timers: tuple[StateMeta, ...]  # timer queues
     namespace_type: FlinkType | None  # None: VoidNamespace only
     prefix_bytes: int
+
+
+#: namespace serializer kind -> its fixed width (VoidNamespace, TimeWindow, a SQL slice end)
+NAMESPACE_WIDTHS = {"void": 1, "window": 16, "long": 8}
 
 
 def value_width(lay: KeyedLayout) -> int | None:
@@ -83,10 +87,12 @@ def layout(proxies: list[KeyedProxy], max_parallelism: int, where: str) -> Keyed
     if not proxies:
         raise ValueError("no keyed streams")
     key_type = proxies[0].key_type
+    if key_type.form == "row":  # a SQL key row: fields k0, k1, ... and no RowKind (keys are always +I)
+        key_type = replace(key_type, field_names=tuple(f"k{i}" for i in range(len(key_type.logical))), row_kind=False)
     states: dict[str, StateMeta] = {}
     timers: dict[str, StateMeta] = {}
     for p in proxies:
-        if p.key_type.raw != key_type.raw:
+        if p.key_type.raw != proxies[0].key_type.raw:
             raise CorruptSavepointError(f"{where}: subtasks disagree on the key serializer")
         for s in p.states:
             into = timers if s.is_timer else states if s.backend_type in ("KEY_VALUE", "KEY_VALUE_V2") else None
@@ -99,15 +105,15 @@ def layout(proxies: list[KeyedProxy], max_parallelism: int, where: str) -> Keyed
     for s in list(states.values()):
         t = s.serializers.get("NAMESPACE_SERIALIZER")
         if t is not None and t.kind != "void":
-            if t.kind != "window":
+            if t.kind not in NAMESPACE_WIDTHS:
                 raise UnsupportedFormatError(
                     f"{where}: state {s.name!r} uses namespace serializer {t.serializer}; statekit reads "
-                    "VoidNamespace and TimeWindow namespaces."
+                    "VoidNamespace, TimeWindow and Long (a SQL window's slice end) namespaces."
                 )
             ns = t
     for s in timers.values():
         t = s.value_type.children[1] if s.value_type.kind == "timer" else None
-        if t is not None and t.kind == "window":
+        if t is not None and t.kind in NAMESPACE_WIDTHS and t.kind != "void":
             ns = t
     return KeyedLayout(key_type, tuple(states.values()), tuple(timers.values()), ns, prefix_bytes(max_parallelism))
 
@@ -353,9 +359,9 @@ def decode(lay: KeyedLayout, buf: np.ndarray, located: Located, stream_of_chain:
             kend_all = e.kp + e.klen
             keys, kend = decode_open(key_t, buf, kstart, kend_all, where, stats, "key")
             nst = meta.serializers.get("NAMESPACE_SERIALIZER")
-            nsw = 16 if nst is not None and nst.kind == "window" else 1
+            nsw = NAMESPACE_WIDTHS.get(nst.kind, 1) if nst is not None else 1
             ns_arr = None
-            if nst is not None and nsw == 16:
+            if nst is not None and nst.kind != "void":
                 ns_arr, _ = decode_open(nst, buf, kend, kend_all, where, stats, f"{name} (ns)")
             nsend = kend + nsw
             if meta.keyed_kind != "map" and not np.array_equal(nsend, kend_all):
@@ -380,7 +386,7 @@ def _timers(lay: KeyedLayout, buf: np.ndarray, meta: StateMeta, e: Entries, wher
     ntype = meta.value_type.children[1] if meta.value_type.kind == "timer" else None
     cols = {"key_group": from_numpy(_key_groups(buf, e.kp, P), pa.int32()), "key": keys}
     if lay.namespace_type is not None:
-        if ntype is not None and ntype.kind == "window":
+        if ntype is not None and ntype.kind in NAMESPACE_WIDTHS and ntype.kind != "void":
             cols["namespace"], _ = decode_open(ntype, buf, kend, kend_all, where, stats, f"{name} (ns)")
         else:
             cols["namespace"] = pa.nulls(len(e), parse_ddl(lay.namespace_type.ddl()))

@@ -8,11 +8,11 @@ RocksDB handles) and `OperatorBackendSerializationProxy` (operator-state streams
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from statekit.errors import CorruptSavepointError, UnsupportedFormatError
 from statekit.format.flink.binary import DataInput
-from statekit.format.flink.serializers import FlinkType, read_top_level
+from statekit.format.flink.serializers import ROWDATA_SNAPSHOT, FlinkType, read_top_level, without_ttl
 from statekit.state.descriptors import StateKind
 
 PROXY_VERSION = 6
@@ -89,6 +89,8 @@ def read_keyed_proxy(inp: DataInput) -> KeyedProxy:
     if n < 0:
         raise inp.fail(f"the keyed backend proxy lists {n} states")
     states = tuple(_meta(inp) for _ in range(n))
+    if key_type.snapshot_class != ROWDATA_SNAPSHOT:  # TTL values are shown unwrapped for SQL state only
+        states = tuple(replace(m, serializers={k: without_ttl(v) for k, v in m.serializers.items()}) for m in states)
     return KeyedProxy(compressed, key_type, states, inp.pos)
 
 

@@ -38,6 +38,7 @@ from statekit.errors import CorruptSavepointError, InvalidArgumentError, Unsuppo
 from statekit.format.flink.keyed import KeyedLayout, KeyedResult
 from statekit.keygroups import compute_key_group_for_key_hash
 from statekit.keyhash import java_hash
+from statekit.state.descriptors import StateInfo, as_state_kind
 from statekit.types import parse_ddl
 
 PREFIX = "python-state-"
@@ -312,3 +313,39 @@ def _decode_column(col: pa.Array, t: PyType, where: str) -> pa.Array:
                 f"it LIST({'...' if not vals else 'TYPE'}) if it is a ListState, or check the declared type"
             )
     return pa.array(out, parse_ddl(t.ddl))
+
+
+class PyFlinkKind:
+    """The `statekit.format.flink.kinds.JobKind` of PyFlink operators (see the module docstring)."""
+
+    name = "pyflink"
+
+    def key_ddl(self, lay: KeyedLayout) -> str:
+        return key_ddl(lay)
+
+    def states(self, lay: KeyedLayout, declared: dict[str, str]) -> tuple[StateInfo, ...]:
+        return tuple(StateInfo(n, as_state_kind(k), t, pickled=p) for n, k, t, p in states(lay, declared))
+
+    def decode(self, result: KeyedResult, lay: KeyedLayout, declared: dict[str, str], where: str) -> KeyedResult:
+        return decode(result, lay, declared, where)
+
+    def key_value(self, key: Any, lay: KeyedLayout) -> Any:
+        return key
+
+    def key_group(self, key: Any, lay: KeyedLayout, max_parallelism: int) -> int | None:
+        return key_group(key, lay, max_parallelism)
+
+    def key_groups(self, keys: list[Any], lay: KeyedLayout, max_parallelism: int) -> list[int] | None:
+        return None  # `check` hashes these keys by their declared type (`statekit.format.keyed.compute_key_groups`)
+
+    def key_bytes(self, key: Any, lay: KeyedLayout) -> bytes | None:
+        return None  # keys are Row-wrapped: the general path matches them in the key group's table
+
+    def operator_kind(self, name: str, lay: KeyedLayout | None) -> str | None:
+        return None
+
+    def unsupported(self, lay: KeyedLayout) -> list[str]:
+        return []
+
+
+KIND = PyFlinkKind()

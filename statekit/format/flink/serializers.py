@@ -10,10 +10,12 @@ unchanged.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from statekit.errors import UnsupportedFormatError
 from statekit.format.flink.binary import DataInput
+from statekit.format.flink.javaser import read_object
+from statekit.format.flink.logical import LogicalType, from_java
 
 TOP_LEVEL_PROXY_VERSION = 2  # TypeSerializerSnapshotSerializationUtil: i32 2 before a top-level snapshot
 COMPOSITE_MAGIC = 911108  # CompositeTypeSerializerSnapshot
@@ -49,6 +51,26 @@ KRYO_SNAPSHOT = "org.apache.flink.api.java.typeutils.runtime.kryo.KryoSerializer
 AVRO_SNAPSHOT = "org.apache.flink.formats.avro.typeutils.AvroSerializerSnapshot"
 ENUM_SNAPSHOT = _BASE + "EnumSerializer$EnumSerializerSnapshot"
 
+# Flink SQL's serializers (`../shared/flink/sql/SQL-FORMAT.md` section 3)
+_TR = "org.apache.flink.table.runtime.typeutils."
+ROWDATA_SNAPSHOT = _TR + "RowDataSerializer$RowDataSerializerSnapshot"
+_SQL_SIMPLE: dict[str, tuple[str, str | None]] = {  # snapshot class -> (kind, form)
+    _TR + "StringDataSerializer$StringDataSerializerSnapshot": ("bytes", "string"),
+    "org.apache.flink.table.dataview.NullSerializer$NullSerializerSnapshot": ("byte", None),
+    "org.apache.flink.table.runtime.operators.window.TimeWindow$Serializer$TimeWindowSerializerSnapshot":
+        ("window", None),
+    "org.apache.flink.table.runtime.operators.window.CountWindow$Serializer$CountWindowSerializerSnapshot":
+        ("long", None),
+}
+_SQL_COMPOSITES = {
+    _TR + "RawValueDataSerializer$RawValueDataSerializerSnapshot": "raw",
+    _TR + "ExternalSerializer$ExternalSerializerSnapshot": "external",
+    "org.apache.flink.runtime.state.ttl.TtlStateFactory$TtlSerializerSnapshot": "ttl",
+}
+TIMESTAMP_SNAPSHOT = _TR + "TimestampDataSerializer$TimestampDataSerializerSnapshot"
+DECIMAL_SNAPSHOT = _TR + "DecimalDataSerializer$DecimalSerializerSnapshot"
+BINARY_ROW_SNAPSHOT = _TR + "BinaryRowDataSerializer$BinaryRowDataSerializerSnapshot"
+
 _WIDTH = {k: w for k, w in SIMPLE.values() if w is not None}
 _WIDTH["enum"] = 4
 _DDL = {"long": "bigint", "int": "int", "short": "smallint", "byte": "tinyint", "double": "double",
@@ -62,7 +84,10 @@ class FlinkType:
 
     kinds: long int short byte double float boolean char string bytes enum list map tuple row pojo
     void window timer binary. ``type_class`` is the Tuple/POJO/Kryo/Avro/enum class when stored;
-    ``row_kind`` is whether a Row carries its RowKind bits.
+    ``row_kind`` is whether a Row carries its RowKind bits (for a SQL row: whether its table shows it).
+    Flink SQL's length-prefixed values are kind ``bytes`` with a ``form``: ``row`` (a BinaryRowData
+    of the ``logical`` field types), ``string`` (UTF-8 StringData), ``raw`` (RawValueData bytes);
+    ``logical`` also names the SQL type behind an ExternalSerializer.
     """
 
     kind: str
@@ -74,6 +99,8 @@ class FlinkType:
     type_class: str | None = None
     row_kind: bool = False
     enum_values: tuple[str, ...] = ()
+    form: str | None = None
+    logical: tuple[LogicalType, ...] = ()
 
     @property
     def fixed_size(self) -> int | None:
@@ -96,6 +123,11 @@ class FlinkType:
     def ddl(self) -> str:
         """The statekit DDL type of values of this serializer (``binary`` for what cannot be decoded)."""
         k = self.kind
+        if self.form == "row":
+            return "struct<" + ",".join([f"{n}:{t.ddl()}" for n, t in zip(self.field_names, self.logical)]
+                                        + (["row_kind:string"] if self.row_kind else [])) + ">"
+        if self.form == "string":
+            return "string"
         if k in _DDL:
             return _DDL[k]
         if not self.decodable:
@@ -127,6 +159,27 @@ def read_versioned(inp: DataInput, what: str) -> FlinkType:
     version = inp.i32(f"the snapshot version of {cls}")
     if cls in SIMPLE:
         return FlinkType(SIMPLE[cls][0], cls, version, bytes(inp.data[start : inp.pos]))
+    if cls in _SQL_SIMPLE:
+        kind, form = _SQL_SIMPLE[cls]
+        return FlinkType(kind, cls, version, bytes(inp.data[start : inp.pos]), form=form)
+    if cls == ROWDATA_SNAPSHOT:
+        return _rowdata(inp, start, cls, version)
+    if cls in _SQL_COMPOSITES:
+        return _sql_composite(inp, start, cls, version, _SQL_COMPOSITES[cls])
+    if cls == TIMESTAMP_SNAPSHOT:  # millis; with precision > 3 also the nanos of the millisecond
+        p = inp.i32("the precision of a timestamp serializer")
+        raw = bytes(inp.data[start : inp.pos])
+        if p <= 3:
+            return FlinkType("long", cls, version, raw)
+        return FlinkType("tuple", cls, version, raw, (FlinkType("long", cls, version, b""),
+                                                      FlinkType("int", cls, version, b"")), ("millis", "nanos"))
+    if cls == DECIMAL_SNAPSHOT:  # the unscaled value: a long up to precision 18, else length-prefixed bytes
+        p = inp.i32("the precision of a decimal serializer")
+        inp.i32("the scale of a decimal serializer")
+        return FlinkType("long" if p <= 18 else "bytes", cls, version, bytes(inp.data[start : inp.pos]))
+    if cls == BINARY_ROW_SNAPSHOT:  # a row without field types: its bytes
+        inp.i32("the arity of a binary row serializer")
+        return FlinkType("bytes", cls, version, bytes(inp.data[start : inp.pos]))
     if cls in _COMPOSITES:
         return _composite(inp, start, cls, version, _COMPOSITES[cls])
     if cls == POJO_SNAPSHOT:
@@ -183,6 +236,73 @@ def _composite(inp: DataInput, start: int, cls: str, version: int, kind: str) ->
     if want is not None and len(children) != want:
         raise inp.fail(f"snapshot {cls} has {len(children)} nested serializers, expected {want}")
     return FlinkType(kind, cls, version, bytes(inp.data[start : inp.pos]), children, names, type_class, row_kind)
+
+
+def _logical(inp: DataInput, what: str) -> LogicalType | None:
+    """One Java-serialized `LogicalType`/`DataType`; None for a class statekit does not know (the stream is still passed)."""
+    obj = read_object(inp, what)
+    try:
+        return from_java(obj, inp.where)
+    except UnsupportedFormatError:
+        return None
+
+
+def _rowdata(inp: DataInput, start: int, cls: str, version: int) -> FlinkType:
+    """`RowDataSerializerSnapshot`: i32 n, n Java-serialized LogicalTypes, then n nested field serializers."""
+    n = inp.count("the field count of a RowData serializer", limit=1 << 16)
+    types = [_logical(inp, f"the type of field {i} of a RowData serializer") for i in range(n)]
+    if inp.i32(f"the nested magic of {cls}") != NESTED_MAGIC:
+        inp.pos -= 4
+        raise inp.fail(f"snapshot {cls} lacks the nested-serializers magic number")
+    inp.i32(f"the nested version of {cls}")
+    for _ in range(inp.count(f"the nested count of {cls}", limit=1 << 16)):
+        read_versioned(inp, f"a field serializer of {cls}")
+    raw = bytes(inp.data[start : inp.pos])
+    if any(t is None for t in types):  # a type statekit does not know: the rows stay bytes, named as such
+        return FlinkType("bytes", cls, version, raw, type_class="a SQL row with a type statekit does not decode")
+    if n == 0:  # the key of a global aggregate (no GROUP BY): one empty row, shown as its bytes
+        return FlinkType("bytes", cls, version, raw, form="empty_row")
+    known = tuple(t for t in types if t is not None)
+    return FlinkType("bytes", cls, version, raw, field_names=tuple(f"f{i}" for i in range(n)), row_kind=True,
+                     form="row", logical=known)
+
+
+def _sql_composite(inp: DataInput, start: int, cls: str, version: int, kind: str) -> FlinkType:
+    """RawValueData (i32 length + the inner serializer's bytes), External (its internal serializer's bytes), TTL."""
+    if inp.i32(f"the composite magic of {cls}") != COMPOSITE_MAGIC:
+        inp.pos -= 4
+        raise inp.fail(f"snapshot {cls} lacks the composite-snapshot magic number")
+    inp.i32(f"the outer version of {cls}")
+    logical: tuple[LogicalType, ...] = ()
+    if kind == "external":  # outer snapshot: the Java-serialized DataType, then isInternalInput
+        t = _logical(inp, f"the data type of {cls}")
+        logical = (t,) if t is not None else ()
+        inp.bool(f"the internal-input flag of {cls}")
+    if inp.i32(f"the nested magic of {cls}") != NESTED_MAGIC:
+        inp.pos -= 4
+        raise inp.fail(f"snapshot {cls} lacks the nested-serializers magic number")
+    inp.i32(f"the nested version of {cls}")
+    children = tuple(read_versioned(inp, f"a nested serializer of {cls}")
+                     for _ in range(inp.count(f"the nested count of {cls}", limit=1 << 16)))
+    raw = bytes(inp.data[start : inp.pos])
+    want = {"raw": 1, "external": 1, "ttl": 2}[kind]
+    if len(children) != want:
+        raise inp.fail(f"snapshot {cls} has {len(children)} nested serializers, expected {want}")
+    if kind == "raw":
+        return FlinkType("bytes", cls, version, raw, children, form="raw", type_class=children[0].serializer)
+    if kind == "external":
+        return replace(children[0], snapshot_class=cls, version=version, raw=raw, logical=logical or children[0].logical)
+    return FlinkType("tuple", cls, version, raw, children, ("last_access", "value"), form="ttl")
+
+
+def without_ttl(t: FlinkType) -> FlinkType:
+    """`t` with TTL-wrapped parts as opaque bytes: how DataStream and PyFlink TTL state is presented (only SQL
+    state shows its last-access times, `keyed.layout`)."""
+    if t.form == "ttl":
+        return replace(t, kind="binary", field_names=(), form=None)
+    if t.children and any(c.form == "ttl" or c.children for c in t.children):
+        return replace(t, children=tuple(without_ttl(c) for c in t.children))
+    return t
 
 
 def _pojo(inp: DataInput, start: int, cls: str, version: int) -> FlinkType:

@@ -43,6 +43,8 @@ def reader(t: FlinkType) -> Reader:
     }
     if k in simple:
         return simple[k]
+    if k == "bytes" and t.form in ("row", "string"):
+        return _sql_reader(t)
     if k == "bytes":
         return lambda i: i.bytes(i.count("a byte-array length", limit=(1 << 31) - 1), "a byte array")
     if k == "enum":
@@ -94,6 +96,30 @@ def reader(t: FlinkType) -> Reader:
             return {n: (None if bits[extra + j] else r(i)) for j, (n, r) in enumerate(fields)}
         return row
     raise CorruptSavepointError(f"values of serializer {t.serializer} cannot be decoded")
+
+
+def _sql_reader(t: FlinkType) -> Reader:
+    """Flink SQL's length-prefixed values: a BinaryRowData of known field types, or UTF-8 StringData."""
+    from statekit.format.flink import rowdata  # here: DataStream savepoints never load the SQL decoders
+
+    def row(i: DataInput) -> dict[str, Any]:
+        n = i.count("a row length", limit=(1 << 31) - 1)
+        at = i.pos
+        i.skip(n, "a row")
+        try:
+            return rowdata.decode_row(i.data, t.logical, t.field_names, row_kind=t.row_kind, base=at, end=at + n)
+        except rowdata.RowFault as exc:
+            i.pos = at
+            raise i.fail(f"a SQL row does not decode ({exc})") from None
+
+    def string(i: DataInput) -> str:
+        raw = i.bytes(i.count("a string length", limit=(1 << 31) - 1), "a string")
+        try:
+            return raw.decode("utf-8")
+        except UnicodeError:
+            raise i.fail("a SQL string is not UTF-8") from None
+
+    return row if t.form == "row" else string
 
 
 def decode_records(t: FlinkType, buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, where: str) -> pa.Array:
@@ -301,7 +327,18 @@ def bulk(t: FlinkType, buf: np.ndarray, starts: np.ndarray) -> tuple[pa.Array, n
         lengths = _be32(buf, starts)
         if n and lengths.min() < 0:
             return None
-        return binary_array(buf, starts + 4, lengths), starts + 4 + lengths
+        if t.form == "row":
+            from statekit.format.flink import rowdata  # here: DataStream savepoints never load the SQL decoders
+
+            if n and int((starts + 4 + lengths).max()) > len(buf):
+                return None
+            try:
+                return (rowdata.decode_rows(buf, starts + 4, lengths, t.logical, t.field_names, row_kind=t.row_kind),
+                        starts + 4 + lengths)
+            except rowdata.RowFault:
+                return None  # the per-record decoder names the row at fault
+        return binary_array(buf, starts + 4, lengths, pa.string() if t.form == "string" else pa.binary()), \
+            starts + 4 + lengths
     if k == "enum":
         ordinals = _be32(buf, starts)
         if n and (ordinals.min() < 0 or ordinals.max() >= len(t.enum_values)):

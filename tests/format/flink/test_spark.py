@@ -73,3 +73,20 @@ def test_parquet_engine_is_refused_for_flink_state(spark):
     reader = SavepointReader.read(spark, str(savepoint("string-hashmap-canonical")))
     with pytest.raises(InvalidArgumentError, match="engine='statekit'"):
         reader.read_keyed_state(OperatorIdentifier.for_uid("counter"), engine="parquet")
+
+
+def test_flink_sql_savepoint_tables_through_spark_read_and_register(spark):
+    from pathlib import Path
+
+    sp_path = Path(__file__).resolve().parents[2] / "fixtures" / "flink" / "sql" / "2.3.0" / "plan-hashmap-canonical" / "savepoint"
+    local = Savepoint.open(sp_path)
+    reader = SavepointReader.read(spark, str(sp_path))
+    got = reader.read_keyed_state("6_group-aggregate").select("key.k0", "`accState`.f0", "`accState`.f1").collect()
+    want = [(r["key"]["k0"], r["accState"]["f0"], r["accState"]["f1"]) for r in local.keyed_table("6_group-aggregate").to_pylist()]
+    assert sorted(map(tuple, got), key=repr) == sorted(want, key=repr)
+    dbs = reader.register()
+    assert "keyed" in dbs["43_join"]
+    n = spark.sql("SELECT count(*) AS n FROM `43_join`.keyed").collect()[0]["n"]
+    assert n == local.keyed_table("43_join").num_rows
+    nameless = SavepointReader.read(spark, str(sp_path.parents[1] / "default-hashmap-canonical" / "savepoint"))
+    assert "groupaggregate_51" in nameless.register()  # a SQL operator without uid: its stored name

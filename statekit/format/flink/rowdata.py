@@ -1,0 +1,337 @@
+"""Flink SQL's `BinaryRowData` decoded: columnar with numpy for many rows at once, per record for nested values; keys encoded back for lookups.
+
+Boundary: rows' byte ranges and their `LogicalType`s in, Arrow arrays (or Python values) out;
+`encode_row` writes a key the way Flink's `BinaryRowWriter` does, so its bytes hash to the key's
+key group (`statekit.keyhash.binary_row_hash`). Layout (`../shared/flink/sql/SQL-FORMAT.md` 4.1,
+all little-endian): byte 0 the RowKind, null bits from bit 8 (LSB first), the header
+``((arity + 63 + 8) // 64) * 8`` bytes, one 8-byte slot per field, then the variable part. Strings
+and byte strings of up to 7 bytes sit inline in their slot (slot byte 7 = ``0x80 | length``); longer
+ones, and nested ARRAY/MAP/ROW/RAW values, DECIMAL(p > 18) and the millis of TIMESTAMP(p > 3), are
+``offset << 32 | length`` into the row (a timestamp's low word is its nanos of the millisecond).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import struct
+from typing import Any, Sequence
+
+import numpy as np
+import pyarrow as pa
+
+from statekit.errors import InvalidArgumentError
+from statekit.format.flink.logical import LogicalType
+from statekit.format.flink.values import binary_array, gather_fixed
+from statekit.types import parse_ddl
+
+__all__ = ["ROW_KINDS", "decode_row", "decode_rows", "encode_row", "header_bytes"]
+
+ROW_KINDS = ("+I", "-U", "+U", "-D")
+_EPOCH = dt.datetime(1970, 1, 1)
+_EPOCH_UTC = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+_STRINGS = ("CHAR", "VARCHAR")
+_BYTES = ("BINARY", "VARBINARY", "RAW", "SYMBOL")
+_INT_WIDTH = {"BOOLEAN": ("<u1", 1), "TINYINT": ("<i1", 1), "SMALLINT": ("<i2", 2), "INTEGER": ("<i4", 4),
+              "DATE": ("<i4", 4), "TIME_WITHOUT_TIME_ZONE": ("<i4", 4), "INTERVAL_YEAR_MONTH": ("<i4", 4),
+              "FLOAT": ("<f4", 4), "BIGINT": ("<i8", 8), "INTERVAL_DAY_TIME": ("<i8", 8), "DOUBLE": ("<f8", 8)}
+
+
+def header_bytes(arity: int) -> int:
+    """`BinaryRowData.calculateBitSetWidthInBytes`: RowKind byte and null bits, in whole 8-byte words."""
+    return ((arity + 63 + 8) // 64) * 8
+
+
+class RowFault(ValueError):
+    """A row's bytes contradict its layout (an offset past its end); the caller names the file."""
+
+
+# -- columnar ------------------------------------------------------------------------------------------
+def decode_rows(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray, types: Sequence[LogicalType],
+                names: Sequence[str], *, row_kind: bool = False) -> pa.StructArray:
+    """The rows at [starts, starts + lengths) of `buf` as one struct array (fields `names`, then ``row_kind``).
+
+    Fixed-width fields and strings are cut from every row at once; nested values and wide decimals
+    are decoded per record (their layout is irregular).
+    """
+    n = len(starts)
+    starts = starts.astype(np.int64, copy=False)
+    lengths = lengths.astype(np.int64, copy=False)
+    hb = header_bytes(len(types))
+    if n and (lengths < hb + 8 * len(types)).any():
+        raise RowFault(f"a row is shorter than the {hb + 8 * len(types)} bytes of its {len(types)} fields")
+    arrays = []
+    for i, t in enumerate(types):
+        slot_at = starts + hb + 8 * i
+        bit = 8 + i
+        isnull = (buf[starts + bit // 8] >> (bit % 8)) & 1 == 1 if n else np.zeros(0, bool)
+        arrays.append(_column(buf, starts, lengths, slot_at, isnull, t))
+    fields = list(names)
+    if row_kind:
+        kinds = buf[starts] if n else np.zeros(0, np.uint8)
+        if n and kinds.max() > 3:
+            raise RowFault(f"a row's RowKind byte is {int(kinds.max())}, not one of 0..3")
+        arrays.append(pa.array(np.array(ROW_KINDS, dtype=object)[kinds], pa.string()))
+        fields.append("row_kind")
+    return pa.StructArray.from_arrays(arrays, fields)
+
+
+def _slots(buf: np.ndarray, at: np.ndarray) -> np.ndarray:
+    return gather_fixed(buf, at, 8).view("<u8").reshape(-1)
+
+
+def _with_nulls(arr: pa.Array, isnull: np.ndarray) -> pa.Array:
+    if not isnull.any():
+        return arr
+    import pyarrow.compute as pc  # here: rows without NULL strings never need it
+
+    return pc.if_else(pa.array(isnull), pa.scalar(None, arr.type), arr)
+
+
+def _column(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray, slot_at: np.ndarray, isnull: np.ndarray,
+            t: LogicalType) -> pa.Array:
+    r = t.root
+    n = len(slot_at)
+    if r == "NULL":
+        return pa.nulls(n, pa.string())
+    if r in _INT_WIDTH:
+        code, w = _INT_WIDTH[r]
+        raw = gather_fixed(buf, slot_at, w).reshape(-1).view(code) if n else np.zeros(0, code)
+        if r == "BOOLEAN":
+            return pa.array(raw != 0, mask=isnull)
+        arr = pa.array(raw.astype(np.dtype(code).newbyteorder("=")), mask=isnull)
+        return arr.view(pa.date32()) if r == "DATE" else arr
+    if r in ("TIMESTAMP_WITHOUT_TIME_ZONE", "TIMESTAMP_WITH_LOCAL_TIME_ZONE", "TIMESTAMP_WITH_TIME_ZONE"):
+        target = parse_ddl(t.ddl())
+        slots = _slots(buf, slot_at) if n else np.zeros(0, np.uint64)
+        if t.fixed:
+            micros = slots.view(np.int64) * 1000
+        else:
+            off = (slots >> np.uint64(32)).astype(np.int64)
+            nanos = (slots & np.uint64(0xFFFFFFFF)).astype(np.int64)
+            _check_within(off, 8, lengths, isnull)
+            millis = gather_fixed(buf, starts + np.where(isnull, 0, off), 8).view("<i8").reshape(-1)
+            micros = millis * 1000 + nanos // 1000
+        return pa.array(micros, pa.int64(), mask=isnull).view(target)
+    if r == "DECIMAL":
+        target = parse_ddl(t.ddl())
+        if t.fixed:
+            unscaled = _slots(buf, slot_at).view(np.int64) if n else np.zeros(0, np.int64)
+            words = np.empty((n, 2), np.int64)
+            words[:, 0] = unscaled
+            words[:, 1] = np.where(unscaled < 0, -1, 0)
+            validity = None if not isnull.any() else pa.py_buffer(np.packbits(~isnull, bitorder="little"))
+            return pa.Array.from_buffers(target, n, [validity, pa.py_buffer(words.tobytes())])
+    if r in _STRINGS or r in _BYTES:
+        slots = _slots(buf, slot_at) if n else np.zeros(0, np.uint64)
+        inline = (slots >> np.uint64(63)).astype(bool)
+        off = (slots >> np.uint64(32)).astype(np.int64)
+        ln = (slots & np.uint64(0xFFFFFFFF)).astype(np.int64)
+        ln = np.where(inline, (slots >> np.uint64(56)).astype(np.int64) & 0x7F, ln)
+        ln[isnull] = 0
+        begin = np.where(inline, slot_at, starts + off)
+        _check_within(np.where(inline, 0, off), np.where(inline, 0, ln), lengths, isnull)
+        arr = binary_array(buf, begin, ln, pa.string() if r in _STRINGS else pa.binary())
+        return _with_nulls(arr, isnull)
+    # nested values and wide decimals: per record
+    mv = buf.data
+    out = [None if isnull[i] else _slot_value(mv, int(starts[i]), int(starts[i]) + int(lengths[i]),
+                                               int(slot_at[i]), t) for i in range(n)]
+    return pa.array(out, parse_ddl(t.ddl()))
+
+
+def _check_within(off: np.ndarray, ln: Any, lengths: np.ndarray, isnull: np.ndarray) -> None:
+    bad = (off < 0) | (off + ln > lengths)
+    if (bad & ~isnull).any():
+        raise RowFault("a field's offset and length point past the end of its row")
+
+
+# -- per record ----------------------------------------------------------------------------------------
+def decode_row(data: bytes | memoryview, types: Sequence[LogicalType], names: Sequence[str], *,
+               row_kind: bool = False, base: int = 0, end: int | None = None) -> dict[str, Any]:
+    """One row at ``data[base:end]`` as ``{name: value}`` (Python values as Arrow's ``to_pylist`` gives them)."""
+    end = len(data) if end is None else end
+    hb = header_bytes(len(types))
+    if end - base < hb + 8 * len(types):
+        raise RowFault(f"a row of {end - base} bytes is shorter than its {len(types)} fields")
+    out: dict[str, Any] = {}
+    for i, (t, name) in enumerate(zip(types, names)):
+        bit = 8 + i
+        if data[base + bit // 8] >> (bit % 8) & 1:
+            out[name] = None
+        else:
+            out[name] = _slot_value(data, base, end, base + hb + 8 * i, t)
+    if row_kind:
+        k = data[base]
+        if k > 3:
+            raise RowFault(f"a row's RowKind byte is {k}, not one of 0..3")
+        out["row_kind"] = ROW_KINDS[k]
+    return out
+
+
+def _part(data: Any, base: int, end: int, slot: int) -> tuple[int, int]:
+    """(start, length) of a variable-length value whose slot is at `slot` (inline or offset and length)."""
+    word = int.from_bytes(data[slot : slot + 8], "little")
+    if word >> 63:
+        return slot, (word >> 56) & 0x7F
+    off, ln = word >> 32, word & 0xFFFFFFFF
+    if base + off + ln > end:
+        raise RowFault("a field's offset and length point past the end of its row")
+    return base + off, ln
+
+
+def _slot_value(data: Any, base: int, end: int, slot: int, t: LogicalType) -> Any:
+    """The value of type `t` whose 8-byte slot is at `slot` in the structure starting at `base`."""
+    r = t.root
+    if r in _INT_WIDTH:
+        code, w = _INT_WIDTH[r]
+        v = np.frombuffer(bytes(data[slot : slot + w]), code)[0].item()
+        if r == "BOOLEAN":
+            return v != 0
+        return _EPOCH.date() + dt.timedelta(days=v) if r == "DATE" else v
+    if r == "NULL":
+        return None
+    if r.startswith("TIMESTAMP"):
+        word = int.from_bytes(data[slot : slot + 8], "little", signed=not (t.precision or 0) > 3)
+        if t.fixed:
+            micros = word * 1000
+        else:
+            off, nanos = word >> 32, word & 0xFFFFFFFF
+            if base + off + 8 > end:
+                raise RowFault("a timestamp's offset points past the end of its row")
+            micros = int.from_bytes(data[base + off : base + off + 8], "little", signed=True) * 1000 + nanos // 1000
+        when = dt.timedelta(microseconds=micros)
+        return _EPOCH + when if r == "TIMESTAMP_WITHOUT_TIME_ZONE" else _EPOCH_UTC + when
+    if r == "DECIMAL":
+        if t.fixed:
+            unscaled = int.from_bytes(data[slot : slot + 8], "little", signed=True)
+        else:
+            s, ln = _part(data, base, end, slot)
+            unscaled = int.from_bytes(data[s : s + ln], "big", signed=True)
+        return decimal.Decimal(unscaled).scaleb(-(t.scale or 0))
+    s, ln = _part(data, base, end, slot)
+    if r in _STRINGS:
+        return bytes(data[s : s + ln]).decode("utf-8")
+    if r in _BYTES:
+        return bytes(data[s : s + ln])
+    if r == "ROW":
+        return decode_row(data, t.children, t.field_names, base=s, end=s + ln)
+    if r == "ARRAY":
+        return _array(data, s, s + ln, t.children[0])
+    if r in ("MAP", "MULTISET"):
+        kt = t.children[0]
+        vt = t.children[1] if r == "MAP" else LogicalType("INTEGER", False)
+        kbytes = int.from_bytes(data[s : s + 4], "little", signed=True)
+        if not 0 <= kbytes <= ln - 4:
+            raise RowFault("a map's key array is longer than the map")
+        keys = _array(data, s + 4, s + 4 + kbytes, kt)
+        values = _array(data, s + 4 + kbytes, s + ln, vt)
+        if len(keys) != len(values):
+            raise RowFault("a map holds different numbers of keys and values")
+        return list(zip(keys, values))
+    raise RowFault(f"no decoding for SQL type {t}")
+
+
+def _element_size(t: LogicalType) -> int:
+    """`BinaryArrayData.calculateFixLengthPartSize`."""
+    r = t.root
+    if r in ("BOOLEAN", "TINYINT"):
+        return 1
+    if r == "SMALLINT":
+        return 2
+    if r in ("INTEGER", "FLOAT", "DATE", "TIME_WITHOUT_TIME_ZONE", "INTERVAL_YEAR_MONTH"):
+        return 4
+    return 8
+
+
+def _array(data: Any, base: int, end: int, t: LogicalType) -> list[Any]:
+    """A `BinaryArrayData` at ``data[base:end]``: i32 count, null bits in 4-byte words, fixed part, variable part."""
+    n = int.from_bytes(data[base : base + 4], "little", signed=True)
+    nulls = ((n + 31) // 32) * 4
+    w = _element_size(t)
+    if n < 0 or base + 4 + nulls + n * w > end:
+        raise RowFault(f"an array claims {n} elements, more than its bytes hold")
+    out: list[Any] = []
+    for i in range(n):
+        if data[base + 4 + i // 8] >> (i % 8) & 1:
+            out.append(None)
+            continue
+        at = base + 4 + nulls + i * w
+        if w < 8 and t.root in _INT_WIDTH:
+            code, _ = _INT_WIDTH[t.root]
+            v = np.frombuffer(bytes(data[at : at + w]), code)[0].item()
+            out.append(v != 0 if t.root == "BOOLEAN" else _EPOCH.date() + dt.timedelta(days=v) if t.root == "DATE" else v)
+        else:
+            out.append(_slot_value(data, base, end, at, t))
+    return out
+
+
+# -- encoding keys --------------------------------------------------------------------------------------
+def encode_row(values: Sequence[Any], types: Sequence[LogicalType]) -> bytes:
+    """A key row as Flink's `BinaryRowWriter` writes it (RowKind +I), for the key's key group and byte match.
+
+    Raises
+    ------
+    InvalidArgumentError
+        If a value does not fit its field's type, or the type is one statekit does not encode (nested).
+    """
+    if len(values) != len(types):
+        raise InvalidArgumentError(f"the key has {len(types)} field(s) ({', '.join(map(str, types))}); got "
+                                   f"{len(values)} value(s)")
+    hb = header_bytes(len(types))
+    head = bytearray(hb)
+    slots = bytearray(8 * len(types))
+    var = bytearray()
+    for i, (v, t) in enumerate(zip(values, types)):
+        if v is None:
+            head[(8 + i) // 8] |= 1 << ((8 + i) % 8)
+            continue
+        slots[8 * i : 8 * i + 8], extra = _encode_field(v, t, hb + 8 * len(types) + len(var))
+        var += extra
+    return bytes(head + slots + var)
+
+
+def _encode_field(v: Any, t: LogicalType, offset: int) -> tuple[bytes, bytes]:
+    r = t.root
+    try:
+        if r in _INT_WIDTH:
+            code, _ = _INT_WIDTH[r]
+            if r == "BOOLEAN":
+                if not isinstance(v, bool):
+                    raise TypeError
+                return bytes([int(v)]).ljust(8, b"\0"), b""
+            if r == "DATE" and isinstance(v, dt.date):
+                v = (v - _EPOCH.date()).days
+            if code[1] == "f":
+                return struct.pack("<" + ("f" if code == "<f4" else "d"), float(v)).ljust(8, b"\0"), b""
+            if isinstance(v, bool) or not isinstance(v, int):
+                raise TypeError
+            return struct.pack("<" + {"<i1": "b", "<i2": "h", "<i4": "i", "<i8": "q"}[code], v).ljust(8, b"\0"), b""
+        if r in _STRINGS or r in ("BINARY", "VARBINARY"):
+            if r in _STRINGS and not isinstance(v, str) or r not in _STRINGS and not isinstance(v, (bytes, bytearray)):
+                raise TypeError
+            b = v.encode("utf-8") if isinstance(v, str) else bytes(v)
+            if len(b) <= 7:
+                return b.ljust(7, b"\0") + bytes([0x80 | len(b)]), b""
+            return ((offset << 32) | len(b)).to_bytes(8, "little"), b.ljust((len(b) + 7) // 8 * 8, b"\0")
+        if r == "DECIMAL" and t.fixed:
+            unscaled = int(decimal.Decimal(v).scaleb(t.scale or 0).to_integral_exact())
+            return unscaled.to_bytes(8, "little", signed=True), b""
+        if r.startswith("TIMESTAMP") and isinstance(v, dt.datetime):
+            base = _EPOCH_UTC if v.tzinfo is not None else _EPOCH
+            micros = (v - base) // dt.timedelta(microseconds=1)
+            millis, sub = divmod(micros, 1000)
+            if t.fixed:
+                return millis.to_bytes(8, "little", signed=True), b""
+            return ((offset << 32) | sub * 1000).to_bytes(8, "little"), millis.to_bytes(8, "little", signed=True)
+    except (TypeError, ValueError, OverflowError, struct.error, decimal.InvalidOperation):
+        pass
+    raise InvalidArgumentError(f"key field value {v!r} does not fit its SQL type {t}; give a "
+                               f"{_python_name(t)} (statekit encodes keys of plain SQL types)")
+
+
+def _python_name(t: LogicalType) -> str:
+    r = t.root
+    return ("bool" if r == "BOOLEAN" else "str" if r in _STRINGS else "bytes" if r in _BYTES else
+            "datetime" if r.startswith("TIMESTAMP") else "Decimal" if r == "DECIMAL" else
+            "date" if r == "DATE" else "float" if r in ("FLOAT", "DOUBLE") else "int")
