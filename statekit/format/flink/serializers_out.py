@@ -28,6 +28,7 @@ from statekit.format.flink.serializers import (
     TOP_LEVEL_PROXY_VERSION,
     FlinkType,
 )
+from statekit.format.flink.utf import write_utf
 from statekit.types import parse_ddl
 
 _CLASS_OF = {kind: cls for cls, (kind, _) in SIMPLE.items()}
@@ -101,22 +102,7 @@ class DataOutput:
 
 def java_utf(s: str) -> bytes:
     """`DataOutput.writeUTF`: u16 length + modified UTF-8 (per UTF-16 unit; NUL as ``c0 80``)."""
-    if s.isascii() and "\x00" not in s:
-        b = s.encode("ascii")
-    else:
-        units = s.encode("utf-16-be", "surrogatepass")
-        out = bytearray()
-        for (unit,) in struct.iter_unpack(">H", units):
-            if 0 < unit < 0x80:
-                out.append(unit)
-            elif unit < 0x800:
-                out += bytes((0xC0 | unit >> 6, 0x80 | unit & 0x3F))
-            else:
-                out += bytes((0xE0 | unit >> 12, 0x80 | unit >> 6 & 0x3F, 0x80 | unit & 0x3F))
-        b = bytes(out)
-    if len(b) > 0xFFFF:
-        raise StateTypeError(f"a name of {len(b)} bytes is too long for Flink's metadata (at most 65535).")
-    return struct.pack(">H", len(b)) + b
+    return write_utf(s)
 
 
 # -- snapshots ----------------------------------------------------------------------------------------
