@@ -7,7 +7,7 @@ state names and PyFlink types), which writes back every restored value and fired
 * a fresh bootstrap: a statekit savepoint of plain DDL columns, written as PyFlink's coder bytes.
 
 PyFlink runs from `STATEKIT_PYFLINK_PYTHON` (a python with `pyflink`) or, without it, from a venv cached outside
-the checkout (`~/.cache/statekit/pyflink-venv-2.3.0`, or under `$STATEKIT_CACHE_DIR`) that the first run creates
+the checkout (`~/.cache/statekit/pyflink-venv-*`, or under `$STATEKIT_CACHE_DIR`) that the first run creates
 with `apache-flink` from PyPI (`pyflink_env.py`; ~850 MB, once). Only a missing `java` skips these tests.
 """
 
