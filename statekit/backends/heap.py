@@ -173,6 +173,7 @@ class HeapKeyedStateBackend(SlotBackend[Slot]):
 
     Examples
     --------
+    >>> import pyarrow as pa
     >>> from statekit.keygroups import KeyGroupRange
     >>> from statekit.state import ValueStateDescriptor
     >>> b = HeapKeyedStateBackend(key_type=pa.string(), max_parallelism=128,

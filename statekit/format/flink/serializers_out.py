@@ -19,8 +19,8 @@ import pyarrow as pa
 
 from statekit.errors import StateTypeError
 from statekit.format.flink.serializers import (
-    _COMPOSITES,
     COMPOSITE_MAGIC,
+    COMPOSITES,
     NESTED_MAGIC,
     OPTIONAL_MAP_HEADER,
     POJO_SNAPSHOT,
@@ -32,7 +32,7 @@ from statekit.format.flink.utf import write_utf
 from statekit.types import parse_ddl
 
 _CLASS_OF = {kind: cls for cls, (kind, _) in SIMPLE.items()}
-_COMPOSITE_CLASS = {kind: cls for cls, kind in _COMPOSITES.items()}
+_COMPOSITE_CLASS = {kind: cls for cls, kind in COMPOSITES.items()}
 _SIMPLE_VERSION = 3  # SimpleTypeSerializerSnapshot
 _COMPOSITE_VERSION = 3  # CompositeTypeSerializerSnapshot
 _OUTER_VERSION = {"list": 1, "map": 1, "tuple": 2, "row": 4, "timer": 2}
