@@ -32,7 +32,9 @@ from pathlib import Path
 
 from processes import installed_env  # bench/ is on sys.path when run as a script
 
-GENERATOR = Path(os.environ.get("STATEKIT_FLINK_GENERATOR", "/work/shared/flink/generator"))
+# Shared material lives beside the checkout (`../shared/`), wherever the checkout is.
+GENERATOR = Path(os.environ.get("STATEKIT_FLINK_GENERATOR")
+                 or Path(__file__).resolve().parents[1].parent / "shared" / "flink" / "generator")
 CACHE = Path(os.environ.get("STATEKIT_FLINK_BENCH_DIR", Path.home() / ".cache" / "statekit" / "flink-bench"))
 JAVA_OPTS = os.environ.get("BENCH_JAVA_OPTS", "-Xmx6g")
 KINDS = {"long": ("Bench", 4242424), "string": ("BenchStr", "key-4242424")}

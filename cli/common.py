@@ -22,9 +22,11 @@ _FORCE_TERMINAL = ("FORCE_COLOR", "FORCE_TERMINAL", "TTY_COMPATIBLE", "TTY_INTER
 
 
 class PlainConsole:
-    """What the commands use of a rich `Console`, for a stream that is not a terminal: text as given,
-    without markup, styles, emoji codes or wrapping - and without importing rich (a quarter of the
-    start-up of a one-key `statekit get` into a pipe)."""
+    """What the commands use of a rich `Console`, for a stream that is not a terminal: plain text, without
+    styles, emoji codes or wrapping - and without importing rich (a quarter of the start-up of a one-key
+    `statekit get` into a pipe). As with rich, text is markup unless ``markup=False``: its tags are
+    dropped (``[bold]1. ran[/] ...`` prints ``1. ran ...``), so a caller never needs to know which
+    console it was given."""
 
     is_terminal = False
 
@@ -40,14 +42,22 @@ class PlainConsole:
 
     def print(self, *objects: Any, markup: Optional[bool] = None, style: Any = None, end: str = "\n",
               **_: Any) -> None:
-        if markup:
-            raise ValueError("PlainConsole prints text as given; pass markup=False")
+        text = " ".join(str(o) for o in objects)
+        if markup is not False and "[" in text:
+            text = plain_text(text)
         try:
-            self._stream.write(" ".join(str(o) for o in objects) + end)
+            self._stream.write(text + end)
             self._stream.flush()
         except BrokenPipeError:  # the reader went away (`statekit show ... | head`): stop quietly
             os.dup2(os.open(os.devnull, os.O_WRONLY), self._stream.fileno())
             raise typer.Exit(EXIT_OK) from None
+
+
+def plain_text(markup: str) -> str:
+    """The text of rich console markup without its tags (escaped brackets, ``\\[``, kept as text)."""
+    from rich.markup import render  # only for text that has brackets: rich is not imported otherwise
+
+    return render(markup).plain
 
 
 def _console(stream, stderr: bool):

@@ -67,7 +67,7 @@ def _duckdb(path: Path, sql: str, prefix: str | None, limit: int):
 
 def _spark(path: Path, sql: str, prefix: str | None, limit: int):
     with progress("starting Spark (JVM, Delta jars)") as (bar, task):
-        with _quiet_jvm():
+        with quiet_jvm():
             from statekit.spark import SavepointReader, spark_session
 
             spark = spark_session()
@@ -115,7 +115,7 @@ class _SparkProgress:
         self._thread.join()  # ends within one poll: no thread inside py4j when the interpreter exits
 
 
-def _quiet_jvm():
+def quiet_jvm():
     """Without --debug, Ivy and JVM start-up logs stay out of the output (`quiet_jvm_start`)."""
     from statekit.spark.session import quiet_jvm_start
 

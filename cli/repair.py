@@ -183,10 +183,10 @@ def _rekey_spark(source: Path, target: Path, meta, expr: str, apply: bool) -> No
     if not apply:
         err().print("dry run: nothing written; pass --apply to write the new savepoint", markup=False)
         return
-    from statekit_cli.query import _quiet_jvm
+    from statekit_cli.query import quiet_jvm
 
     with progress("re-keying with Spark"):
-        with _quiet_jvm():
+        with quiet_jvm():
             from statekit.spark import SavepointWriter, spark_session
 
             spark = spark_session()

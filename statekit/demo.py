@@ -8,6 +8,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 from rich.console import Console
+from rich.markup import escape
 
 from statekit.savepoint import Savepoint, SavepointBuilder, check
 from statekit.state import ListStateDescriptor, MapStateDescriptor, ValueStateDescriptor
@@ -131,24 +132,24 @@ def run_demo(out: Path, *, use_spark: bool = True, console: Console | None = Non
     sp1 = out / "savepoint-1"
     alerts = run_accounts_job(None, sp1, first, parallelism=2)
     console.print(f"[bold]1. ran[/] the accounts job on {len(first):,} transactions at parallelism 2: "
-                  f"{len(alerts)} overdraft alerts; final savepoint {sp1}")
+                  f"{len(alerts)} overdraft alerts; final savepoint {escape(str(sp1))}")
 
     report = check(sp1)
-    console.print(f"[bold]2. check:[/] {'OK' if report.ok else report} "
+    console.print(f"[bold]2. check:[/] {'OK' if report.ok else escape(str(report))} "
                   f"({report.files_checked} files, {report.rows_checked} rows)")
 
     sp = Savepoint.open(sp1)
     table = sp.keyed_table("accounts")
     negative = table.filter(pc.less(table.column("balance"), 0)).num_rows
     console.print(f"[bold]3. local read:[/] {table.num_rows:,} keys, {negative:,} with a negative balance; "
-                  f"user-0042 -> {sp.get('accounts', 'user-0042')}")
+                  f"user-0042 -> {escape(str(sp.get('accounts', 'user-0042')))}")
 
     if use_spark:
         _spark_part(sp1, console)
 
     sp2 = out / "savepoint-2"
     change_operator_identifier(sp1, sp2, "accounts", "accounts-v2")
-    console.print(f"[bold]5. repaired offline:[/] uid accounts -> accounts-v2 in {sp2} (source untouched)")
+    console.print(f"[bold]5. repaired offline:[/] uid accounts -> accounts-v2 in {escape(str(sp2))} (source untouched)")
 
     # Restore the renamed state under the old uid to show the mapping is by uid hash: rename it back.
     sp3 = out / "savepoint-3"
@@ -179,4 +180,4 @@ def _spark_part(path: Path, console: Console) -> None:
     row = spark.sql(
         "SELECT count(*) AS overdrawn, round(min(balance), 1) AS lowest FROM demo_accounts.keyed WHERE balance < 0"
     ).collect()[0]
-    console.print(f"[bold]4. Spark SQL:[/] {row.asDict()} (SELECT ... FROM demo_accounts.keyed WHERE balance < 0)")
+    console.print(f"[bold]4. Spark SQL:[/] {escape(str(row.asDict()))} (SELECT ... FROM demo_accounts.keyed WHERE balance < 0)")

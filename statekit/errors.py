@@ -96,6 +96,10 @@ class InvalidTargetError(SavepointError, InvalidArgumentError):
     """The target of a write cannot be used: inside (or equal to) its source, under a file, at a symlink."""
 
 
+class UnreadableOutputError(SavepointError, InvalidArgumentError):
+    """A write refused before anything is published: its reader would refuse what it was asked to write."""
+
+
 class SavepointWriteError(SavepointError):
     """The file system refused a write (permissions, read-only, I/O error); nothing was published."""
 
@@ -133,6 +137,10 @@ class RestoreError(StatekitError):
 
 class SourceError(StatekitError, ValueError):
     """A job's input cannot be read: not a Delta table, a Delta feature not supported, a damaged log."""
+
+
+class MissingExtraError(StatekitError, ImportError):
+    """A call needs an optional engine that is not installed (`statekit[spark]`, `statekit[rocksdb]`)."""
 
 
 __all__ = [name for name, obj in globals().items() if isinstance(obj, type) and issubclass(obj, StatekitError)]

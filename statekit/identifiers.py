@@ -98,6 +98,17 @@ def _uid_hash(uid: Any) -> str:
     return murmur3_x64_128(_java_utf8(uid)).hex()
 
 
+def _check_new_uid(uid: Any) -> None:
+    # The longest text a savepoint's manifest holds is the manifest schema's rule (one home); no uid is longer
+    # in Flink either (writeUTF: 65,535 bytes). NUL and lone surrogates still hash as Java hashes them (for
+    # look-ups); a writer refuses them when the uid would be written (`SavepointBuilder.add_operator`).
+    from statekit.format.manifest_schema import MAX_TEXT
+
+    if isinstance(uid, str) and len(uid) > MAX_TEXT:
+        raise InvalidArgumentError(f"operator uid {uid[:40]!r}... is {len(uid):,} characters long; no savepoint holds "
+                                   f"a uid longer than {MAX_TEXT:,} characters. Choose a shorter uid.")
+
+
 def _normalise_hash(value: Any) -> str:
     if isinstance(value, (bytes, bytearray, memoryview)):
         raw = bytes(value)
@@ -156,7 +167,9 @@ class OperatorIdentifier:
 
     @classmethod
     def for_uid(cls, uid: str) -> OperatorIdentifier:
-        """The operator whose uid (Flink ``.uid(...)``) is ``uid``."""
+        """The operator whose uid (Flink ``.uid(...)``) is ``uid`` (at most 65,536 characters, the longest a
+        savepoint holds; a longer one is an `InvalidArgumentError`)."""
+        _check_new_uid(uid)
         return cls(uid_hash=_uid_hash(uid), uid=uid)
 
     @classmethod

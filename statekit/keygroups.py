@@ -10,7 +10,7 @@ from typing import Any, ClassVar, Iterator
 import numpy as np
 
 from statekit.errors import InvalidArgumentError, ParallelismError
-from statekit.keyhash import _INT32_MIN, _M32, _U32, KeyType, _int32, java_hash, java_hash_array
+from statekit.keyhash import INT32_MIN, M32, U32, KeyType, int32, java_hash, java_hash_array
 
 __all__ = [
     "DEFAULT_LOWER_BOUND_MAX_PARALLELISM", "MAX_PARALLELISM_UPPER_BOUND", "KeyGroupRange",
@@ -194,26 +194,26 @@ def murmur_hash(code: int) -> int:
     (593689054, 1982413648)
     """
     # exact-int fast path first: this runs once per element in the runtime, and ABC checks are slow
-    if type(code) is not int or not _INT32_MIN <= code <= 0x7FFFFFFF:
+    if type(code) is not int or not INT32_MIN <= code <= 0x7FFFFFFF:
         if isinstance(code, (bool, np.bool_)) or not isinstance(code, numbers.Integral):
             raise InvalidArgumentError(f"murmur_hash takes a signed 32-bit int, got {code!r}")
         code = int(code)
-        if not _INT32_MIN <= code <= 0x7FFFFFFF:
+        if not INT32_MIN <= code <= 0x7FFFFFFF:
             raise InvalidArgumentError(f"murmur_hash takes a signed 32-bit int, got {code!r}")
-    h = (code * 0xCC9E2D51) & _M32
-    h = ((h << 15) | (h >> 17)) & _M32
-    h = (h * 0x1B873593) & _M32
-    h = ((h << 13) | (h >> 19)) & _M32
-    h = (h * 5 + 0xE6546B64) & _M32
+    h = (code * 0xCC9E2D51) & M32
+    h = ((h << 15) | (h >> 17)) & M32
+    h = (h * 0x1B873593) & M32
+    h = ((h << 13) | (h >> 19)) & M32
+    h = (h * 5 + 0xE6546B64) & M32
     h ^= 4  # the length in bytes of the single int hashed
     h ^= h >> 16
-    h = (h * 0x85EBCA6B) & _M32
+    h = (h * 0x85EBCA6B) & M32
     h ^= h >> 13
-    h = (h * 0xC2B2AE35) & _M32
+    h = (h * 0xC2B2AE35) & M32
     h ^= h >> 16
-    signed = _int32(h)
+    signed = int32(h)
     # abs(), except that Integer.MIN_VALUE (whose negation overflows) maps to 0
-    return signed if signed >= 0 else (-signed if signed != _INT32_MIN else 0)
+    return signed if signed >= 0 else (-signed if signed != INT32_MIN else 0)
 
 
 def compute_key_group_for_key_hash(key_hash: int, max_parallelism: int) -> int:
@@ -243,18 +243,18 @@ def assign_to_key_group(key: Any, max_parallelism: int, key_type: KeyType = None
 
 def _murmur_array(h: np.ndarray, max_parallelism: int) -> np.ndarray:
     """Vectorised `murmur_hash` then ``% max_parallelism``, in place on a uint32 array."""
-    h *= _U32(0xCC9E2D51)
-    h[:] = (h << _U32(15)) | (h >> _U32(17))
-    h *= _U32(0x1B873593)
-    h[:] = (h << _U32(13)) | (h >> _U32(19))
-    h *= _U32(5)
-    h += _U32(0xE6546B64)
-    h ^= _U32(4)
-    h ^= h >> _U32(16)
-    h *= _U32(0x85EBCA6B)
-    h ^= h >> _U32(13)
-    h *= _U32(0xC2B2AE35)
-    h ^= h >> _U32(16)
+    h *= U32(0xCC9E2D51)
+    h[:] = (h << U32(15)) | (h >> U32(17))
+    h *= U32(0x1B873593)
+    h[:] = (h << U32(13)) | (h >> U32(19))
+    h *= U32(5)
+    h += U32(0xE6546B64)
+    h ^= U32(4)
+    h ^= h >> U32(16)
+    h *= U32(0x85EBCA6B)
+    h ^= h >> U32(13)
+    h *= U32(0xC2B2AE35)
+    h ^= h >> U32(16)
     signed = h.view(np.int32)
     np.abs(signed, out=signed)
     signed[signed < 0] = 0  # abs(MIN_VALUE) stays negative; Flink maps it to 0

@@ -18,14 +18,14 @@ __all__ = ["KeyType", "binary_row_hash", "binary_row_hashes", "java_hash", "java
 
 KeyType = Union[str, pa.DataType, None]
 
-_M32 = 0xFFFFFFFF
+M32 = 0xFFFFFFFF
 _M64 = 0xFFFFFFFFFFFFFFFF
-_INT32_MIN = -(2**31)
+INT32_MIN = -(2**31)
 
 
-def _int32(v: int) -> int:
+def int32(v: int) -> int:
     """Reinterpret the low 32 bits of ``v`` as a signed Java int."""
-    v &= _M32
+    v &= M32
     return v - (1 << 32) if v & 0x80000000 else v
 
 # --- key types -----------------------------------------------------------------------------------
@@ -131,7 +131,7 @@ def _hash_value(key: Any, kind: Kind) -> int:
         if bits < 64:
             return v  # Integer, Short and Byte hash to their value
         v &= _M64
-        return _int32(v ^ (v >> 32))  # Long.hashCode
+        return int32(v ^ (v >> 32))  # Long.hashCode
     if kind == "string":
         if not isinstance(key, str):
             raise _misfit(key, kind, "pass a str, or declare the key's real type")
@@ -139,8 +139,8 @@ def _hash_value(key: Any, kind: Kind) -> int:
         units = key.encode("utf-16-le", "surrogatepass")
         h = 0
         for unit in struct.unpack(f"<{len(units) // 2}H", units):
-            h = (31 * h + unit) & _M32
-        return _int32(h)
+            h = (31 * h + unit) & M32
+        return int32(h)
     if kind == "boolean":
         if not isinstance(key, (bool, np.bool_)):
             raise _misfit(key, kind, "pass True or False")
@@ -149,11 +149,11 @@ def _hash_value(key: Any, kind: Kind) -> int:
         raise _misfit(key, kind, f"pass a float, e.g. {key!r}.0" if isinstance(key, int) else "pass a float")
     if kind == "double":
         bits = 0x7FF8000000000000 if math.isnan(key) else struct.unpack("<Q", struct.pack("<d", key))[0]
-        return _int32(bits ^ (bits >> 32))
+        return int32(bits ^ (bits >> 32))
     if math.isnan(key):
         return 0x7FC00000
     try:
-        return _int32(struct.unpack("<I", struct.pack("<f", key))[0])
+        return int32(struct.unpack("<I", struct.pack("<f", key))[0])
     except OverflowError:
         raise _misfit(key, kind, "it is beyond float32 range; declare the key type as double") from None
 
@@ -173,7 +173,7 @@ def _hash_struct(key: Any, kind: tuple) -> int:
     h = 0
     for value, (_, field_kind) in zip(values, kind):
         h = 31 * h + (0 if value is None else _hash_value(value, field_kind))  # Flink Tuple.hashCode
-    return _int32(h)
+    return int32(h)
 
 
 def java_hash(key: Any, key_type: KeyType = None) -> int:
@@ -215,9 +215,9 @@ def java_hash(key: Any, key_type: KeyType = None) -> int:
 # Everything below works on uint32 numpy arrays, whose arithmetic wraps mod 2**32 exactly like
 # Java int arithmetic. Each hasher returns the Java hashCode bits of every element.
 
-_U32 = np.uint32
+U32 = np.uint32
 _INV31 = pow(31, -1, 2**32)  # 31 is odd, hence invertible mod 2**32
-_pow_tables = (np.ones(1, _U32), np.ones(1, _U32))  # (31**k, 31**-k) mod 2**32, replaced as a whole
+_pow_tables = (np.ones(1, U32), np.ones(1, U32))  # (31**k, 31**-k) mod 2**32, replaced as a whole
 _STRING_SLICE = 1 << 16  # strings per slice: keeps the temporaries in cache and the tables small
 
 
@@ -229,9 +229,9 @@ def _powers(n: int) -> tuple[np.ndarray, np.ndarray]:
         size = max(n, 2 * len(tables[0]))
         grown = []
         for base in (31, _INV31):
-            table = np.full(size, base, _U32)
+            table = np.full(size, base, U32)
             table[0] = 1
-            grown.append(np.cumprod(table, dtype=_U32))
+            grown.append(np.cumprod(table, dtype=U32))
         tables = _pow_tables = (grown[0], grown[1])
     return tables[0][:n], tables[1][:n]
 
@@ -239,7 +239,7 @@ def _powers(n: int) -> tuple[np.ndarray, np.ndarray]:
 def _hash_utf8(offsets: np.ndarray, data: np.ndarray) -> np.ndarray:
     """Java String.hashCode of each string given Arrow-style UTF-8 ``data`` and ``offsets``."""
     if data.size == 0:
-        return np.zeros(len(offsets) - 1, _U32)
+        return np.zeros(len(offsets) - 1, U32)
     if data.max() < 0x80:  # ASCII: one byte is one UTF-16 unit
         units, unit_offsets = data, offsets
     else:
@@ -255,9 +255,9 @@ def _hash_utf8(offsets: np.ndarray, data: np.ndarray) -> np.ndarray:
     # at its start instead of 0, so empty strings are zeroed after.)
     pow31, inv31 = _powers(len(units) + 1)
     starts, ends = unit_offsets[:-1], unit_offsets[1:]
-    weighted = np.zeros(len(units) + 1, _U32)  # + one 0: an empty string at the very end still has an index
-    np.multiply(units, inv31[: len(units)], out=weighted[:-1], dtype=_U32)
-    sums = np.add.reduceat(weighted, starts, dtype=_U32)
+    weighted = np.zeros(len(units) + 1, U32)  # + one 0: an empty string at the very end still has an index
+    np.multiply(units, inv31[: len(units)], out=weighted[:-1], dtype=U32)
+    sums = np.add.reduceat(weighted, starts, dtype=U32)
     sums[starts == ends] = 0
     return sums * pow31[np.maximum(ends - 1, 0)]
 
@@ -274,7 +274,7 @@ def _hash_strings(arr: pa.Array) -> np.ndarray:
     n = len(arr)
     offsets = np.frombuffer(offsets_buf, offset_type, n + 1, arr.offset * np.dtype(offset_type).itemsize)
     data = np.frombuffer(data_buf, np.uint8) if data_buf is not None else np.zeros(0, np.uint8)
-    out = np.empty(n, _U32)
+    out = np.empty(n, U32)
     for lo in range(0, n, _STRING_SLICE):
         hi = min(lo + _STRING_SLICE, n)
         first, last = int(offsets[lo]), int(offsets[hi])
@@ -284,7 +284,7 @@ def _hash_strings(arr: pa.Array) -> np.ndarray:
 
 def _long_hash(values: np.ndarray) -> np.ndarray:
     bits = values.view(np.uint64)
-    return (bits ^ (bits >> np.uint64(32))).astype(_U32)  # astype keeps the low 32 bits
+    return (bits ^ (bits >> np.uint64(32))).astype(U32)  # astype keeps the low 32 bits
 
 
 def _cast(arr: pa.Array, target: pa.DataType, kind: Kind) -> pa.Array:
@@ -325,7 +325,7 @@ def _hash_arrow(arr: pa.Array, kind: Kind) -> np.ndarray:
     if pa.types.is_dictionary(arr.type):  # hash each distinct value once
         hashes = _hash_arrow(arr.dictionary, kind)
         indices = arr.indices.fill_null(0).to_numpy(zero_copy_only=False)
-        out = hashes[indices] if len(hashes) else np.zeros(len(arr), _U32)
+        out = hashes[indices] if len(hashes) else np.zeros(len(arr), U32)
     elif isinstance(kind, tuple):
         if not pa.types.is_struct(arr.type):
             raise StateTypeError(f"keys of arrow type {arr.type} do not fit key type {_describe(kind)}")
@@ -336,9 +336,9 @@ def _hash_arrow(arr: pa.Array, kind: Kind) -> np.ndarray:
                 f"{[name for name, _ in kind]}; rename or select the fields to match"
             )
         children = dict(zip(names, arr.flatten()))  # flatten() applies the slice offset and parent nulls
-        out = np.zeros(len(arr), _U32)
+        out = np.zeros(len(arr), U32)
         for name, field_kind in kind:  # Flink Tuple: h = 31*h + field_hash
-            out = out * _U32(31) + _hash_arrow(children[name], field_kind)
+            out = out * U32(31) + _hash_arrow(children[name], field_kind)
     elif kind == "string":
         if not _is_string_type(arr.type):
             raise StateTypeError(f"keys of arrow type {arr.type} do not fit key type string; pass strings")
@@ -349,7 +349,7 @@ def _hash_arrow(arr: pa.Array, kind: Kind) -> np.ndarray:
         filled = arr.fill_null(False if kind == "boolean" else 0) if arr.null_count else arr
         values = filled.to_numpy(zero_copy_only=False)
         if kind == "boolean":
-            out = np.where(values.astype(bool), _U32(1231), _U32(1237))
+            out = np.where(values.astype(bool), U32(1231), U32(1237))
         elif kind == "bigint":
             out = _long_hash(values.astype(np.int64, copy=False))
         elif kind == "double":
@@ -357,12 +357,12 @@ def _hash_arrow(arr: pa.Array, kind: Kind) -> np.ndarray:
             values[np.isnan(values)] = np.nan  # Double.doubleToLongBits: one canonical NaN
             out = _long_hash(values)
         elif kind == "float":
-            bits = values.astype(np.float32).view(_U32)
-            out = np.where(np.isnan(values), _U32(0x7FC00000), bits)
+            bits = values.astype(np.float32).view(U32)
+            out = np.where(np.isnan(values), U32(0x7FC00000), bits)
         else:  # int, smallint, tinyint hash to their value; sign-extend then reinterpret
-            out = values.astype(np.int32).view(_U32)
+            out = values.astype(np.int32).view(U32)
     if arr.null_count:
-        out = np.where(arr.is_null().to_numpy(zero_copy_only=False), _U32(0), out)
+        out = np.where(arr.is_null().to_numpy(zero_copy_only=False), U32(0), out)
     return out
 
 
@@ -458,7 +458,7 @@ def binary_row_hashes(rows: "list[bytes] | pa.Array") -> np.ndarray:
     """
     if isinstance(rows, (pa.Array, pa.ChunkedArray)):
         rows = rows.to_pylist()
-    out = np.zeros(len(rows), _U32)
+    out = np.zeros(len(rows), U32)
     by_len: dict[int, list[int]] = {}
     for i, r in enumerate(rows):
         by_len.setdefault(len(r), []).append(i)
@@ -466,21 +466,21 @@ def binary_row_hashes(rows: "list[bytes] | pa.Array") -> np.ndarray:
         if n % 4:
             raise StateTypeError(f"a SQL key row of {n} bytes is not whole 4-byte words; BinaryRowData rows are")
         words = np.frombuffer(b"".join(rows[i] for i in idx), "<u4").reshape(len(idx), n // 4)
-        h = np.full(len(idx), _ROW_SEED, _U32)
+        h = np.full(len(idx), _ROW_SEED, U32)
         with np.errstate(over="ignore"):
             for j in range(n // 4):
-                k = words[:, j] * _U32(0xCC9E2D51)
-                k = (k << _U32(15)) | (k >> _U32(17))
-                k *= _U32(0x1B873593)
+                k = words[:, j] * U32(0xCC9E2D51)
+                k = (k << U32(15)) | (k >> U32(17))
+                k *= U32(0x1B873593)
                 h ^= k
-                h = (h << _U32(13)) | (h >> _U32(19))
-                h = h * _U32(5) + _U32(0xE6546B64)
-            h ^= _U32(n)
-            h ^= h >> _U32(16)
-            h *= _U32(0x85EBCA6B)
-            h ^= h >> _U32(13)
-            h *= _U32(0xC2B2AE35)
-            h ^= h >> _U32(16)
+                h = (h << U32(13)) | (h >> U32(19))
+                h = h * U32(5) + U32(0xE6546B64)
+            h ^= U32(n)
+            h ^= h >> U32(16)
+            h *= U32(0x85EBCA6B)
+            h ^= h >> U32(13)
+            h *= U32(0xC2B2AE35)
+            h ^= h >> U32(16)
         out[idx] = h
     return out
 

@@ -169,6 +169,9 @@ def create_keyed_backend(name: BackendName, **kwargs: Any) -> KeyedStateBackend:
 
         return HeapKeyedStateBackend(**kwargs)
     if name == "rocksdb":
+        from statekit.extras import require
+
+        require("rocksdb", "state_backend='rocksdb'")
         from statekit.backends.rocksdb import RocksDBKeyedStateBackend
 
         return RocksDBKeyedStateBackend(**kwargs)

@@ -22,7 +22,7 @@ import pyarrow as pa
 from rocksdict import Checkpoint, Options, Rdict, WriteBatch, WriteOptions
 
 from statekit.backends.base import VOID_NAMESPACE, KeyedSnapshot
-from statekit.backends.heap import Slot, SlotBackend, _as_namespace, _check_compatible, _is_mutable, _no_none
+from statekit.backends.slots import Slot, SlotBackend, as_namespace, check_compatible, is_mutable, no_none
 from statekit.errors import InvalidArgumentError, NullKeyError, StatekitError, StateTypeError
 from statekit.format.keyed_dicts import filter_key_groups, keyed_table_to_dicts
 from statekit.format.rocksdb_encoding import KEY_GROUP_PREFIX, encode_namespace, key_codec, successor
@@ -260,7 +260,7 @@ class RocksListState(_RocksSlot, ListState):
         self._dirtied(d)
 
     def add_all(self, values: Iterable[Any]) -> None:
-        items = _no_none(values)
+        items = no_none(values)
         if items:
             lst = self._current()
             d = self._data
@@ -268,7 +268,7 @@ class RocksListState(_RocksSlot, ListState):
             self._dirtied(d)
 
     def update(self, values: Iterable[Any]) -> None:
-        items = _no_none(values)
+        items = no_none(values)
         d = self._data
         d[self._b._key] = items or None
         self._dirtied(d)
@@ -419,7 +419,7 @@ class RocksDBKeyedStateBackend(SlotBackend[_RocksSlot]):
             return RocksListState(self, info, ttl)
         if info.kind == "map":
             return RocksMapState(self, info, ttl)
-        cls = RocksMutableValueState if _is_mutable(info) else RocksValueState
+        cls = RocksMutableValueState if is_mutable(info) else RocksValueState
         return cls(self, info, ttl, default)
 
     def _flush(self) -> None:
@@ -442,7 +442,7 @@ class RocksDBKeyedStateBackend(SlotBackend[_RocksSlot]):
         if slot is not None and name not in self._handles:
             # restored before registration: keep the column family when it is stored the same way
             info = descriptor.info()
-            _check_compatible(slot.info, info, "was restored")
+            check_compatible(slot.info, info, "was restored")
             if (slot.ttl is None) == (descriptor.ttl is None):
                 slot.info, slot.ttl = info, descriptor.ttl
                 if isinstance(descriptor, ValueStateDescriptor) and descriptor.ttl is None:
@@ -468,7 +468,7 @@ class RocksDBKeyedStateBackend(SlotBackend[_RocksSlot]):
                     continue
                 slot = self._slots.get(info.name)
                 if slot is not None:
-                    _check_compatible(slot.info, info, "is registered")
+                    check_compatible(slot.info, info, "is registered")
                 encoded = vector_entries(table, kg, info, self.key_type) if slot is None or slot.ttl is None else None
                 if encoded is None:
                     rest.append(info)
@@ -511,7 +511,7 @@ class RocksDBKeyedStateBackend(SlotBackend[_RocksSlot]):
         return out
 
     def keys(self, state_name: str, namespace: Any = VOID_NAMESPACE) -> Iterator[Any]:
-        return iter(list(self._plain(self._slot(state_name)).get(_as_namespace(namespace), {})))
+        return iter(list(self._plain(self._slot(state_name)).get(as_namespace(namespace), {})))
 
     def namespaces(self, state_name: str) -> Iterator[tuple[Any, Any]]:
         by_ns = self._plain(self._slot(state_name))

@@ -18,6 +18,7 @@ from statekit.errors import (
     StateTypeError,
     UnknownOperatorError,
     UnknownStateError,
+    UnreadableOutputError,
     UnsafePathError,
     UnsupportedFormatError,
 )
@@ -350,10 +351,26 @@ def safe_relative_path(root: Path, rel: str) -> Path:
     return full
 
 
+DAMAGED = "The savepoint is damaged; restore it from a copy or take a new one."
+
+
 def _fail(path: Path, why: str) -> CorruptSavepointError:
-    return CorruptSavepointError(
-        f"{path / MANIFEST_NAME}: {why}. The savepoint is damaged; restore it from a copy or take a new one."
-    )
+    return CorruptSavepointError(f"{path / MANIFEST_NAME}: {why}. {DAMAGED}")
+
+
+def writable_manifest(manifest: Manifest, target: Path) -> str:
+    """The text of `manifest`, checked by the reader itself before a writer writes it: every rule a reader
+    enforces has one home, `parse_manifest`, and what it would refuse is never written (`UnreadableOutputError`,
+    naming the field at fault; the caller publishes nothing)."""
+    text = manifest.dumps()
+    try:
+        parse_manifest(json.loads(text, parse_int=parse_int), target)
+    except (CorruptSavepointError, UnsafePathError, UnsupportedFormatError) as exc:
+        why = str(exc).removesuffix(DAMAGED).rstrip(". ")
+        raise UnreadableOutputError(f"not writing {target}: a reader would refuse its manifest ({why}). Nothing was "
+                                    "written; change the input at fault (a uid, name or type too long or not "
+                                    "plain text, for example).") from None
+    return text
 
 
 def load_manifest(path: Path) -> Manifest:

@@ -150,9 +150,9 @@ def _field_problem(value: Any, spec: _Field) -> str | None:
     if kind == "objects":
         return None if isinstance(value, list) and all(isinstance(x, dict) for x in value) else "not a list of objects"
     if kind == "strings":
-        return None if isinstance(value, list) and all(_text_problem(x) is None for x in value) else \
+        return None if isinstance(value, list) and all(text_problem(x) is None for x in value) else \
             "not a list of strings"
-    text = _text_problem(value, nul_ok=kind == "path")  # empty and NUL paths: `safe_relative_path` refuses them
+    text = text_problem(value, nul_ok=kind == "path")  # empty and NUL paths: `safe_relative_path` refuses them
     if text:
         return text
     if kind == "enum":
@@ -172,7 +172,10 @@ def _field_problem(value: Any, spec: _Field) -> str | None:
     raise AssertionError(kind)
 
 
-def _text_problem(value: Any, *, nul_ok: bool = False) -> str | None:
+def text_problem(value: Any, *, nul_ok: bool = False) -> str | None:
+    """Why `value` is not text a manifest holds (uids, names, type strings: at most `MAX_TEXT` characters,
+    no NUL, no lone surrogate), or None. The one home of the rule: readers refuse such text and writers
+    (`OperatorIdentifier`, `SavepointBuilder`) refuse it before anything is written."""
     if not isinstance(value, str) or isinstance(value, _HugeInt):
         return "not a string"
     if len(value) > MAX_TEXT:

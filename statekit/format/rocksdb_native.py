@@ -12,6 +12,12 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+
+from statekit.extras import require
+
+# before rocksdict is imported: without the extra, a typed error naming the install, not an ImportError
+require("rocksdb", "Native RocksDB state (the RocksDB backend, native checkpoints)")
+
 from rocksdict import AccessType, Options, Rdict
 
 from statekit.errors import CorruptSavepointError, StatekitError

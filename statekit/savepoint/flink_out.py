@@ -316,7 +316,7 @@ def rehash(table: pa.Table, key_type: str, max_parallelism: int, key_layout: Key
 def _rekeyed(sp: Savepoint, meta: OperatorMetadata, new_key: Any, key_type: str | None,
              keyed: pa.Table, timers: pa.Table) -> tuple[pa.Table, pa.Table, str]:
     """Keyed table and timers with every key replaced through `new_key` (a function or a key/new_key table)."""
-    from statekit.savepoint.rekey import _check_collisions, _distinct_rows, check_mapping, remap_keys
+    from statekit.savepoint.rekey import check_collisions, check_mapping, distinct_rows, remap_keys
     from statekit.types import to_arrow_array, to_ddl
 
     what = f"rekeying operator {meta.display_name!r}"
@@ -329,10 +329,10 @@ def _rekeyed(sp: Savepoint, meta: OperatorMetadata, new_key: Any, key_type: str 
         mapping = pa.table({"key": olds, "new_key": new_arr})
     check_mapping(mapping, what)
     out = remap_keys(keyed, mapping, what)
-    _check_collisions(keyed, out, what)
+    check_collisions(keyed, out, what)
     t = remap_keys(timers, mapping, what) if timers.num_rows else timers.cast(
         timers.schema.set(timers.schema.get_field_index("key"), pa.field("key", mapping.schema.field("new_key").type)))
-    return out, _distinct_rows(t) if t.num_rows else t, key_type or to_ddl(mapping.schema.field("new_key").type)
+    return out, distinct_rows(t) if t.num_rows else t, key_type or to_ddl(mapping.schema.field("new_key").type)
 
 
 def operator_data(sp: Savepoint, meta: OperatorMetadata, *, hints: TypeHints | None = None,

@@ -385,7 +385,7 @@ def _timer_file_rewrite(sp: Savepoint, e: _OperatorEdits, f):
 
 def _rewrite(builder: SavepointBuilder, sp: Savepoint, e: _OperatorEdits, ident: OperatorIdentifier,
              name: str) -> None:
-    from statekit.savepoint.rekey import _check_collisions, _distinct_rows, remap_keys
+    from statekit.savepoint.rekey import check_collisions, distinct_rows, remap_keys
     from statekit.types import to_ddl
 
     m = e.meta
@@ -407,9 +407,9 @@ def _rewrite(builder: SavepointBuilder, sp: Savepoint, e: _OperatorEdits, ident:
         before = keyed
         keyed = remap_keys(keyed, e.mapping, what)
         if m.namespace_type is None:
-            _check_collisions(before, keyed, what)
+            check_collisions(before, keyed, what)
         if timers.num_rows:
-            timers = _distinct_rows(remap_keys(timers, e.mapping, what))
+            timers = distinct_rows(remap_keys(timers, e.mapping, what))
         key_type = to_ddl(e.mapping.schema.field("new_key").type)
     flink = m.flink
     if flink is not None:  # carried Flink serializers follow the repair: dropped states, a new key type

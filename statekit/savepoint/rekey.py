@@ -65,7 +65,7 @@ def remap_keys(table: pa.Table, mapping: pa.Table, what: str) -> pa.Table:
     return table.set_column(table.column_names.index("key"), "key", new)
 
 
-def _check_collisions(keyed: pa.Table, rekeyed: pa.Table, what: str) -> None:
+def check_collisions(keyed: pa.Table, rekeyed: pa.Table, what: str) -> None:
     """Name two old keys that became one (outside windows; in windows the builder's check applies)."""
     index = first_duplicate(rekeyed, ["key"])
     if index is None:
@@ -167,7 +167,7 @@ def rekey_operator(builder: SavepointBuilder, source: Savepoint, meta: OperatorM
             raise InvalidArgumentError(f"{what}: merge= applies to keyed state outside windows; this is a window operator.")
         rekeyed = merge_collisions(rekeyed, [s.name for s in meta.keyed_states], merge, what)
     elif meta.namespace_type is None:
-        _check_collisions(keyed, rekeyed, what)
+        check_collisions(keyed, rekeyed, what)
     mp = max_parallelism or meta.max_parallelism
     new_type = key_type or to_ddl(mapping.schema.field("new_key").type)
     writer = builder.add_operator(
@@ -180,11 +180,12 @@ def rekey_operator(builder: SavepointBuilder, source: Savepoint, meta: OperatorM
     timers = source.timers(op)
     if timers.num_rows:
         timers = remap_keys(timers.drop_columns(["key_group"]), mapping, what)
-        writer.write_timers(_distinct_rows(timers))
+        writer.write_timers(distinct_rows(timers))
     write_operator_states(writer, source, meta)
 
 
-def _distinct_rows(table: pa.Table) -> pa.Table:
+def distinct_rows(table: pa.Table) -> pa.Table:
+    """`table` without repeated rows (the first of each kept, in order): timers of keys that merged, once each."""
     seen: set = set()
     keep = []
     for i, row in enumerate(table.to_pylist()):

@@ -29,7 +29,9 @@ from statekit.format.manifest import (
     OperatorMetadata,
     iso_now,
     safe_relative_path,
+    writable_manifest,
 )
+from statekit.format.manifest_schema import text_problem
 from statekit.identifiers import OperatorIdentifier
 from statekit.keygroups import KeyGroupRange, check_max_parallelism, check_parallelism
 from statekit.savepoint.staging import StagingLock, remove_abandoned_staging
@@ -528,6 +530,11 @@ class SavepointBuilder:
         Flink savepoint, reused when the savepoint is written back as a Flink savepoint)."""
         self._check_open()
         ident = OperatorIdentifier.coerce(op)
+        for what, text in (("uid", ident.uid), ("name", name)):  # the manifest's rule for text, checked now
+            why = text_problem(text) if text is not None else None  # rather than when the savepoint commits
+            if why and text is not None:
+                raise InvalidArgumentError(f"operator {ident.uid_hash}: its {what} {text[:40]!r} cannot be stored in a "
+                                           f"savepoint: {why}. Choose a {what} of plain text.")
         check_max_parallelism(max_parallelism)
         check_parallelism(parallelism, max_parallelism)
         if ident.uid_hash in self._operators:
@@ -535,6 +542,10 @@ class SavepointBuilder:
         infos = tuple(_state_info(s) for s in keyed_states)
         for s in infos:  # refuse a bad declaration now, not when the savepoint commits
             parse_ddl(s.type)
+            why = text_problem(s.name)
+            if why:
+                raise InvalidArgumentError(f"operator {ident}: keyed state name {s.name[:40]!r} cannot be stored in a "
+                                           f"savepoint: {why}.")
         if len({s.name for s in infos}) != len(infos):
             raise InvalidArgumentError(f"operator {ident}: two keyed states share a name in {[s.name for s in infos]}.")
         if infos and key_type is None:
@@ -585,9 +596,10 @@ class SavepointBuilder:
             features=tuple(sorted(features)),
             format_version=FORMAT_VERSION,
         )
+        text = writable_manifest(manifest, self.path)  # what the reader would refuse is never published
         for dirpath, _, _ in os.walk(staging):  # the data files' directory entries, before the manifest
             fsync_dir(Path(dirpath))
-        write_manifest(staging, manifest)
+        write_manifest(staging, text)
         if os.path.lexists(self.path):
             raise SavepointExistsError(f"{self.path} appeared while writing; not overwriting it.")
         try:
@@ -651,11 +663,11 @@ def _check_target(path: Path) -> None:
             break
 
 
-def write_manifest(directory: Path, manifest: Manifest) -> None:
-    """Write `_metadata.json` atomically: a temp file, fsync, rename."""
+def write_manifest(directory: Path, text: str) -> None:
+    """Write `_metadata.json` (the text of `writable_manifest`) atomically: a temp file, fsync, rename."""
     tmp = directory / f".{MANIFEST_NAME}.tmp"
     with open(tmp, "x", encoding="utf-8") as fh:  # new, never through an existing name
-        fh.write(manifest.dumps())
+        fh.write(text)
         fh.flush()
         os.fsync(fh.fileno())
     os.replace(tmp, directory / MANIFEST_NAME)

@@ -45,6 +45,11 @@ DataFrames `SavepointReader` returns guard against it, and `statekit.spark.datas
 SQL view recipe that does.
 """
 
+from statekit.extras import require
+
+# before any pyspark import: without the extra, `import statekit.spark` is a typed error naming the install
+require("spark", "statekit.spark (Spark readers and writers, --engine spark, export to Delta)")
+
 from statekit.spark.bootstrap import (
     BootstrapTransformation,
     BroadcastStateBootstrapFunction,

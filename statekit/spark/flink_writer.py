@@ -19,6 +19,7 @@ import pyarrow as pa
 from pyspark.sql import SparkSession
 
 from statekit.format.files import storage_errors
+from statekit.format.flink.utf import check_metadata_texts
 from statekit.format.flink.versions import FlinkVersion
 from statekit.format.flink.writer import (
     FlinkStaging,
@@ -117,6 +118,7 @@ def write_flink_spark(spark: SparkSession, source: str | os.PathLike[str], targe
                 tasks.append((i, s, "keyed"))
             if op_states:
                 tasks.append((i, s, "operator"))
+    check_metadata_texts(t for o in outs for t in (("operator uid", o.uid), ("operator name", o.name)))
     with FlinkStaging(target) as staging:
         src, stage = str(Path(source).resolve()), str(staging.dir.resolve())
         results: list[Any] = []

@@ -6,17 +6,18 @@ state names and PyFlink types), which writes back every restored value and fired
   alicia) and rescaled 128 -> 256 on the way to Flink (key groups of PyFlink's Row-wrapped keys recomputed);
 * a fresh bootstrap: a statekit savepoint of plain DDL columns, written as PyFlink's coder bytes.
 
-PyFlink is never installed by the suite: it runs from `STATEKIT_PYFLINK_PYTHON` or `/work/wt/pyflink-venv`
-(a python with `pyflink`), and these tests skip with a message when neither exists.
+PyFlink runs from `STATEKIT_PYFLINK_PYTHON` (a python with `pyflink`) or, without it, from a venv cached outside
+the checkout (`~/.cache/statekit/pyflink-venv-*`, or under `$STATEKIT_CACHE_DIR`) that the first run creates
+with `apache-flink` from PyPI (`pyflink_env.py`; ~850 MB, once). Only a missing `java` skips these tests.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import pickle
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pyarrow as pa
@@ -27,12 +28,13 @@ from statekit.savepoint.reader import Savepoint
 from statekit.savepoint.writer import SavepointBuilder
 from statekit.state.descriptors import StateInfo
 
+from .pyflink_env import APACHE_FLINK, ensure_pyflink_python, venv_dir
+
 pytestmark = pytest.mark.flink
 
 HERE = Path(__file__).parent
 FIXTURE = HERE.parent / "fixtures" / "flink" / "pyflink"
 JOB = HERE / "pyflink_restore_job.py"
-DEFAULT_PYTHON = Path("/work/wt/pyflink-venv/bin/python")
 TYPES = {"count": "LONG", "avg": "DOUBLE", "even": "BOOLEAN", "last_kind": "STRING", "small": "INT", "raw": "BYTES",
          "pair": "TUPLE(STRING, LONG)", "last_row": "ROW(kind STRING, value LONG)", "obj": "PICKLED",
          "recent": "LIST(STRING)", "per_kind": "MAP(STRING, LONG)", "sum": "REDUCING(LONG)"}
@@ -40,17 +42,18 @@ TYPES = {"count": "LONG", "avg": "DOUBLE", "even": "BOOLEAN", "last_kind": "STRI
 
 @pytest.fixture(scope="module")
 def pyflink_python() -> str:
-    """A python with PyFlink (skips when there is none, or no java for PyFlink's JVM)."""
-    env = os.environ.get("STATEKIT_PYFLINK_PYTHON")
-    python = env or (str(DEFAULT_PYTHON) if DEFAULT_PYTHON.exists() else None)
-    if python is None:
-        pytest.skip("no PyFlink: set STATEKIT_PYFLINK_PYTHON to a python with apache-flink installed "
-                    f"(or create {DEFAULT_PYTHON}); the suite never installs PyFlink")
+    """A python with PyFlink: `STATEKIT_PYFLINK_PYTHON`, or the cached venv (created on first use)."""
     if shutil.which("java") is None:
         pytest.skip("PyFlink needs java on PATH to start its JVM")
+    try:
+        python, seconds = ensure_pyflink_python(log=lambda line: print(line, file=sys.stderr))
+    except (OSError, subprocess.CalledProcessError, RuntimeError) as exc:
+        pytest.fail(f"no PyFlink: installing {APACHE_FLINK} into {venv_dir()} failed ({exc}); set "
+                    "STATEKIT_PYFLINK_PYTHON to a python with apache-flink installed")
+    if seconds is not None:
+        print(f"installed {APACHE_FLINK} into {venv_dir()} in {seconds:.0f} s", file=sys.stderr)
     probe = subprocess.run([python, "-c", "import pyflink"], capture_output=True, text=True)
-    if probe.returncode != 0:
-        pytest.skip(f"{python} cannot import pyflink: {probe.stderr.strip()[-300:]}")
+    assert probe.returncode == 0, f"{python} cannot import pyflink: {probe.stderr.strip()[-300:]}"
     return python
 
 

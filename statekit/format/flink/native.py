@@ -22,6 +22,7 @@ from typing import Any, Callable
 import numpy as np
 
 from statekit.errors import CorruptSavepointError, UnsafePathError, UnsupportedFormatError
+from statekit.extras import require
 from statekit.format.flink.binary import DataInput
 from statekit.format.flink.files import StateFiles
 from statekit.format.flink.keyed import Entries
@@ -150,6 +151,7 @@ def _close(db: Any, tmp: Path) -> None:
 
 
 def _open_copy(files: StateFiles, h: IncrementalKeyedHandle) -> tuple[Any, Path, set[str], Callable[[Exception], str]]:
+    require("rocksdb", "Reading Flink's native RocksDB state")
     import rocksdict  # deferred: only native state needs RocksDB
 
     tmp = Path(tempfile.mkdtemp(prefix="statekit-flink-rocksdb-"))
@@ -189,6 +191,7 @@ def read_native(files: StateFiles, h: IncrementalKeyedHandle, proxy: KeyedProxy,
     Keys start with their key group, so a range is one seek per column family. Without `dbs` the
     scratch copy is made for this call and removed before it returns.
     """
+    require("rocksdb", "Reading Flink's native RocksDB state")
     import rocksdict  # deferred: only native state needs RocksDB
 
     own = dbs is None

@@ -53,7 +53,7 @@ _ATOMS = {  # name -> (kind, ddl)
     "BYTES": ("bytes", "binary"), "BINARY": ("bytes", "binary"), "PRIMITIVE_ARRAY(BYTE)": ("bytes", "binary"),
     "PICKLED": ("pickled", "binary"), "PICKLED_BYTE_ARRAY": ("pickled", "binary"),
 }
-_FIXED = {"long": ">q", "int": ">i", "short": ">h", "byte": ">b", "float": ">f", "double": ">d"}
+FIXED = {"long": ">q", "int": ">i", "short": ">h", "byte": ">b", "float": ">f", "double": ">d"}
 
 
 @dataclass(frozen=True)
@@ -149,8 +149,8 @@ def _read(t: PyType, b: bytes, p: int, where: str) -> tuple[Any, int]:
     """One value of field coder `t` at ``b[p:]``, and where it ends."""
     try:
         k = t.kind
-        if k in _FIXED:
-            return struct.unpack_from(_FIXED[k], b, p)[0], p + struct.calcsize(_FIXED[k])
+        if k in FIXED:
+            return struct.unpack_from(FIXED[k], b, p)[0], p + struct.calcsize(FIXED[k])
         if k == "boolean":
             return b[p] != 0, p + 1
         if k in ("string", "bytes", "pickled"):

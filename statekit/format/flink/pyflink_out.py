@@ -19,7 +19,7 @@ import numpy as np
 import pyarrow as pa
 
 from statekit.errors import StateTypeError
-from statekit.format.flink.pyflink import _FIXED, PREFIX, PyType, parse_type
+from statekit.format.flink.pyflink import FIXED, PREFIX, PyType, parse_type
 from statekit.format.flink.serializers import FlinkType
 from statekit.format.flink.serializers_out import DataOutput, flink_type, list_of, map_of
 from statekit.keygroups import check_max_parallelism, compute_key_groups_for_key_hashes
@@ -131,8 +131,8 @@ def _write(t: PyType, v: Any, out: bytearray, what: str) -> None:
     k = t.kind
     if v is None:
         raise StateTypeError(f"{what}: a null {t.ddl} value; PyFlink's coder writes nulls only inside ROW fields.")
-    if k in _FIXED:
-        out += struct.pack(_FIXED[k], v)
+    if k in FIXED:
+        out += struct.pack(FIXED[k], v)
     elif k == "boolean":
         out.append(1 if v else 0)
     elif k in ("string", "bytes", "pickled"):
@@ -158,11 +158,11 @@ def _write(t: PyType, v: Any, out: bytearray, what: str) -> None:
 
 def _fixed_bytes(arr: pa.Array, t: PyType) -> list[bytes] | None:
     """Fixed-width values encoded with numpy (the common case), or None when `t` is not fixed width."""
-    if t.kind not in _FIXED and t.kind != "boolean":
+    if t.kind not in FIXED and t.kind != "boolean":
         return None
     np_arr = arr.to_numpy(zero_copy_only=False)
-    width = struct.calcsize(_FIXED[t.kind]) if t.kind != "boolean" else 1
-    raw = (np_arr.astype(_FIXED[t.kind]) if t.kind != "boolean" else np_arr.astype(np.uint8)).tobytes()
+    width = struct.calcsize(FIXED[t.kind]) if t.kind != "boolean" else 1
+    raw = (np_arr.astype(FIXED[t.kind]) if t.kind != "boolean" else np_arr.astype(np.uint8)).tobytes()
     return [raw[i : i + width] for i in range(0, len(raw), width)]
 
 
@@ -200,8 +200,8 @@ def encode_column(col: pa.Array | pa.ChunkedArray, t: PyType, what: str) -> pa.A
             out.append([bytes(b)])
         return pa.array(out, pa.list_(pa.binary()))
     elem = t.children[0] if t.kind in ("reducing", "aggregating") else t
-    fixed = _fixed_bytes(col.fill_null(0) if col.null_count and elem.kind in _FIXED else col, elem) \
-        if elem.kind in _FIXED or (elem.kind == "boolean" and not col.null_count) else None
+    fixed = _fixed_bytes(col.fill_null(0) if col.null_count and elem.kind in FIXED else col, elem) \
+        if elem.kind in FIXED or (elem.kind == "boolean" and not col.null_count) else None
     if fixed is not None:
         return pa.array([[b] if ok else None for b, ok in zip(fixed, valid)], pa.list_(pa.binary()))
     out = []

@@ -39,7 +39,7 @@ SIMPLE: dict[str, tuple[str, int | None]] = {
     "org.apache.flink.streaming.api.windowing.windows.TimeWindow$Serializer$TimeWindowSerializerSnapshot":
         ("window", 16),
 }
-_COMPOSITES = {
+COMPOSITES = {
     _BASE + "ListSerializerSnapshot": "list",
     _BASE + "MapSerializerSnapshot": "map",
     "org.apache.flink.api.java.typeutils.runtime.TupleSerializerSnapshot": "tuple",
@@ -180,8 +180,8 @@ def read_versioned(inp: DataInput, what: str) -> FlinkType:
     if cls == BINARY_ROW_SNAPSHOT:  # a row without field types: its bytes
         inp.i32("the arity of a binary row serializer")
         return FlinkType("bytes", cls, version, bytes(inp.data[start : inp.pos]))
-    if cls in _COMPOSITES:
-        return _composite(inp, start, cls, version, _COMPOSITES[cls])
+    if cls in COMPOSITES:
+        return _composite(inp, start, cls, version, COMPOSITES[cls])
     if cls == POJO_SNAPSHOT:
         return _pojo(inp, start, cls, version)
     if cls == KRYO_SNAPSHOT:

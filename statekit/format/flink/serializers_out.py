@@ -19,8 +19,8 @@ import pyarrow as pa
 
 from statekit.errors import StateTypeError
 from statekit.format.flink.serializers import (
-    _COMPOSITES,
     COMPOSITE_MAGIC,
+    COMPOSITES,
     NESTED_MAGIC,
     OPTIONAL_MAP_HEADER,
     POJO_SNAPSHOT,
@@ -28,10 +28,11 @@ from statekit.format.flink.serializers import (
     TOP_LEVEL_PROXY_VERSION,
     FlinkType,
 )
+from statekit.format.flink.utf import write_utf
 from statekit.types import parse_ddl
 
 _CLASS_OF = {kind: cls for cls, (kind, _) in SIMPLE.items()}
-_COMPOSITE_CLASS = {kind: cls for cls, kind in _COMPOSITES.items()}
+_COMPOSITE_CLASS = {kind: cls for cls, kind in COMPOSITES.items()}
 _SIMPLE_VERSION = 3  # SimpleTypeSerializerSnapshot
 _COMPOSITE_VERSION = 3  # CompositeTypeSerializerSnapshot
 _OUTER_VERSION = {"list": 1, "map": 1, "tuple": 2, "row": 4, "timer": 2}
@@ -101,22 +102,7 @@ class DataOutput:
 
 def java_utf(s: str) -> bytes:
     """`DataOutput.writeUTF`: u16 length + modified UTF-8 (per UTF-16 unit; NUL as ``c0 80``)."""
-    if s.isascii() and "\x00" not in s:
-        b = s.encode("ascii")
-    else:
-        units = s.encode("utf-16-be", "surrogatepass")
-        out = bytearray()
-        for (unit,) in struct.iter_unpack(">H", units):
-            if 0 < unit < 0x80:
-                out.append(unit)
-            elif unit < 0x800:
-                out += bytes((0xC0 | unit >> 6, 0x80 | unit & 0x3F))
-            else:
-                out += bytes((0xE0 | unit >> 12, 0x80 | unit >> 6 & 0x3F, 0x80 | unit & 0x3F))
-        b = bytes(out)
-    if len(b) > 0xFFFF:
-        raise StateTypeError(f"a name of {len(b)} bytes is too long for Flink's metadata (at most 65535).")
-    return struct.pack(">H", len(b)) + b
+    return write_utf(s)
 
 
 # -- snapshots ----------------------------------------------------------------------------------------

@@ -36,6 +36,7 @@ from statekit.format.flink.proxy import PROXY_VERSION
 from statekit.format.flink.regular_out import PRIMITIVE, entry_dtype, is_regular, write_regular_file
 from statekit.format.flink.serializers import FlinkType
 from statekit.format.flink.serializers_out import DataOutput, top_level
+from statekit.format.flink.utf import check_metadata_texts
 from statekit.format.flink.values_out import Encoded, concat, encode, join_runs, nullable_values
 from statekit.format.flink.versions import FlinkVersion
 from statekit.format.keyed_stream import KeyedFiles
@@ -569,6 +570,7 @@ def write_flink_savepoint(target: str | os.PathLike[str], operators: Sequence[Op
         if op.uid_hash in seen:
             raise InvalidArgumentError(f"operator {op.uid or op.uid_hash} appears twice; each operator appears once.")
         seen.add(op.uid_hash)
+        check_metadata_texts([("operator uid", op.uid), ("operator name", op.name)])  # before any file is written
     with FlinkStaging(target) as staging:
         with storage_errors(staging.target):  # a full disk is a StorageFullError, the partial output removed
             outs = [write_operator(staging, op) for op in operators]
