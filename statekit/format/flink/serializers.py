@@ -12,7 +12,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from typing import Any
+
 from statekit.errors import UnsupportedFormatError
+from statekit.format.flink.avro import parse_schema, read_snapshot_payload
 from statekit.format.flink.binary import DataInput
 
 TOP_LEVEL_PROXY_VERSION = 2  # TypeSerializerSnapshotSerializationUtil: i32 2 before a top-level snapshot
@@ -61,8 +64,9 @@ class FlinkType:
     """One serializer: its kind, nested types, field names (Tuple/Row/POJO) and raw snapshot bytes.
 
     kinds: long int short byte double float boolean char string bytes enum list map tuple row pojo
-    void window timer binary. ``type_class`` is the Tuple/POJO/Kryo/Avro/enum class when stored;
-    ``row_kind`` is whether a Row carries its RowKind bits.
+    void window timer avro binary. ``type_class`` is the Tuple/POJO/Kryo/Avro/enum class when stored;
+    ``row_kind`` is whether a Row carries its RowKind bits; ``avro`` the writer schema of an Avro
+    serializer (a `statekit.format.flink.avro.AvroType`).
     """
 
     kind: str
@@ -74,6 +78,7 @@ class FlinkType:
     type_class: str | None = None
     row_kind: bool = False
     enum_values: tuple[str, ...] = ()
+    avro: Any = None
 
     @property
     def fixed_size(self) -> int | None:
@@ -98,6 +103,8 @@ class FlinkType:
         k = self.kind
         if k in _DDL:
             return _DDL[k]
+        if k == "avro":
+            return str(self.avro.ddl())
         if not self.decodable:
             return "binary"
         if k == "list":
@@ -137,9 +144,14 @@ def read_versioned(inp: DataInput, what: str) -> FlinkType:
             _optional_map(inp, f"Kryo {part}")
         return FlinkType("binary", cls, version, bytes(inp.data[start : inp.pos]), type_class=type_class)
     if cls == AVRO_SNAPSHOT:
-        inp.utf("the Avro schema")
-        type_class = inp.utf("the Avro runtime type")
-        return FlinkType("binary", cls, version, bytes(inp.data[start : inp.pos]), type_class=type_class)
+        type_class, schema_json = read_snapshot_payload(inp, version)
+        raw = bytes(inp.data[start : inp.pos])
+        try:
+            schema = parse_schema(schema_json)
+            schema.ddl()
+        except UnsupportedFormatError as exc:  # kept as raw bytes, the reason named
+            return FlinkType("binary", cls, version, raw, type_class=f"{type_class}; unsupported Avro schema: {exc}")
+        return FlinkType("avro", cls, version, raw, type_class=type_class, avro=schema)
     if cls == ENUM_SNAPSHOT:
         type_class = inp.utf("the enum class")
         values = tuple(inp.utf("an enum constant") for _ in range(inp.count("the number of enum constants")))
