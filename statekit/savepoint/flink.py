@@ -15,8 +15,8 @@ from typing import Any, Iterator, Literal
 
 import pyarrow as pa
 
-from statekit.errors import InvalidArgumentError, StatekitError
-from statekit.format.flink import pyflink
+from statekit.errors import InvalidArgumentError, StatekitError, StateTypeError, UnsupportedFormatError
+from statekit.format.flink import avro_out, pyflink
 from statekit.format.flink.keyed import DecodeStats, KeyedResult, state_ddl
 from statekit.format.flink.lookup import lookup
 from statekit.format.flink.metadata import KeyGroupsHandle, OperatorState
@@ -196,6 +196,12 @@ class FlinkSavepoint(Savepoint):
         if lay is not None and pyflink.is_pyflink(lay, declared=meta.uid_hash in self._pyflink):
             kg = pyflink.key_group(key, lay, meta.max_parallelism)
             rng = (kg, kg)
+        elif lay is not None and lay.key_type.kind == "avro":
+            try:  # Avro's own record hash, as the key class computes it
+                kg = int(avro_out.key_groups([key], lay.key_type.avro, lay.key_type.type_class, meta.max_parallelism)[0])
+                rng = (kg, kg)
+            except (UnsupportedFormatError, StateTypeError, AttributeError, TypeError, ValueError):
+                rng = None  # a hash statekit cannot compute (or a key of the wrong shape): every key group
         elif lay is not None and lay.key_type.kind not in ("pojo", "row", "binary"):  # their hashCode is user code
             kg = assign_to_key_group(key, meta.max_parallelism, meta.key_type)
             rng = (kg, kg)
