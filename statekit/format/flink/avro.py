@@ -11,7 +11,7 @@ makes the serializer *unsupported* with the reason named, never a damaged savepo
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from statekit.errors import UnsupportedFormatError
@@ -56,7 +56,6 @@ class AvroType:
     logical: str | None = None
     precision: int = 0
     scale: int = 0
-    json: str = field(default="", compare=False, repr=False)
 
     @property
     def nullable_branch(self) -> int | None:
@@ -82,7 +81,7 @@ class AvroType:
         k = self.kind
         if self.logical == "decimal":
             return f"decimal({self.precision},{self.scale})"
-        if (k, self.logical) in _LOGICAL_DDL:
+        if self.logical is not None and (k, self.logical) in _LOGICAL_DDL:
             return _LOGICAL_DDL[(k, self.logical)]
         if k in _DDL:
             return _DDL[k]
@@ -108,7 +107,10 @@ def read_snapshot_payload(inp: DataInput, version: int) -> tuple[str, str]:
     Version 3 (Flink 2.x): two `StringValue`s; version 2: two `writeUTF`s; version 1: the schema
     alone (the class is the schema's full name).
     """
-    if version >= 3:
+    if not 1 <= version <= 3:
+        raise UnsupportedFormatError(f"AvroSerializerSnapshot version {version} is newer than statekit reads (1-3, "
+                                     "as Flink 1.x-2.3 write them); read this savepoint with a newer statekit")
+    if version == 3:
         cls = java_string(inp, "the Avro runtime class")
         schema = java_string(inp, "the Avro schema")
         if cls is None or schema is None:
@@ -212,6 +214,6 @@ class _Parser:
                 raise UnsupportedFormatError(f"the Avro decimal({precision},{scale}) is wider than the 38 digits "
                                              "of a statekit decimal column")
             return AvroType(k, node.name, size=node.size, logical="decimal", precision=precision, scale=scale)
-        if (k, logical) in _LOGICAL_DDL or (k == "string" and logical == "uuid"):
+        if isinstance(logical, str) and ((k, logical) in _LOGICAL_DDL or (k == "string" and logical == "uuid")):
             return AvroType(k, node.name, size=node.size, logical=logical)
         return node

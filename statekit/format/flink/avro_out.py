@@ -155,14 +155,14 @@ def encoder(t: AvroType, what: str = "an Avro value") -> Encoder:
         return collection
     if k == "union":
         encs = [encoder(b, what) for b in t.branches]
-        null, nb = t.null_branch, t.nullable_branch
+        null_at, nb = t.null_branch, t.nullable_branch
         names = {b.branch_name(): i for i, b in enumerate(t.branches) if b.kind != "null"}
 
         def union(v: Any, out: bytearray) -> None:
             if v is None:
-                if null is None:
+                if null_at is None:
                     raise StateTypeError(f"{what}: null where the Avro union has no null branch")
-                out += _I32.pack(null)
+                out += _I32.pack(null_at)
                 return
             if nb is not None:
                 out += _I32.pack(nb)
@@ -284,13 +284,13 @@ def hash_code(v: Any, t: AvroType, *, specific: bool, what: str = "an Avro key")
         return _long_hash(0x7FF8000000000000 if v != v else bits)
     if k == "bytes":  # java.nio.ByteBuffer.hashCode: from the last byte back
         h = 1
-        for b in reversed(bytes(v)):
-            h = _i32(31 * h + (b - 256 if b > 127 else b))
+        for byte in reversed(bytes(v)):
+            h = _i32(31 * h + (byte - 256 if byte > 127 else byte))
         return h
     if k == "fixed":  # Arrays.hashCode(bytes)
         h = 1
-        for b in bytes(v):
-            h = _i32(31 * h + (b - 256 if b > 127 else b))
+        for byte in bytes(v):
+            h = _i32(31 * h + (byte - 256 if byte > 127 else byte))
         return h
     raise UnsupportedFormatError(f"{what}: statekit cannot compute the hashCode of an Avro {k}")
 

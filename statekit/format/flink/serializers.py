@@ -11,7 +11,6 @@ unchanged.
 from __future__ import annotations
 
 from dataclasses import dataclass
-
 from typing import Any
 
 from statekit.errors import UnsupportedFormatError
