@@ -91,3 +91,25 @@ def test_rescaled_and_round_tripped_avro_state_restores_in_flink(verify, tmp_pat
     convert_to_statekit(src, tmp_path / "sk")
     write_flink(tmp_path / "sk", tmp_path / "back")
     assert "OK 10 keys" in verify(tmp_path / "back", exp, "hashmap", tmp_path)
+
+
+def test_avro_state_set_with_the_cli_restores_in_flink(verify, tmp_path):
+    """`statekit set` straight on the Flink savepoint, then `statekit convert --to flink`."""
+    from typer.testing import CliRunner
+
+    from statekit_cli.app import app
+
+    exp = expected("rocksdb-canonical")
+    e = exp["operators"][UID]["keys"][0]
+    new = {"kind": "buy", "value": 999, "at": 1704164645123456,
+           "meta": {"source": "cli ✓", "flags": [True, False], "day": 19782}}
+    runner = CliRunner()
+    res = runner.invoke(app, ["set", str(AVRO / "rocksdb-canonical" / "savepoint"), str(tmp_path / "sk"),
+                              "--uid", UID, "--key", json.dumps(e["key"]), "--state", "by_kind",
+                              "--value", json.dumps({"buy": new}), "--apply"])
+    assert res.exit_code == 0, res.output
+    res = runner.invoke(app, ["convert", str(tmp_path / "sk"), str(tmp_path / "flink"), "--to", "flink"])
+    assert res.exit_code == 0, res.output
+    want = copy.deepcopy(exp)
+    want["operators"][UID]["keys"][0]["by_kind"] = {"buy": dict(new, meta=dict(new["meta"], day="2024-02-29"))}
+    assert "OK 10 keys" in verify(tmp_path / "flink", want, "rocksdb", tmp_path)
