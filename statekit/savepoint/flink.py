@@ -16,7 +16,7 @@ from typing import Any, Iterator, Literal
 import pyarrow as pa
 
 from statekit.errors import InvalidArgumentError, StatekitError, StateTypeError, UnsupportedFormatError
-from statekit.format.flink import avro_out, pyflink
+from statekit.format.flink import pyflink
 from statekit.format.flink.keyed import DecodeStats, KeyedResult, state_ddl
 from statekit.format.flink.lookup import lookup
 from statekit.format.flink.metadata import KeyGroupsHandle, OperatorState
@@ -197,6 +197,8 @@ class FlinkSavepoint(Savepoint):
             kg = pyflink.key_group(key, lay, meta.max_parallelism)
             rng = (kg, kg)
         elif lay is not None and lay.key_type.kind == "avro":
+            from statekit.format.flink import avro_out  # here: only Avro keys need it
+
             try:  # Avro's own record hash, as the key class computes it
                 kg = int(avro_out.key_groups([key], lay.key_type.avro, lay.key_type.type_class, meta.max_parallelism)[0])
                 rng = (kg, kg)

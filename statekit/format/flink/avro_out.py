@@ -14,15 +14,19 @@ from __future__ import annotations
 import datetime as dt
 import struct
 from decimal import Decimal, InvalidOperation
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from statekit.errors import StateTypeError, UnsupportedFormatError
 from statekit.format.flink.avro import AvroType
 
-__all__ = ["GENERIC_CLASSES", "encode", "encoder", "hash_code", "hash_codes", "key_groups"]
+if TYPE_CHECKING:
+    from statekit.format.flink.values_out import Encoded
+
+__all__ = ["GENERIC_CLASSES", "encode", "encode_column", "encoder", "hash_code", "hash_codes", "key_groups"]
 
 Encoder = Callable[[Any, bytearray], None]
 GENERIC_CLASSES = ("org.apache.avro.generic.GenericRecord", "org.apache.avro.generic.GenericData$Record",
@@ -308,3 +312,167 @@ def key_groups(keys: pa.Array | pa.ChunkedArray | list[Any], t: AvroType, type_c
     from statekit.keygroups import compute_key_groups_for_key_hashes  # here: keygroups is not needed to encode
 
     return compute_key_groups_for_key_hashes(hash_codes(keys, t, type_class).view(np.uint32).copy(), max_parallelism)
+
+
+# -- bulk -------------------------------------------------------------------------------------------------
+# Each node becomes one Arrow large_binary column (value i = the bytes of row i); records, arrays and
+# unions are joined row-wise by Arrow's binary kernels, so bytes are copied once per nesting level in C++.
+_EMPTY = pa.scalar(b"", pa.large_binary())
+
+
+def encode_column(arr: pa.Array | pa.ChunkedArray, t: AvroType, *, what: str = "an Avro value") -> "Encoded":
+    """`encode` column by column: numpy and Arrow per field for the regular parts, per record only for values
+    that do not fit (which then raise the per-record encoder's error). Same bytes as `encode`."""
+    from statekit.format.flink.values_out import Encoded
+
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks() if arr.num_chunks != 1 else arr.chunk(0)
+    col = _column(arr, t, what)
+    n = len(col)
+    offs = np.frombuffer(col.buffers()[1], np.int64, n + 1, col.offset * 8)
+    data = np.frombuffer(col.buffers()[2], np.uint8) if col.buffers()[2] is not None else np.zeros(0, np.uint8)
+    return Encoded(data[offs[0] : offs[-1]], offs - offs[0])
+
+
+def _cum(lengths: np.ndarray) -> np.ndarray:
+    out = np.zeros(len(lengths) + 1, np.int64)
+    np.cumsum(lengths, out=out[1:])
+    return out
+
+
+def _bin(data: np.ndarray, offsets: np.ndarray) -> pa.Array:
+    return pa.Array.from_buffers(pa.large_binary(), len(offsets) - 1,
+                                 [None, pa.py_buffer(np.ascontiguousarray(offsets, np.int64)),
+                                  pa.py_buffer(np.ascontiguousarray(data, np.uint8))])
+
+
+def _fixed(matrix: np.ndarray) -> pa.Array:
+    n, w = matrix.shape
+    return _bin(matrix.reshape(-1), np.arange(n + 1, dtype=np.int64) * w)
+
+
+def _join(parts: list[pa.Array]) -> pa.Array:
+    return parts[0] if len(parts) == 1 else pc.binary_join_element_wise(*parts, _EMPTY)
+
+
+def _per_record(arr: pa.Array, t: AvroType, what: str) -> pa.Array:
+    return pa.array(encode(arr, t, what=what), pa.large_binary())
+
+
+def _column(arr: pa.Array, t: AvroType, what: str) -> pa.Array:
+    k, lg, n = t.kind, t.logical, len(arr)
+    if arr.null_count and k not in ("union", "null"):
+        return _per_record(arr, t, what)  # raises, naming the null
+    if k == "null":
+        return _bin(np.zeros(0, np.uint8), np.zeros(n + 1, np.int64))
+    if k in _PACK:
+        if pa.types.is_timestamp(arr.type) or pa.types.is_date(arr.type):
+            arr = arr.cast(pa.int64() if k == "long" else pa.int32())
+        vals = arr.to_numpy(zero_copy_only=False)
+        if lg in ("timestamp-millis", "local-timestamp-millis"):
+            if (vals % 1000).any():
+                return _per_record(arr.cast(pa.timestamp("us")), t, what)  # raises, naming the value
+            vals = vals // 1000
+        be = {"int": ">i4", "long": ">i8", "float": ">f4", "double": ">f8"}[k]
+        try:
+            return _fixed(vals.astype(be).view(np.uint8).reshape(n, -1))
+        except (OverflowError, ValueError):
+            return _per_record(arr, t, what)
+    if k == "boolean":
+        return _fixed(arr.to_numpy(zero_copy_only=False).astype(np.uint8).reshape(n, 1))
+    if lg == "decimal":
+        if pa.types.is_decimal128(arr.type) and arr.type.scale == t.scale and (k == "bytes" or t.size <= 16):
+            got = _decimals(arr, k, t.size)
+            if got is not None:
+                return got
+        return _per_record(arr, t, what)
+    if k in ("string", "bytes", "fixed"):
+        raw = arr.cast(pa.large_binary())
+        if k == "fixed":
+            if n and not (pc.binary_length(raw).to_numpy(zero_copy_only=False) == t.size).all():
+                return _per_record(arr, t, what)  # raises, naming the size
+            return raw
+        lengths = pc.binary_length(raw).to_numpy(zero_copy_only=False)
+        if n and lengths.max() > 0x7FFFFFFF:
+            return _per_record(arr, t, what)
+        return _join([_fixed(lengths.astype(">i4").view(np.uint8).reshape(n, 4)), raw])
+    if k == "enum":
+        idx = pc.index_in(arr, value_set=pa.array(list(t.symbols), pa.string()))
+        if idx.null_count:
+            return _per_record(arr, t, what)  # raises, naming the symbol
+        return _fixed(idx.to_numpy(zero_copy_only=False).astype(">i4").view(np.uint8).reshape(n, 4))
+    if k == "record":
+        if not t.fields:
+            return _bin(np.zeros(0, np.uint8), np.zeros(n + 1, np.int64))
+        children = arr.flatten()
+        return _join([_column(c, f.type, f"field {f.name!r} of {t.name}") for c, f in zip(children, t.fields)])
+    if k in ("array", "map"):
+        assert t.items is not None
+        if k == "array":
+            counts = arr.value_lengths().to_numpy(zero_copy_only=False).astype(np.int64)
+            elements = _column(arr.flatten(), t.items, f"an item of {what}")
+        else:
+            offs = arr.offsets.to_numpy()
+            counts = np.diff(offs).astype(np.int64)
+            lo, hi = int(offs[0]), int(offs[-1])  # .keys / .items ignore the array's slice
+            elements = _join([_column(arr.keys.slice(lo, hi - lo), AvroType("string"), f"a key of {what}"),
+                              _column(arr.items.slice(lo, hi - lo), t.items, f"a value of {what}")])
+        body = pc.binary_join(pa.LargeListArray.from_arrays(pa.array(_cum(counts)), elements), _EMPTY)
+        if n and counts.max() >= 0x80:
+            prefix = pa.array([_varint(int(c)) if c else b"" for c in counts.tolist()], pa.large_binary())
+        else:
+            prefix = _bin(counts[counts > 0].astype(np.uint8), _cum((counts > 0).astype(np.int64)))
+        return _join([prefix, body, _fixed(np.zeros((n, 1), np.uint8))])
+    if k == "union":
+        valid = arr.is_valid().to_numpy(zero_copy_only=False)
+        null_at, nb = t.null_branch, t.nullable_branch
+        if (~valid).any() and null_at is None:
+            return _per_record(arr, t, what)  # raises: the union has no null branch
+        branch = np.full(n, -1 if null_at is None else null_at, np.int64)
+        present: list[pa.Array] = []
+        if nb is not None:
+            branch[valid] = nb
+            present.append(_spread(_column(arr.filter(pa.array(valid)), t.branches[nb], what), valid))
+        else:
+            children = arr.flatten()
+            set_ = np.zeros(n, np.int64)
+            for c in children:
+                set_ += c.is_valid().to_numpy(zero_copy_only=False)
+            if (set_[valid] != 1).any():
+                return _per_record(arr, t, what)  # raises: exactly one branch per value
+            for c, b in zip(children, [b for b in t.branches if b.kind != "null"]):
+                mask = c.is_valid().to_numpy(zero_copy_only=False) & valid
+                branch[mask] = t.branches.index(b)
+                present.append(_spread(_column(c.filter(pa.array(mask)), b, what), mask))
+        body = pc.coalesce(*present, _EMPTY) if present else _bin(np.zeros(0, np.uint8), np.zeros(n + 1, np.int64))
+        return _join([_fixed(branch.astype(">i4").view(np.uint8).reshape(n, 4)), body])
+    return _per_record(arr, t, what)
+
+
+def _spread(values: pa.Array, mask: np.ndarray) -> pa.Array:
+    """`values` (one per set row of `mask`) at their rows, null elsewhere."""
+    idx = np.full(len(mask), -1, np.int64)
+    idx[mask] = np.arange(int(mask.sum()))
+    return values.take(pa.array(idx, mask=idx < 0))
+
+
+def _decimals(arr: pa.Array, k: str, size: int) -> pa.Array | None:
+    """decimal128 values as `BigInteger.toByteArray()` (bytes: shortest two's complement after ``i32 length``)
+    or sign-padded to the fixed size; None when a value does not fit the fixed size."""
+    n = len(arr)
+    le = np.frombuffer(arr.buffers()[1], np.uint8, n * 16, arr.offset * 16).reshape(n, 16)
+    sign = np.where(le[:, 15] >= 0x80, 0xFF, 0).astype(np.uint8)
+    if k == "fixed":
+        width = np.full(n, size, np.int64)
+        if n and not ((le[:, size:] == sign[:, None]).all() and ((le[:, size - 1] & 0x80) == (sign & 0x80)).all()):
+            return None
+    else:
+        width = np.full(n, 16, np.int64)
+        for w in range(15, 0, -1):  # the shortest width whose sign extension gives the value
+            fits = (le[:, w:] == sign[:, None]).all(axis=1) & ((le[:, w - 1] & 0x80) == (sign & 0x80))
+            width[fits] = w
+    keep = np.arange(16)[None, :] >= (16 - width)[:, None]
+    raw = _bin(np.ascontiguousarray(le[:, ::-1])[keep], _cum(width))
+    if k == "fixed":
+        return raw
+    return _join([_fixed(width.astype(">i4").view(np.uint8).reshape(n, 4)), raw])

@@ -246,7 +246,7 @@ def encode(arr: pa.Array | pa.ChunkedArray, t: FlinkType, *, what: str = "a valu
     if k == "avro":
         from statekit.format.flink import avro_out  # here: only Avro states need it
 
-        return Encoded.from_list(avro_out.encode(arr, t.avro, what=what))
+        return avro_out.encode_column(arr, t.avro, what=what)
     if k == "char":
         vals = np.array([ord(c) for c in arr.to_pylist()], ">u2")
         return Encoded.fixed(vals.view(np.uint8).reshape(n, 2))
