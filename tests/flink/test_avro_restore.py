@@ -113,3 +113,10 @@ def test_avro_state_set_with_the_cli_restores_in_flink(verify, tmp_path):
     want = copy.deepcopy(exp)
     want["operators"][UID]["keys"][0]["by_kind"] = {"buy": dict(new, meta=dict(new["meta"], day="2024-02-29"))}
     assert "OK 10 keys" in verify(tmp_path / "flink", want, "rocksdb", tmp_path)
+
+
+def test_avro_keys_rescaled_restore_in_flink(verify, tmp_path):
+    """A GenericRecord key and a SpecificRecord key with LocalDate/Instant fields re-placed at max parallelism 256."""
+    exp = expected("keys-hashmap-canonical")
+    write_flink(AVRO / "keys-hashmap-canonical" / "savepoint", tmp_path / "x256", max_parallelism=256)
+    assert "OK 20 keys" in verify(tmp_path / "x256", exp, "hashmap", tmp_path)

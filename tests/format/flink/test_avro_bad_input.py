@@ -95,3 +95,17 @@ def test_flink_1x_snapshot_versions_read():
     for out in (v2, v1):
         t = read_versioned(DataInput(bytes(out.buf), "test"), "a value")
         assert (t.kind, t.type_class, t.ddl()) == ("avro", "n.R", "struct<a:int>")
+
+
+def test_an_avro_key_statekits_format_cannot_hold_is_refused_naming_the_way_out(tmp_path):
+    from statekit.errors import StateTypeError
+    from statekit.savepoint.convert import convert_to_statekit
+    from statekit.savepoint.flink_out import write_flink
+
+    src = AVRO / "keys-hashmap-canonical" / "savepoint"
+    with pytest.raises(StateTypeError, match="operator 'avro-(generic|logical)-key' has keys of type struct<.*"
+                                             "write_flink"):
+        convert_to_statekit(src, tmp_path / "sk")
+    assert not (tmp_path / "sk").exists()
+    write_flink(src, tmp_path / "flink", uids={"avro-generic-key": "renamed"})  # the way out works
+    assert Savepoint.open(tmp_path / "flink").keyed_table("renamed").num_rows == 10

@@ -18,6 +18,9 @@ from statekit.savepoint.flink import FlinkSavepoint
 AVRO = Path(__file__).resolve().parents[2] / "fixtures" / "flink" / "avro"
 CASES = ["hashmap-canonical", "rocksdb-canonical"]
 UID = "avro-state"
+#: the keys-* cases: count operators keyed by a GenericRecord and by a SpecificRecord with LocalDate/Instant fields
+KEY_CASES = ["keys-hashmap-canonical", "keys-rocksdb-canonical"]
+COUNT_UIDS = ("avro-generic-key", "avro-logical-key")
 EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
 
 
@@ -70,6 +73,19 @@ def test_avro_case_reads_exactly(case):
     assert s.field("key").type.field("region").type == pa.string()
     assert s.field("events").type.value_type.field("meta").type.field("flags").type == pa.list_(pa.bool_())
     assert all(v == "bulk" for v in sp.stats.states.values()), sp.stats.states
+
+
+@pytest.mark.parametrize("case", KEY_CASES)
+def test_avro_keyed_counts_read_exactly(case):
+    sp = Savepoint.open(AVRO / case / "savepoint")
+    for uid in COUNT_UIDS:
+        keys = expected(case)["operators"][uid]["keys"]
+        rows = {json.dumps(jsonish(r["key"]), sort_keys=True): r
+                for r in sp.keyed_table(uid, with_key_group=True).to_pylist()}
+        assert len(rows) == len(keys)
+        for e in keys:
+            r = rows[json.dumps(e["key"], sort_keys=True)]
+            assert (r["key_group"], r["count"]) == (e["key_group"], e["count"]), (uid, e["key"])
 
 
 @pytest.mark.parametrize("case", CASES)

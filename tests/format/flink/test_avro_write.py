@@ -19,7 +19,7 @@ from statekit.savepoint.convert import convert_to_statekit
 from statekit.savepoint.flink_out import write_flink
 from statekit.savepoint.patch import SetValue, repair
 
-from .test_avro_read import AVRO, CASES, UID, expected, jsonish
+from .test_avro_read import AVRO, CASES, COUNT_UIDS, KEY_CASES, UID, expected, jsonish
 
 
 def _layout(sp):
@@ -34,17 +34,21 @@ def test_unchanged_rocksdb_savepoint_is_written_byte_for_byte(tmp_path):
     assert mine == flinks  # RocksDB's canonical order is statekit's: every state file identical
 
 
-@pytest.mark.parametrize("case", CASES)
-def test_avro_keys_hash_as_flink(case):
-    """Avro's record hash (SpecificRecordBase.hashCode) equals what the real job's key class returned."""
+@pytest.mark.parametrize(("case", "uid"), [(c, UID) for c in CASES] + [(c, u) for c in KEY_CASES for u in COUNT_UIDS])
+def test_avro_keys_hash_as_flink(case, uid):
+    """Avro's record hash equals what the real job's key objects returned: a SpecificRecord of strings, an enum
+    and a nullable string; a GenericRecord (raw date/timestamp numbers, ByteBuffer, Fixed, -0.0, float, boolean,
+    array, enum, an ignored field); a SpecificRecord holding LocalDate and Instant fields."""
     sp = Savepoint.open(AVRO / case / "savepoint")
-    key = _layout(sp).key_type
-    keys = expected(case)["operators"][UID]["keys"]
-    assert avro_out.hash_codes([e["key"] for e in keys], key.avro, key.type_class).tolist() == \
-        [e["key_java_hashcode"] for e in keys]
-    table = sp.keyed_table(UID, with_key_group=True)
+    key = sp.flink.layout(sp.flink_operator(uid)).key_type
+    want = {json.dumps(e["key"], sort_keys=True): e for e in expected(case)["operators"][uid]["keys"]}
+    table = sp.keyed_table(uid, with_key_group=True)
+    exp = [want[json.dumps(jsonish(k), sort_keys=True)] for k in table.column("key").to_pylist()]
+    assert avro_out.hash_codes(table.column("key"), key.avro, key.type_class).tolist() == \
+        [e["key_java_hashcode"] for e in exp]
     assert avro_out.key_groups(table.column("key"), key.avro, key.type_class, 128).tolist() == \
-        table.column("key_group").to_pylist()
+        table.column("key_group").to_pylist() == [e["key_group"] for e in exp]
+    assert len(exp) == 10
 
 
 def test_repaired_value_is_re_encoded_and_the_rest_kept(tmp_path):
@@ -178,5 +182,5 @@ def test_map_in_an_avro_key_is_refused_by_name():
 
 
 def test_fixture_paths_exist():
-    assert all((AVRO / c / "savepoint" / "_metadata").is_file() for c in CASES)
+    assert all((AVRO / c / "savepoint" / "_metadata").is_file() for c in CASES + KEY_CASES)
     assert Path(AVRO / "make_avro.sh").is_file()
