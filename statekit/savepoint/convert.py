@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 from typing import Iterable
 
-from statekit.errors import InvalidArgumentError, NotASavepointError
+from statekit.errors import InvalidArgumentError, NotASavepointError, StateTypeError
 from statekit.format.flink import pyflink
 from statekit.format.manifest import FlinkSerializers, OperatorMetadata
 from statekit.identifiers import OperatorIdentifier
@@ -79,6 +79,8 @@ def write_flink_operator(b: SavepointBuilder, sp: FlinkSavepoint, meta: Operator
     The one place a Flink operator becomes statekit tables: `convert_to_statekit` and every repair
     that carries a Flink operator over unchanged (`transforms.link_operator`) use it.
     """
+    if meta.key_type is not None:
+        _check_key_type(meta)
     w = b.add_operator(ident, name=name or meta.name, parallelism=meta.parallelism,
                        max_parallelism=meta.max_parallelism, key_type=meta.key_type,
                        keyed_states=meta.keyed_states, namespace_type=meta.namespace_type,
@@ -120,6 +122,25 @@ def flink_serializers(sp: FlinkSavepoint, meta: OperatorMetadata) -> FlinkSerial
         names = {pyflink.PREFIX + n for n in names} | names
     return FlinkSerializers(lay.key_type.raw, tuple((s.name, s.raw) for s in lay.states if s.name in names),
                             tuple(t.raw for t in lay.timers), ops, version)
+
+
+def _check_key_type(meta: OperatorMetadata) -> None:
+    """Refuse, naming the operator and the way out, a key statekit's format cannot hash (an Avro key holding
+    dates, timestamps, bytes or arrays): its tables place keys by statekit's own hash of the key type."""
+    import pyarrow as pa
+
+    from statekit.keyhash import java_hash_array
+    from statekit.types import parse_ddl
+
+    assert meta.key_type is not None
+    try:
+        java_hash_array(pa.array([], parse_ddl(meta.key_type)), meta.key_type)
+    except StateTypeError as exc:
+        raise StateTypeError(
+            f"operator {meta.display_name!r} has keys of type {meta.key_type}, which statekit's format cannot hold "
+            f"({exc}). Write Flink savepoints from the Flink one directly (write_flink or `statekit convert --to "
+            "flink`, with uids=/remove=/max_parallelism=), or convert the other operators only (uids= / --uid)."
+        ) from None
 
 
 def _keeps_key_groups(key_type: str) -> bool:

@@ -304,6 +304,11 @@ def with_operator_data(sp: Savepoint, meta: OperatorMetadata, layouts: list[Oper
 
 def rehash(table: pa.Table, key_type: str, max_parallelism: int, key_layout: KeyedLayoutOut) -> pa.Table:
     """`table` with its ``key_group`` column recomputed for `max_parallelism` (Flink's hash of the key)."""
+    if key_layout.key.kind == "avro":  # Avro's own record hash, as the key class computes it
+        from statekit.format.flink.avro_out import key_groups  # here: only Avro keys need it
+
+        kg = key_groups(table.column("key"), key_layout.key.avro, key_layout.key.type_class, max_parallelism)
+        return table.set_column(table.schema.get_field_index("key_group"), "key_group", from_numpy(kg))
     if key_layout.key.kind in ("pojo", "row", "binary"):
         raise StateTypeError(
             f"keys of serializer {key_layout.key.serializer} hash with the key class's own hashCode(), which statekit "
@@ -364,7 +369,9 @@ def operator_data(sp: Savepoint, meta: OperatorMetadata, *, hints: TypeHints | N
     if meta.key_type is not None:
         timers = sp.timers(meta.identifier)
         files = None
-        if stream and new_key is None and py is None and maxp == meta.max_parallelism:
+        # statekit's format keeps struct keys in its own key groups: Avro keys go back to Avro's record hash
+        avro_key = carried is not None and carried.key is not None and carried.key.kind == "avro" and not _is_flink(sp)
+        if stream and new_key is None and py is None and maxp == meta.max_parallelism and not avro_key:
             files = sp.keyed_stream(meta.identifier)  # the writer reads it file by file where it can
         keyed = sp.keyed_table(meta.identifier, with_key_group=True) if files is None else empty_table(pa.schema([]))
         key_type = meta.key_type
@@ -381,7 +388,7 @@ def operator_data(sp: Savepoint, meta: OperatorMetadata, *, hints: TypeHints | N
             data.operator_states = with_operator_data(sp, meta, operator_state_layouts(meta, carried, hints))
             return data
         data.layout = keyed_layout(meta, carried, hints, max_parallelism=maxp, has_timers=has_timers)
-        if maxp != meta.max_parallelism or new_key is not None:
+        if maxp != meta.max_parallelism or new_key is not None or avro_key:
             keyed = rehash(keyed, key_type, maxp, data.layout)
             if has_timers:
                 timers = rehash(timers, key_type, maxp, data.layout)

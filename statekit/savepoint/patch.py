@@ -412,6 +412,12 @@ def _rewrite(builder: SavepointBuilder, sp: Savepoint, e: _OperatorEdits, ident:
             timers = distinct_rows(remap_keys(timers, e.mapping, what))
         key_type = to_ddl(e.mapping.schema.field("new_key").type)
     flink = m.flink
+    if flink is None and m.keyed_format == "flink":  # read from a Flink savepoint: its serializers go along
+        from statekit.savepoint.convert import flink_serializers
+        from statekit.savepoint.flink import FlinkSavepoint
+
+        if isinstance(sp, FlinkSavepoint):
+            flink = flink_serializers(sp, m)
     if flink is not None:  # carried Flink serializers follow the repair: dropped states, a new key type
         kept = {s.name for s in keyed_states}
         flink = replace(flink, states=tuple((n, b) for n, b in flink.states if n in kept))

@@ -80,6 +80,13 @@ def decode_list(t: FlinkType, buf: np.ndarray, vp: np.ndarray, vlen: np.ndarray,
                 if got is not None:
                     stats.states.setdefault(label, "bulk")
                     return pa.ListArray.from_arrays(from_numpy(first, pa.int32()), got[0])
+    if elem.kind == "avro" and len(vp):
+        from statekit.format.flink.avro_values import bulk_delimited  # here: only Avro lists need it
+
+        arr = bulk_delimited(elem.avro, buf, vp, vlen)
+        if arr is not None:
+            stats.states.setdefault(label, "bulk")
+            return arr
     stats.states[label] = "per-record"
     r = reader(elem)
     mv = buf.data

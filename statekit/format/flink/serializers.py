@@ -11,8 +11,10 @@ unchanged.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Any
 
 from statekit.errors import UnsupportedFormatError
+from statekit.format.flink.avro import parse_schema, read_snapshot_payload
 from statekit.format.flink.binary import DataInput
 from statekit.format.flink.javaser import read_object
 from statekit.format.flink.logical import LogicalType, from_java
@@ -83,8 +85,9 @@ class FlinkType:
     """One serializer: its kind, nested types, field names (Tuple/Row/POJO) and raw snapshot bytes.
 
     kinds: long int short byte double float boolean char string bytes enum list map tuple row pojo
-    void window timer binary. ``type_class`` is the Tuple/POJO/Kryo/Avro/enum class when stored;
-    ``row_kind`` is whether a Row carries its RowKind bits (for a SQL row: whether its table shows it).
+    void window timer avro binary. ``type_class`` is the Tuple/POJO/Kryo/Avro/enum class when stored;
+    ``row_kind`` is whether a Row carries its RowKind bits (for a SQL row: whether its table shows it);
+    ``avro`` the writer schema of an Avro serializer (a `statekit.format.flink.avro.AvroType`).
     Flink SQL's length-prefixed values are kind ``bytes`` with a ``form``: ``row`` (a BinaryRowData
     of the ``logical`` field types), ``string`` (UTF-8 StringData), ``raw`` (RawValueData bytes);
     ``logical`` also names the SQL type behind an ExternalSerializer.
@@ -101,6 +104,7 @@ class FlinkType:
     enum_values: tuple[str, ...] = ()
     form: str | None = None
     logical: tuple[LogicalType, ...] = ()
+    avro: Any = None
 
     @property
     def fixed_size(self) -> int | None:
@@ -130,6 +134,8 @@ class FlinkType:
             return "string"
         if k in _DDL:
             return _DDL[k]
+        if k == "avro":
+            return str(self.avro.ddl())
         if not self.decodable:
             return "binary"
         if k == "list":
@@ -190,9 +196,14 @@ def read_versioned(inp: DataInput, what: str) -> FlinkType:
             _optional_map(inp, f"Kryo {part}")
         return FlinkType("binary", cls, version, bytes(inp.data[start : inp.pos]), type_class=type_class)
     if cls == AVRO_SNAPSHOT:
-        inp.utf("the Avro schema")
-        type_class = inp.utf("the Avro runtime type")
-        return FlinkType("binary", cls, version, bytes(inp.data[start : inp.pos]), type_class=type_class)
+        type_class, schema_json = read_snapshot_payload(inp, version)
+        raw = bytes(inp.data[start : inp.pos])
+        try:
+            schema = parse_schema(schema_json)
+            schema.ddl()
+        except UnsupportedFormatError as exc:  # kept as raw bytes, the reason named
+            return FlinkType("binary", cls, version, raw, type_class=f"{type_class}; unsupported Avro schema: {exc}")
+        return FlinkType("avro", cls, version, raw, type_class=type_class, avro=schema)
     if cls == ENUM_SNAPSHOT:
         type_class = inp.utf("the enum class")
         values = tuple(inp.utf("an enum constant") for _ in range(inp.count("the number of enum constants")))

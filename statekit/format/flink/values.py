@@ -58,6 +58,10 @@ def reader(t: FlinkType) -> Reader:
         return enum
     if k == "window":
         return lambda i: {"start": i.i64("a window start"), "end": i.i64("a window end")}
+    if k == "avro":
+        from statekit.format.flink import avro_values  # here: avro_values builds on this module
+
+        return avro_values.reader(t.avro, f"an Avro value of {t.type_class}")
     if k == "list":
         elem = reader(t.children[0])
         return lambda i: [elem(i) for _ in range(i.count("a list size"))]
@@ -348,6 +352,10 @@ def bulk(t: FlinkType, buf: np.ndarray, starts: np.ndarray) -> tuple[pa.Array, n
         s = gather_fixed(buf, starts, 8).reshape(-1).view(">i8").astype(np.int64)
         e = gather_fixed(buf, starts + 8, 8).reshape(-1).view(">i8").astype(np.int64)
         return pa.StructArray.from_arrays([from_numpy(s), from_numpy(e)], ["start", "end"]), starts + 16
+    if k == "avro":
+        from statekit.format.flink import avro_values  # here: avro_values builds on this module
+
+        return avro_values.bulk(t.avro, buf, starts)
     if k in ("tuple", "pojo", "row"):
         pos = starts
         if k == "pojo":

@@ -243,6 +243,10 @@ def encode(arr: pa.Array | pa.ChunkedArray, t: FlinkType, *, what: str = "a valu
         except KeyError as exc:
             raise StateTypeError(f"{what}: {exc.args[0]!r} is not a constant of enum {t.type_class}.") from None
         return Encoded.fixed(ordinals.view(np.uint8).reshape(n, 4))
+    if k == "avro":
+        from statekit.format.flink import avro_out  # here: only Avro states need it
+
+        return avro_out.encode_column(arr, t.avro, what=what)
     if k == "char":
         vals = np.array([ord(c) for c in arr.to_pylist()], ">u2")
         return Encoded.fixed(vals.view(np.uint8).reshape(n, 2))
