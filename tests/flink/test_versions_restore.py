@@ -11,6 +11,7 @@ The LTS 1.20 and the 2.0 and 2.3 boundaries run in every suite; the other lines 
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 import shutil
@@ -18,6 +19,7 @@ import subprocess
 
 import pytest
 
+from statekit.errors import CorruptSavepointError
 from statekit.format.flink.metadata import read_metadata
 from statekit.format.flink.versions import FlinkVersion
 from statekit.identifiers import OperatorIdentifier
@@ -36,6 +38,20 @@ FAST = {"1.20", "2.0", "2.3"}
 LINES = [pytest.param(line, marks=() if line in FAST else pytest.mark.slow)
          for line in sorted(VERSIONS, key=lambda v: tuple(map(int, v.split("."))))]
 VIA_STATEKIT = ["long-rocksdb-canonical", "tuple2-hashmap-canonical"]
+
+
+def _unverifiable() -> dict[tuple[str, str], str]:
+    """The corpus maker's (line, case) -> Flink bug that stops that line's own Flink reading the case back."""
+    spec = importlib.util.spec_from_file_location("make_version_corpus", FIXTURES / "make_version_corpus.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return dict(module.UNVERIFIABLE)
+
+
+#: Flink 1.18.0/1.18.1 wrote the snappy case's operator state with stale offsets (FLINK-34063): statekit refuses to
+#: carry it by name (as tests/format/flink/test_corpus.py reads it), writes nothing, and Flink is not asked.
+FLINK_BUGS = _unverifiable()
 
 
 def _canonical(corpus) -> list[str]:
@@ -66,6 +82,12 @@ def test_every_corpus_case_written_back_verifies_in_its_own_flink(line, flink_li
     dirs = []
     for case in _canonical(corpus):
         d = _case_dir(tmp_path, corpus, case, case)
+        if (line, case) in FLINK_BUGS:
+            bug = FLINK_BUGS[(line, case)].split(":")[0]
+            with pytest.raises(CorruptSavepointError, match=bug):
+                write_flink(corpus / case / "savepoint", d / "savepoint")
+            assert not (d / "savepoint").exists() and [p.name for p in d.iterdir()] == ["expected.json"]
+            continue
         write_flink(corpus / case / "savepoint", d / "savepoint")  # by default: as the version it came from
         assert read_metadata(d / "savepoint").version == version.metadata_version
         dirs.append(str(d))
