@@ -18,6 +18,22 @@ class ParallelismError(InvalidArgumentError):
     """Parallelism or max parallelism outside Flink's bounds."""
 
 
+class UnknownFlinkVersionError(InvalidArgumentError):
+    """A Flink version statekit does not write savepoints for; ``supported`` lists the lines it does."""
+
+    def __init__(self, message: str, supported: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.supported = supported
+
+
+class FlinkVersionMismatchError(InvalidArgumentError):
+    """A write targets a Flink version that cannot restore what would be written; ``problems`` names each part."""
+
+    def __init__(self, message: str, problems: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.problems = problems
+
+
 class StateTypeError(StatekitError, TypeError):
     """A type declaration is invalid, or a value does not fit its declared type."""
 

@@ -376,7 +376,8 @@ class SavepointWriter:
     def _direct_flink(self, path: Path, types: TypeHints | None, version: FlinkVersion) -> Path | None:
         """Columnar bootstraps of fixed-width keys and values go straight to Flink's format (no statekit staging);
         None when the writer holds anything else."""
-        from statekit.format.flink.writer import FlinkStaging, metadata_bytes
+        from statekit.format.flink.versions import check_serializers
+        from statekit.format.flink.writer import FlinkStaging, metadata_bytes, serializers_of
         from statekit.savepoint.flink_out import keyed_layout
         from statekit.spark.flink_columnar import regular, write_columnar
         from statekit.spark.flink_jvm import jvm_writable, write_jvm
@@ -402,6 +403,8 @@ class SavepointWriter:
             if not jvm and not regular(layout):
                 return None
             plans.append((keyed_t, columns, layout, e.ident, par, jvm))
+        check_serializers(version, (p for _, _, layout, ident, _, _ in plans
+                                    for p in serializers_of(ident.uid or ident.uid_hash, layout, ())))
         with FlinkStaging(path) as staging:
             outs = [write_jvm(kt.source.df, kt.key, columns, layout, ident.uid, ident.uid_hash, par, staging.dir)
                     if jvm else write_columnar(kt.source.df, kt.key, kt.key_type, columns, layout, ident.uid,

@@ -19,7 +19,7 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, BinaryIO, Sequence
+from typing import Any, BinaryIO, Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -38,7 +38,7 @@ from statekit.format.flink.serializers import FlinkType
 from statekit.format.flink.serializers_out import DataOutput, top_level
 from statekit.format.flink.utf import check_metadata_texts
 from statekit.format.flink.values_out import Encoded, concat, encode, join_runs, nullable_values
-from statekit.format.flink.versions import FlinkVersion
+from statekit.format.flink.versions import FlinkVersion, check_serializers
 from statekit.format.keyed_stream import KeyedFiles
 from statekit.keygroups import key_group_range
 
@@ -560,6 +560,21 @@ def write_operator(staging: FlinkStaging, op: OperatorData) -> OperatorOut:
     return out
 
 
+def serializers_of(who: str, layout: KeyedLayoutOut | None,
+                   operator_states: Sequence[OperatorStateOut]) -> Iterator[tuple[str, FlinkType]]:
+    """(what, serializer) for every serializer one operator's written state carries (`check_serializers`' input)."""
+    if layout is not None:
+        yield f"operator {who}, its key", layout.key
+        if layout.namespace is not None:
+            yield f"operator {who}, its window namespace", layout.namespace
+        for ks in layout.states:
+            yield f"operator {who}, keyed state {ks.name!r}", ks.value
+    for s in operator_states:
+        yield f"operator {who}, operator state {s.name!r}", s.value
+        if s.key is not None:
+            yield f"operator {who}, broadcast state {s.name!r} (its key)", s.key
+
+
 def write_flink_savepoint(target: str | os.PathLike[str], operators: Sequence[OperatorData], *,
                           checkpoint_id: int = 0, flink_version: FlinkVersion | str | None = None) -> Path:
     """Write a canonical Flink savepoint at `target` atomically (nothing appears there unless it all succeeded),
@@ -571,6 +586,8 @@ def write_flink_savepoint(target: str | os.PathLike[str], operators: Sequence[Op
             raise InvalidArgumentError(f"operator {op.uid or op.uid_hash} appears twice; each operator appears once.")
         seen.add(op.uid_hash)
         check_metadata_texts([("operator uid", op.uid), ("operator name", op.name)])  # before any file is written
+    check_serializers(version, (p for op in operators
+                                for p in serializers_of(op.uid or op.uid_hash, op.layout, op.operator_states)))
     with FlinkStaging(target) as staging:
         with storage_errors(staging.target):  # a full disk is a StorageFullError, the partial output removed
             outs = [write_operator(staging, op) for op in operators]
