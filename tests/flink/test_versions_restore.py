@@ -58,6 +58,10 @@ def _canonical(corpus) -> list[str]:
     return sorted(p.name for p in corpus.iterdir() if p.is_dir() and p.name != "string-rocksdb-native")
 
 
+def _backend(case: str) -> str:
+    return "rocksdb" if "rocksdb" in case else "hashmap"
+
+
 def _verify(flink, line: str, dirs: list[str]) -> str:
     proc = subprocess.run(flink.java_command("statekit.flinkreal.Verify", *dirs, version=line),
                           capture_output=True, text=True, timeout=1800)
@@ -75,9 +79,11 @@ def _case_dir(tmp_path, corpus, case: str, name: str):
 
 
 @pytest.mark.parametrize("line", LINES)
-def test_every_corpus_case_written_back_verifies_in_its_own_flink(line, flink_line, tmp_path):
-    flink = flink_line(line)
+def test_every_corpus_case_written_back_verifies_in_its_own_flink(line, flink_line, tmp_path, compat):
     corpus = FIXTURES / VERSIONS[line]
+    for backend in sorted({_backend(c) for c in _canonical(corpus)}):
+        compat(line, "write", backend, "canonical savepoint")
+    flink = flink_line(line)
     version = FlinkVersion.parse(line)
     dirs = []
     for case in _canonical(corpus):
@@ -104,7 +110,8 @@ def test_every_corpus_case_written_back_verifies_in_its_own_flink(line, flink_li
 
 
 @pytest.mark.parametrize("line", LINES)
-def test_a_repaired_savepoint_restores_in_its_own_flink(line, flink_line, tmp_path):
+def test_a_repaired_savepoint_restores_in_its_own_flink(line, flink_line, tmp_path, compat):
+    compat(line, "write", "hashmap", "canonical savepoint")
     flink = flink_line(line)
     case = FIXTURES / VERSIONS[line] / "long-hashmap-canonical"
     exp = json.loads((case / "expected.json").read_text())["operators"]
@@ -134,11 +141,13 @@ def test_a_repaired_savepoint_restores_in_its_own_flink(line, flink_line, tmp_pa
     assert sorted(sum(got.operator["buffer"]["buffered"].values(), [])) == sorted(f"e{i}" for i in range(50, 60))
 
 
-def test_state_from_flink_2_3_written_for_1_20_verifies_in_flink_1_20(flink_line, tmp_path):
+def test_state_from_flink_2_3_written_for_1_20_verifies_in_flink_1_20(flink_line, tmp_path, compat):
     if "1.20" not in VERSIONS:
         pytest.skip("no Flink 1.20 corpus")
-    flink = flink_line("1.20")
     corpus = FIXTURES / VERSIONS["2.3"]
+    for backend in sorted({_backend(c) for c in _canonical(corpus)}):
+        compat("1.20", "write", backend, "canonical savepoint")
+    flink = flink_line("1.20")
     dirs = []
     for case in _canonical(corpus):
         d = _case_dir(tmp_path, corpus, case, case)
