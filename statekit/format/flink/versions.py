@@ -104,7 +104,11 @@ class FlinkVersion:
 
 
 def _span(lines: list[str]) -> str:
-    return lines[0] if len(lines) == 1 else f"{lines[0]}-{lines[-1]}"
+    """Lines as people read them: "2.0-2.3" for a run of consecutive lines, else "1.18, 2.3"."""
+    at = [LINES.index(line) for line in lines]
+    if len(lines) > 1 and at == list(range(at[0], at[0] + len(at))):
+        return f"{lines[0]}-{lines[-1]}"
+    return ", ".join(lines)
 
 
 def serializer_problems(version: FlinkVersion, t: "FlinkType") -> Iterator[str]:
