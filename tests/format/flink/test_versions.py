@@ -234,3 +234,15 @@ def test_cli_convert_names_the_refusal(tmp_path):
     result = CliRunner().invoke(app, ["convert", str(SET_STATE / "savepoint"), str(tmp_path / "out"), "--to", "flink",
                                       "--flink-version", "1.17"])
     assert result.exit_code != 0 and "UnknownFlinkVersionError" in result.output and "1.18, 1.19" in result.output
+
+
+@pytest.mark.spark
+def test_spark_writer_refuses_the_set_state_for_1_20_and_leaves_nothing(spark, tmp_path):
+    from statekit.spark import SavepointWriter
+
+    writer = SavepointWriter.from_existing_savepoint(spark, SET_STATE / "savepoint")
+    with pytest.raises(FlinkVersionMismatchError, match="Flink 1.20 cannot restore.*keyed state 'tags'.*SetSerializer"):
+        writer.write(tmp_path / "out", format="flink", flink_version="1.20")
+    assert not list(tmp_path.iterdir())  # no target, no staged statekit savepoint, no staging directory
+    out = SavepointWriter.from_existing_savepoint(spark, SET_STATE / "savepoint").write(tmp_path / "out", format="flink")
+    assert read_metadata(out).version == 6  # by default: 2.3, where the state came from
