@@ -38,13 +38,14 @@ def compat(request):
     return claim
 
 
-@pytest.hookimpl(hookwrapper=True)
+@pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item, call):
     """Pair a test's outcome with the compatibility cells it claimed."""
-    report = (yield).get_result()
+    report = yield
     if report.when == "call" and not report.skipped and os.environ.get("STATEKIT_RECORD_COMPAT") == "1":
         for c in item.stash.get(_COMPAT_CLAIMS, []):
             _COMPAT_RECORDS.append((item.nodeid, c, "passed" if report.passed else "failed"))
+    return report
 
 
 def pytest_sessionfinish(session):
