@@ -62,6 +62,16 @@ public final class UpgradeModel {
         public Simple(int n, String s) { this.n = n; this.s = s; }
     }
 
+    /** What the 2.x job declares for the 1.x Scala job's case class Reading (tests/flink/upgrade-scala): a POJO. */
+    public static class Reading {
+        public String sensor;
+        public double value;
+        public long count;
+        public String unit;
+        public int level;
+        public Reading() {}
+    }
+
     public static String key(int i) { return "user-" + i; }
 
     public static Profile profile(int i) {
@@ -109,6 +119,16 @@ public final class UpgradeModel {
         simple.put("count", COUNT);
         simple.put("simple", SIMPLE);
         m.put("simple", simple);
+        return m;
+    }
+
+    /** What the 2.x job declares: {@link #states()} and the 1.x Scala job's operator "readings". */
+    public static Map<String, Map<String, TypeInformation<?>>> allStates() {
+        Map<String, Map<String, TypeInformation<?>>> m = states();
+        Map<String, TypeInformation<?>> readings = new LinkedHashMap<>();
+        readings.put("reading", Types.POJO(Reading.class));
+        readings.put("last", Types.LONG);
+        m.put("readings", readings);
         return m;
     }
 

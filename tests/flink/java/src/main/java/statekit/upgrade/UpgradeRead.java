@@ -47,7 +47,7 @@ public class UpgradeRead {
         @Override
         @SuppressWarnings({"unchecked", "rawtypes"})
         public void processBroadcastElement(String tick, Context ctx, Collector<String> out) throws Exception {
-            for (Map.Entry<String, TypeInformation<?>> e : UpgradeModel.states().get(uid).entrySet()) {
+            for (Map.Entry<String, TypeInformation<?>> e : UpgradeModel.allStates().get(uid).entrySet()) {
                 ValueStateDescriptor d = new ValueStateDescriptor(e.getKey(), e.getValue());
                 ctx.applyToKeyedState(d, (KeyedStateFunction<String, State>) (key, st) -> {
                     ObjectNode o = UpgradeModel.F.objectNode();
