@@ -29,7 +29,8 @@ import java.util.stream.Stream;
  * OUT/expected.json ({flink_version, state_backend, type_info: {uid/state: TypeInformation}, operators:
  * {uid: {key: {state: value JSON}}}}).
  *
- * <p>Args: OUT_DIR [hashmap|rocksdb].
+ * <p>Args: OUT_DIR [hashmap|rocksdb] [custom]; with "custom", Simple is registered with the user's own Kryo serializer
+ * ({@link SimpleKryoSerializer}; through reflection, as the 1.x API for it is gone in 2.x).
  */
 public class UpgradeWrite {
     static final AtomicInteger DONE = new AtomicInteger();
@@ -85,6 +86,10 @@ public class UpgradeWrite {
         conf.setString("state.checkpoints.dir", work.resolve("chk").toUri().toString());  // before Flink 2.0
         StreamExecutionEnvironment env = StreamExecutionEnvironment.createLocalEnvironment(UpgradeModel.PARALLELISM, conf);
         env.setMaxParallelism(UpgradeModel.MAX_PARALLELISM);
+        if (args.length > 2 && args[2].equals("custom")) {
+            env.getConfig().getClass().getMethod("registerTypeWithKryoSerializer", Class.class, Class.class)
+                    .invoke(env.getConfig(), UpgradeModel.Simple.class, SimpleKryoSerializer.class);
+        }
 
         DataStream<Integer> s = env.addSource(new Keys(), "Keys", Types.INT).setParallelism(1).uid("src");
         for (String uid : UpgradeModel.states().keySet()) {
