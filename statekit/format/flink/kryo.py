@@ -92,6 +92,8 @@ class Obj:
 
 @dataclass(eq=False)
 class Enum:
+    """An enum constant: its class, ordinal and name."""
+
     cls: str
     ordinal: int
     name: str
@@ -115,12 +117,16 @@ class Box:
 
 @dataclass(eq=False)
 class Coll:
+    """A collection (CollectionSerializer): its class and elements."""
+
     cls: str
     items: list
 
 
 @dataclass(eq=False)
 class MapN:
+    """A map (MapSerializer): its class and (key, value) entries in stream order."""
+
     cls: str
     entries: list
 
