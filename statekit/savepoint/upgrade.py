@@ -72,13 +72,14 @@ def _check_target(version: FlinkVersion, source: Savepoint) -> None:
 
 def upgrade(source: str | os.PathLike[str], target: str | os.PathLike[str], *, to_flink: str = "2.3",
             classpath: Iterable[str | os.PathLike[str]] = (), target_classpath: Iterable[str | os.PathLike[str]] = (),
-            pojos: Mapping[str, str] | None = None, drop: Sequence[str] = ()) -> UpgradeReport:
+            pojos: Mapping[str, str] | None = None, drop: Sequence[str] = (), uids: Sequence[str] = ()) -> UpgradeReport:
     """Rewrite the Flink 1.x savepoint `source` as a Flink `to_flink` (2.x) savepoint at `target`.
 
     Kryo-2 values of classes on `classpath` (the 1.x job's jars) are re-encoded as Kryo 5; Kryo `List`/`Map`
     values become Flink 2.x's built-in (Nullable) List/Map serializers; Scala `Option[T]` state becomes `T`
     and case classes the POJO `pojos` names (``{"uid/state": "com.acme.Pojo"}``, found on `target_classpath`,
-    the 2.x job's jars). `drop` (``"uid/state"``) leaves states out. A state that cannot be migrated raises
+    the 2.x job's jars). `drop` (``"uid/state"``) leaves states out. `uids` name operators in the report (1.x
+    savepoints store uid hashes only). A state that cannot be migrated raises
     `UpgradeRefusedError` (or `CustomKryoSerializerError`) naming it, and nothing is written. The source is
     never modified; `target` must not exist.
     """
@@ -93,6 +94,7 @@ def upgrade(source: str | os.PathLike[str], target: str | os.PathLike[str], *, t
     report = UpgradeReport(str(source), str(target), version.line)
     dropped = {_by_hash(k) for k in drop}
     named = {_by_hash(k).split("/")[0]: k.split("/")[0] for k in [*(pojos or {}), *drop]}
+    named.update({OperatorIdentifier.for_uid(u).uid_hash: u for u in uids})
     ops = []
     for meta in sp.operators:
         data = operator_data(sp, meta)
@@ -113,9 +115,10 @@ def upgrade(source: str | os.PathLike[str], target: str | os.PathLike[str], *, t
                 report.states.append(StateUpgrade(name, s.name, "dropped", s.value.serializer, "", n))
                 continue
             got = _migrate(s, col, ctx, what, key)
-            if got is None:
+            if got is None or got.values is None:
                 states.append(s)
-                report.states.append(StateUpgrade(name, s.name, "kept", s.value.serializer, s.value.serializer, n))
+                report.states.append(StateUpgrade(name, s.name, "kept", s.value.serializer, s.value.serializer, n,
+                                                  got.how if got else "the same serializer in 2.x"))
                 continue
             keyed = keyed.set_column(keyed.schema.get_field_index(s.column), s.column, pa.array(got.values, pa.binary()))
             # the column holds the values' final bytes: the writer copies them (an opaque serializer, same snapshot)
@@ -163,7 +166,9 @@ def _migrate(s: KeyedStateOut, col: pa.ChunkedArray, ctx: Context, what: str, ke
         got = kryo(t, values, ctx, what)
     else:
         got = scala(t, values, ctx, what, key)
-    return None if got.values == values and got.serializer is t else got
+    if got.values == values and got.serializer is t:
+        return replace(got, values=None, how=f"{got.how.split(' (')[0]}: the 2.x bytes are the same, checked value by value")
+    return got
 
 
 __all__ = ["UpgradeReport", "StateUpgrade", "UpgradeRefusedError", "upgrade"]

@@ -14,7 +14,17 @@ from typing import Any, Callable
 from statekit.errors import StatekitError
 from statekit.format.flink.binary import DataInput, java_string
 from statekit.format.flink.classfile import ClassPath
-from statekit.format.flink.kryo import Box, Kryo2Reader, Kryo5Writer, KryoLayoutError, Layouts, Str, plain
+from statekit.format.flink.kryo import (
+    DEFAULT_IDS,
+    Box,
+    CustomSerializerMet,
+    Kryo2Reader,
+    Kryo5Writer,
+    KryoLayoutError,
+    Layouts,
+    Str,
+    plain,
+)
 from statekit.format.flink.serializers import (
     COMPOSITE_MAGIC,
     KRYO_SNAPSHOT,
@@ -46,7 +56,7 @@ class Migrated:
     """A state's 2.x serializer and its values re-encoded (None where the state is not set)."""
 
     serializer: FlinkType
-    values: list[bytes | None]
+    values: list[bytes | None] | None  # None: unchanged (kept as they were)
     how: str
 
 
@@ -59,13 +69,13 @@ class Context:
     pojos: dict[str, str]  # "uid/state" -> the 2.x POJO class
 
 
-def _registrations(t: FlinkType, what: str) -> dict[str, tuple[int, str | None]]:
+def _registrations(t: FlinkType, what: str) -> list[tuple[str, int, str | None]]:
     """A KryoSerializerSnapshot's registrations: class -> (kind ordinal, serializer class); refuses default serializers."""
     inp = DataInput(t.raw, what)
     inp.utf("the snapshot class")
     inp.i32("the snapshot version")
     inp.utf("the Kryo type class")
-    regs: dict[str, tuple[int, str | None]] = {}
+    regs: list[tuple[str, int, str | None]] = []
     for part in ("registrations", "default serializers", "default serializer classes"):
         if inp.i64(f"the Kryo {part} header") != OPTIONAL_MAP_HEADER:
             raise inp.fail(f"the Kryo {part} map lacks its header")
@@ -85,36 +95,41 @@ def _registrations(t: FlinkType, what: str) -> dict[str, tuple[int, str | None]]
             frame.utf("the registered class")
             kind = frame.i32("the registration kind")
             ser = frame.utf("the serializer class") if kind == 1 else None
-            regs[name] = (kind, ser)
+            regs.append((name, kind, ser))
     return regs
 
 
-def _kryo_ids(values: list[bytes | None], type_class: str) -> dict[int, str]:
-    """The registration id Flink gave the state's own class: the class id of a top-level value that is not a default."""
+def _kryo_ids(values: list[bytes | None], regs: list[tuple[str, int, str | None]],
+              type_class: str, what: str) -> tuple[dict[int, str], dict[int, str]]:
+    """Registration ids of the job's registered classes (plain, and with their own serializer).
+
+    Flink registers Kryo's defaults and its own classes before the job's registrations, in the snapshot's
+    order; the first value's class id (the state's own class) tells where the job's registrations start.
+    """
+    names = [c for c, _, _ in regs]
     for v in values:
         if v:
-            r = Kryo2Reader(v, Layouts(ClassPath(), ""), {})
-            i = r.varint()
-            if i >= 2 + 10:
-                return {i - 2: type_class}
-    return {}
+            i = Kryo2Reader(v, Layouts(ClassPath(), what), {}).varint() - 2
+            if type_class not in names or i < len(DEFAULT_IDS) + 1:
+                return {}, {}
+            base = i - names.index(type_class)
+            plain_ids = {base + n: c for n, (c, k, _) in enumerate(regs) if k == 0}
+            return plain_ids, {base + n: c for n, (c, k, _) in enumerate(regs) if k != 0}
+    return {}, {}
 
 
 def kryo(t: FlinkType, values: list[bytes | None], ctx: Context, what: str) -> Migrated:
     """A Kryo 2 state: a collection becomes Flink 2.x's built-in List/Map serializer; a class becomes Kryo 5 bytes."""
     regs = _registrations(t, what)
-    custom = {c: (k, s) for c, (k, s) in regs.items() if k != 0 and not c.startswith("org.apache.avro.")}
-    if custom:
-        c, (k, s) = next(iter(custom.items()))
-        raise CustomKryoSerializerError(
-            f"{what}: class {c} is registered with {_REGISTRATION_KINDS.get(k, k)} {s or ''}".rstrip()
-            + "; its bytes are that serializer's own layout, which statekit cannot decode. Migrate this state with "
-            "the 1.x job (State Processor API), or leave it out of the upgrade (--drop) and rebuild it.")
     assert t.type_class is not None
-    ids = _kryo_ids(values, t.type_class)
+    for c, k, ser in regs:
+        if c == t.type_class and k != 0:
+            raise CustomKryoSerializerError(_custom(what, f"class {c} is registered with {_REGISTRATION_KINDS.get(k, k)} "
+                                                          f"{ser or ''}".rstrip()))
+    ids, custom = _kryo_ids(values, regs, t.type_class, what)
     lay = Layouts(ctx.classpath, what)
     try:
-        trees = [None if v is None else Kryo2Reader(v, lay, ids).read() for v in values]
+        trees = [None if v is None else Kryo2Reader(v, lay, ids, custom).read() for v in values]
         if t.type_class in _LISTS | _MAPS:
             return _builtin(t.type_class, trees, what)
         out: list[bytes | None] = []
@@ -125,10 +140,18 @@ def kryo(t: FlinkType, values: list[bytes | None], ctx: Context, what: str) -> M
             w = Kryo5Writer(lay, ids)
             w.class_and_object(tree)
             out.append(bytes(w.out))
+    except CustomSerializerMet as exc:
+        raise CustomKryoSerializerError(_custom(what, str(exc).split(": ", 1)[1])) from exc
     except KryoLayoutError as exc:
-        raise UpgradeRefusedError(f"{exc} Nothing was written; pass the 1.x job's jar (--classpath) or --drop the state.") from exc
+        raise UpgradeRefusedError(f"{exc}. Nothing was written; pass the 1.x job's jar (--classpath) or --drop the "
+                                  "state.") from exc
     same = out == values
     return Migrated(t, out, "Kryo 2 -> Kryo 5 (bytes unchanged)" if same else "Kryo 2 -> Kryo 5 (re-encoded)")
+
+
+def _custom(what: str, why: str) -> str:
+    return (f"{what}: {why}; its bytes are that serializer's own layout, which statekit cannot decode. Nothing was "
+            "written. Migrate this state with the 1.x job (State Processor API), or leave it out (--drop) and rebuild it.")
 
 
 _ELEM = {"string": (lambda v: java_string_bytes(v)), "int": lambda v: struct.pack(">i", v),

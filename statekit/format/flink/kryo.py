@@ -37,6 +37,10 @@ class KryoLayoutError(StatekitError):
     """A Kryo value whose layout statekit does not decode (custom serializer, unknown class or registration)."""
 
 
+class CustomSerializerMet(KryoLayoutError):
+    """A Kryo value holds a class the job registered with its own Kryo serializer (a layout only that serializer knows)."""
+
+
 @dataclass(frozen=True)
 class JType:
     """A declared Java type: class name (or primitive descriptor letter) and generic arguments."""
@@ -142,8 +146,8 @@ class Layouts:
     def user_class(self, name: str) -> JavaClass:
         c = self.classpath.find(name) if self.classpath else None
         if c is None:
-            where = "the classpath given" if self.classpath else "no classpath (pass the job's jar with --classpath)"
-            raise KryoLayoutError(f"{self.what}: class {name} is not in {where}; its Kryo fields cannot be laid out.")
+            where = "on the classpath given" if self.classpath else "on a classpath (none was given)"
+            raise KryoLayoutError(f"{self.what}: class {name} is not {where}, and its Kryo fields are not in the savepoint.")
         return c
 
     def is_final(self, name: str) -> bool:
@@ -192,7 +196,9 @@ class Layouts:
 class Kryo2Reader:
     """Reads one value written by Flink 1.x's KryoSerializer (`writeClassAndObject`, references on)."""
 
-    def __init__(self, data: bytes, layouts: Layouts, registered: dict[int, str]) -> None:
+    def __init__(self, data: bytes, layouts: Layouts, registered: dict[int, str],
+                 custom: dict[int, str] | None = None) -> None:
+        self.custom = custom or {}
         self.d = data
         self.p = 0
         self.lay = layouts
@@ -265,6 +271,9 @@ class Kryo2Reader:
                     raise self.fail("a null class name")
                 self.names[nid] = s
             return self.names[nid]
+        if i - 2 in self.custom:
+            raise CustomSerializerMet(f"{self.lay.what}: a value holds class {self.custom[i - 2]}, which the job registered "
+                                      "with its own Kryo serializer")
         if i - 2 not in self.registered:
             raise self.fail(f"class registration id {i - 2}, which Flink registered for a class statekit does not know")
         return self.registered[i - 2]
