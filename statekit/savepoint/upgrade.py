@@ -95,6 +95,10 @@ def upgrade(source: str | os.PathLike[str], target: str | os.PathLike[str], *, t
     dropped = {_by_hash(k) for k in drop}
     named = {_by_hash(k).split("/")[0]: k.split("/")[0] for k in [*(pojos or {}), *drop]}
     named.update({OperatorIdentifier.for_uid(u).uid_hash: u for u in uids})
+    have = {f"{m.uid_hash}/{st.name}" for m in sp.operators for st in m.keyed_states}
+    for opt, keys in (("--pojo", set(pojo_of)), ("--drop", dropped)):
+        if keys - have:
+            raise InvalidArgumentError(f"{opt} names state(s) {sorted(keys - have)} not in {source} (give them as uid/state).")
     ops = []
     for meta in sp.operators:
         data = operator_data(sp, meta)
@@ -110,7 +114,6 @@ def upgrade(source: str | os.PathLike[str], target: str | os.PathLike[str], *, t
             col = keyed.column(s.column)
             n = col.length() - col.null_count
             if key in dropped:
-                dropped.discard(key)
                 keyed = keyed.drop_columns([s.column])
                 report.states.append(StateUpgrade(name, s.name, "dropped", s.value.serializer, "", n))
                 continue
@@ -130,11 +133,6 @@ def upgrade(source: str | os.PathLike[str], target: str | os.PathLike[str], *, t
         data.layout = replace(data.layout, states=tuple(states))
         data.keyed = keyed
         ops.append(data)
-    if dropped:
-        raise InvalidArgumentError(f"--drop names state(s) {sorted(dropped)} not in {source} (give them as uid/state).")
-    unused = set(pojo_of) - {f"{m.uid_hash}/{st.name}" for m in sp.operators for st in m.keyed_states}
-    if unused:
-        raise InvalidArgumentError(f"--pojo names state(s) {sorted(unused)} not in {source} (give them as uid/state).")
     path = write_flink_savepoint(target, ops, checkpoint_id=sp.checkpoint_id, flink_version=version)
     report.target = str(path)
     return report
