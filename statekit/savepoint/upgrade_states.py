@@ -128,18 +128,20 @@ def kryo(t: FlinkType, values: list[bytes | None], ctx: Context, what: str) -> M
                                                           f"{ser or ''}".rstrip()))
     ids, custom = _kryo_ids(values, regs, t.type_class, what)
     lay = Layouts(ctx.classpath, what)
+    # a value's Kryo stream stands alone (references reset per value): equal bytes decode and encode once
+    trees: dict[bytes, Any] = {}
     try:
-        trees = [None if v is None else Kryo2Reader(v, lay, ids, custom).read() for v in values]
+        for v in values:
+            if v is not None and v not in trees:
+                trees[v] = Kryo2Reader(v, lay, ids, custom).read()
         if t.type_class in _LISTS | _MAPS:
-            return _builtin(t.type_class, trees, what)
-        out: list[bytes | None] = []
-        for tree in trees:
-            if tree is None:
-                out.append(None)
-                continue
+            return _builtin(t.type_class, values, trees, what)
+        encoded: dict[bytes, bytes] = {}
+        for v, tree in trees.items():
             w = Kryo5Writer(lay, ids)
             w.class_and_object(tree)
-            out.append(bytes(w.out))
+            encoded[v] = bytes(w.out)
+        out: list[bytes | None] = [None if v is None else encoded[v] for v in values]
     except CustomSerializerMet as exc:
         raise CustomKryoSerializerError(_custom(what, str(exc).split(": ", 1)[1])) from exc
     except KryoLayoutError as exc:
@@ -183,27 +185,29 @@ def nullable(inner: FlinkType) -> FlinkType:
     return FlinkType("binary", NULLABLE, 3, raw, (inner,))
 
 
-def _builtin(type_class: str, trees: list, what: str) -> Migrated:
+def _builtin(type_class: str, values: list[bytes | None], trees: dict[bytes, Any], what: str) -> Migrated:
     """A Kryo List/Map value as Flink 2.x's NullableSerializer(List(Nullable(E))) / NullableSerializer(Map(Nullable(K), V))."""
-    present = [x for x in trees if x is not None]
-    out: list[bytes | None] = []
+    present = list(trees.values())
+    encoded: dict[bytes, bytes] = {}
     if type_class in _LISTS:
         ddl = _ddl_of([i for x in present for i in x.items], what)
         enc = _ELEM[ddl]
-        for x in trees:
-            out.append(None if x is None else b"\x00" + struct.pack(">i", len(x.items)) + b"".join(
-                b"\x01" if i is None else b"\x00" + enc(plain(i)) for i in x.items))
+        for raw, x in trees.items():
+            encoded[raw] = b"\x00" + struct.pack(">i", len(x.items)) + b"".join(
+                b"\x01" if i is None else b"\x00" + enc(plain(i)) for i in x.items)
         ser = nullable(list_of(nullable(flink_type(ddl))))
-        return Migrated(ser, out, f"Kryo {type_class} -> NullableSerializer(List<{ddl}>)")
-    kd = _ddl_of([k for x in present for k, _ in x.entries], what)
-    vd = _ddl_of([v for x in present for _, v in x.entries], what)
-    ke, ve = _ELEM[kd], _ELEM[vd]
-    for x in trees:
-        out.append(None if x is None else b"\x00" + struct.pack(">i", len(x.entries)) + b"".join(
-            (b"\x01" if k is None else b"\x00" + ke(plain(k))) + (b"\x01" if v is None else b"\x00" + ve(plain(v)))
-            for k, v in x.entries))
-    ser = nullable(map_of(nullable(flink_type(kd)), flink_type(vd)))
-    return Migrated(ser, out, f"Kryo {type_class} -> NullableSerializer(Map<{kd},{vd}>)")
+        how = f"Kryo {type_class} -> NullableSerializer(List<{ddl}>)"
+    else:
+        kd = _ddl_of([k for x in present for k, _ in x.entries], what)
+        vd = _ddl_of([v for x in present for _, v in x.entries], what)
+        ke, ve = _ELEM[kd], _ELEM[vd]
+        for raw, x in trees.items():
+            encoded[raw] = b"\x00" + struct.pack(">i", len(x.entries)) + b"".join(
+                (b"\x01" if k is None else b"\x00" + ke(plain(k))) + (b"\x01" if v is None else b"\x00" + ve(plain(v)))
+                for k, v in x.entries)
+        ser = nullable(map_of(nullable(flink_type(kd)), flink_type(vd)))
+        how = f"Kryo {type_class} -> NullableSerializer(Map<{kd},{vd}>)"
+    return Migrated(ser, [None if v is None else encoded[v] for v in values], how)
 
 
 # --- the Scala API ----------------------------------------------------------------------------------------

@@ -11,6 +11,7 @@ and map sizes plus one (with a same-type flag), and does not track enums as refe
 
 from __future__ import annotations
 
+import re
 import struct
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,6 +31,7 @@ _PRIM_BOX = {d: c for c, d in BOXED.items()}
 COLLECTIONS = {"java.util.ArrayList", "java.util.LinkedList", "java.util.HashSet", "java.util.LinkedHashSet"}
 MAPS = {"java.util.HashMap"}
 FINAL_JAVA = {STRING, *BOXED}
+_HIGH_BIT = re.compile(rb"[\x80-\xff]")
 _FIXED = {"S": ("h", 2), "C": ("H", 2), "F": ("f", 4), "D": ("d", 8)}
 
 
@@ -142,6 +144,9 @@ class Layouts:
         self.classpath = classpath
         self.what = what
         self._fields: dict[str, list[tuple[str, JType]]] = {}
+        self._final: dict[str, bool] = {}
+        self._kind: dict[str, str] = {}
+        self._plan: dict[str, list[tuple[str, str, JType]]] = {}
 
     def user_class(self, name: str) -> JavaClass:
         c = self.classpath.find(name) if self.classpath else None
@@ -151,6 +156,13 @@ class Layouts:
         return c
 
     def is_final(self, name: str) -> bool:
+        """Whether Kryo knows a field's class without writing it (a final class, as `Kryo.isFinal`)."""
+        got = self._final.get(name)
+        if got is None:
+            got = self._final[name] = self._is_final(name)
+        return got
+
+    def _is_final(self, name: str) -> bool:
         if name in FINAL_JAVA:
             return True
         if name.startswith(("java.", "javax.", "scala.")) or name.startswith("["):
@@ -178,8 +190,22 @@ class Layouts:
             self._fields[name] = sorted(out, key=lambda x: x[0])
         return self._fields[name]
 
+    def plan(self, name: str) -> list[tuple[str, str, JType]]:
+        """The fields of class `name` with how each is written: "p" primitive, "f" a final class, "a" class first."""
+        got = self._plan.get(name)
+        if got is None:
+            got = self._plan[name] = [(n, "p" if len(t.name) == 1 else "f" if self.is_final(t.name) else "a", t)
+                                      for n, t in self.fields(name)]
+        return got
+
     def kind(self, name: str) -> str:
         """How Kryo writes a class: string, boxed, enum, collection, map or fields."""
+        got = self._kind.get(name)
+        if got is None:
+            got = self._kind[name] = self._kind_of(name)
+        return got
+
+    def _kind_of(self, name: str) -> str:
         if name == STRING:
             return "string"
         if name in BOXED:
@@ -210,6 +236,10 @@ class Kryo2Reader:
         return KryoLayoutError(f"{self.lay.what}: {why} at byte {self.p} of a Kryo value; it is not regular Kryo field serialization.")
 
     def varint(self) -> int:
+        p = self.p
+        if p < len(self.d) and self.d[p] < 0x80:  # the common one-byte case
+            self.p = p + 1
+            return self.d[p]
         r = s = 0
         while True:
             if self.p >= len(self.d):
@@ -238,10 +268,12 @@ class Kryo2Reader:
         start = self.p
         b = self.take(1)[0]
         if not b & 0x80:  # ASCII, the last char marked with bit 8
-            while not self.take(1)[0] & 0x80:
-                pass
-            raw = self.d[start : self.p]
-            return Str(bytes(raw[:-1] + bytes([raw[-1] & 0x7F])).decode("ascii"), bytes(raw))
+            m = _HIGH_BIT.search(self.d, start)
+            if m is None:
+                raise self.fail("an ASCII string without its last character")
+            self.p = end = m.end()
+            raw = bytes(self.d[start:end])
+            return Str(raw[:-1].decode("ascii") + chr(raw[-1] & 0x7F), raw)
         n = b & 0x3F
         if b & 0x40:
             n |= self.varint() << 6
@@ -341,8 +373,14 @@ class Kryo2Reader:
         else:
             out = Obj(cls)
             self.set_ref(slot, out)
-            for name, t in self.lay.fields(cls):
-                out.fields[name] = self.field(t)
+            fields = out.fields
+            for name, mode, t in self.lay.plan(cls):
+                if mode == "p":
+                    fields[name] = self.primitive(t.name)
+                elif mode == "f":
+                    fields[name] = self.object(t.name, may_be_null=True, args=t.args)
+                else:
+                    fields[name] = self.class_and_object(t.args)
         self.set_ref(slot, out)
         return out
 
@@ -469,8 +507,14 @@ class Kryo5Writer:
         elif isinstance(v, MapN):
             self.mapping(v, args)
         else:
-            for name, t in self.lay.fields(v.cls):
-                self.field(v.fields[name], t)
+            fields = v.fields
+            for name, mode, t in self.lay.plan(v.cls):
+                if mode == "p":
+                    self.primitive(t.name, fields[name])
+                elif mode == "f":
+                    self.object(fields[name], t.name, may_be_null=True, args=t.args)
+                else:
+                    self.class_and_object(fields[name], t.args)
 
     def collection(self, v: Coll, args: tuple[JType, ...]) -> None:
         n = len(v.items)

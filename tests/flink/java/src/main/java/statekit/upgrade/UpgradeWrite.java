@@ -29,17 +29,19 @@ import java.util.stream.Stream;
  * OUT/expected.json ({flink_version, state_backend, type_info: {uid/state: TypeInformation}, operators:
  * {uid: {key: {state: value JSON}}}}).
  *
- * <p>Args: OUT_DIR [hashmap|rocksdb] [custom]; with "custom", Simple is registered with the user's own Kryo serializer
+ * <p>Args: OUT_DIR [hashmap|rocksdb] [custom|plain] [N_KEYS]; N_KEYS (default {@link UpgradeModel#N_KEYS}) sizes the
+ * state for benchmarks (bench/flink_upgrade.py); with "custom", Simple is registered with the user's own Kryo serializer
  * ({@link SimpleKryoSerializer}; through reflection, as the 1.x API for it is gone in 2.x).
  */
 public class UpgradeWrite {
     static final AtomicInteger DONE = new AtomicInteger();
+    static int nKeys = UpgradeModel.N_KEYS;
 
     /** Emits the key indexes once, then idles until cancelled (so that a savepoint can be taken). */
     public static class Keys implements SourceFunction<Integer> {
         private volatile boolean running = true;
         @Override public void run(SourceContext<Integer> ctx) throws Exception {
-            for (int i = 0; i < UpgradeModel.N_KEYS; i++) {
+            for (int i = 0; i < nKeys; i++) {
                 synchronized (ctx.getCheckpointLock()) { ctx.collect(i); }
             }
             while (running) Thread.sleep(20);
@@ -76,6 +78,7 @@ public class UpgradeWrite {
     public static void main(String[] args) throws Exception {
         Path out = Paths.get(args[0]).toAbsolutePath();
         String backend = args.length > 1 ? args[1] : "hashmap";
+        if (args.length > 3) nKeys = Integer.parseInt(args[3]);
         Configuration conf = new Configuration();
         conf.setString("state.backend.type", backend);
         conf.setString("rest.bind-address", "127.0.0.1");
@@ -98,8 +101,8 @@ public class UpgradeWrite {
         s.sinkTo(new DiscardingSink<>()).uid("sink");
 
         JobClient client = env.executeAsync("statekit-upgrade-pairs");
-        long deadline = System.currentTimeMillis() + 180_000;
-        int want = UpgradeModel.N_KEYS * UpgradeModel.states().size();
+        long deadline = System.currentTimeMillis() + 180_000 + nKeys;
+        int want = nKeys * UpgradeModel.states().size();
         while (DONE.get() < want) {
             if (System.currentTimeMillis() > deadline) throw new IllegalStateException("job did not process input in time");
             Thread.sleep(50);
@@ -121,7 +124,7 @@ public class UpgradeWrite {
         UpgradeModel.states().forEach((uid, states) -> {
             ObjectNode op = ops.putObject(uid);
             states.forEach((name, t) -> types.put(uid + "/" + name, t.toString()));
-            for (int i = 0; i < UpgradeModel.N_KEYS; i++) {
+            for (int i = 0; i < nKeys; i++) {
                 ObjectNode k = op.putObject(UpgradeModel.key(i));
                 for (String name : states.keySet()) k.set(name, UpgradeModel.json(UpgradeModel.value(name, i)));
             }
