@@ -48,10 +48,15 @@ public final class UpgradeModel {
         private final String nickname;
         private final Double ratio;
         private final boolean active;
+        // the same objects twice in one value: Kryo writes back-references (and Kryo 2 counts enums among them)
+        private final String alias;
+        private final Tier previousTier;
         public Profile(String name, int level, long score, Tier tier, Address address, List<String> tags,
-                       Map<String, Long> counters, String nickname, Double ratio, boolean active) {
+                       Map<String, Long> counters, String nickname, Double ratio, boolean active, String alias,
+                       Tier previousTier) {
             this.name = name; this.level = level; this.score = score; this.tier = tier; this.address = address;
             this.tags = tags; this.counters = counters; this.nickname = nickname; this.ratio = ratio; this.active = active;
+            this.alias = alias; this.previousTier = previousTier;
         }
     }
 
@@ -77,12 +82,16 @@ public final class UpgradeModel {
     public static Profile profile(int i) {
         Address a = i % 5 == 0 ? null
                 : new Address("city-" + (i % 4), 10000 + i, i % 2 == 0 ? new ArrayList<>(List.of("line a", "line b")) : new ArrayList<>());
+        String name = "name-" + i;
         List<String> tags = new ArrayList<>();
         for (int j = 0; j < i % 4; j++) tags.add("t" + j + (i == 7 ? "-ü" : ""));
+        if (i % 3 == 1) tags.add(name);  // the name's instance again
         Map<String, Long> counters = new HashMap<>();
         if (i % 3 != 0) { counters.put("clicks", (long) i); counters.put("views", 2L * i - 50); }
-        return new Profile("name-" + i, i % 7, i * 1000L + 3, Tier.values()[i % 3], a, tags, counters,
-                i % 2 == 0 ? null : "nick-" + i, i % 4 == 0 ? null : i / 8.0, i % 2 == 1);
+        Tier tier = Tier.values()[i % 3];
+        return new Profile(name, i % 7, i * 1000L + 3, tier, a, tags, counters,
+                i % 2 == 0 ? null : "nick-" + i, i % 4 == 0 ? null : i / 8.0, i % 2 == 1,
+                i % 3 == 0 ? name : i % 3 == 1 ? null : "alias-" + i, i % 4 == 3 ? null : Tier.values()[(i / 2) % 3]);
     }
 
     public static List<String> recent(int i) {
