@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import asdict, dataclass, field, replace
-from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
 import pyarrow as pa
@@ -20,7 +19,7 @@ from statekit.errors import InvalidArgumentError
 from statekit.format.flink.classfile import ClassPath
 from statekit.format.flink.serializers_out import keyed_meta_info
 from statekit.format.flink.versions import FlinkVersion
-from statekit.format.flink.writer import KeyedStateOut, write_flink_savepoint
+from statekit.format.flink.writer import KeyedStateOut, OperatorData, OperatorStateOut, write_flink_savepoint
 from statekit.identifiers import OperatorIdentifier
 from statekit.savepoint.reader import Savepoint
 from statekit.savepoint.upgrade_states import Context, Migrated, UpgradeRefusedError, is_kryo, is_scala, kryo, scala
@@ -95,47 +94,79 @@ def upgrade(source: str | os.PathLike[str], target: str | os.PathLike[str], *, t
     dropped = {_by_hash(k) for k in drop}
     named = {_by_hash(k).split("/")[0]: k.split("/")[0] for k in [*(pojos or {}), *drop]}
     named.update({OperatorIdentifier.for_uid(u).uid_hash: u for u in uids})
-    have = {f"{m.uid_hash}/{st.name}" for m in sp.operators for st in m.keyed_states}
+    have = {f"{m.uid_hash}/{n}" for m in sp.operators
+            for n in [*(st.name for st in m.keyed_states), *(st.name for st in m.operator_states)]}
     for opt, keys in (("--pojo", set(pojo_of)), ("--drop", dropped)):
         if keys - have:
             raise InvalidArgumentError(f"{opt} names state(s) {sorted(keys - have)} not in {source} (give them as uid/state).")
     ops = []
     for meta in sp.operators:
         data = operator_data(sp, meta)
-        if data.layout is None or not isinstance(data.keyed, pa.Table):
-            ops.append(data)
-            continue
         name = meta.uid or named.get(meta.uid_hash, meta.uid_hash)
-        keyed = data.keyed
-        states = []
-        for s in data.layout.states:
-            key = f"{meta.uid_hash}/{s.name}"
-            what = f"state {s.name!r} of operator {name!r}"
-            col = keyed.column(s.column)
-            n = col.length() - col.null_count
-            if key in dropped:
-                keyed = keyed.drop_columns([s.column])
-                report.states.append(StateUpgrade(name, s.name, "dropped", s.value.serializer, "", n))
-                continue
-            got = _migrate(s, col, ctx, what, key)
-            if got is None or got.values is None:
-                states.append(s)
-                report.states.append(StateUpgrade(name, s.name, "kept", s.value.serializer, s.value.serializer, n,
-                                                  got.how if got else "the same serializer in 2.x"))
-                continue
-            keyed = keyed.set_column(keyed.schema.get_field_index(s.column), s.column, pa.array(got.values, pa.binary()))
-            # the column holds the values' final bytes: the writer copies them (an opaque serializer, same snapshot)
-            opaque = replace(got.serializer, kind="binary", children=(), field_names=())
-            meta_bytes = keyed_meta_info(s.name, s.kind, opaque, data.layout.namespace)
-            states.append(KeyedStateOut(s.name, s.kind, opaque, meta_bytes, s.column))
-            report.states.append(StateUpgrade(name, s.name, "migrated", s.value.serializer, got.serializer.serializer, n,
-                                              got.how))
-        data.layout = replace(data.layout, states=tuple(states))
-        data.keyed = keyed
+        data.operator_states = _operator_states(data.operator_states, meta.uid_hash, name, dropped, report)
+        if data.layout is not None and isinstance(data.keyed, pa.Table):
+            if is_kryo(data.layout.key) or is_scala(data.layout.key) or data.layout.key.kind == "binary":
+                raise UpgradeRefusedError(
+                    f"operator {name!r} is keyed by {data.layout.key.serializer}: such keys hash with the key class's "
+                    "own hashCode() and statekit does not migrate keys. Nothing was written; re-key the state with the "
+                    "1.x job (State Processor API).")
+            _keyed(data, meta.uid_hash, name, ctx, dropped, report)
         ops.append(data)
     path = write_flink_savepoint(target, ops, checkpoint_id=sp.checkpoint_id, flink_version=version)
     report.target = str(path)
     return report
+
+
+def _keyed(data: OperatorData, uid_hash: str, name: str, ctx: Context, dropped: set[str],
+           report: UpgradeReport) -> None:
+    """Migrate `data`'s keyed states in place (its layout and table), recording each in `report`."""
+    assert data.layout is not None and isinstance(data.keyed, pa.Table)
+    keyed = data.keyed
+    states = []
+    for s in data.layout.states:
+        key = f"{uid_hash}/{s.name}"
+        what = f"state {s.name!r} of operator {name!r}"
+        col = keyed.column(s.column)
+        n = col.length() - col.null_count
+        if key in dropped:
+            keyed = keyed.drop_columns([s.column])
+            report.states.append(StateUpgrade(name, s.name, "dropped", s.value.serializer, "", n))
+            continue
+        got = _migrate(s, col, ctx, what, key)
+        if got is None or got.values is None:
+            states.append(s)
+            report.states.append(StateUpgrade(name, s.name, "kept", s.value.serializer, s.value.serializer, n,
+                                              got.how if got else "the same serializer in 2.x"))
+            continue
+        keyed = keyed.set_column(keyed.schema.get_field_index(s.column), s.column, pa.array(got.values, pa.binary()))
+        # the column holds the values' final bytes: the writer copies them (an opaque serializer, same snapshot)
+        opaque = replace(got.serializer, kind="binary", children=(), field_names=())
+        states.append(KeyedStateOut(s.name, s.kind, opaque, keyed_meta_info(s.name, s.kind, opaque, data.layout.namespace),
+                                    s.column))
+        report.states.append(StateUpgrade(name, s.name, "migrated", s.value.serializer, got.serializer.serializer, n,
+                                          got.how))
+    data.layout = replace(data.layout, states=tuple(states))
+    data.keyed = keyed
+
+
+def _operator_states(states: Sequence[OperatorStateOut], uid_hash: str, name: str, dropped: set[str],
+                     report: UpgradeReport) -> list[OperatorStateOut]:
+    """Operator (list, union, broadcast) states: kept when 2.x reads them as they are, else refused (or dropped)."""
+    out = []
+    for s in states:
+        n = sum(len(a) for a in s.per_subtask) + (s.entries.num_rows if s.entries is not None else 0)
+        if f"{uid_hash}/{s.name}" in dropped:
+            report.states.append(StateUpgrade(name, s.name, "dropped", s.value.serializer, "", n))
+            continue
+        for t in (s.value, s.key):
+            if t is not None and (is_kryo(t) or is_scala(t) or not (t.decodable or t.kind == "avro")):
+                raise UpgradeRefusedError(
+                    f"operator state {s.name!r} of operator {name!r} holds {t.serializer} values; statekit migrates "
+                    "keyed value states only. Nothing was written; --drop it, or migrate it with the 1.x job.")
+        out.append(s)
+        report.states.append(StateUpgrade(name, s.name, "kept", s.value.serializer, s.value.serializer, n,
+                                          "the same serializer in 2.x"))
+    return out
 
 
 def _by_hash(key: str) -> str:
@@ -170,4 +201,3 @@ def _migrate(s: KeyedStateOut, col: pa.ChunkedArray, ctx: Context, what: str, ke
 
 
 __all__ = ["UpgradeReport", "StateUpgrade", "UpgradeRefusedError", "upgrade"]
-_ = Path

@@ -19,12 +19,12 @@ from statekit.format.flink.kryo import (
     Box,
     CustomSerializerMet,
     Kryo2Reader,
-    Kryo5Writer,
     KryoLayoutError,
     Layouts,
     Str,
     plain,
 )
+from statekit.format.flink.kryo5 import Kryo5Writer
 from statekit.format.flink.serializers import (
     COMPOSITE_MAGIC,
     KRYO_SNAPSHOT,

@@ -1,4 +1,4 @@
-"""Kryo 2.24 streams (Flink 1.x) decoded into a value tree, and that tree written as Kryo 5 (Flink 2.x).
+"""Kryo 2.24 streams (Flink 1.x) decoded into a value tree (`statekit.format.flink.kryo5` writes it as Kryo 5).
 
 Boundary: the regular layouts only - `FieldSerializer` objects of classes found on the job's classpath
 (`statekit.format.flink.classfile`), enums, strings, boxed primitives, `ArrayList`/`LinkedList`/`HashSet`/
@@ -26,13 +26,12 @@ BOXED = {"java.lang.Integer": "I", "java.lang.Float": "F", "java.lang.Boolean": 
 #: Kryo's default registrations (ids 0-9 in 2.24 and 5.x): primitives share the id of their box
 DEFAULT_IDS = {0: "java.lang.Integer", 1: STRING, 2: "java.lang.Float", 3: "java.lang.Boolean", 4: "java.lang.Byte",
                5: "java.lang.Character", 6: "java.lang.Short", 7: "java.lang.Long", 8: "java.lang.Double"}
-_ID_OF = {c: i for i, c in DEFAULT_IDS.items()}
-_PRIM_BOX = {d: c for c, d in BOXED.items()}
 COLLECTIONS = {"java.util.ArrayList", "java.util.LinkedList", "java.util.HashSet", "java.util.LinkedHashSet"}
 MAPS = {"java.util.HashMap"}
 FINAL_JAVA = {STRING, *BOXED}
 _HIGH_BIT = re.compile(rb"[\x80-\xff]")
-_FIXED = {"S": ("h", 2), "C": ("H", 2), "F": ("f", 4), "D": ("d", 8)}
+#: fixed-width primitives: struct format and size (big-endian in Kryo 2, little-endian in Kryo 5)
+FIXED_WIDTH = {"S": ("h", 2), "C": ("H", 2), "F": ("f", 4), "D": ("d", 8)}
 
 
 class KryoLayoutError(StatekitError):
@@ -408,7 +407,7 @@ class Kryo2Reader:
             return self.take(1)[0] != 0
         if d == "B":
             return struct.unpack(">b", self.take(1))[0]
-        fmt, n = _FIXED[d]
+        fmt, n = FIXED_WIDTH[d]
         return struct.unpack(">" + fmt, self.take(n))[0]
 
     def read(self) -> Any:
@@ -418,166 +417,7 @@ class Kryo2Reader:
         return v
 
 
-class Kryo5Writer:
-    """Writes a value tree as Flink 2.x's KryoSerializer does (Kryo 5: `writeClassAndObject`, references on)."""
-
-    def __init__(self, layouts: Layouts, registered: dict[int, str]) -> None:
-        self.lay = layouts
-        self.ids = {**_ID_OF, **{c: i for i, c in registered.items()}}
-        self.out = bytearray()
-        self.names: dict[str, int] = {}
-        self.refs: dict[int, int] = {}
-
-    def varint(self, v: int) -> None:
-        while v > 0x7F:
-            self.out.append(v & 0x7F | 0x80)
-            v >>= 7
-        self.out.append(v)
-
-    def zigzag(self, v: int, bits: int) -> None:
-        self.varint(((v << 1) ^ (v >> (bits - 1))) & ((1 << bits) - 1))
-
-    def varint_flag(self, flag: bool, v: int) -> None:
-        first = v & 0x3F | (0x80 if flag else 0)
-        if v >> 6:
-            self.out.append(first | 0x40)
-            self.varint(v >> 6)
-        else:
-            self.out.append(first)
-
-    def write_class(self, cls: str | None) -> None:
-        if cls is None:
-            self.out.append(0)
-        elif cls in self.ids:
-            self.varint(self.ids[cls] + 2)
-        else:
-            self.varint(1)
-            if cls in self.names:
-                self.varint(self.names[cls])
-            else:
-                self.names[cls] = len(self.names)
-                self.varint(self.names[cls])
-                self.out += _ascii(cls)
-
-    @staticmethod
-    def class_of(v: Any) -> str:
-        if isinstance(v, Str):
-            return STRING
-        if isinstance(v, Box):
-            return _PRIM_BOX[v.kind]
-        return str(v.cls)
-
-    def marker(self, v: Any, cls: str, may_be_null: bool) -> bool:
-        """Writes the reference marker; True when the value is complete (null or a back reference)."""
-        if v is None:
-            self.out.append(0)
-            return True
-        if cls in BOXED or isinstance(v, Enum):  # Kryo 5 tracks neither boxed primitives nor enums
-            if may_be_null:
-                self.out.append(1)
-            return False
-        if id(v) in self.refs:
-            self.varint(self.refs[id(v)] + 2)
-            return True
-        self.refs[id(v)] = len(self.refs)
-        self.out.append(1)
-        return False
-
-    def class_and_object(self, v: Any, args: tuple[JType, ...] = ()) -> None:
-        if v is None:
-            self.out.append(0)
-            return
-        cls = self.class_of(v)
-        self.write_class(cls)
-        self.object(v, cls, may_be_null=False, args=args)
-
-    def object(self, v: Any, cls: str, *, may_be_null: bool, args: tuple[JType, ...] = ()) -> None:
-        if not self.marker(v, cls, may_be_null):
-            self.content(v, args)
-
-    def content(self, v: Any, args: tuple[JType, ...]) -> None:
-        if isinstance(v, Str):
-            self.out += v.raw
-        elif isinstance(v, Box):
-            self.primitive(v.kind, v.value)
-        elif isinstance(v, Enum):
-            self.varint(v.ordinal + 1)
-        elif isinstance(v, Coll):
-            self.collection(v, args)
-        elif isinstance(v, MapN):
-            self.mapping(v, args)
-        else:
-            fields = v.fields
-            for name, mode, t in self.lay.plan(v.cls):
-                if mode == "p":
-                    self.primitive(t.name, fields[name])
-                elif mode == "f":
-                    self.object(fields[name], t.name, may_be_null=True, args=t.args)
-                else:
-                    self.class_and_object(fields[name], t.args)
-
-    def collection(self, v: Coll, args: tuple[JType, ...]) -> None:
-        n = len(v.items)
-        if n == 0:
-            self.out.append(1)
-            return
-        elem = args[0].name if args and self.lay.is_final(args[0].name) else None
-        has_null = any(x is None for x in v.items)
-        if elem is not None:
-            self.varint_flag(has_null, n + 1)
-            for x in v.items:
-                self.object(x, elem, may_be_null=has_null)
-            return
-        types = {self.class_of(x) for x in v.items if x is not None}
-        if len(types) > 1:
-            self.varint_flag(False, n + 1)
-            for x in v.items:
-                self.class_and_object(x)
-            return
-        self.varint_flag(True, n + 1)
-        if not types:  # all null
-            self.out.append(0)
-            return
-        (cls,) = types
-        self.write_class(cls)
-        self.out.append(1 if has_null else 0)
-        for x in v.items:
-            self.object(x, cls, may_be_null=has_null)
-
-    def mapping(self, v: MapN, args: tuple[JType, ...]) -> None:
-        n = len(v.entries)
-        if n == 0:
-            self.out.append(1)
-            return
-        self.varint(n + 1)
-        k = args[0].name if len(args) > 0 and self.lay.is_final(args[0].name) else None
-        val = args[1].name if len(args) > 1 and self.lay.is_final(args[1].name) else None
-        for key, value in v.entries:
-            self.object(key, k, may_be_null=True) if k else self.class_and_object(key)
-            self.object(value, val, may_be_null=True) if val else self.class_and_object(value)
-
-    def field(self, v: Any, t: JType) -> None:
-        if len(t.name) == 1:
-            self.primitive(t.name, v)
-        elif self.lay.is_final(t.name):
-            self.object(v, t.name, may_be_null=True, args=t.args)
-        else:
-            self.class_and_object(v, t.args)
-
-    def primitive(self, d: str, v: Any) -> None:
-        if d == "I":
-            self.zigzag(v, 32)
-        elif d == "J":
-            self.zigzag(v, 64)
-        elif d == "Z":
-            self.out.append(1 if v else 0)
-        elif d == "B":
-            self.out += struct.pack("<b", v)
-        else:
-            self.out += struct.pack("<" + _FIXED[d][0], v)
-
-
-def _ascii(s: str) -> bytes:
+def ascii_name(s: str) -> bytes:
     """Kryo's ASCII string form (class names): the chars, the last one with bit 8 set."""
     b = bytearray(s.encode("ascii"))
     b[-1] |= 0x80
