@@ -145,7 +145,7 @@ def kryo(t: FlinkType, values: list[bytes | None], ctx: Context, what: str) -> M
     except CustomSerializerMet as exc:
         raise CustomKryoSerializerError(_custom(what, str(exc).split(": ", 1)[1])) from exc
     except KryoLayoutError as exc:
-        raise UpgradeRefusedError(f"{exc}. Nothing was written; pass the 1.x job's jar (--classpath) or --drop the "
+        raise UpgradeRefusedError(f"{str(exc).rstrip('.')}. Nothing was written; pass the 1.x job's jar (--classpath) or --drop the "
                                   "state.") from exc
     same = out == values
     return Migrated(t, out, "Kryo 2 -> Kryo 5 (bytes unchanged)" if same else "Kryo 2 -> Kryo 5 (re-encoded)")

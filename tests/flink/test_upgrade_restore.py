@@ -18,6 +18,7 @@ import upgrade_jobs
 from statekit.savepoint.upgrade import upgrade
 
 from .conftest import FIXTURES
+from .test_repair_restore import _spec
 
 pytestmark = pytest.mark.flink
 
@@ -71,3 +72,23 @@ def test_upgraded_savepoints_restore_in_flink_2_3_with_every_value_equal(flink_l
         if values["last"] is None:
             del values["last"]
     assert got[3] == want
+
+
+def test_the_corpus_job_that_flink_restores_directly_still_restores_after_upgrade(flink_line, tmp_path):
+    """The 1.20 corpus job (keyed value/list/map state with timers, POJO, Tuple, Row, a plain Kryo class, operator
+    list/union and broadcast state): Flink 2.3 restores its 1.20 savepoint directly; after `upgrade` the 2.3 job
+    sees exactly the same."""
+    flink = flink_line("2.3")
+    flink_line("1.20")  # the 1.x job's classes: what a user passes as --classpath
+    src = FIXTURES / "1.20.5" / "long-hashmap-canonical" / "savepoint"
+    report = upgrade(src, tmp_path / "up", to_flink="2.3",
+                     classpath=[flink.build_dir("1.20") / "target" / "classes"], uids=["counter", "types"])
+    kryo = next(s for s in report.states if s.state == "v_kryo")
+    assert kryo.action == "kept" and "the 2.x bytes are the same" in kryo.how
+    spec = _spec(job_max=None, counter_max=None, counter_uid="counter", counter_key="bigint")
+    direct, upgraded = flink.restore_many([(src, spec), (tmp_path / "up", spec)], version="2.3")
+    assert not isinstance(direct, str) and not isinstance(upgraded, str), (direct, upgraded)
+    for r in (direct, upgraded):  # a union state's elements arrive in the order of the subtasks' handles
+        r.operator["buffer"]["seen"] = {i: sorted(v) for i, v in r.operator["buffer"]["seen"].items()}
+    assert upgraded == direct
+    assert upgraded.keyed["types"] and upgraded.timers["counter"]
