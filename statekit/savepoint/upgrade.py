@@ -138,9 +138,12 @@ def _keyed(data: OperatorData, uid_hash: str, name: str, ctx: Context, dropped: 
             report.states.append(StateUpgrade(name, s.name, "kept", s.value.serializer, s.value.serializer, n,
                                               got.how if got else "the same serializer in 2.x"))
             continue
-        keyed = keyed.set_column(keyed.schema.get_field_index(s.column), s.column, pa.array(got.values, pa.binary()))
-        # the column holds the values' final bytes: the writer copies them (an opaque serializer, same snapshot)
-        opaque = replace(got.serializer, kind="binary", children=(), field_names=())
+        if s.kind == "list":  # the elements' final bytes; the writer joins them (the list serializer is kept)
+            column, opaque = pa.array(got.values, pa.list_(pa.binary())), got.serializer
+        else:  # the values' final bytes: the writer copies them (an opaque serializer, same snapshot)
+            column = pa.array(got.values, pa.binary())
+            opaque = replace(got.serializer, kind="binary", children=(), field_names=())
+        keyed = keyed.set_column(keyed.schema.get_field_index(s.column), s.column, column)
         states.append(KeyedStateOut(s.name, s.kind, opaque, keyed_meta_info(s.name, s.kind, opaque, data.layout.namespace),
                                     s.column))
         report.states.append(StateUpgrade(name, s.name, "migrated", s.value.serializer, got.serializer.serializer, n,
@@ -182,6 +185,12 @@ def _by_hash(key: str) -> str:
 def _migrate(s: KeyedStateOut, col: pa.ChunkedArray, ctx: Context, what: str, key: str) -> Migrated | None:
     """The migration of one keyed state, or None when its serializer is the same in 2.x."""
     t = s.value
+    if s.kind == "list" and t.kind == "list" and is_kryo(t.children[0]):  # ListState of Kryo elements
+        got = kryo(t.children[0], col.to_pylist(), ctx, what, delimited=True)
+        if got.values is not None and [None if v is None else b",".join(v) for v in got.values] == col.to_pylist():
+            return replace(got, serializer=t, values=None, how="Kryo 2 -> Kryo 5 elements: the 2.x bytes are the same, "
+                                                              "checked value by value")
+        return replace(got, serializer=t, how=got.how.replace("Kryo 5", "Kryo 5 elements", 1))
     if not (is_kryo(t) or is_scala(t)):
         if t.decodable or t.kind == "avro":
             return None

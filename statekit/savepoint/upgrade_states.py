@@ -56,7 +56,7 @@ class Migrated:
     """A state's 2.x serializer and its values re-encoded (None where the state is not set)."""
 
     serializer: FlinkType
-    values: list[bytes | None] | None  # None: unchanged (kept as they were)
+    values: list[Any] | None  # bytes per value (list states: per element); None: unchanged (kept as they were)
     how: str
 
 
@@ -118,8 +118,11 @@ def _kryo_ids(values: list[bytes | None], regs: list[tuple[str, int, str | None]
     return {}, {}
 
 
-def kryo(t: FlinkType, values: list[bytes | None], ctx: Context, what: str) -> Migrated:
-    """A Kryo 2 state: a collection becomes Flink 2.x's built-in List/Map serializer; a class becomes Kryo 5 bytes."""
+def kryo(t: FlinkType, values: list[bytes | None], ctx: Context, what: str, *, delimited: bool = False) -> Migrated:
+    """A Kryo 2 state: a collection becomes Flink 2.x's built-in List/Map serializer; a class becomes Kryo 5 bytes.
+
+    `delimited`: the values are list states' (Kryo elements separated by ``,``), kept as lists of Kryo 5 elements.
+    """
     regs = _registrations(t, what)
     assert t.type_class is not None
     for c, k, ser in regs:
@@ -133,14 +136,21 @@ def kryo(t: FlinkType, values: list[bytes | None], ctx: Context, what: str) -> M
     try:
         for v in values:
             if v is not None and v not in trees:
-                trees[v] = Kryo2Reader(v, lay, ids, custom).read()
+                r = Kryo2Reader(v, lay, ids, custom)
+                trees[v] = r.read_delimited() if delimited else r.read()
+        if delimited and t.type_class in _LISTS | _MAPS:
+            raise UpgradeRefusedError(f"{what}: a list state of Kryo {t.type_class} values; statekit migrates list states "
+                                      "of Kryo classes. --drop it or migrate it with the 1.x job.")
         if t.type_class in _LISTS | _MAPS:
             return _builtin(t.type_class, values, trees, what)
         encoded: dict[bytes, bytes] = {}
         for v, tree in trees.items():
-            w = Kryo5Writer(lay, ids)
-            w.class_and_object(tree)
-            encoded[v] = bytes(w.out)
+            parts = []
+            for one in (tree if delimited else [tree]):
+                w = Kryo5Writer(lay, ids)
+                w.class_and_object(one)
+                parts.append(bytes(w.out))
+            encoded[v] = parts if delimited else parts[0]  # type: ignore[assignment]
         out: list[bytes | None] = [None if v is None else encoded[v] for v in values]
     except CustomSerializerMet as exc:
         raise CustomKryoSerializerError(_custom(what, str(exc).split(": ", 1)[1])) from exc

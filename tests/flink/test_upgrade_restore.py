@@ -3,7 +3,8 @@
 The pairs (tests/fixtures/flink/upgrade, made by make_upgrade_pairs.py with real Flink 1.20): a Kryo class with
 nested fields, collections, an enum, a boxed Double and nulls (`profiles/profile`); a List and a Map declared with
 a TypeHint, which 1.20 serializes with Kryo and 2.x with its built-in (Nullable) List/Map serializers
-(`lists/recent`, `lists/totals`); a Long and a plain two-field Kryo class (`simple`); and a Flink 1.20 Scala API
+(`lists/recent`, `lists/totals`); a ListState of the Kryo class (`history/visits`); a Long and a plain two-field
+Kryo class (`simple`); and a Flink 1.20 Scala API
 job's case class with an Option field and an Option[Long] (`readings`), for which the 2.3 job declares a POJO and
 a Long. All restores of one test run in one JVM.
 """
@@ -23,7 +24,7 @@ from .test_repair_restore import _spec
 pytestmark = pytest.mark.flink
 
 PAIRS = FIXTURES / "upgrade"
-JAVA = ["profiles", "lists", "simple"]
+JAVA = ["profiles", "lists", "simple", "history"]
 
 
 def _expected(case: str) -> dict:
@@ -34,12 +35,14 @@ def _expected(case: str) -> dict:
 def test_what_flink_2_3_does_with_the_1_20_savepoints_directly(flink_line):
     flink_line("2.3")
     sp, scala = PAIRS / "hashmap-1.20" / "savepoint", PAIRS / "scala-hashmap-1.20" / "savepoint"
-    profiles, lists, simple, rocks, readings = upgrade_jobs.restore([
+    profiles, lists, simple, rocks, readings, history = upgrade_jobs.restore([
         (sp, ["profiles"], "hashmap"), (sp, ["lists"], "hashmap"), (sp, ["simple"], "hashmap"),
-        (PAIRS / "rocksdb-1.20" / "savepoint", ["profiles"], "rocksdb"), (scala, ["readings"], "hashmap")])
+        (PAIRS / "rocksdb-1.20" / "savepoint", ["profiles"], "rocksdb"), (scala, ["readings"], "hashmap"),
+        (sp, ["history"], "hashmap")])
     # the Kryo class: Kryo 5 misreads Kryo 2's bytes (refused on the heap restore, on first access with RocksDB)
     assert isinstance(profiles, str) and "KryoException" in profiles and "Profile" in profiles, profiles
     assert isinstance(rocks, str) and "KryoException" in rocks and "Profile" in rocks, rocks
+    assert isinstance(history, str) and "KryoException" in history, history
     # List/Map: Kryo in 1.20, a built-in serializer in 2.x, which Flink refuses to migrate to
     assert isinstance(lists, str) and "StateMigrationException" in lists and "NullableSerializer" in lists, lists
     # the Scala API's serializer snapshots are gone from 2.x

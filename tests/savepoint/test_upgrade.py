@@ -20,7 +20,7 @@ from statekit_cli.app import app
 PAIRS = Path(__file__).resolve().parents[1] / "fixtures" / "flink" / "upgrade"
 JAVA_1 = PAIRS / "hashmap-1.20" / "savepoint"
 CP_1 = [PAIRS / "classes-1.20.jar"]
-UIDS = ["profiles", "lists", "simple"]
+UIDS = ["profiles", "lists", "simple", "history"]
 
 
 def _digest(path: Path) -> str:
@@ -44,14 +44,15 @@ def test_upgraded_bytes_are_flink_2_3s_own(tmp_path):
     report = upgrade(JAVA_1, tmp_path / "up", to_flink="2.3", classpath=CP_1, uids=UIDS)
     got, want = Savepoint.open(tmp_path / "up"), Savepoint.open(PAIRS / "hashmap-2.3" / "savepoint")
     for uid, name in [("profiles", "profile"), ("lists", "recent"), ("lists", "totals"), ("simple", "simple"),
-                      ("simple", "count")]:
+                      ("simple", "count"), ("history", "visits")]:
         (g, gs), (w, ws) = _state(got, uid, name), _state(want, uid, name)
         assert g == w, (uid, name)  # every value's bytes as Flink 2.3 writes them for the same object
         assert gs == ws, (uid, name)  # and the serializer snapshot a 2.3 job declares
     actions = {(s.operator, s.state): s.action for s in report.states}
     assert actions == {("profiles", "profile"): "migrated", ("lists", "recent"): "migrated",
-                       ("lists", "totals"): "migrated", ("simple", "simple"): "kept", ("simple", "count"): "kept"}
-    assert "3 state(s) migrated (180 values), 2 kept as they were, 0 dropped" in report.summary()
+                       ("lists", "totals"): "migrated", ("simple", "simple"): "kept", ("simple", "count"): "kept",
+                       ("history", "visits"): "migrated"}
+    assert "4 state(s) migrated (240 values), 2 kept as they were, 0 dropped" in report.summary()
 
 
 def test_the_report_and_json_through_the_cli(tmp_path):
@@ -59,7 +60,7 @@ def test_the_report_and_json_through_the_cli(tmp_path):
                                    "--classpath", str(CP_1[0]), "--uid", "lists", "--json"])
     assert res.exit_code == 0, res.output
     doc = json.loads(res.output)
-    assert doc["to_flink"] == "2.3" and len(doc["states"]) == 5
+    assert doc["to_flink"] == "2.3" and len(doc["states"]) == 6
     recent = next(s for s in doc["states"] if s["state"] == "recent")
     assert recent["operator"] == "lists" and recent["how"] == "Kryo java.util.List -> NullableSerializer(List<string>)"
     res = CliRunner().invoke(app, ["upgrade", str(JAVA_1), str(tmp_path / "up2"), "--to-flink", "2.3",

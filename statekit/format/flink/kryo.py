@@ -410,7 +410,20 @@ class Kryo2Reader:
         fmt, n = FIXED_WIDTH[d]
         return struct.unpack(">" + fmt, self.take(n))[0]
 
+    def read_delimited(self) -> list:
+        """A list state's value: Kryo values (each its own stream, references reset) separated by ``,`` bytes."""
+        out = []
+        while True:
+            self.refs, self.names = [], {}
+            out.append(self.class_and_object())
+            if self.p == len(self.d):
+                return out
+            if self.d[self.p] != 0x2C:
+                raise self.fail("a list state element not followed by ','")
+            self.p += 1
+
     def read(self) -> Any:
+        """One value, which must fill the bytes."""
         v = self.class_and_object()
         if self.p != len(self.d):
             raise self.fail(f"{len(self.d) - self.p} byte(s) left after the value")

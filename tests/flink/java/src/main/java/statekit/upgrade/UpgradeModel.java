@@ -115,6 +115,8 @@ public final class UpgradeModel {
     public static final TypeInformation<Map<String, Integer>> TOTALS = TypeInformation.of(new TypeHint<Map<String, Integer>>() {});
     public static final TypeInformation<Simple> SIMPLE = TypeInformation.of(Simple.class);
     public static final TypeInformation<Long> COUNT = Types.LONG;
+    /** States kept as ListState (of their declared element type); the others are ValueStates. */
+    public static final Set<String> LIST_STATES = Set.of("visits");
 
     /** uid -> state name -> its type (what the job declares). */
     public static Map<String, Map<String, TypeInformation<?>>> states() {
@@ -128,6 +130,7 @@ public final class UpgradeModel {
         simple.put("count", COUNT);
         simple.put("simple", SIMPLE);
         m.put("simple", simple);
+        m.put("history", new LinkedHashMap<>(Map.of("visits", PROFILE)));  // a ListState<Profile> (LIST_STATES)
         return m;
     }
 
@@ -149,6 +152,11 @@ public final class UpgradeModel {
             case "totals": return totals(i);
             case "count": return (long) i * 3;
             case "simple": return simple(i);
+            case "visits": {
+                List<Profile> l = new ArrayList<>();
+                for (int j = 0; j <= i % 3; j++) l.add(profile(i + 7 * j));
+                return l;
+            }
             default: throw new IllegalArgumentException(name);
         }
     }

@@ -1,7 +1,10 @@
 package statekit.upgrade;
 
 import org.apache.flink.api.common.functions.FlatMapFunction;
+import org.apache.flink.api.common.state.ListState;
+import org.apache.flink.api.common.state.ListStateDescriptor;
 import org.apache.flink.api.common.state.MapStateDescriptor;
+import org.apache.flink.api.common.state.StateDescriptor;
 import org.apache.flink.api.common.state.State;
 import org.apache.flink.api.common.state.ValueState;
 import org.apache.flink.api.common.state.ValueStateDescriptor;
@@ -48,13 +51,23 @@ public class UpgradeRead {
         @SuppressWarnings({"unchecked", "rawtypes"})
         public void processBroadcastElement(String tick, Context ctx, Collector<String> out) throws Exception {
             for (Map.Entry<String, TypeInformation<?>> e : UpgradeModel.allStates().get(uid).entrySet()) {
-                ValueStateDescriptor d = new ValueStateDescriptor(e.getKey(), e.getValue());
+                boolean list = UpgradeModel.LIST_STATES.contains(e.getKey());
+                StateDescriptor d = list ? new ListStateDescriptor(e.getKey(), e.getValue())
+                        : new ValueStateDescriptor(e.getKey(), e.getValue());
                 ctx.applyToKeyedState(d, (KeyedStateFunction<String, State>) (key, st) -> {
                     ObjectNode o = UpgradeModel.F.objectNode();
                     o.put("op", uid);
                     o.put("key", key);
                     o.put("state", e.getKey());
-                    o.set("value", UpgradeModel.json(((ValueState) st).value()));
+                    Object v;
+                    if (list) {
+                        List<Object> l = new ArrayList<>();
+                        for (Object x : (Iterable) ((ListState) st).get()) l.add(x);
+                        v = l;
+                    } else {
+                        v = ((ValueState) st).value();
+                    }
+                    o.set("value", UpgradeModel.json(v));
                     emit(o);
                 });
             }

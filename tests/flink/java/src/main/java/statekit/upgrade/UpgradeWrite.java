@@ -1,6 +1,9 @@
 package statekit.upgrade;
 
 import org.apache.flink.api.common.functions.OpenContext;
+import org.apache.flink.api.common.state.ListState;
+import org.apache.flink.api.common.state.ListStateDescriptor;
+import org.apache.flink.api.common.state.State;
 import org.apache.flink.api.common.state.ValueState;
 import org.apache.flink.api.common.state.ValueStateDescriptor;
 import org.apache.flink.api.common.typeinfo.TypeInformation;
@@ -52,7 +55,7 @@ public class UpgradeWrite {
     /** Sets every state of one operator for the key of each element. */
     public static class SetAll extends KeyedProcessFunction<String, Integer, Integer> {
         final String uid;
-        transient List<ValueState<Object>> states;
+        transient List<State> states;
         transient List<String> names;
         SetAll(String uid) { this.uid = uid; }
 
@@ -63,13 +66,20 @@ public class UpgradeWrite {
             names = new ArrayList<>();
             for (Map.Entry<String, TypeInformation<?>> e : UpgradeModel.states().get(uid).entrySet()) {
                 names.add(e.getKey());
-                states.add(getRuntimeContext().getState(new ValueStateDescriptor(e.getKey(), e.getValue())));
+                states.add(UpgradeModel.LIST_STATES.contains(e.getKey())
+                        ? getRuntimeContext().getListState(new ListStateDescriptor(e.getKey(), e.getValue()))
+                        : getRuntimeContext().getState(new ValueStateDescriptor(e.getKey(), e.getValue())));
             }
         }
 
         @Override
+        @SuppressWarnings({"unchecked", "rawtypes"})
         public void processElement(Integer i, Context ctx, Collector<Integer> out) throws Exception {
-            for (int s = 0; s < states.size(); s++) states.get(s).update(UpgradeModel.value(names.get(s), i));
+            for (int s = 0; s < states.size(); s++) {
+                Object v = UpgradeModel.value(names.get(s), i);
+                if (states.get(s) instanceof ListState) ((ListState) states.get(s)).update((List) v);
+                else ((ValueState) states.get(s)).update(v);
+            }
             DONE.incrementAndGet();
             out.collect(i);
         }
