@@ -32,6 +32,9 @@ def upgrade(
     pojo: List[str] = typer.Option(
         [], "--pojo", help="UID/STATE=CLASS: the POJO the 2.x job declares for a Scala case class state (repeatable)."),
     drop: List[str] = typer.Option([], "--drop", help="UID/STATE to leave out of the 2.x savepoint (repeatable)."),
+    keep: List[str] = typer.Option(
+        [], "--keep", help="UID/STATE to carry unchanged, unchecked (e.g. your own Kryo serializer's state that you "
+                           "know Kryo 5 reads the same); repeatable."),
     uid: List[str] = typer.Option([], "--uid", help="Operator uid to name in the report (matched by its hash); repeatable."),
     json_out: bool = common.JSON,
 ) -> None:
@@ -44,7 +47,7 @@ def upgrade(
         return [p for item in items for p in item.split(os.pathsep) if p]
 
     report = run(source, target, to_flink=to_flink, classpath=split(classpath),
-                 target_classpath=split(target_classpath), pojos=_pairs(pojo), drop=drop, uids=uid)
+                 target_classpath=split(target_classpath), pojos=_pairs(pojo), drop=drop, keep=keep, uids=uid)
     if json_out:
         common.out().print(report.to_json(), markup=False, highlight=False, soft_wrap=True)
         return

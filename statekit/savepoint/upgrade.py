@@ -71,13 +71,15 @@ def _check_target(version: FlinkVersion, source: Savepoint) -> None:
 
 def upgrade(source: str | os.PathLike[str], target: str | os.PathLike[str], *, to_flink: str = "2.3",
             classpath: Iterable[str | os.PathLike[str]] = (), target_classpath: Iterable[str | os.PathLike[str]] = (),
-            pojos: Mapping[str, str] | None = None, drop: Sequence[str] = (), uids: Sequence[str] = ()) -> UpgradeReport:
+            pojos: Mapping[str, str] | None = None, drop: Sequence[str] = (), keep: Sequence[str] = (),
+            uids: Sequence[str] = ()) -> UpgradeReport:
     """Rewrite the Flink 1.x savepoint `source` as a Flink `to_flink` (2.x) savepoint at `target`.
 
     Kryo-2 values of classes on `classpath` (the 1.x job's jars) are re-encoded as Kryo 5; Kryo `List`/`Map`
     values become Flink 2.x's built-in (Nullable) List/Map serializers; Scala `Option[T]` state becomes `T`
     and case classes the POJO `pojos` names (``{"uid/state": "com.acme.Pojo"}``, found on `target_classpath`,
-    the 2.x job's jars). `drop` (``"uid/state"``) leaves states out. `uids` name operators in the report (1.x
+    the 2.x job's jars). `drop` (``"uid/state"``) leaves states out; `keep` carries states' bytes unchanged,
+    unchecked (e.g. a state of the job's own Kryo serializer that the user knows reads the same under Kryo 5). `uids` name operators in the report (1.x
     savepoints store uid hashes only). A state that cannot be migrated raises
     `UpgradeRefusedError` (or `CustomKryoSerializerError`) naming it, and nothing is written. The source is
     never modified; `target` must not exist.
@@ -92,11 +94,14 @@ def upgrade(source: str | os.PathLike[str], target: str | os.PathLike[str], *, t
     ctx = Context(ClassPath(classpath), ClassPath(target_classpath), pojo_of)
     report = UpgradeReport(str(source), str(target), version.line)
     dropped = {_by_hash(k) for k in drop}
-    named = {_by_hash(k).split("/")[0]: k.split("/")[0] for k in [*(pojos or {}), *drop]}
+    kept = {_by_hash(k) for k in keep}
+    if dropped & kept:
+        raise InvalidArgumentError(f"state(s) {sorted(dropped & kept)} are both dropped and kept; choose one.")
+    named = {_by_hash(k).split("/")[0]: k.split("/")[0] for k in [*(pojos or {}), *drop, *keep]}
     named.update({OperatorIdentifier.for_uid(u).uid_hash: u for u in uids})
     have = {f"{m.uid_hash}/{n}" for m in sp.operators
             for n in [*(st.name for st in m.keyed_states), *(st.name for st in m.operator_states)]}
-    for opt, keys in (("--pojo", set(pojo_of)), ("--drop", dropped)):
+    for opt, keys in (("--pojo", set(pojo_of)), ("--drop", dropped), ("--keep", kept)):
         if keys - have:
             raise InvalidArgumentError(f"{opt} names state(s) {sorted(keys - have)} not in {source} (give them as uid/state).")
     ops = []
@@ -110,14 +115,14 @@ def upgrade(source: str | os.PathLike[str], target: str | os.PathLike[str], *, t
                     f"operator {name!r} is keyed by {data.layout.key.serializer}: such keys hash with the key class's "
                     "own hashCode() and statekit does not migrate keys. Nothing was written; re-key the state with the "
                     "1.x job (State Processor API).")
-            _keyed(data, meta.uid_hash, name, ctx, dropped, report)
+            _keyed(data, meta.uid_hash, name, ctx, dropped, kept, report)
         ops.append(data)
     path = write_flink_savepoint(target, ops, checkpoint_id=sp.checkpoint_id, flink_version=version)
     report.target = str(path)
     return report
 
 
-def _keyed(data: OperatorData, uid_hash: str, name: str, ctx: Context, dropped: set[str],
+def _keyed(data: OperatorData, uid_hash: str, name: str, ctx: Context, dropped: set[str], kept: set[str],
            report: UpgradeReport) -> None:
     """Migrate `data`'s keyed states in place (its layout and table), recording each in `report`."""
     assert data.layout is not None and isinstance(data.keyed, pa.Table)
@@ -131,6 +136,11 @@ def _keyed(data: OperatorData, uid_hash: str, name: str, ctx: Context, dropped: 
         if key in dropped:
             keyed = keyed.drop_columns([s.column])
             report.states.append(StateUpgrade(name, s.name, "dropped", s.value.serializer, "", n))
+            continue
+        if key in kept:
+            states.append(s)
+            report.states.append(StateUpgrade(name, s.name, "kept", s.value.serializer, s.value.serializer, n,
+                                              "on request (keep): bytes unchanged, not checked"))
             continue
         got = _migrate(s, col, ctx, what, key)
         if got is None or got.values is None:

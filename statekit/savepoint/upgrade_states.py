@@ -163,7 +163,8 @@ def kryo(t: FlinkType, values: list[bytes | None], ctx: Context, what: str, *, d
 
 def _custom(what: str, why: str) -> str:
     return (f"{what}: {why}; its bytes are that serializer's own layout, which statekit cannot decode. Nothing was "
-            "written. Migrate this state with the 1.x job (State Processor API), or leave it out (--drop) and rebuild it.")
+            "written. Migrate this state with the 1.x job (State Processor API), leave it out (--drop) and rebuild it, or "
+            "carry its bytes unchanged (--keep) if your serializer reads them the same under Kryo 5.")
 
 
 _ELEM = {"string": (lambda v: java_string_bytes(v)), "int": lambda v: struct.pack(">i", v),

@@ -62,9 +62,13 @@ def test_upgraded_savepoints_restore_in_flink_2_3_with_every_value_equal(flink_l
                      classpath=[PAIRS / "scala-classes-1.20.jar"], target_classpath=cp2,
                      pojos={"readings/reading": "statekit.upgrade.UpgradeModel$Reading"})
     assert {s.state: s.action for s in report.states} == {"reading": "migrated", "last": "migrated"}
+    # the job's own Kryo serializer: refused unless kept on the user's word; then 2.3 reads it with that serializer
+    upgrade(PAIRS / "custom-kryo-1.20" / "savepoint", tmp_path / "custom", to_flink="2.3", classpath=cp1,
+            keep=["simple/simple"])
     got = upgrade_jobs.restore([
         (up["hashmap-1.20"], JAVA, "hashmap"), (up["hashmap-1.20"], JAVA, "rocksdb"),
-        (up["rocksdb-1.20"], JAVA, "rocksdb"), (tmp_path / "scala", ["readings"], "hashmap")])
+        (up["rocksdb-1.20"], JAVA, "rocksdb"), (tmp_path / "scala", ["readings"], "hashmap"),
+        (tmp_path / "custom", JAVA, "hashmap")])
     for r in got:
         assert not isinstance(r, str), r
     assert got[0] == got[1] == _expected("hashmap-1.20")
@@ -75,6 +79,7 @@ def test_upgraded_savepoints_restore_in_flink_2_3_with_every_value_equal(flink_l
         if values["last"] is None:
             del values["last"]
     assert got[3] == want
+    assert got[4] == _expected("custom-kryo-1.20")
 
 
 def test_the_corpus_job_that_flink_restores_directly_still_restores_after_upgrade(flink_line, tmp_path):

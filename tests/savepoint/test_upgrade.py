@@ -86,6 +86,10 @@ def test_a_custom_kryo_serializer_state_is_refused_by_name(tmp_path):
     # left out, the rest migrates (Simple's registration holds no value of the other states)
     report = upgrade(src, tmp_path / "up", to_flink="2.3", classpath=CP_1, uids=UIDS, drop=["simple/simple"])
     assert {s.state: s.action for s in report.states}["simple"] == "dropped"
+    # or carried as it is, on the user's word (the restore test shows Flink 2.3 then reads it with that serializer)
+    report = upgrade(src, tmp_path / "kept", to_flink="2.3", classpath=CP_1, uids=UIDS, keep=["simple/simple"])
+    simple = next(s for s in report.states if s.state == "simple")
+    assert simple.action == "kept" and "not checked" in simple.how
     assert _digest(src) == before
 
 
