@@ -335,6 +335,14 @@ class Kryo2Reader:
         return self.object(cls, may_be_null=False, args=args)
 
     def object(self, cls: str, *, may_be_null: bool, args: tuple[JType, ...] = ()) -> Any:
+        if cls == STRING and self.p < len(self.d) and self.d[self.p] < 2:  # the common case, inlined: null or new
+            self.p += 1
+            if self.d[self.p - 1] == 0:
+                return None
+            self.refs.append(None)
+            slot = len(self.refs) - 1
+            self.refs[slot] = got = self.string()
+            return got
         state, got = self.marker(cls, may_be_null)
         if state != "new":
             return got

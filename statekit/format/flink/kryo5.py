@@ -104,6 +104,11 @@ class Kryo5Writer:
         self.object(v, cls, may_be_null=False, args=args)
 
     def object(self, v: Any, cls: str, *, may_be_null: bool, args: tuple[JType, ...] = ()) -> None:
+        if type(v) is Str and id(v) not in self.refs:  # the common case, inlined: a new string
+            self.refs[id(v)] = len(self.refs)
+            self.out.append(1)
+            self.out += v.raw
+            return
         if not self.marker(v, cls, may_be_null):
             self.content(v, args)
 
