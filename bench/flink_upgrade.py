@@ -2,8 +2,8 @@
 
 Input: the upgrade pair's 1.x job (tests/flink/java, statekit.upgrade.UpgradeWrite) run with real Flink 1.20
 for N keys (default 60,000; every value distinct): per key a Kryo class with nested fields, collections and an
-enum, a ListState of 1-3 of them, a Kryo List and Map, a Long and a plain Kryo class - a HashMap canonical
-savepoint. A list state's list counts as one value.
+enum, a ListState and a MapState of 1-3 of them, a Kryo List and Map, a Long and a plain Kryo class - a HashMap canonical
+savepoint. A list or map state's value per key counts as one value.
 
   * baseline: ``write_flink(source, out, flink_version="2.3")`` - what ``statekit convert --to flink
     --flink-version 2.3`` does: every state read and written, Kryo bytes carried unchanged (which Flink 2.3 then
@@ -80,7 +80,7 @@ def main() -> None:
             report = upgrade(src, Path(tmp) / "upgrade", to_flink="2.3", classpath=[PAIRS / "classes-1.20.jar"])
 
         up, up_cpu = timed(run)
-        assert report is not None and report.count("migrated") == 4, report
+        assert report is not None and report.count("migrated") == 5, report
         check = Savepoint.open(Path(tmp) / "upgrade")
         assert sum(t.num_rows for t in (check.keyed_table(m.identifier) for m in check.operators if m.key_type)) \
             == 4 * args.keys

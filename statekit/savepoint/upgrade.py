@@ -148,7 +148,9 @@ def _keyed(data: OperatorData, uid_hash: str, name: str, ctx: Context, dropped: 
             report.states.append(StateUpgrade(name, s.name, "kept", s.value.serializer, s.value.serializer, n,
                                               got.how if got else "the same serializer in 2.x"))
             continue
-        if s.kind == "list":  # the elements' final bytes; the writer joins them (the list serializer is kept)
+        if s.kind == "map":  # the same map with each value's final bytes (the map serializer is kept)
+            column, opaque = got.values, got.serializer
+        elif s.kind == "list":  # the elements' final bytes; the writer joins them (the list serializer is kept)
             column, opaque = pa.array(got.values, pa.list_(pa.binary())), got.serializer
         else:  # the values' final bytes: the writer copies them (an opaque serializer, same snapshot)
             column = pa.array(got.values, pa.binary())
@@ -201,6 +203,15 @@ def _migrate(s: KeyedStateOut, col: pa.ChunkedArray, ctx: Context, what: str, ke
             return replace(got, serializer=t, values=None, how="Kryo 2 -> Kryo 5 elements: the 2.x bytes are the same, "
                                                               "checked value by value")
         return replace(got, serializer=t, how=got.how.replace("Kryo 5", "Kryo 5 elements", 1))
+    if s.kind == "map" and t.kind == "map" and is_kryo(t.children[1]):  # MapState of Kryo values, entry by entry
+        arr = col.combine_chunks()
+        items = arr.items.to_pylist()
+        got = kryo(t.children[1], items, ctx, what)
+        if got.values is None or got.values == items:
+            return replace(got, serializer=t, values=None, how="Kryo 2 -> Kryo 5 map values: the 2.x bytes are the same, "
+                                                                "checked value by value")
+        column = pa.MapArray.from_arrays(arr.offsets, arr.keys, pa.array(got.values, pa.binary()), mask=arr.is_null())
+        return replace(got, serializer=t, values=column, how=got.how.replace("Kryo 5", "Kryo 5 map values", 1))
     if not (is_kryo(t) or is_scala(t)):
         if t.decodable or t.kind == "avro":
             return None

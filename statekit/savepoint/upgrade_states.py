@@ -56,7 +56,7 @@ class Migrated:
     """A state's 2.x serializer and its values re-encoded (None where the state is not set)."""
 
     serializer: FlinkType
-    values: list[Any] | None  # bytes per value (list states: per element); None: unchanged (kept as they were)
+    values: Any  # bytes per value (list states: per element; map states: the map column); None: unchanged
     how: str
 
 

@@ -3,7 +3,7 @@
 The pairs (tests/fixtures/flink/upgrade, made by make_upgrade_pairs.py with real Flink 1.20): a Kryo class with
 nested fields, collections, an enum, a boxed Double and nulls (`profiles/profile`); a List and a Map declared with
 a TypeHint, which 1.20 serializes with Kryo and 2.x with its built-in (Nullable) List/Map serializers
-(`lists/recent`, `lists/totals`); a ListState of the Kryo class (`history/visits`); a Long and a plain two-field
+(`lists/recent`, `lists/totals`); a ListState and a MapState of the Kryo class (`history/visits`, `history/by_tag`); a Long and a plain two-field
 Kryo class (`simple`); and a Flink 1.20 Scala API
 job's case class with an Option field and an Option[Long] (`readings`), for which the 2.3 job declares a POJO and
 a Long. All restores of one test run in one JVM.

@@ -44,15 +44,15 @@ def test_upgraded_bytes_are_flink_2_3s_own(tmp_path):
     report = upgrade(JAVA_1, tmp_path / "up", to_flink="2.3", classpath=CP_1, uids=UIDS)
     got, want = Savepoint.open(tmp_path / "up"), Savepoint.open(PAIRS / "hashmap-2.3" / "savepoint")
     for uid, name in [("profiles", "profile"), ("lists", "recent"), ("lists", "totals"), ("simple", "simple"),
-                      ("simple", "count"), ("history", "visits")]:
+                      ("simple", "count"), ("history", "visits"), ("history", "by_tag")]:
         (g, gs), (w, ws) = _state(got, uid, name), _state(want, uid, name)
         assert g == w, (uid, name)  # every value's bytes as Flink 2.3 writes them for the same object
         assert gs == ws, (uid, name)  # and the serializer snapshot a 2.3 job declares
     actions = {(s.operator, s.state): s.action for s in report.states}
     assert actions == {("profiles", "profile"): "migrated", ("lists", "recent"): "migrated",
                        ("lists", "totals"): "migrated", ("simple", "simple"): "kept", ("simple", "count"): "kept",
-                       ("history", "visits"): "migrated"}
-    assert "4 state(s) migrated (240 values), 2 kept as they were, 0 dropped" in report.summary()
+                       ("history", "visits"): "migrated", ("history", "by_tag"): "migrated"}
+    assert "5 state(s) migrated (300 values), 2 kept as they were, 0 dropped" in report.summary()
 
 
 def test_a_plain_rewrite_carries_kryo_list_state_as_it_was(tmp_path):
@@ -70,7 +70,7 @@ def test_the_report_and_json_through_the_cli(tmp_path):
                                    "--classpath", str(CP_1[0]), "--uid", "lists", "--json"])
     assert res.exit_code == 0, res.output
     doc = json.loads(res.output)
-    assert doc["to_flink"] == "2.3" and len(doc["states"]) == 6
+    assert doc["to_flink"] == "2.3" and len(doc["states"]) == 7
     recent = next(s for s in doc["states"] if s["state"] == "recent")
     assert recent["operator"] == "lists" and recent["how"] == "Kryo java.util.List -> NullableSerializer(List<string>)"
     res = CliRunner().invoke(app, ["upgrade", str(JAVA_1), str(tmp_path / "up2"), "--to-flink", "2.3",

@@ -117,6 +117,8 @@ public final class UpgradeModel {
     public static final TypeInformation<Long> COUNT = Types.LONG;
     /** States kept as ListState (of their declared element type); the others are ValueStates. */
     public static final Set<String> LIST_STATES = Set.of("visits");
+    /** States kept as MapState with String keys (of their declared value type). */
+    public static final Set<String> MAP_STATES = Set.of("by_tag");
 
     /** uid -> state name -> its type (what the job declares). */
     public static Map<String, Map<String, TypeInformation<?>>> states() {
@@ -130,7 +132,10 @@ public final class UpgradeModel {
         simple.put("count", COUNT);
         simple.put("simple", SIMPLE);
         m.put("simple", simple);
-        m.put("history", new LinkedHashMap<>(Map.of("visits", PROFILE)));  // a ListState<Profile> (LIST_STATES)
+        Map<String, TypeInformation<?>> history = new LinkedHashMap<>();
+        history.put("visits", PROFILE);  // a ListState<Profile> (LIST_STATES)
+        history.put("by_tag", PROFILE);  // a MapState<String, Profile> (MAP_STATES)
+        m.put("history", history);
         return m;
     }
 
@@ -152,6 +157,11 @@ public final class UpgradeModel {
             case "totals": return totals(i);
             case "count": return (long) i * 3;
             case "simple": return simple(i);
+            case "by_tag": {
+                Map<String, Profile> m = new HashMap<>();
+                for (int j = 0; j <= i % 3; j++) m.put("tag-" + j, profile(i + 11 * j));
+                return m;
+            }
             case "visits": {
                 List<Profile> l = new ArrayList<>();
                 for (int j = 0; j <= i % 3; j++) l.add(profile(i + 7 * j));

@@ -3,6 +3,7 @@ package statekit.upgrade;
 import org.apache.flink.api.common.functions.FlatMapFunction;
 import org.apache.flink.api.common.state.ListState;
 import org.apache.flink.api.common.state.ListStateDescriptor;
+import org.apache.flink.api.common.state.MapState;
 import org.apache.flink.api.common.state.MapStateDescriptor;
 import org.apache.flink.api.common.state.StateDescriptor;
 import org.apache.flink.api.common.state.State;
@@ -52,7 +53,9 @@ public class UpgradeRead {
         public void processBroadcastElement(String tick, Context ctx, Collector<String> out) throws Exception {
             for (Map.Entry<String, TypeInformation<?>> e : UpgradeModel.allStates().get(uid).entrySet()) {
                 boolean list = UpgradeModel.LIST_STATES.contains(e.getKey());
+                boolean map = UpgradeModel.MAP_STATES.contains(e.getKey());
                 StateDescriptor d = list ? new ListStateDescriptor(e.getKey(), e.getValue())
+                        : map ? new MapStateDescriptor(e.getKey(), Types.STRING, e.getValue())
                         : new ValueStateDescriptor(e.getKey(), e.getValue());
                 ctx.applyToKeyedState(d, (KeyedStateFunction<String, State>) (key, st) -> {
                     ObjectNode o = UpgradeModel.F.objectNode();
@@ -64,6 +67,13 @@ public class UpgradeRead {
                         List<Object> l = new ArrayList<>();
                         for (Object x : (Iterable) ((ListState) st).get()) l.add(x);
                         v = l;
+                    } else if (map) {
+                        Map<Object, Object> m = new HashMap<>();
+                        for (Object x : (Iterable) ((MapState) st).entries()) {
+                            Map.Entry en = (Map.Entry) x;
+                            m.put(en.getKey(), en.getValue());
+                        }
+                        v = m;
                     } else {
                         v = ((ValueState) st).value();
                     }

@@ -3,6 +3,8 @@ package statekit.upgrade;
 import org.apache.flink.api.common.functions.OpenContext;
 import org.apache.flink.api.common.state.ListState;
 import org.apache.flink.api.common.state.ListStateDescriptor;
+import org.apache.flink.api.common.state.MapState;
+import org.apache.flink.api.common.state.MapStateDescriptor;
 import org.apache.flink.api.common.state.State;
 import org.apache.flink.api.common.state.ValueState;
 import org.apache.flink.api.common.state.ValueStateDescriptor;
@@ -68,6 +70,8 @@ public class UpgradeWrite {
                 names.add(e.getKey());
                 states.add(UpgradeModel.LIST_STATES.contains(e.getKey())
                         ? getRuntimeContext().getListState(new ListStateDescriptor(e.getKey(), e.getValue()))
+                        : UpgradeModel.MAP_STATES.contains(e.getKey())
+                        ? getRuntimeContext().getMapState(new MapStateDescriptor(e.getKey(), Types.STRING, e.getValue()))
                         : getRuntimeContext().getState(new ValueStateDescriptor(e.getKey(), e.getValue())));
             }
         }
@@ -78,6 +82,7 @@ public class UpgradeWrite {
             for (int s = 0; s < states.size(); s++) {
                 Object v = UpgradeModel.value(names.get(s), i);
                 if (states.get(s) instanceof ListState) ((ListState) states.get(s)).update((List) v);
+                else if (states.get(s) instanceof MapState) ((MapState) states.get(s)).putAll((Map) v);
                 else ((ValueState) states.get(s)).update(v);
             }
             DONE.incrementAndGet();
