@@ -22,6 +22,7 @@ COMMAND_MODULES = (
     "statekit_cli.repair",   # set, delete-key, rm-state, rekey, rename-uid, remove-operator, ..., bootstrap
     "statekit_cli.demo",     # demo
     "statekit_cli.convert",  # convert (Flink savepoints into statekit's format)
+    "statekit_cli.upgrade",  # upgrade (Flink 1.x savepoints to 2.x)
     "statekit_cli.clean",    # clean (leftovers of killed writers and jobs)
 )
 

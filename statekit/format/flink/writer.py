@@ -237,7 +237,9 @@ def keyed_runs(layout: KeyedLayoutOut, keyed: pa.Table | None, timers: pa.Table 
                 value = nullable_values(items, s.value.children[1], what)
                 runs.append(Run(sid, kg[expand], _entries(concat([base.take(expand), ukeys]), value)))
                 continue
-            if s.kind == "list":
+            # a list state whose elements statekit cannot delimit (Kryo...) is read as its value's bytes: written back so
+            opaque_list = s.kind == "list" and (pa.types.is_binary(col.type) or pa.types.is_large_binary(col.type))
+            if s.kind == "list" and not opaque_list:
                 lengths = _lengths(col)
                 rows = np.flatnonzero(lengths > 0)
                 if not len(rows):
@@ -255,7 +257,7 @@ def keyed_runs(layout: KeyedLayoutOut, keyed: pa.Table | None, timers: pa.Table 
                     continue
                 if len(rows) < n:
                     col = col.take(pa.array(rows))
-                value = encode(col, s.value, what=what)
+                value = encode(col, replace(s.value, kind="binary", children=()) if opaque_list else s.value, what=what)
             key = base if len(rows) == n else base.take(rows)
             runs.append(Run(sid, kg[rows] if len(rows) < n else kg, _entries(key, value)))
     if timers is not None and timers.num_rows and layout.timers:
