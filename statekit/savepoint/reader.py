@@ -252,7 +252,7 @@ class Savepoint:
         if meta.stored_key_groups:  # the key class's own hashCode placed it: look in every key group
             table = self.keyed_table(op)
             hits = [i for i, k in enumerate(table.column("key").to_pylist()) if _same_key(k, key)]
-            rows = [r for r in table.take(hits).to_pylist() if _same_ns(r.get("namespace"), namespace)]
+            rows = [r for r in table.take(pa.array(hits, pa.int64())).to_pylist() if _same_ns(r.get("namespace"), namespace)]
             return decode_row(rows[0], meta, trusted=self.trust_pickled) if rows else None
         kg = assign_to_key_group(key, meta.max_parallelism, meta.key_type)
         if meta.is_native:
