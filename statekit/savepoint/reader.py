@@ -25,6 +25,7 @@ from statekit.types import parse_ddl
 if TYPE_CHECKING:
     from statekit.format.flink.versions import FlinkVersion
     from statekit.format.keyed_stream import KeyedFiles
+    from statekit.savepoint.stats import SavepointStats
     from statekit.state.descriptors import OperatorStateInfo
 
 # pyarrow.compute, the keyed-table layout (statekit.format.keyed) and thread pools are imported where
@@ -234,6 +235,14 @@ class Savepoint:
         expected = K.keyed_schema(meta.keyed_key_type, meta.keyed_states, namespace_type=meta.namespace_type)
         parts = [self._check_schema(p, expected, f"native RocksDB state of {meta.display_name}") for p in parts]
         return pa.concat_tables(parts) if parts else empty_table(expected)
+
+    def size_stats(self, *, top: int = 10) -> "SavepointStats":
+        """Where the bytes are (`statekit stats`): entries and bytes per operator, state, subtask and key group, the
+        `top` largest keys and the skew (`statekit.savepoint.stats`). Named apart from `FlinkSavepoint.stats`, the
+        decoder's statistics."""
+        from statekit.savepoint.stats import savepoint_stats
+
+        return savepoint_stats(self, top=top)
 
     def get(self, op: OpLike, key: Any, *, namespace: Any = None) -> dict[str, Any] | None:
         """The states of one key as Python values, or None.

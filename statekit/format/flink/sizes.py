@@ -21,7 +21,7 @@ from statekit.format.flink.locate import DecodeStats, Entries, Located, locate
 from statekit.format.flink.metadata import IncrementalKeyedHandle, KeyGroupsHandle, OperatorState
 from statekit.format.flink.native import concat_entries, read_native
 from statekit.format.flink.reader import FlinkStateReader, unframe_snappy
-from statekit.format.flink.values import gather_ranges
+from statekit.format.flink.values import gather_fixed, gather_ranges
 
 BATCH = 32 << 20  # bytes of key groups measured at a time (as the reader decodes them)
 
@@ -41,22 +41,21 @@ class KeyedSizes:
     top: list[tuple[object, int, int, int]] = field(default_factory=list)  # (key, key group, bytes, entries)
 
 
-def _entry_arrays(located: Located) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(chain, state id, entry bytes) of every located entry; strided runs expanded only as counts."""
-    chains, sids, sizes = [], [], []
+def _count(located: Located, n_chains: int, n_states: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Entries per chain, and entries and entry bytes per state id, of every located entry (runs by their counts)."""
+    per_chain = np.zeros(n_chains, np.int64)
+    entries = np.zeros(n_states, np.int64)
+    nbytes = np.zeros(n_states, np.int64)
     for r in located.runs:
-        chains.append(np.full(r.count, r.chain, np.int64))
-        sids.append(np.full(r.count, r.sid, np.int64))
-        sizes.append(np.full(r.count, r.stride, np.int64))
+        per_chain[r.chain] += r.count
+        entries[r.sid] += r.count
+        nbytes[r.sid] += r.count * r.stride
     for e in [located.chained, *(p[2] for p in (located.pieces or []))]:
         if len(e):
-            chains.append(e.chain)
-            sids.append(e.sid)
-            sizes.append(8 + e.klen + e.vlen)
-    if not chains:
-        z = np.zeros(0, np.int64)
-        return z, z, z
-    return np.concatenate(chains), np.concatenate(sids), np.concatenate(sizes)
+            per_chain += np.bincount(e.chain, minlength=n_chains)
+            entries += np.bincount(e.sid, minlength=n_states)
+            nbytes += np.bincount(e.sid, weights=8 + e.klen + e.vlen, minlength=n_states).astype(np.int64)
+    return per_chain, entries, nbytes
 
 
 def _all_entries(located: Located) -> Entries:
@@ -70,27 +69,30 @@ def _top_keys(lay: K.KeyedLayout, buf: np.ndarray, e: Entries, names: list[str],
     if not len(e) or n <= 0:
         return []
     P = lay.prefix_bytes
-    timer = np.array([names[s].startswith("_timer_state/") for s in e.sid.tolist()], bool) if len(names) else None
-    kstart = e.kp + P + (np.where(timer, 8, 0) if timer is not None else 0)
+    timer_state = np.array([n.startswith("_timer_state/") for n in names] or [False], bool)
+    kstart = e.kp + P + np.where(timer_state[e.sid], 8, 0)  # a timer's key follows its timestamp
     keys, kend = decode_open(lay.key_type, buf, kstart, e.kp + e.klen, where, DecodeStats(), "key")
     lens = kend - kstart
-    data = gather_ranges(buf, kstart, lens)
-    offsets = np.zeros(len(lens) + 1, np.int64)
-    np.cumsum(lens, out=offsets[1:])
-    raw = pa.Array.from_buffers(pa.large_binary(), len(lens), [None, pa.py_buffer(offsets.tobytes()),
-                                                               pa.py_buffer(data.tobytes())])
-    enc = raw.dictionary_encode()
-    rowid = enc.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+    if len(lens) and (lens == lens[0]).all() and lens[0] <= 8:  # fixed-width keys: their bytes as one integer
+        w = int(lens[0])
+        raw = np.zeros((len(lens), 8), np.uint8)
+        raw[:, 8 - w:] = gather_fixed(buf, kstart, w)
+        rowid = np.unique(raw.view(">u8").reshape(-1), return_inverse=True)[1].reshape(-1)
+    else:
+        data = gather_ranges(buf, kstart, lens)
+        offsets = np.zeros(len(lens) + 1, np.int64)
+        np.cumsum(lens, out=offsets[1:])
+        arr = pa.Array.from_buffers(pa.large_binary(), len(lens), [None, pa.py_buffer(offsets.tobytes()),
+                                                                   pa.py_buffer(data.tobytes())])
+        rowid = arr.dictionary_encode().indices.to_numpy(zero_copy_only=False).astype(np.int64)
+    # a key's bytes identify it (its key group follows from it), so `rowid` numbers the keys 0..k-1
     kg = K.key_group_of_entries(buf, e.kp, P)
-    # a key's bytes are unique within its key group (the prefix), not across: group by (key group, key bytes)
-    ident = kg * (len(enc.dictionary) + 1) + rowid
-    uniq, inverse = np.unique(ident, return_inverse=True)
-    size = np.bincount(inverse, weights=8 + e.klen + e.vlen).astype(np.int64)
-    count = np.bincount(inverse).astype(np.int64)
-    first = np.full(len(uniq), len(inverse), np.int64)
-    np.minimum.at(first, inverse, np.arange(len(inverse)))
+    size = np.bincount(rowid, weights=8 + e.klen + e.vlen).astype(np.int64)
+    count = np.bincount(rowid)
+    first = np.full(len(size), len(rowid), np.int64)
+    first[rowid[::-1]] = np.arange(len(rowid) - 1, -1, -1)
     best = np.argsort(-size, kind="stable")[:n]
-    return [(keys[int(first[i])].as_py(), int(kg[first[i]]), int(size[i]), int(count[i])) for i in best]
+    return [(keys[int(first[i])].as_py(), int(kg[first[i]]), int(size[i]), int(count[i])) for i in best.tolist()]
 
 
 def keyed_sizes(reader: FlinkStateReader, op: OperatorState, *, top: int = 0) -> KeyedSizes | None:
@@ -121,8 +123,8 @@ def keyed_sizes(reader: FlinkStateReader, op: OperatorState, *, top: int = 0) ->
             buf, e = concat_entries([part])
             groups = K.key_group_of_entries(buf, e.kp, lay.prefix_bytes)
             entry_bytes = 8 + e.klen + e.vlen
-            np.add.at(out.kg_bytes, groups, entry_bytes)
-            np.add.at(out.kg_entries, groups, 1)
+            out.kg_bytes += np.bincount(groups, weights=entry_bytes, minlength=m).astype(np.int64)
+            out.kg_entries += np.bincount(groups, minlength=m)
             _add_states(out, names, e.sid, entry_bytes)
             sub_entries = len(e)
             best += _top_keys(lay, buf, e, names, None, top, where)
@@ -184,7 +186,11 @@ def _measure_canonical(reader: FlinkStateReader, h: KeyGroupsHandle, lay: K.Keye
     chain_kg = np.array([kg for kg, _, _ in spans], np.int64)
     located = locate(buf, starts, limits, where, DecodeStats(), chain_kg=chain_kg, prefix_bytes=lay.prefix_bytes,
                      value_width=K.value_width(lay))
-    chain, sid, size = _entry_arrays(located)
-    np.add.at(out.kg_entries, chain_kg[chain], 1)
-    _add_states(out, names, sid, size)
-    return len(chain), _top_keys(lay, buf, _all_entries(located), names, chain_kg, top, where) if top else []
+    per_chain, entries, nbytes = _count(located, len(spans), len(names))
+    out.kg_entries[chain_kg] += per_chain
+    for i, name in enumerate(names):
+        if entries[i]:
+            out.state_entries[name] = out.state_entries.get(name, 0) + int(entries[i])
+            out.state_bytes[name] = out.state_bytes.get(name, 0) + int(nbytes[i])
+    found = int(per_chain.sum())
+    return found, _top_keys(lay, buf, _all_entries(located), names, chain_kg, top, where) if top else []
