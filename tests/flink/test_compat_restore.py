@@ -78,6 +78,31 @@ def _retyped(sk: Path, out: Path, op: str, changes: dict[str, tuple[str, str] | 
     return out
 
 
+def _old_pojo(sk: Path, out: Path, fields: str, names: tuple[str, ...]) -> Path:
+    """The corpus with `types.v_pojo` as an older `ValuePojo` had it: only the fields `names` (DDL `fields`), written
+    with those values; everything else as the corpus holds it."""
+    sp = Savepoint.open(sk)
+    staged = out.with_name(out.name + "-sk")
+    with SavepointBuilder(staged, checkpoint_id=sp.checkpoint_id) as b:
+        for m in sp.operators:
+            if m.uid != "types":
+                link_operator(b, sp, m, m.identifier)
+                continue
+            assert m.flink is not None
+            fl = type(m.flink)(m.flink.key, tuple((n, r) for n, r in m.flink.states if n != "v_pojo"), m.flink.timers,
+                               m.flink.operator_states, m.flink.flink_version)
+            states = [s if s.name != "v_pojo" else StateInfo("v_pojo", "value", fields) for s in m.keyed_states]
+            w = b.add_operator(m.identifier, name=m.name, parallelism=m.parallelism, max_parallelism=m.max_parallelism,
+                               key_type=m.key_type, keyed_states=states, flink=fl)
+            t = sp.keyed_table(m.identifier)
+            old = t.column("v_pojo").to_pylist()
+            t = t.set_column(t.schema.get_field_index("v_pojo"), "v_pojo", pa.array(
+                [{n: (v[n] if n in v else 7) for n in names} if v else None for v in old], parse_ddl(fields)))
+            w.write_keyed(t)
+    write_flink(staged, out, types={"types": {"v_pojo": FlinkPojo(VALUE_POJO, names)}})
+    return out
+
+
 def _pairs(tmp: Path) -> list[tuple[str, Path, dict]]:
     sk = convert_to_statekit(OLD, tmp / "old-sk", include_stateless=True)
     base = _spec()
@@ -134,19 +159,49 @@ def _pairs(tmp: Path) -> list[tuple[str, Path, dict]]:
     return out
 
 
+def _old_pairs(tmp: Path) -> list[tuple[str, Path, dict]]:
+    """Pairs whose OLD is an older job's savepoint and NEW the corpus (the job as it is now)."""
+    sk = convert_to_statekit(OLD, tmp / "old-sk2", include_stateless=True)
+    base = _spec()
+    return [
+        ("POJO field added", _old_pojo(sk, tmp / "pojo-label", "struct<label:string>", ("label",)), base),
+        ("POJO field removed", _old_pojo(sk, tmp / "pojo-extra", "struct<extra:int,label:string,total:bigint>",
+                                         ("extra", "label", "total")), base),
+        ("POJO field type changed", _old_pojo(sk, tmp / "pojo-int", "struct<label:string,total:int>",
+                                              ("label", "total")), base),
+    ]
+
+
+def _cause(failure: str) -> str:
+    """The root cause of a Flink failure (the harness reports the cause chain, one exception per line)."""
+    return [ln for ln in failure.splitlines() if ln.strip()][-1][:400]
+
+
+#: words the root cause of a failed restore has, per kind of finding compat gives for it
+REASONS = {"operator-missing": ("allowNonRestoredState", "Cannot map"), "max-parallelism-changed": ("parallelism",),
+           "key-type-changed": ("key serializer", "incompatible", "Incompatible"),
+           "kind-changed": ("incompatible", "Incompatible", "type"),
+           "serializer-incompatible": ("incompatible", "Incompatible", "migrat")}
+
+
 def test_compat_agrees_with_real_restores(flink, tmp_path):
-    pairs = _pairs(tmp_path)
-    truth = flink.restore_many([(OLD, job) for _, _, job in pairs])
+    pairs = [(name, OLD, new, job) for name, new, job in _pairs(tmp_path)]
+    pairs += [(name, old, OLD, job) for name, old, job in _old_pairs(tmp_path)]
+    truth = flink.restore_many([(old, job) for _, old, _, job in pairs])
     table = []
-    for (name, new, _), real in zip(pairs, truth):
-        report = compat(OLD, new)
+    for (name, old, new, _), real in zip(pairs, truth):
+        report = compat(old, new)
         restored = not isinstance(real, str)
         table.append((name, restored, report.restores, [f.change for f in report.findings if f.fails],
-                      "" if restored else real.splitlines()[0][:160]))
+                      "" if restored else _cause(real)))
     print(json.dumps(table, indent=1))
     for name, restored, predicted, fails, why in table:
         assert predicted == restored, (name, restored, fails, why)
+        if fails:  # and Flink failed for the reason compat gives
+            assert any(w in why for w in REASONS[fails[0]]), (name, fails, why)
     assert len(table) >= 12 and sum(1 for t in table if not t[1]) >= 6  # failing and restoring pairs both
+    migrated = compat(pairs[-3][1], OLD)
+    assert [f.change for f in migrated.findings] == ["serializer-migrated"] and migrated.restores
 
 
 def test_compat_cli_exit_codes_and_fixes(tmp_path):
