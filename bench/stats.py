@@ -7,6 +7,7 @@ from the statekit one by ``write_flink``, i.e. ``statekit convert --to flink``) 
 * ``savepoint_stats(top=0)``: entries and bytes per key group, state and subtask (no key decoded)
 * ``savepoint_stats(top=10)``: the same with the 10 largest keys (keys decoded, values not)
 * ``statekit stats --json`` as a whole fresh process
+* ``compat`` of the savepoint against itself and against its statekit twin (serializers and manifests only)
 * baseline, same run: the naive way - decode the keyed table and timers (``Savepoint.keyed_table`` +
   ``timers``, what an "independent count" needs) and add up per key group with numpy
 
@@ -99,6 +100,12 @@ def main() -> None:
         assert len(s_top.operator("bench").top_keys) == 10  # type: ignore[attr-defined]
         print(f"  {fmt:8s} stats (top 0) {t_stats:6.2f} s | with --top 10 {t_top:6.2f} s | whole process "
               f"{t_proc:6.2f} s | baseline decode-and-count {t_naive:6.2f} s | speed-up x{t_naive / t_stats:.1f}")
+    from statekit.savepoint.compat import compat
+
+    t_compat, report = timed(lambda: compat(paths["flink"], paths["flink"]))
+    t_cross, _ = timed(lambda: compat(paths["flink"], paths["statekit"]))
+    assert report.restores  # type: ignore[attr-defined]
+    print(f"  compat Flink vs Flink {t_compat:6.3f} s | Flink vs statekit {t_cross:6.3f} s")
     print(f"  ({load()})")
 
 

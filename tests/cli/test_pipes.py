@@ -75,6 +75,8 @@ CASES: dict[str, list[list]] = {
     "demo": [["demo", "--no-spark", "--out", "demo-out"], ["demo", "--no-spark", "--out", "sp"]],
     "convert": [["convert", FLINK, "conv-out", "--uid", "counter"]],
     "clean": [["clean", "."]],
+    "stats": [["stats", "sp", "--top", "3", "-p", "3"], ["stats", FLINK, "--top", "2"], ["stats", "sp", "-p", "999"]],
+    "compat": [["compat", FLINK, FLINK], ["compat", "sp", FLINK], ["compat", "sp", "missing"]],
 }
 GENERAL = [[], ["--help"], ["inspect", "--help"], ["inspect", "sp", "--no-such-option"], ["no-such-command"]]
 
