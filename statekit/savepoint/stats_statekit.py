@@ -45,6 +45,23 @@ def row_bytes(arr: pa.Array | pa.ChunkedArray) -> np.ndarray:
     return np.where(valid, width, 0).astype(np.int64)
 
 
+def _key_group_rows(pf: pq.ParquetFile, m: int) -> np.ndarray:
+    """Rows per key group of one file: from the footer where a row group holds one key group (statekit's writers cut
+    row groups where the key group changes), else from that row group's ``key_group`` column."""
+    counts = np.zeros(m, np.int64)
+    md = pf.metadata
+    col = pf.schema_arrow.get_field_index("key_group")
+    for rg in range(md.num_row_groups):
+        g = md.row_group(rg)
+        st = g.column(col).statistics
+        if st is not None and st.has_min_max and st.min == st.max and not st.null_count:
+            counts[int(st.min)] += g.num_rows
+        else:
+            kg = pf.read_row_group(rg, columns=["key_group"]).column("key_group").to_numpy()
+            counts += np.bincount(kg, minlength=m)
+    return counts
+
+
 def _spread(total: int, rows_per_kg: np.ndarray) -> np.ndarray:
     """`total` bytes spread over key groups in proportion to their rows (integers summing to `total`)."""
     rows = rows_per_kg.sum()
@@ -77,8 +94,7 @@ def statekit_operator_stats(sp: Savepoint, meta: OperatorMetadata, *, top: int =
                 state_entries[s.name] = table.num_rows - table.column(s.name).null_count
         for f in meta.files_of("keyed") + meta.files_of("timers"):
             pf = pq.ParquetFile(_path(sp, f))
-            kg = pf.read(columns=["key_group"]).column("key_group").to_numpy()
-            counts = np.bincount(kg, minlength=m)
+            counts = _key_group_rows(pf, m)
             kg_entries += counts
             kg_bytes += _spread(f.bytes, counts)
             if f.table == "timers":
