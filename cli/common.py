@@ -128,6 +128,8 @@ FORMAT = typer.Option("table", "--format", help="table, json or csv.", case_sens
 APPLY = typer.Option(False, "--apply", help="Write the new savepoint (default: a dry run that writes nothing).")
 SOURCE = typer.Argument(..., help="Savepoint to read (never modified).", show_default=False)
 TARGET = typer.Argument(..., help="New savepoint to write (must not exist).", show_default=False)
+TO = typer.Option(None, "--to", metavar="statekit|flink", show_default=False,
+                  help="Format of the new savepoint; default: the source's (a Flink savepoint gives a Flink savepoint).")
 PATH = typer.Argument(..., help="Savepoint or checkpoint directory.", show_default=False)
 
 

@@ -188,7 +188,7 @@ def _register_parquet(con, sp, qualified: str, meta, kind: str, files, keys: lis
     from statekit.format.files import read_verified_bytes
     from statekit.keygroups import assign_to_key_group
 
-    if keys is not None:
+    if keys is not None and not meta.stored_key_groups:  # stored key groups: user-code hashes, read every file
         groups = {assign_to_key_group(k, meta.max_parallelism, meta.key_type) for k in keys}
         files = [f for f in files if any(f.covers(g) for g in groups)]
     schema = (K.keyed_schema(meta.key_type, meta.keyed_states, namespace_type=meta.namespace_type)
@@ -211,7 +211,7 @@ def _arrow_keyed(sp, meta, kind: str, keys: list | None) -> pa.Table:
     if kind == "timers":
         table = sp.timers(meta.identifier)
         return table.drop_columns(["key_group"]) if "key_group" in table.column_names else table
-    if keys is None:
+    if keys is None or meta.stored_key_groups:  # stored key groups come from user code: no pruning by key
         return sp.keyed_table(meta.identifier)
     parts = []
     for g in sorted({assign_to_key_group(k, meta.max_parallelism, meta.key_type) for k in keys}):

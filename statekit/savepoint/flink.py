@@ -60,7 +60,14 @@ def _operator_metadata(reader: FlinkStateReader, op: OperatorState, kind: JobKin
         keyed_states=keyed,
         operator_states=tuple(op_states),
         keyed_format="flink",
+        key_groups="stored" if lay is not None and stores_key_groups(kind, lay) else "hashed",
     )
+
+
+def stores_key_groups(kind: JobKind, lay: KeyedLayout) -> bool:
+    """Whether a Flink operator's keys hash with user code (a DataStream POJO, Row or raw-bytes key), so their key
+    groups can only be kept as read."""
+    return kind.name == "datastream" and lay.key_type.kind in ("pojo", "row", "binary")
 
 
 def _uid_hash(op: str) -> str:

@@ -25,6 +25,7 @@ from statekit.types import parse_ddl
 if TYPE_CHECKING:
     from statekit.format.flink.versions import FlinkVersion
     from statekit.format.keyed_stream import KeyedFiles
+    from statekit.savepoint.stats import SavepointStats
     from statekit.state.descriptors import OperatorStateInfo
 
 # pyarrow.compute, the keyed-table layout (statekit.format.keyed) and thread pools are imported where
@@ -235,6 +236,14 @@ class Savepoint:
         parts = [self._check_schema(p, expected, f"native RocksDB state of {meta.display_name}") for p in parts]
         return pa.concat_tables(parts) if parts else empty_table(expected)
 
+    def size_stats(self, *, top: int = 10) -> "SavepointStats":
+        """Where the bytes are (`statekit stats`): entries and bytes per operator, state, subtask and key group, the
+        `top` largest keys and the skew (`statekit.savepoint.stats`). Named apart from `FlinkSavepoint.stats`, the
+        decoder's statistics."""
+        from statekit.savepoint.stats import savepoint_stats
+
+        return savepoint_stats(self, top=top)
+
     def get(self, op: OpLike, key: Any, *, namespace: Any = None) -> dict[str, Any] | None:
         """The states of one key as Python values, or None.
 
@@ -249,6 +258,11 @@ class Savepoint:
                 f"operator {meta.display_name!r} keeps no namespaces (it is not a window operator); "
                 "call get() without namespace=."
             )
+        if meta.stored_key_groups:  # the key class's own hashCode placed it: look in every key group
+            table = self.keyed_table(op)
+            hits = [i for i, k in enumerate(table.column("key").to_pylist()) if _same_key(k, key)]
+            rows = [r for r in table.take(pa.array(hits, pa.int64())).to_pylist() if _same_ns(r.get("namespace"), namespace)]
+            return decode_row(rows[0], meta, trusted=self.trust_pickled) if rows else None
         kg = assign_to_key_group(key, meta.max_parallelism, meta.key_type)
         if meta.is_native:
             rows = self._native_table(meta, KeyGroupRange(kg, kg)).to_pylist()

@@ -167,14 +167,14 @@ class SavepointReader:
     def _engine(self, meta: OperatorMetadata, engine: str) -> str:
         if engine not in ("auto", "parquet", "statekit"):
             raise InvalidArgumentError(f"engine must be 'auto', 'parquet' or 'statekit', not {engine!r}.")
-        if engine == "auto":
+        if engine == "auto" or meta.stored_key_groups:  # the rule would prune stored (user-code) key groups by hash
             return "parquet" if self._rule_prunes(meta) else "statekit"
         return engine
 
     def _rule_prunes(self, meta: OperatorMetadata) -> bool:
         """Whether Spark's Parquet reader with statekit's rule serves `meta`'s keyed table fully
         (the rule prunes scalar keys and structs without float fields; the data source the rest)."""
-        prunable = _jvm_prunable(parse_ddl(meta.keyed_key_type))
+        prunable = _jvm_prunable(parse_ddl(meta.keyed_key_type)) and not meta.stored_key_groups
         return meta.keyed_format == "parquet" and prunable and pruning_unavailable(self.spark) is None
 
     def _load_parquet(

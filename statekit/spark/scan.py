@@ -152,7 +152,7 @@ def plan_tasks(meta: OperatorMetadata, spec: TableSpec, keys: frozenset | None =
     if spec.kind in ("split", "union", "broadcast"):
         return [ScanTask(whole_table=True)]
     wanted = None
-    if keys is not None:
+    if keys is not None and not meta.stored_key_groups:  # stored key groups come from user code: rows filtered only
         wanted = key_groups_of(keys, meta.max_parallelism, meta.keyed_key_type)
         keys = frozenset(k for ks in wanted.values() for k in ks)
     if spec.kind == "keyed" and meta.is_native or meta.keyed_format == "flink":
@@ -162,7 +162,7 @@ def plan_tasks(meta: OperatorMetadata, spec: TableSpec, keys: frozenset | None =
         for i in range(meta.parallelism):
             rng = key_group_range(meta.max_parallelism, meta.parallelism, i)
             if wanted is None:
-                tasks.append(ScanTask(key_group_range=(rng.start, rng.end)))
+                tasks.append(ScanTask(key_group_range=(rng.start, rng.end), keys=keys))
                 continue
             mine = sorted(kg for kg in wanted if kg in rng)
             if mine:

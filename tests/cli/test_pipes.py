@@ -79,6 +79,8 @@ CASES: dict[str, list[list]] = {
                  PAIRS / "classes-1.20.jar", "--uid", "profiles"],
                 ["upgrade", PAIRS / "hashmap-1.20" / "savepoint", "up-out-2", "--to-flink", "2.3"]],
     "clean": [["clean", "."]],
+    "stats": [["stats", "sp", "--top", "3", "-p", "3"], ["stats", FLINK, "--top", "2"], ["stats", "sp", "-p", "999"]],
+    "compat": [["compat", FLINK, FLINK], ["compat", "sp", FLINK], ["compat", "sp", "missing"]],
 }
 GENERAL = [[], ["--help"], ["inspect", "--help"], ["inspect", "sp", "--no-such-option"], ["no-such-command"]]
 
