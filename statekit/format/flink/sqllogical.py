@@ -1,0 +1,293 @@
+"""Logical tables of Flink SQL operators: their state in the query's terms, computed from the named physical tables.
+
+Boundary: given an operator's plan names (`statekit.format.flink.sqlnames.OperatorNames`) and its
+keyed and timers tables as `NamedSqlKind` presents them, builds one Arrow table, key columns first:
+a group aggregate's results per key (``user_name, cnt, total, ...``, the query's aggregates computed
+from the accumulators by `statekit.format.flink.sqlaggs`, plus the values each DISTINCT aggregate
+has seen); a window aggregate's pending windows (one row per key and window, with the window's
+start/end as the query names them); a deduplication's kept row (keep-first: whether the key has
+emitted its row, and the row waiting on its timer); a join's rows per input side, each stored row
+repeated by its count. Names are the sink's where the plan's projections only reference or cast
+columns (`statekit.format.flink.sqlplan.Plan.sink_names`). Columns are vectorized Arrow, no Python row loop.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from statekit.errors import UnsupportedFormatError
+from statekit.format.flink.sqlaggs import result
+from statekit.format.flink.sqlnames import OperatorNames
+from statekit.format.flink.sqlplan import type_root
+
+__all__ = ["logical_table"]
+
+_DURATION = re.compile(r"^P(?:(\d+)D)?(?:T(?:(\d+)H)?(?:(\d+)M)?(?:(\d+(?:\.\d+)?)S)?)?$")
+
+
+def millis(text: str) -> int:
+    """An ISO-8601 duration of a plan (``PT10S``, ``P1DT2H``) in milliseconds.
+
+    >>> millis("PT10S"), millis("P1DT1M")
+    (10000, 86460000)
+    """
+    m = _DURATION.match(str(text))
+    if not m:
+        raise UnsupportedFormatError(f"window size {text!r} of the plan is not an ISO-8601 duration statekit reads")
+    d, h, mi, s = m.groups()
+    return int(d or 0) * 86_400_000 + int(h or 0) * 3_600_000 + int(mi or 0) * 60_000 + round(float(s or 0) * 1000)
+
+
+def _local_zone(names: OperatorNames) -> str:
+    """The session time zone of the job (``table.local-time-zone`` in the plan; UTC when it does not say)."""
+    own = names.node.spec.get("configuration", {}).get("table.local-time-zone")
+    if own:
+        return str(own)
+    for n in names.plan.nodes.values():
+        tz = n.spec.get("configuration", {}).get("table.local-time-zone")
+        if tz and tz != "default":
+            return str(tz)
+    return "UTC"
+
+
+def _as_type(a: Any, plan_type: str | None, zone: str) -> Any:
+    """`a` converted to a plan type where the query casts it (timestamps between local time and instants, numbers)."""
+    if plan_type is None:
+        return a
+    import json
+
+    t = json.loads(plan_type) if plan_type.startswith("{") else plan_type
+    root, _ = type_root(t)
+    at = a.type
+    if root == "TIMESTAMP_WITH_LOCAL_TIME_ZONE" and pa.types.is_timestamp(at) and at.tz is None:
+        return pc.assume_timezone(a, zone).cast(pa.timestamp(at.unit, "UTC"))
+    if root == "TIMESTAMP_WITHOUT_TIME_ZONE" and pa.types.is_timestamp(at) and at.tz is not None:
+        return pc.local_timestamp(a.cast(pa.timestamp(at.unit, zone)))
+    simple = {"BIGINT": pa.int64(), "INTEGER": pa.int32(), "SMALLINT": pa.int16(), "TINYINT": pa.int8(),
+              "DOUBLE": pa.float64(), "FLOAT": pa.float32(), "VARCHAR": pa.string(), "BOOLEAN": pa.bool_()}
+    if root in simple and at != simple[root]:
+        try:
+            return a.cast(simple[root])
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            return a
+    return a
+
+
+def _combine(x: Any) -> pa.Array:
+    return x.combine_chunks() if isinstance(x, pa.ChunkedArray) else x
+
+
+def _unwrap(a: pa.Array) -> pa.Array:
+    """A TTL-wrapped value column (``struct<last_access,value>``) as its values."""
+    if pa.types.is_struct(a.type) and [f.name for f in a.type] == ["last_access", "value"]:
+        return a.field("value") if not a.null_count else pc.if_else(pc.is_null(a), pa.scalar(None, a.type.field(1).type),
+                                                                     a.flatten()[1])
+    return a
+
+
+def _fields(a: pa.Array) -> dict[str, pa.Array]:
+    """A struct column's fields by name (a row's ``row_kind`` included), NULL where the struct is NULL."""
+    return {f.name: c for f, c in zip(a.type, a.flatten())}
+
+
+def _keys(names: OperatorNames, table: pa.Table) -> dict[str, pa.Array]:
+    key = _combine(table.column("key"))
+    return {c.name: arr for c, arr in zip(names.key, key.flatten())} if pa.types.is_struct(key.type) else {"key": key}
+
+
+def _sink_order(names: OperatorNames, values: dict[int, pa.Array], keys: dict[int, tuple[str, pa.Array]],
+                zone: str) -> dict[str, pa.Array]:
+    """The node's output columns named and cast as the query's sink sees them, key columns first."""
+    out: dict[str, pa.Array] = {}
+    traced = names.plan.sink_names(names.node)
+    for name, src, cast in traced:
+        if src in keys:
+            out[name] = _as_type(keys[src][1], cast, zone)
+    for src, (name, arr) in keys.items():  # key columns the sink does not show keep their input names
+        if not any(s == src for _, s, _ in traced) and name not in out:
+            out[name] = arr
+    for name, src, cast in traced:
+        if src in values and name not in out:
+            out[name] = _as_type(values[src], cast, zone)
+    return out
+
+
+def _aggregate(names: OperatorNames, table: pa.Table, zone: str) -> tuple[dict[int, pa.Array], pa.Table]:
+    """Output index -> result column of an aggregate node's calls, over rows that hold an accumulator."""
+    assert names.acc is not None and names.acc_state is not None
+    table = table.filter(pc.is_valid(table.column(names.acc_state)))
+    acc = _unwrap(_combine(table.column(names.acc_state)))
+    ngroup = len(names.key)
+    out: dict[int, pa.Array] = {}
+    for agg in names.acc.aggs:
+        if not agg.hidden:
+            out[ngroup + agg.index] = result(agg, acc, f"{names.node.uid}")
+    return out, table
+
+
+def _distinct_seen(names: OperatorNames, table: pa.Table) -> dict[str, pa.Array]:
+    """Per DISTINCT group: the values its aggregates have seen, and whether a NULL was among them."""
+    out: dict[str, pa.Array] = {}
+    inp = names.plan.input(names.node, 0)
+    for i, args in enumerate(names.acc.distinct if names.acc else ()):
+        label = "_".join(inp[a].name for a in args)
+        col = f"distinctAcc_{i}"
+        if col in table.column_names:
+            m = _combine(table.column(col))
+            entries = m.values.flatten() if len(m) else [pa.array([], m.type.key_type), pa.array([], m.type.item_type)]
+            seen = pc.not_equal(pc.fill_null(_unwrap(entries[1]), 0), 0).to_numpy(zero_copy_only=False)
+            offsets = m.offsets.to_numpy()
+            kept = np.concatenate([[0], np.cumsum(seen)]).astype(np.int32)[offsets]
+            parent = np.repeat(np.arange(len(m)), np.diff(offsets))[seen]
+            keys = entries[0].filter(pa.array(seen))
+            if len(keys) and not pa.types.is_nested(keys.type):  # sorted: the same on every backend
+                keys = keys.take(pc.sort_indices(pa.table({"p": parent, "v": keys}),
+                                                 sort_keys=[("p", "ascending"), ("v", "ascending")]))
+            out[f"distinct_{label}s"] = pa.ListArray.from_arrays(pa.array(kept, pa.int32()), keys,
+                                                                 mask=pc.is_null(m) if m.null_count else None)
+        if f"{col}_null_state" in table.column_names:
+            ns = _unwrap(_combine(table.column(f"{col}_null_state")))
+            out[f"null_{label}_seen"] = pc.fill_null(pc.not_equal(ns, 0), False)
+    return out
+
+
+def _group_aggregate(names: OperatorNames, table: pa.Table, zone: str) -> pa.Table:
+    values, table = _aggregate(names, table, zone)
+    keys = {i: (c.name, arr) for i, (c, arr) in enumerate(zip(names.key, _keys(names, table).values()))}
+    cols = _sink_order(names, values, keys, zone)
+    cols.update({k: v for k, v in _distinct_seen(names, table).items() if k not in cols})
+    return pa.table(cols)
+
+
+def _window_aggregate(names: OperatorNames, table: pa.Table, zone: str) -> pa.Table:
+    values, table = _aggregate(names, table, zone)
+    spec = names.node.spec
+    ns = _combine(table.column("namespace"))
+    if pa.types.is_struct(ns.type):  # legacy group window: TimeWindow(start, end)
+        start, end = ns.field("start"), ns.field("end")
+    else:  # window TVF: the slice end
+        win = spec.get("windowing", {}).get("window", {})
+        if win.get("type") != "TumblingWindow":
+            raise UnsupportedFormatError(
+                f"{names.node.uid}: a {win.get('type', 'window')} keeps slices that statekit does not yet assemble "
+                "into windows (TUMBLE only); its slices are in the physical table (namespace = slice end)."
+            )
+        end = ns
+        start = pc.subtract(ns, millis(win.get("size", "")))
+    ngroup, naggs = len(names.key), len(spec.get("aggCalls") or [])
+    for j, prop in enumerate(spec.get("namedWindowProperties") or []):
+        p = prop.get("property", {})
+        kind = p.get("kind")
+        millis_col = {"WindowStart": start, "WindowEnd": end, "Rowtime": pc.subtract(end, 1)}.get(kind)
+        ts = pa.nulls(len(table), pa.timestamp("ms")) if millis_col is None else \
+            pc.cast(_combine(millis_col), pa.int64()).cast(pa.timestamp("ms"))
+        out_t = names.plan.output(names.node)[ngroup + naggs + j]
+        values[ngroup + naggs + j] = _as_type(ts, out_t.type if out_t.root != "TIMESTAMP_WITHOUT_TIME_ZONE" else None, zone)
+    keys = {i: (c.name, arr) for i, (c, arr) in enumerate(zip(names.key, _keys(names, table).values()))}
+    return pa.table(_sink_order(names, values, keys, zone))
+
+
+def _row_columns(names: OperatorNames, row: pa.Array, zone: str, keys: dict[str, pa.Array]) -> dict[str, pa.Array]:
+    """A stored input row's columns (named as the sink names them where traced), key columns left out."""
+    fields = _fields(row)
+    kind = fields.pop("row_kind", None)
+    idx = {i: arr for i, arr in enumerate(fields.values())}
+    unique = [int(i) for i in names.node.spec.get("uniqueKeys", [])]
+    traced = {src: (name, cast) for name, src, cast in names.plan.sink_names(names.node)}
+    out = {}
+    for i, arr in idx.items():
+        name, cast = traced.get(i, (list(fields)[i], None))
+        if i in unique or name in keys:
+            continue
+        out[name] = _as_type(arr, cast, zone)
+    if kind is not None:
+        out["row_kind"] = kind
+    return out
+
+
+def _deduplicate(names: OperatorNames, table: pa.Table, zone: str) -> pa.Table:
+    cols = table.column_names
+    keys = _keys(names, table)
+    if "waiting-to-emit-on-timer" in cols or "already-emitted-state-boolean" in cols:  # keep-first, rowtime
+        emitted = _unwrap(_combine(table.column("already-emitted-state-boolean"))) \
+            if "already-emitted-state-boolean" in cols else pa.nulls(len(table), pa.bool_())
+        out = {**keys, "emitted": pc.fill_null(emitted, False)}
+        if "waiting-to-emit-on-timer" in cols:
+            row = _row_columns(names, _unwrap(_combine(table.column("waiting-to-emit-on-timer"))), zone, keys)
+            row.pop("row_kind", None)
+            out.update(row)
+        return pa.table(out)
+    state = _unwrap(_combine(table.column("deduplicate-state")))
+    if pa.types.is_boolean(state.type):  # keep-first, proctime: only the flag is kept
+        return pa.table({**keys, "seen": pc.fill_null(state, False)})
+    return pa.table({**keys, **_row_columns(names, state, zone, keys)})
+
+
+def _side_rows(col: pa.Array) -> pa.Array:
+    """One join side's stored rows per key as a list of rows (row kinds dropped), each repeated by its count."""
+    col = _unwrap(col)
+
+    def strip(rows: pa.Array) -> pa.Array:
+        rows = _unwrap(rows)
+        kept = [(f, c) for f, c in zip(rows.type, rows.flatten()) if f.name != "row_kind"]
+        return pa.StructArray.from_arrays([c for _, c in kept], fields=[f for f, _ in kept])
+
+    if pa.types.is_struct(col.type):  # the join key contains a unique key: one row per key
+        rows = strip(col)
+        return pa.ListArray.from_arrays(pa.array(np.arange(len(col) + 1, dtype=np.int32)), rows,
+                                        mask=pc.is_null(col) if col.null_count else None)
+    entries = col.values.flatten() if len(col) else None
+    offsets = col.offsets.to_numpy()
+    if entries is None:
+        return pa.nulls(0, pa.list_(pa.struct([])))
+    key, item = entries[0], _unwrap(entries[1])
+    if pa.types.is_integer(item.type):  # no unique key: row -> count
+        counts = pc.fill_null(item, 0).to_numpy(zero_copy_only=False).astype(np.int64)
+        take = np.repeat(np.arange(len(key)), np.maximum(counts, 0))
+        rows = strip(key).take(pa.array(take))
+        ends = np.concatenate([[0], np.cumsum(np.maximum(counts, 0))]).astype(np.int32)[offsets]
+        return pa.ListArray.from_arrays(pa.array(ends, pa.int32()), rows, mask=pc.is_null(col) if col.null_count else None)
+    if pa.types.is_struct(item.type):  # a unique key other than the join key: unique key -> row
+        return pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), strip(item),
+                                        mask=pc.is_null(col) if col.null_count else None)
+    raise UnsupportedFormatError(f"join state of type {col.type} is a layout statekit does not present as rows yet")
+
+
+def _join(names: OperatorNames, table: pa.Table, zone: str) -> pa.Table:
+    out: dict[str, Any] = dict(_keys(names, table))
+    sides = [names.plan.source_table(names.node, i) for i in (0, 1)]
+    if None in sides or sides[0] == sides[1]:
+        sides = [f"{s}_{t}" if t else s for s, t in zip(("left", "right"), sides)]
+    for state, side in zip(("left-records", "right-records"), sides):
+        if state in table.column_names:
+            out[str(side)] = _side_rows(_combine(table.column(state)))
+    return pa.table(out)
+
+
+_BUILD = {
+    "group aggregate": _group_aggregate,
+    "window TVF aggregate": _window_aggregate,
+    "legacy group window aggregate": _window_aggregate,
+    "deduplication": _deduplicate,
+    "regular join": _join,
+}
+
+
+def logical_table(names: OperatorNames, table: pa.Table, timers: pa.Table, where: str) -> pa.Table:
+    """The operator's logical table from its named keyed table (see the module docstring)."""
+    build = _BUILD.get(names.kind)
+    if build is None:
+        raise UnsupportedFormatError(f"{where}: a {names.kind} has no logical table in statekit; read its physical one.")
+    if names.kind in ("group aggregate", "window TVF aggregate", "legacy group window aggregate") and names.acc and \
+            names.acc.fields is None:
+        unknown = [a.func for a in names.acc.aggs if a.buffers is None]
+        raise UnsupportedFormatError(
+            f"{where}: aggregate {', '.join(unknown)} keeps an accumulator statekit does not evaluate (it evaluates "
+            "COUNT, SUM, SUM0, AVG, and MIN/MAX over append-only input); read the physical table (its accumulator row)."
+        )
+    return build(names, table, _local_zone(names))
