@@ -171,10 +171,15 @@ class FlinkSavepoint(Savepoint):
 
         return next((k.names.plan for k in self._kinds.values() if isinstance(k, NamedSqlKind)), None)
 
-    def logical_table(self, op: OpLike) -> pa.Table:
+    def has_logical_table(self, op: OpLike) -> bool:
+        from statekit.format.flink.sqlnames import NamedSqlKind
+
+        return isinstance(self._kinds.get(self.operator(op).uid_hash), NamedSqlKind)
+
+    def logical_table(self, op: OpLike, *, rows: bool = True) -> pa.Table:
         """`op`'s state in the query's terms (needs ``plan=``): key columns first, then per kind of operator a group
         aggregate's results per key, a window aggregate's pending windows, a deduplication's kept row, a join's rows
-        per input side (`statekit.format.flink.sqllogical`)."""
+        per input side (`statekit.format.flink.sqllogical`). ``rows=False``: no rows, only the schema (reads nothing)."""
         from statekit.format.flink.sqllogical import logical_table
         from statekit.format.flink.sqlnames import NamedSqlKind
 
@@ -186,6 +191,9 @@ class FlinkSavepoint(Savepoint):
                 + ("open the savepoint with the job's compiled plan (plan='plan.json', CLI --plan) to get one."
                    if self.plan is None else "the compiled plan has no stateful ExecNode for it.")
             )
+        if not rows:
+            keyed = self.keyed_schema(op, with_key_group=False).empty_table()
+            return logical_table(kind.names, keyed, keyed.slice(0, 0), f"{self.path} {meta.display_name}")
         return logical_table(kind.names, self.keyed_table(op), self.timers(op), f"{self.path} {meta.display_name}")
 
     def unsupported(self, op: OpLike) -> list[str]:

@@ -268,7 +268,11 @@ class Savepoint:
             return None
         return decode_row(rows[0], meta, trusted=self.trust_pickled)
 
-    def logical_table(self, op: OpLike) -> pa.Table:
+    def has_logical_table(self, op: OpLike) -> bool:
+        """Whether `op` has a logical table (a Flink SQL operator of a savepoint opened with its compiled plan)."""
+        return False
+
+    def logical_table(self, op: OpLike, *, rows: bool = True) -> pa.Table:
         """A Flink SQL operator's state in the query's terms; Flink SQL savepoints opened with ``plan=`` only."""
         raise InvalidArgumentError(
             f"operator {self.operator(op).display_name!r} of statekit savepoint {self.path} has no logical table: "

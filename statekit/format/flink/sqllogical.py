@@ -184,8 +184,8 @@ def _window_aggregate(names: OperatorNames, table: pa.Table, zone: str) -> pa.Ta
         p = prop.get("property", {})
         kind = p.get("kind")
         millis_col = {"WindowStart": start, "WindowEnd": end, "Rowtime": pc.subtract(end, 1)}.get(kind)
-        ts = pa.nulls(len(table), pa.timestamp("ms")) if millis_col is None else \
-            pc.cast(_combine(millis_col), pa.int64()).cast(pa.timestamp("ms"))
+        ts = pa.nulls(len(table), pa.timestamp("us")) if millis_col is None else \
+            pc.cast(_combine(millis_col), pa.int64()).cast(pa.timestamp("ms")).cast(pa.timestamp("us"))  # statekit's unit
         out_t = names.plan.output(names.node)[ngroup + naggs + j]
         values[ngroup + naggs + j] = _as_type(ts, out_t.type if out_t.root != "TIMESTAMP_WITHOUT_TIME_ZONE" else None, zone)
     keys = {i: (c.name, arr) for i, (c, arr) in enumerate(zip(names.key, _keys(names, table).values()))}
@@ -241,10 +241,8 @@ def _side_rows(col: pa.Array) -> pa.Array:
         rows = strip(col)
         return pa.ListArray.from_arrays(pa.array(np.arange(len(col) + 1, dtype=np.int32)), rows,
                                         mask=pc.is_null(col) if col.null_count else None)
-    entries = col.values.flatten() if len(col) else None
+    entries = col.values.flatten() if len(col) else [pa.array([], col.type.key_type), pa.array([], col.type.item_type)]
     offsets = col.offsets.to_numpy()
-    if entries is None:
-        return pa.nulls(0, pa.list_(pa.struct([])))
     key, item = entries[0], _unwrap(entries[1])
     if pa.types.is_integer(item.type):  # no unique key: row -> count
         counts = pc.fill_null(item, 0).to_numpy(zero_copy_only=False).astype(np.int64)
