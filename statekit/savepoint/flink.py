@@ -191,10 +191,14 @@ class FlinkSavepoint(Savepoint):
                 + ("open the savepoint with the job's compiled plan (plan='plan.json', CLI --plan) to get one."
                    if self.plan is None else "the compiled plan has no stateful ExecNode for it.")
             )
+        where = f"{self.path} {meta.display_name}"
         if not rows:
             keyed = self.keyed_schema(op, with_key_group=False).empty_table()
-            return logical_table(kind.names, keyed, keyed.slice(0, 0), f"{self.path} {meta.display_name}")
-        return logical_table(kind.names, self.keyed_table(op), self.timers(op), f"{self.path} {meta.display_name}")
+            return logical_table(kind.names, keyed, keyed.slice(0, 0), where)
+        marks = [v for v in (self.union_state(op, "watermark").column("value").to_pylist()
+                             if any(s.name == "watermark" for s in meta.operator_states) else []) if v is not None]
+        return logical_table(kind.names, self.keyed_table(op), self.timers(op), where,
+                             watermark=min(marks) if marks else None)
 
     def unsupported(self, op: OpLike) -> list[str]:
         """Why parts of `op`'s state cannot be decoded (kept as bytes or not read), one sentence each; empty when

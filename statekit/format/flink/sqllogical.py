@@ -164,21 +164,28 @@ def _group_aggregate(names: OperatorNames, table: pa.Table, zone: str) -> pa.Tab
     return pa.table(cols)
 
 
-def _window_aggregate(names: OperatorNames, table: pa.Table, zone: str) -> pa.Table:
-    values, table = _aggregate(names, table, zone)
+def _window_aggregate(names: OperatorNames, table: pa.Table, zone: str, watermark: int | None = None) -> pa.Table:
     spec = names.node.spec
+    win = spec.get("windowing", {}).get("window", {})
+    if win.get("type") in ("HoppingWindow", "CumulativeWindow") and not \
+            pa.types.is_struct(table.schema.field("namespace").type):
+        table = assemble_windows(names, table, win, watermark)  # slices -> one row per pending window (namespace = end)
+    values, table = _aggregate(names, table, zone)
     ns = _combine(table.column("namespace"))
     if pa.types.is_struct(ns.type):  # legacy group window: TimeWindow(start, end)
         start, end = ns.field("start"), ns.field("end")
-    else:  # window TVF: the slice end
-        win = spec.get("windowing", {}).get("window", {})
-        if win.get("type") != "TumblingWindow":
+    else:  # window TVF: the window end (TUMBLE: the slice end)
+        if win.get("type") not in ("TumblingWindow", "HoppingWindow", "CumulativeWindow"):
             raise UnsupportedFormatError(
-                f"{names.node.uid}: a {win.get('type', 'window')} keeps slices that statekit does not yet assemble "
-                "into windows (TUMBLE only); its slices are in the physical table (namespace = slice end)."
+                f"{names.node.uid}: a {win.get('type', 'window')} keeps state statekit does not assemble into windows "
+                "(TUMBLE, HOP and CUMULATE it does); its state is in the physical table."
             )
         end = ns
-        start = pc.subtract(ns, millis(win.get("size", "")))
+        if win.get("type") == "CumulativeWindow":  # windows of one cycle share their start
+            cycle = millis(win.get("maxSize", ""))
+            start = pa.array(((ns.to_numpy(zero_copy_only=False) - 1) // cycle) * cycle, pa.int64())
+        else:
+            start = pc.subtract(ns, millis(win.get("size", "")))
     ngroup, naggs = len(names.key), len(spec.get("aggCalls") or [])
     for j, prop in enumerate(spec.get("namedWindowProperties") or []):
         p = prop.get("property", {})
@@ -190,6 +197,67 @@ def _window_aggregate(names: OperatorNames, table: pa.Table, zone: str) -> pa.Ta
         values[ngroup + naggs + j] = _as_type(ts, out_t.type if out_t.root != "TIMESTAMP_WITHOUT_TIME_ZONE" else None, zone)
     keys = {i: (c.name, arr) for i, (c, arr) in enumerate(zip(names.key, _keys(names, table).values()))}
     return pa.table(_sink_order(names, values, keys, zone))
+
+
+#: how slices' accumulator fields combine into a window's (SUM: NULL only when every slice's is NULL)
+_MERGE = {"count1": "sum", "count": "sum", "sum": "sum", "max": "max", "min": "min"}
+
+
+def assemble_windows(names: OperatorNames, table: pa.Table, win: dict, watermark: int | None) -> pa.Table:
+    """HOP/CUMULATE slices (namespace = slice end) merged into one row per key and pending window (namespace = end).
+
+    A slice ending at ``s`` belongs to every window ``[start, end)`` with ``start < s <= end``; the
+    window's accumulator merges its slices present in state (CUMULATE keeps fired slices merged
+    into the cycle's first one, `CumulativeSliceAssigner.mergeSlices`; HOP keeps each slice until
+    its last window fired). Windows whose end timer fired (``end - 1 <= watermark``, the operator's
+    union ``watermark`` state) are left out.
+    """
+    assert names.acc is not None and names.acc_state is not None and names.acc.fields is not None
+    if int(millis(win.get("offset", "PT0S")) if win.get("offset") else 0):
+        raise UnsupportedFormatError(f"{names.node.uid}: windows with an offset are not assembled by statekit yet")
+    if names.acc.distinct:
+        raise UnsupportedFormatError(f"{names.node.uid}: DISTINCT aggregates of HOP/CUMULATE windows are not assembled "
+                                     "by statekit; their slices are in the physical table.")
+    table = table.filter(pc.is_valid(table.column(names.acc_state)))
+    s = _combine(table.column("namespace")).to_numpy(zero_copy_only=False).astype(np.int64)
+    if win.get("type") == "HoppingWindow":
+        size, slide = millis(win.get("size", "")), millis(win.get("slide", ""))
+        first = -(-s // slide) * slide  # the first window end at or after the slice end
+        count = np.maximum((s + size - 1 - first) // slide + 1, 0)  # window ends e with e - size < s <= e
+        rows = np.repeat(np.arange(len(s)), count)
+        k = np.arange(len(rows)) - np.repeat(np.cumsum(count) - count, count)
+        ends = first[rows] + k * slide
+    else:  # CumulativeWindow: the windows of the slice's cycle ending at or after it
+        cycle, step = millis(win.get("maxSize", "")), millis(win.get("step", ""))
+        cycle_end = ((s - 1) // cycle + 1) * cycle
+        count = (cycle_end - s) // step + 1
+        rows = np.repeat(np.arange(len(s)), count)
+        k = np.arange(len(rows)) - np.repeat(np.cumsum(count) - count, count)
+        ends = s[rows] + k * step
+    if watermark is not None:
+        keep = ends - 1 > watermark
+        rows, ends = rows[keep], ends[keep]
+    acc = _unwrap(_combine(table.column(names.acc_state)))
+    fields = [f.name for f in acc.type if f.name != "row_kind"]
+    key = _combine(table.column("key"))
+    take = pa.array(rows, pa.int64())
+    parts = key.flatten() if pa.types.is_struct(key.type) else [key]
+    exploded = pa.table({"__row": take, "__end": pa.array(ends, pa.int64()),
+                         **{f"__k{i}": c.take(take) for i, c in enumerate(parts)},
+                         **{f"__acc{i}": acc.field(f).take(take) for i, f in enumerate(fields)}})
+    how = [_MERGE.get(re.sub(r"_\d+$", "", names.acc.fields[i])) or _no_merge(names, names.acc.fields[i])
+           for i in range(len(fields))]
+    merged = exploded.group_by(["__end", *(f"__k{i}" for i in range(len(parts)))], use_threads=False) \
+        .aggregate([*((f"__acc{i}", h) for i, h in enumerate(how)), ("__row", "min")])
+    out_acc = pa.StructArray.from_arrays([merged.column(f"__acc{i}_{h}").combine_chunks() for i, h in enumerate(how)],
+                                         fields=[acc.type.field(f) for f in fields])
+    return pa.table({"key": key.take(merged.column("__row_min")), "namespace": merged.column("__end"),
+                     names.acc_state: out_acc})
+
+
+def _no_merge(names: OperatorNames, field: str) -> str:
+    raise UnsupportedFormatError(f"{names.node.uid}: accumulator field {field!r} has no merge statekit knows, so slices "
+                                 "cannot be assembled into windows; read the physical table.")
 
 
 def _row_columns(names: OperatorNames, row: pa.Array, zone: str, keys: dict[str, pa.Array]) -> dict[str, pa.Array]:
@@ -228,31 +296,54 @@ def _deduplicate(names: OperatorNames, table: pa.Table, zone: str) -> pa.Table:
     return pa.table({**keys, **_row_columns(names, state, zone, keys)})
 
 
+def _outer(t: pa.DataType) -> bool:
+    """Whether a join state value is an outer join's ``Tuple2<record or count, associations>`` (struct f0, f1 int)."""
+    return pa.types.is_struct(t) and [f.name for f in t] == ["f0", "f1"] and pa.types.is_integer(t.field(1).type)
+
+
+def _strip(rows: pa.Array, associations: pa.Array | None = None) -> pa.StructArray:
+    """Stored rows without their row kind; an outer join's rows with the number of rows they joined."""
+    rows = _unwrap(rows)
+    kept = [(f, c) for f, c in zip(rows.type, rows.flatten()) if f.name != "row_kind"]
+    if associations is not None:
+        kept.append((pa.field("associations", associations.type), associations))
+    return pa.StructArray.from_arrays([c for _, c in kept], fields=[f for f, _ in kept])
+
+
 def _side_rows(col: pa.Array) -> pa.Array:
-    """One join side's stored rows per key as a list of rows (row kinds dropped), each repeated by its count."""
+    """One join side's stored rows per key as a list of rows (row kinds dropped), each repeated by its count.
+
+    Layouts (`JoinRecordStateViews`, `OuterJoinRecordStateViews`): the join key contains a unique key
+    (one row per key; outer: ``Tuple2<row, associations>``), a unique key other than the join key
+    (``unique key -> row``; outer: ``-> Tuple2<row, associations>``), no unique key (``row -> count``;
+    outer: ``row -> Tuple2<count, associations>``). Outer joins' rows carry ``associations``.
+    """
     col = _unwrap(col)
-
-    def strip(rows: pa.Array) -> pa.Array:
-        rows = _unwrap(rows)
-        kept = [(f, c) for f, c in zip(rows.type, rows.flatten()) if f.name != "row_kind"]
-        return pa.StructArray.from_arrays([c for _, c in kept], fields=[f for f, _ in kept])
-
+    mask = pc.is_null(col) if col.null_count else None
     if pa.types.is_struct(col.type):  # the join key contains a unique key: one row per key
-        rows = strip(col)
-        return pa.ListArray.from_arrays(pa.array(np.arange(len(col) + 1, dtype=np.int32)), rows,
-                                        mask=pc.is_null(col) if col.null_count else None)
+        if _outer(col.type) and pa.types.is_struct(col.type.field(0).type):
+            f0, f1 = col.flatten()
+            rows = _strip(f0, f1)
+        else:
+            rows = _strip(col)
+        return pa.ListArray.from_arrays(pa.array(np.arange(len(col) + 1, dtype=np.int32)), rows, mask=mask)
     entries = col.values.flatten() if len(col) else [pa.array([], col.type.key_type), pa.array([], col.type.item_type)]
     offsets = col.offsets.to_numpy()
     key, item = entries[0], _unwrap(entries[1])
+    assoc = None
+    if _outer(item.type) and pa.types.is_integer(item.type.field(0).type):  # outer, no unique key
+        item, assoc = item.flatten()
     if pa.types.is_integer(item.type):  # no unique key: row -> count
-        counts = pc.fill_null(item, 0).to_numpy(zero_copy_only=False).astype(np.int64)
-        take = np.repeat(np.arange(len(key)), np.maximum(counts, 0))
-        rows = strip(key).take(pa.array(take))
-        ends = np.concatenate([[0], np.cumsum(np.maximum(counts, 0))]).astype(np.int32)[offsets]
-        return pa.ListArray.from_arrays(pa.array(ends, pa.int32()), rows, mask=pc.is_null(col) if col.null_count else None)
+        counts = np.maximum(pc.fill_null(item, 0).to_numpy(zero_copy_only=False).astype(np.int64), 0)
+        take = pa.array(np.repeat(np.arange(len(key)), counts))
+        rows = _strip(key, assoc).take(take)
+        ends = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)[offsets]
+        return pa.ListArray.from_arrays(pa.array(ends, pa.int32()), rows, mask=mask)
+    if _outer(item.type):  # outer, a unique key other than the join key: unique key -> (row, associations)
+        f0, f1 = item.flatten()
+        return pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), _strip(f0, f1), mask=mask)
     if pa.types.is_struct(item.type):  # a unique key other than the join key: unique key -> row
-        return pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), strip(item),
-                                        mask=pc.is_null(col) if col.null_count else None)
+        return pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), _strip(item), mask=mask)
     raise UnsupportedFormatError(f"join state of type {col.type} is a layout statekit does not present as rows yet")
 
 
@@ -276,8 +367,10 @@ _BUILD = {
 }
 
 
-def logical_table(names: OperatorNames, table: pa.Table, timers: pa.Table, where: str) -> pa.Table:
-    """The operator's logical table from its named keyed table (see the module docstring)."""
+def logical_table(names: OperatorNames, table: pa.Table, timers: pa.Table, where: str, *,
+                  watermark: int | None = None) -> pa.Table:
+    """The operator's logical table from its named keyed table (see the module docstring); `watermark`: a window
+    operator's current watermark (the least of its subtasks'), which says which HOP/CUMULATE windows fired."""
     build = _BUILD.get(names.kind)
     if build is None:
         raise UnsupportedFormatError(f"{where}: a {names.kind} has no logical table in statekit; read its physical one.")
@@ -288,4 +381,6 @@ def logical_table(names: OperatorNames, table: pa.Table, timers: pa.Table, where
             f"{where}: aggregate {', '.join(unknown)} keeps an accumulator statekit does not evaluate (it evaluates "
             "COUNT, SUM, SUM0, AVG, and MIN/MAX over append-only input); read the physical table (its accumulator row)."
         )
+    if build is _window_aggregate:
+        return _window_aggregate(names, table, _local_zone(names), watermark)
     return build(names, table, _local_zone(names))

@@ -109,7 +109,16 @@ def _row_names(t: FlinkType, names: tuple[str, ...]) -> FlinkType | None:
         return None if inner is None else replace(t, children=(t.children[0], inner))
     if t.form == "row" and len(t.logical) == len(names):
         return replace(t, field_names=names)
+    if t.kind == "tuple" and len(t.children) == 2 and t.children[0].form == "row":  # an outer join's (row, associations)
+        inner = _row_names(t.children[0], names)
+        return None if inner is None else replace(t, children=(inner, t.children[1]))
     return None
+
+
+def _counts(t: FlinkType) -> bool:
+    """Whether a map state's values are counts (an Integer, or an outer join's Tuple2 of counts): its keys are rows."""
+    t = t.children[1] if t.form == "ttl" else t
+    return t.kind == "int" or (t.kind == "tuple" and all(c.kind == "int" for c in t.children))
 
 
 def _named_state(s: StateMeta, names: OperatorNames, strict: bool) -> StateMeta:
@@ -119,6 +128,8 @@ def _named_state(s: StateMeta, names: OperatorNames, strict: bool) -> StateMeta:
         if want is None:
             continue
         if t.kind == "map" and s.keyed_kind == "map":
+            if role == "key" and names.kind == "regular join" and not _counts(t.children[1]):
+                continue  # a unique key -> row map: its keys are the unique key's columns, which the plan does not list
             i = 0 if role == "key" else 1
             child = _row_names(t.children[i], want)
             if child is not None:
