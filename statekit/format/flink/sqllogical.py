@@ -22,8 +22,9 @@ import pyarrow.compute as pc
 
 from statekit.errors import UnsupportedFormatError
 from statekit.format.flink.sqlaggs import result
+from statekit.format.flink.sqlexpr import evaluate
 from statekit.format.flink.sqlnames import OperatorNames
-from statekit.format.flink.sqlplan import type_root
+from statekit.format.flink.sqlplan import plain_ref, type_root
 
 __all__ = ["logical_table"]
 
@@ -101,19 +102,29 @@ def _keys(names: OperatorNames, table: pa.Table) -> dict[str, pa.Array]:
 
 
 def _sink_order(names: OperatorNames, values: dict[int, pa.Array], keys: dict[int, tuple[str, pa.Array]],
-                zone: str) -> dict[str, pa.Array]:
-    """The node's output columns named and cast as the query's sink sees them, key columns first."""
+                zone: str, n: int) -> dict[str, pa.Array]:
+    """The node's results named and computed as the query's sink receives them, key columns first."""
     out: dict[str, pa.Array] = {}
-    traced = names.plan.sink_names(names.node)
-    for name, src, cast in traced:
-        if src in keys:
-            out[name] = _as_type(keys[src][1], cast, zone)
+    traced = names.plan.sink_columns(names.node)
+    shown = set()
+    for name, e in traced:
+        ref = plain_ref(e)
+        if ref is not None and ref[0] in keys:
+            out[name] = _as_type(keys[ref[0]][1], ref[1], zone)
+            shown.add(ref[0])
     for src, (name, arr) in keys.items():  # key columns the sink does not show keep their input names
-        if not any(s == src for _, s, _ in traced) and name not in out:
+        if src not in shown and name not in out:
             out[name] = arr
-    for name, src, cast in traced:
-        if src in values and name not in out:
-            out[name] = _as_type(values[src], cast, zone)
+    columns = {**values, **{i: arr for i, (_, arr) in keys.items()}}
+    for name, e in traced:
+        if name in out:
+            continue
+        ref = plain_ref(e)
+        if ref is not None:
+            if ref[0] in values:
+                out[name] = _as_type(values[ref[0]], ref[1], zone)
+            continue
+        out[name] = evaluate(e, columns, n, lambda a, t: _as_type(a, t, zone))
     return out
 
 
@@ -159,7 +170,7 @@ def _distinct_seen(names: OperatorNames, table: pa.Table) -> dict[str, pa.Array]
 def _group_aggregate(names: OperatorNames, table: pa.Table, zone: str) -> pa.Table:
     values, table = _aggregate(names, table, zone)
     keys = {i: (c.name, arr) for i, (c, arr) in enumerate(zip(names.key, _keys(names, table).values()))}
-    cols = _sink_order(names, values, keys, zone)
+    cols = _sink_order(names, values, keys, zone, len(table))
     cols.update({k: v for k, v in _distinct_seen(names, table).items() if k not in cols})
     return pa.table(cols)
 
@@ -196,7 +207,7 @@ def _window_aggregate(names: OperatorNames, table: pa.Table, zone: str, watermar
         out_t = names.plan.output(names.node)[ngroup + naggs + j]
         values[ngroup + naggs + j] = _as_type(ts, out_t.type if out_t.root != "TIMESTAMP_WITHOUT_TIME_ZONE" else None, zone)
     keys = {i: (c.name, arr) for i, (c, arr) in enumerate(zip(names.key, _keys(names, table).values()))}
-    return pa.table(_sink_order(names, values, keys, zone))
+    return pa.table(_sink_order(names, values, keys, zone, len(table)))
 
 
 #: how slices' accumulator fields combine into a window's (SUM: NULL only when every slice's is NULL)

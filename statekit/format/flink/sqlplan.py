@@ -18,7 +18,7 @@ from typing import Any
 
 from statekit.errors import InvalidArgumentError
 
-__all__ = ["Column", "Plan", "PlanNode", "STATEFUL", "load_plan", "type_root"]
+__all__ = ["EVALUATED", "Column", "Plan", "PlanNode", "STATEFUL", "load_plan", "plain_ref", "type_root"]
 
 #: ExecNode type stem -> the SQL operator kind statekit names it by (`statekit.format.flink.sql.operator_kind`)
 STATEFUL = {
@@ -178,15 +178,16 @@ class Plan:
             cur = self.nodes.get(cur.inputs[0])
         return None
 
-    def sink_names(self, node: PlanNode) -> list[tuple[str, int, str | None]]:
-        """The node's output columns as the query names them: (name, output index, cast target type or None).
+    def sink_columns(self, node: PlanNode) -> list[tuple[str, dict]]:
+        """The node's results as the query's sink receives them: (name, expression over the node's output row).
 
         Follows the node's only consumer through nodes that pass rows unchanged and projections
-        that reference or cast a column (``Calc``), and takes the sink table's column names at the
-        end; stops (keeping the names so far) at anything else. Columns dropped on the way are
-        not listed; with no consumer to follow, every output column keeps the node's own name.
+        (``Calc``) whose expressions statekit evaluates (references, casts, CASE, comparisons,
+        arithmetic: what the planner writes when it reduces AVG to SUM0 / COUNT), and takes the sink
+        table's column names at the end; stops (keeping the columns so far) at anything else.
+        Expressions are the plan's own RexNode JSON with ``INPUT_REF`` indexes into the node's output.
         """
-        cols: list[tuple[str, int, str | None]] = [(c.name, i, None) for i, c in enumerate(self.output(node))]
+        cols = [(c.name, {"kind": "INPUT_REF", "inputIndex": i, "type": c.type}) for i, c in enumerate(self.output(node))]
         cur = node
         while len(cur.outputs) == 1:
             nxt = self.nodes[cur.outputs[0]]
@@ -194,11 +195,10 @@ class Plan:
                 cur = nxt
                 continue
             if nxt.stem == "calc":
-                projected = _projection(nxt.spec.get("projection") or [], cols)
-                if projected is None:
+                exprs = [_substitute(e, cols) for e in nxt.spec.get("projection") or []]
+                if not exprs or any(e is None for e in exprs):
                     break
-                names = [c.name for c in self.output(nxt)]
-                cols = [(names[j], src, cast) for j, (src, cast) in enumerate(projected)]
+                cols = [(c.name, e) for c, e in zip(self.output(nxt), exprs) if e is not None]
                 cur = nxt
                 continue
             if nxt.stem == "sink":
@@ -206,25 +206,47 @@ class Plan:
                     .get("schema", {}).get("columns", [])
                 physical = [c for c in schema if c.get("kind", "PHYSICAL") == "PHYSICAL"]
                 if len(physical) == len(cols):
-                    cols = [(str(c["name"]), src, cast) for c, (_, src, cast) in zip(physical, cols)]
+                    cols = [(str(c["name"]), e) for c, (_, e) in zip(physical, cols)]
             break
         return cols
 
+    def sink_names(self, node: PlanNode) -> list[tuple[str, int, str | None]]:
+        """Of `sink_columns`, those that are a column of the node's output, maybe cast: (name, index, cast type)."""
+        out = []
+        for name, e in self.sink_columns(node):
+            ref = plain_ref(e)
+            if ref is not None:
+                out.append((name, *ref))
+        return out
 
-def _projection(exprs: list[dict], cols: list[tuple[str, int, str | None]]) -> list[tuple[int, str | None]] | None:
-    """(source output index, cast type) per projected expression; None when one is more than a reference or a cast."""
-    out: list[tuple[int, str | None]] = []
-    for e in exprs:
-        cast = None
-        if e.get("kind") == "CALL" and e.get("internalName") == "$CAST$1" and len(e.get("operands", [])) == 1:
-            cast = e.get("type")
-            cast = cast if isinstance(cast, str) else json.dumps(cast)
-            e = e["operands"][0]
-        if e.get("kind") != "INPUT_REF" or not 0 <= int(e.get("inputIndex", -1)) < len(cols):
-            return None
-        _, src, before = cols[int(e["inputIndex"])]
-        out.append((src, cast if cast is not None else before))
-    return out
+
+#: the RexNode calls `sink_columns` follows (statekit.format.flink.sqllogical evaluates them)
+EVALUATED = {"$CAST$1", "$CASE$1", "$=$1", "$<>$1", "$/$1", "$*$1", "$+$1", "$-$1", "$IS NULL$1", "$IS NOT NULL$1"}
+
+
+def _substitute(e: dict, cols: list[tuple[str, dict]]) -> dict | None:
+    """Expression `e` over `cols`' expressions (INPUT_REF i -> cols[i]); None where it calls what statekit does not evaluate."""
+    kind = e.get("kind")
+    if kind == "INPUT_REF":
+        i = int(e.get("inputIndex", -1))
+        return cols[i][1] if 0 <= i < len(cols) else None
+    if kind == "LITERAL":
+        return e
+    if kind == "CALL" and e.get("internalName") in EVALUATED:
+        ops = [_substitute(o, cols) for o in e.get("operands", [])]
+        return None if any(o is None for o in ops) else {**e, "operands": ops}
+    return None
+
+
+def plain_ref(e: dict) -> tuple[int, str | None] | None:
+    """(index, cast type or None) when `e` is an output column, or a cast of one; else None."""
+    if e.get("kind") == "INPUT_REF":
+        return int(e["inputIndex"]), None
+    ops = e.get("operands") or []
+    if e.get("internalName") == "$CAST$1" and len(ops) == 1 and ops[0].get("kind") == "INPUT_REF":
+        t = e.get("type")
+        return int(ops[0]["inputIndex"]), t if isinstance(t, str) else json.dumps(t)
+    return None
 
 
 def _stem(node_type: str) -> str:

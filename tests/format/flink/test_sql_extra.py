@@ -71,7 +71,7 @@ def test_cumulate_windows_are_the_pending_windows_of_the_input():
         for end in range(cycle + 5000, cycle + 20001, 5000):  # CUMULATE every 5 s up to 20 s
             if end > ts and end - 1 > wm:
                 want[(name, cycle, end)].append(amount)
-    expected = sorted((n, _ts(c), _ts(e), len(a), _agg(a)["total"]) for (n, c, e), a in want.items())
+    expected = [(n, _ts(c), _ts(e), len(a), _agg(a)["total"]) for (n, c, e), a in want.items()]
     got = sorted((tuple(r.values()) for r in sp.logical_table(_op(sp, "window TVF aggregate", "user_name")).to_pylist()),
                  key=repr)
     assert got == sorted(expected, key=repr) and len(got) > 12
