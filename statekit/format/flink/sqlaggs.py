@@ -5,9 +5,10 @@ each aggregate call's buffer fields in call order, the hidden ``COUNT(*)`` the p
 the input retracts and the query has none, then one MapView placeholder per DISTINCT argument
 list. Buffers of the declarative functions (`flink-table-planner` ``functions/aggfunctions``):
 ``COUNT(*)`` count1; ``COUNT(x)`` count; ``SUM`` sum (with retraction: sum, count); ``SUM0`` sum;
-``AVG`` sum, count; ``MIN``/``MAX`` min/max (append-only input). Functions whose accumulator is
-an imperative structure (``MAX`` over retractions, FIRST_VALUE, LISTAGG, user-defined ones) are
-named but not evaluated: their logical column is refused by name, their physical bytes stay readable.
+``AVG`` sum, count; ``MIN``/``MAX`` min/max, over retractions one structured field
+(``MinWithRetractAccumulator``: min, mapSize; its values live in the state ``agg<i>$map``). Other
+functions' accumulators (FIRST_VALUE, LISTAGG, user-defined ones) are not evaluated: their
+logical column is refused by name, their physical bytes stay readable.
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ def _buffers(func: str, nargs: int, retract: bool) -> tuple[str, ...] | None:
         return ("sum",)
     if func == "AVG":
         return ("sum", "count")
-    if func in ("MIN", "MAX") and not retract:
+    if func in ("MIN", "MAX"):  # over retractions: one structured field (min|max, mapSize; the values in agg<i>$map)
         return (func.lower(),)
     return None
 
@@ -110,6 +111,9 @@ def result(agg: Agg, acc: pa.StructArray, where: str) -> pa.Array:
             "SUM, SUM0, AVG and MIN/MAX over append-only input are); its accumulator stays in the physical table."
         )
     f = [acc.field(agg.first + i) for i in range(len(agg.buffers))]
+    if agg.func in ("MIN", "MAX") and pa.types.is_struct(f[0].type):  # Min/MaxWithRetractAccumulator
+        name = agg.func.lower()
+        return f[0].field(name) if f[0].type.get_field_index(name) >= 0 else f[0].field(0)
     if agg.func == "SUM" and agg.retract:  # SumWithRetractAggFunction: no rows left -> NULL
         return pc.if_else(pc.equal(f[1], 0), pa.scalar(None, f[0].type), f[0])
     if agg.func == "AVG":

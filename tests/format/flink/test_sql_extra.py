@@ -127,3 +127,20 @@ def test_count_avg_min_sum_of_a_group_aggregate():
 
 def test_the_case_checks_clean_with_its_plan():
     assert check(CASE / "savepoint", plan=CASE / "plan.json").ok
+
+
+def test_aggregates_over_a_retracting_input():
+    inp, sp = _input(), _sp()
+    last: dict = {}
+    for o in inp["orders"]:  # each user_id's last order by arrival (ROW_NUMBER() ... ORDER BY pt DESC = 1)
+        last[o[2]] = o
+    per_device: dict = defaultdict(list)
+    for o in last.values():
+        per_device[o[3]].append(o)
+    want = sorted((d, len(os), _agg([o[5] for o in os])["total"], _agg([o[5] for o in os])["top"],
+                   len({o[1] for o in os if o[1] is not None})) for d, os in per_device.items())
+    uid = _op(sp, "group aggregate", "device")
+    got = sorted(tuple(r[c] for c in ("device", "cnt", "total", "top", "users")) for r in sp.logical_table(uid).to_pylist())
+    assert got == want
+    acc = {s.name: s.type for s in sp.operator(uid).keyed_states}["accState"]
+    assert acc.startswith("struct<count1:bigint,sum:bigint,count:bigint,max:struct<`max`:bigint,`mapSize`:bigint,")
