@@ -144,3 +144,16 @@ def test_aggregates_over_a_retracting_input():
     assert got == want
     acc = {s.name: s.type for s in sp.operator(uid).keyed_states}["accState"]
     assert acc.startswith("struct<count1:bigint,sum:bigint,count:bigint,max:struct<`max`:bigint,`mapSize`:bigint,")
+
+
+@pytest.mark.parametrize("sink, key", [("kind_out", "kind"), ("dev_out", "device")])
+def test_group_aggregates_equal_what_flinks_own_sink_materialized(sink, key):
+    """Flink's changelog to the sink, applied (+I/+U add a row, -U/-D take one away), is the logical table."""
+    rows: Counter = Counter()
+    for change in json.loads((CASE / "sinks.json").read_text("utf-8"))[sink]:
+        rows[change[3:-1]] += 1 if change[:2] in ("+I", "+U") else -1
+    sp = _sp()
+    table = sp.logical_table(_op(sp, "group aggregate", key))
+    shown = [c for c in table.column_names if not c.startswith(("distinct_", "null_"))]  # the sink's columns
+    mine = Counter(", ".join("null" if v is None else str(v) for v in r.values()) for r in table.select(shown).to_pylist())
+    assert +rows == mine
