@@ -12,11 +12,11 @@ backend by default, canonical savepoint). Measured in one invocation, per operat
 * the baseline, timed in the same run: a pyarrow scan of the same physical rows written once as an
   uncompressed Parquet file (what reading this state would cost if it were already a columnar table)
 * one-key ``get`` in-process, and as a whole fresh process (``python -c``: import, open, get)
-* with ``--java``: Flink's State Processor API ``readKeyedState`` of the same operator
+* unless ``--skip-java``: Flink's State Processor API ``readKeyedState`` of the same operator
   (`bench/flink_sql/BenchRead.java`: key and accumulator serializers restored from the savepoint's
   snapshots, every key's COUNT(*) emitted and summed), timed in the same invocation
 
-    python bench/flink_sql_read.py [--rows N] [--backend rocksdb|hashmap] [--java]
+    python bench/flink_sql_read.py [--rows N] [--backend rocksdb|hashmap] [--skip-java]
 
 The machine is shared: numbers move with load, which is printed with them.
 """
@@ -102,7 +102,7 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=10_000_000, help="distinct keys per operator (default 10M)")
     ap.add_argument("--backend", default="rocksdb", choices=["rocksdb", "hashmap"])
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--java", action="store_true", help="also time Flink's State Processor API on the same operators")
+    ap.add_argument("--skip-java", action="store_true", help="do not time Flink's State Processor API (no ratios)")
     args = ap.parse_args()
 
     import pyarrow.parquet as pq
@@ -149,7 +149,7 @@ def main() -> None:
             print(f"  physical read / Parquet scan: {t_phys / t_pq:.1f}x the time")
             print(f"  one key ({k!r}): get in-process {t_get * 1000:.1f} ms; whole process (import, open, get) {t_proc:.2f} s; "
                   f"state {row}")
-            if args.java:
+            if not args.skip_java:
                 uid_hash = sp.operator(op).uid_hash
                 t0 = time.perf_counter()
                 line = next(ln for ln in run_java("BenchRead", str(sp_path), uid_hash, args.backend).splitlines()
