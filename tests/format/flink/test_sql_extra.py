@@ -157,3 +157,12 @@ def test_group_aggregates_equal_what_flinks_own_sink_materialized(sink, key):
     shown = [c for c in table.column_names if not c.startswith(("distinct_", "null_"))]  # the sink's columns
     mine = Counter(", ".join("null" if v is None else str(v) for v in r.values()) for r in table.select(shown).to_pylist())
     assert +rows == mine
+
+
+def test_the_logical_schema_without_rows_is_the_logical_tables():
+    """What Spark plans with (``rows=False``: no state read) is what the read gives."""
+    sp = _sp()
+    ops = [m.identifier for m in sp.operators if sp.has_logical_table(m.identifier)]
+    assert len(ops) == 7
+    for op in ops:
+        assert sp.logical_table(op, rows=False).schema == sp.logical_table(op).schema, op
