@@ -103,6 +103,8 @@ def main() -> None:
     ap.add_argument("--backend", default="rocksdb", choices=["rocksdb", "hashmap"])
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--skip-java", action="store_true", help="do not time Flink's State Processor API (no ratios)")
+    ap.add_argument("--java-backend", default="hashmap", choices=["rocksdb", "hashmap"],
+                    help="the backend Flink's SPA restores the state into (hashmap: its faster one)")
     args = ap.parse_args()
 
     import pyarrow.parquet as pq
@@ -152,12 +154,12 @@ def main() -> None:
             if not args.skip_java:
                 uid_hash = sp.operator(op).uid_hash
                 t0 = time.perf_counter()
-                line = next(ln for ln in run_java("BenchRead", str(sp_path), uid_hash, args.backend).splitlines()
+                line = next(ln for ln in run_java("BenchRead", str(sp_path), uid_hash, args.java_backend).splitlines()
                             if "RESULT" in ln)
                 t_jvm = time.perf_counter() - t0
                 seconds = float(line.split("seconds=")[1].split()[0])
                 keys = int(line.split("keys=")[1].split()[0])
-                print(f"  Java State Processor API readKeyedState ({args.backend} backend): {seconds:.2f} s in the JVM "
+                print(f"  Java State Processor API readKeyedState ({args.java_backend} backend): {seconds:.2f} s in the JVM "
                       f"({t_jvm:.2f} s as a process) for {keys:,} keys = {keys / seconds / 1e6:.2f} M rows/s; "
                       f"statekit's physical read is {seconds / t_phys:.1f}x faster (JVM time), logical "
                       f"{seconds / t_logic:.1f}x")
