@@ -12,11 +12,13 @@ backend by default, canonical savepoint). Measured in one invocation, per operat
 * the baseline, timed in the same run: a pyarrow scan of the same physical rows written once as an
   uncompressed Parquet file (what reading this state would cost if it were already a columnar table)
 * one-key ``get`` in-process, and as a whole fresh process (``python -c``: import, open, get)
+* with ``--spark``: a Spark aggregate over each operator's keyed and logical tables
+  (``SavepointReader.read(spark, path, plan=)``), Spark's start not included
 * unless ``--skip-java``: Flink's State Processor API ``readKeyedState`` of the same operator
   (`bench/flink_sql/BenchRead.java`: key and accumulator serializers restored from the savepoint's
   snapshots, every key's COUNT(*) emitted and summed), timed in the same invocation
 
-    python bench/flink_sql_read.py [--rows N] [--backend rocksdb|hashmap] [--skip-java]
+    python bench/flink_sql_read.py [--rows N] [--backend rocksdb|hashmap] [--skip-java] [--spark]
 
 The machine is shared: numbers move with load, which is printed with them.
 """
@@ -102,6 +104,7 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=10_000_000, help="distinct keys per operator (default 10M)")
     ap.add_argument("--backend", default="rocksdb", choices=["rocksdb", "hashmap"])
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--spark", action="store_true", help="also a Spark aggregate over the keyed and logical tables")
     ap.add_argument("--skip-java", action="store_true", help="do not time Flink's State Processor API (no ratios)")
     ap.add_argument("--java-backend", default="hashmap", choices=["rocksdb", "hashmap"],
                     help="the backend Flink's SPA restores the state into (hashmap: its faster one)")
@@ -163,8 +166,27 @@ def main() -> None:
                       f"({t_jvm:.2f} s as a process) for {keys:,} keys = {keys / seconds / 1e6:.2f} M rows/s; "
                       f"statekit's physical read is {seconds / t_phys:.1f}x faster (JVM time), logical "
                       f"{seconds / t_logic:.1f}x")
+        if args.spark:
+            spark_aggregates(sp_path, plan, ops, args.repeat)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def spark_aggregates(sp_path: Path, plan: Path, ops: dict[str, str], repeat: int) -> None:
+    """A full Spark aggregate over each operator's keyed table (``sum(accState.count1)``) and logical table (``sum(cnt)``)."""
+    from pyspark.sql import functions as F
+
+    from statekit.spark import SavepointReader, spark_session
+
+    spark = spark_session()
+    reader = SavepointReader.read(spark, str(sp_path), plan=plan)
+    print(f"\nSpark aggregates (session started), load {load()}")
+    for label, op in ops.items():
+        t_keyed, keyed = best(lambda: reader.read_keyed_state(op).agg(F.count("*"), F.sum("accState.count1")).collect()[0],
+                              repeat)
+        t_logic, logic = best(lambda: reader.read_logical_table(op).agg(F.count("*"), F.sum("cnt")).collect()[0], repeat)
+        print(f"  {label}: keyed table sum(count1) {t_keyed:.2f} s {tuple(keyed)}; logical table sum(cnt) "  # type: ignore[arg-type]
+              f"{t_logic:.2f} s {tuple(logic)}")  # type: ignore[arg-type]
 
 
 if __name__ == "__main__":
