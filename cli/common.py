@@ -122,6 +122,9 @@ HASH = typer.Option(None, "--hash", metavar="HASH", show_default=False,
 NAME = typer.Option(None, "--name", metavar="NAME", show_default=False,
                     help="The operator's name as stored in the savepoint (e.g. GroupAggregate[51] of a SQL job "
                          "without uids), instead of --uid or --hash.")
+PLAN = typer.Option(None, "--plan", metavar="PLAN.JSON", show_default=False,
+                    help="A Flink SQL job's compiled plan (COMPILE PLAN's JSON): columns in the query's names, "
+                         "and a logical table per SQL operator.")
 KEY = typer.Option(..., "--key", help="The key, parsed as the operator's key type (JSON for struct keys).")
 JSON = typer.Option(False, "--json", help="Print the answer as JSON (what the library returns).")
 FORMAT = typer.Option("table", "--format", help="table, json or csv.", case_sensitive=False)
@@ -151,11 +154,11 @@ def operator_id(uid: Optional[str], uid_hash: Optional[str], *, required: bool =
     return OperatorIdentifier.for_uid_hash(uid_hash) if uid_hash is not None else OperatorIdentifier.for_uid(uid)
 
 
-def open_savepoint(path: Path):
-    """Open a savepoint of any format statekit reads (through the generic `Savepoint.open`)."""
+def open_savepoint(path: Path, plan: Optional[Path] = None):
+    """Open a savepoint of any format statekit reads (through the generic `Savepoint.open`), with a SQL job's plan."""
     from statekit.savepoint import Savepoint
 
-    return Savepoint.open(path)
+    return Savepoint.open(path, plan=plan)
 
 
 def check_format(fmt: str, allowed: tuple[str, ...] = ("table", "json", "csv")) -> str:

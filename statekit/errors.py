@@ -14,6 +14,10 @@ class InvalidArgumentError(StatekitError, ValueError):
     """An argument is out of range or malformed."""
 
 
+class PlanMismatchError(InvalidArgumentError):
+    """A Flink SQL job's compiled plan does not describe the savepoint's job (other operators, key types or states)."""
+
+
 class ParallelismError(InvalidArgumentError):
     """Parallelism or max parallelism outside Flink's bounds."""
 

@@ -49,19 +49,23 @@ class Savepoint:
 
     @classmethod
     def open(cls, path: str | os.PathLike[str], *, trust_pickled: bool = False,
-             pyflink_types: dict[str, dict[str, str]] | None = None) -> "Savepoint":
+             pyflink_types: dict[str, dict[str, str]] | None = None,
+             plan: str | os.PathLike[str] | dict | None = None) -> "Savepoint":
         """Open and validate the savepoint at `path` (reads only the manifest).
 
         ``pyflink_types`` (Flink savepoints of PyFlink jobs only): the Python type of each state per
-        operator, see `statekit.savepoint.flink.FlinkSavepoint.open`.
+        operator; ``plan`` (Flink SQL jobs' savepoints only): the job's compiled plan, for named
+        columns and logical tables. See `statekit.savepoint.flink.FlinkSavepoint.open`.
         """
         p = Path(path)
         if not (p / "_metadata.json").is_file() and _is_flink(p):  # a real Flink savepoint or checkpoint
             from statekit.savepoint.flink import FlinkSavepoint
 
-            return FlinkSavepoint.open(p, trust_pickled=trust_pickled, pyflink_types=pyflink_types)
+            return FlinkSavepoint.open(p, trust_pickled=trust_pickled, pyflink_types=pyflink_types, plan=plan)
         if pyflink_types:
             raise InvalidArgumentError(f"{p} is a statekit savepoint; pyflink_types applies to Flink savepoints of PyFlink jobs.")
+        if plan is not None:
+            raise InvalidArgumentError(f"{p} is a statekit savepoint; plan= names the state of Flink SQL jobs' savepoints.")
         return cls(p, load_manifest(p), trust_pickled=trust_pickled)
 
     # -- metadata ----------------------------------------------------------------------------------
@@ -277,6 +281,17 @@ class Savepoint:
         if not rows:
             return None
         return decode_row(rows[0], meta, trusted=self.trust_pickled)
+
+    def has_logical_table(self, op: OpLike) -> bool:
+        """Whether `op` has a logical table (a Flink SQL operator of a savepoint opened with its compiled plan)."""
+        return False
+
+    def logical_table(self, op: OpLike, *, rows: bool = True) -> pa.Table:
+        """A Flink SQL operator's state in the query's terms; Flink SQL savepoints opened with ``plan=`` only."""
+        raise InvalidArgumentError(
+            f"operator {self.operator(op).display_name!r} of statekit savepoint {self.path} has no logical table: "
+            "logical tables are for Flink SQL jobs' savepoints opened with their compiled plan (plan=, --plan)."
+        )
 
     # -- timers and operator state -----------------------------------------------------------------
     def timers(self, op: OpLike) -> pa.Table:
