@@ -51,8 +51,10 @@ def test_what_flink_2_3_does_with_the_1_20_savepoints_directly(flink_line):
     assert simple == {"simple": _expected("hashmap-1.20")["simple"]}
 
 
-def test_upgraded_savepoints_restore_in_flink_2_3_with_every_value_equal(flink_line, tmp_path):
+def test_upgraded_savepoints_restore_in_flink_2_3_with_every_value_equal(flink_line, tmp_path, compat):
     flink_line("2.3")
+    for backend in ("hashmap", "rocksdb"):
+        compat("1.20", "upgrade", backend, "canonical savepoint")
     cp1, cp2 = [PAIRS / "classes-1.20.jar"], [PAIRS / "classes-2.3.jar"]
     up = {}
     for case in ("hashmap-1.20", "rocksdb-1.20"):
@@ -82,10 +84,11 @@ def test_upgraded_savepoints_restore_in_flink_2_3_with_every_value_equal(flink_l
     assert got[4] == _expected("custom-kryo-1.20")
 
 
-def test_the_corpus_job_that_flink_restores_directly_still_restores_after_upgrade(flink_line, tmp_path):
+def test_the_corpus_job_that_flink_restores_directly_still_restores_after_upgrade(flink_line, tmp_path, compat):
     """The 1.20 corpus job (keyed value/list/map state with timers, POJO, Tuple, Row, a plain Kryo class, operator
     list/union and broadcast state): Flink 2.3 restores its 1.20 savepoint directly; after `upgrade` the 2.3 job
     sees exactly the same."""
+    compat("1.20", "upgrade", "hashmap", "canonical savepoint")
     flink = flink_line("2.3")
     flink_line("1.20")  # the 1.x job's classes: what a user passes as --classpath
     src = FIXTURES / "1.20.5" / "long-hashmap-canonical" / "savepoint"

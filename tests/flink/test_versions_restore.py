@@ -6,7 +6,7 @@ through statekit's format verify in that version's State Processor API; a savepo
 statekit (a value set, the uid renamed, max parallelism 128 -> 256) restores into that version's job
 with every value as expected. Across lines: Flink 2.3 state written with ``flink_version="1.20"``
 verifies in Flink 1.20, and the same savepoint written for 2.3 is refused by 1.20 (the check is real).
-The LTS 1.20 and the 2.0 and 2.3 boundaries run in every suite; the other lines are marked `slow`.
+The LTS 1.20 and the 2.0 and 2.3 boundaries run in every suite; the other lines are marked `every_version` (`make test-versions`).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ pytestmark = pytest.mark.flink
 VERSIONS = {".".join(p.name.split(".")[:2]): p.name for p in FIXTURES.iterdir()
             if re.fullmatch(r"\d+\.\d+\.\d+", p.name)}
 FAST = {"1.20", "2.0", "2.3"}
-LINES = [pytest.param(line, marks=() if line in FAST else pytest.mark.slow)
+LINES = [pytest.param(line, marks=() if line in FAST else pytest.mark.every_version)
          for line in sorted(VERSIONS, key=lambda v: tuple(map(int, v.split("."))))]
 VIA_STATEKIT = ["long-rocksdb-canonical", "tuple2-hashmap-canonical"]
 

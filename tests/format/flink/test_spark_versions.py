@@ -2,7 +2,7 @@
 
 One shared Spark session (tests/conftest.py). Each table is one read through statekit's Python data source, a
 few Python worker round trips each, so the lines of the Flink suite's every-run set (1.20 LTS, the 2.0 and 2.3
-boundaries) run by default and the others are marked `slow`, as in tests/flink/test_versions_restore.py.
+boundaries) run by default and the others are marked `every_version` (`make test-versions`), as in tests/flink/test_versions_restore.py.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from .test_corpus import FLINK_34063, KYRO_LIKE, _norm_key, _norm_state
 
 pytestmark = pytest.mark.spark
 FAST = ("1.20.", "2.0.", "2.3.")
-CASES = [pytest.param(v, c, marks=() if v.startswith(FAST) else pytest.mark.slow) for v, c in VERSION_CASES]
+CASES = [pytest.param(v, c, marks=() if v.startswith(FAST) else pytest.mark.every_version) for v, c in VERSION_CASES]
 
 
 @pytest.mark.parametrize("version,case", CASES)
