@@ -20,7 +20,6 @@ from statekit.savepoint import Savepoint
 from statekit.savepoint.check import check
 
 CASE = Path(__file__).resolve().parents[2] / "fixtures" / "flink" / "sql" / "2.3.0-extra" / "plan-hashmap-windows-joins"
-pytestmark = pytest.mark.skipif(not (CASE / "savepoint" / "_metadata").exists(), reason="case not generated")
 UTC = dt.timezone.utc
 
 
