@@ -20,8 +20,10 @@ from statekit.errors import (
     SavepointWriteError,
     StatekitError,
     StorageFullError,
+    StorageNotFoundError,
 )
 from statekit.format.manifest import FileEntry, safe_relative_path
+from statekit.format.storage import StoragePath
 
 if TYPE_CHECKING:
     import pyarrow.parquet as pq
@@ -303,6 +305,8 @@ def verify_file(root: Path, entry: FileEntry) -> tuple[pa.Buffer | None, FilePro
     """Read a listed file whole and compare it with the manifest: ``(data, None, "")`` when it matches,
     else ``(None, problem, message)``."""
     full = safe_relative_path(root, entry.path)
+    if isinstance(full, StoragePath):
+        return _verify_remote(full, root, entry)
     try:
         st = os.stat(full)
         if not stat.S_ISREG(st.st_mode):  # a FIFO would block the read forever, a device never end
@@ -332,6 +336,23 @@ def verify_file(root: Path, entry: FileEntry) -> tuple[pa.Buffer | None, FilePro
     return data, None, ""
 
 
+def _verify_remote(full: StoragePath, root: Path, entry: FileEntry) -> tuple[pa.Buffer | None, FileProblem | None, str]:
+    """`verify_file` of an object: one GET of at most the manifest's size plus one byte, then the same checks."""
+    try:
+        data = full.read_buffer(entry.bytes)
+    except StorageNotFoundError:
+        return None, "missing_file", _missing(root, entry)
+    if data.size != entry.bytes:
+        return None, "size_mismatch", _size_mismatch(root, entry, data.size)
+    actual = checksum(data)
+    if actual != entry.checksum:
+        return None, "checksum_mismatch", (
+            f"{root}: file {entry.path} has checksum {actual} but the manifest recorded {entry.checksum}; "
+            "its content was altered. Restore the file or use another savepoint."
+        )
+    return data, None, ""
+
+
 def check_present(root: Path, entry: FileEntry) -> Path:
     """The listed file's full path after checking (by ``stat``, without reading it) that it exists with
     the manifest's size; the checksum is left to whoever reads it.
@@ -342,6 +363,14 @@ def check_present(root: Path, entry: FileEntry) -> Path:
         The file is missing, not a regular file, or of another size.
     """
     full = safe_relative_path(root, entry.path)
+    if isinstance(full, StoragePath):
+        try:
+            size = full.stat().st_size
+        except FileNotFoundError:  # also StorageNotFoundError
+            raise CorruptSavepointError(_missing(root, entry)) from None
+        if size != entry.bytes:
+            raise CorruptSavepointError(_size_mismatch(root, entry, size))
+        return full  # type: ignore[return-value]
     try:
         st = os.stat(full)
     except (FileNotFoundError, NotADirectoryError):

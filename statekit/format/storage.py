@@ -22,7 +22,7 @@ from collections import OrderedDict
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Iterator, Mapping
 from urllib.parse import urlsplit
 
 import pyarrow as pa
@@ -36,6 +36,9 @@ from statekit.errors import (
     StorageUnavailableError,
 )
 
+if TYPE_CHECKING:
+    import numpy as np
+
 __all__ = ["StoragePath", "TransferStats", "is_remote", "locate", "parse_storage_options", "redact"]
 
 #: schemes served by pyarrow's own filesystems; any other scheme goes to fsspec (when installed)
@@ -47,6 +50,9 @@ _URI = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 #: transient failures (HTTP 500/503, throttling, dropped connections) are retried this many times with backoff
 DEFAULT_MAX_ATTEMPTS = 4
 _COPY_CHUNK = 8 << 20
+#: long ranged reads are split into requests of this size, `_PARALLEL` at a time (bounded memory: the range itself)
+_PART = 8 << 20
+_PARALLEL = 4
 
 _SECRETS: set[str] = set()  # every credential statekit was given or read, removed from messages by `redact`
 _SECRET_ENV = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AZURE_STORAGE_ACCOUNT_KEY", "AZURE_CLIENT_SECRET",
@@ -428,7 +434,8 @@ class StoragePath:
         self.scheme = scheme
         self.stats = stats if stats is not None else TransferStats()
 
-    def _derive(self, path: str) -> "StoragePath":
+    def at(self, path: str) -> "StoragePath":
+        """The path `path` (inside the filesystem, no scheme) on the same filesystem, sharing `stats`."""
         return StoragePath(self.fs, path, self.scheme, self.stats)
 
     # -- Path-like -------------------------------------------------------------------------------
@@ -447,7 +454,7 @@ class StoragePath:
 
     def __truediv__(self, other: str) -> "StoragePath":
         other = str(other).replace("\\", "/")
-        return self._derive(posixpath.join(self.path, other) if self.path else other)
+        return self.at(posixpath.join(self.path, other) if self.path else other)
 
     @property
     def name(self) -> str:
@@ -455,20 +462,20 @@ class StoragePath:
 
     @property
     def parent(self) -> "StoragePath":
-        return self._derive(posixpath.dirname(self.path.rstrip("/")))
+        return self.at(posixpath.dirname(self.path.rstrip("/")))
 
     @property
     def parents(self) -> list["StoragePath"]:
         out, p = [], self.path.rstrip("/")
         while p and p != "/" and posixpath.dirname(p) != p:
             p = posixpath.dirname(p)
-            out.append(self._derive(p))
+            out.append(self.at(p))
         return out
 
     def resolve(self) -> "StoragePath":
         """The normalised path (no ``.``/``..``; object stores have no links to follow)."""
         norm = posixpath.normpath(self.path) if self.path else self.path
-        return self._derive("" if norm == "." else norm)
+        return self.at("" if norm == "." else norm)
 
     def with_name(self, name: str) -> "StoragePath":
         return self.parent / name
@@ -506,7 +513,7 @@ class StoragePath:
         n = 0
         for info in infos:
             if info.type == pafs.FileType.File:
-                yield self._derive(info.path)
+                yield self.at(info.path)
                 n += 1
                 if limit is not None and n >= limit:
                     return
@@ -516,7 +523,7 @@ class StoragePath:
         with translated(self):
             infos = self.fs.get_file_info(sel)
         for info in infos:
-            yield self._derive(info.path)
+            yield self.at(info.path)
 
     def relative_to(self, other: "StoragePath") -> str:
         base = other.path.rstrip("/") + "/"
@@ -557,6 +564,33 @@ class StoragePath:
         buf = got if isinstance(got, pa.Buffer) else pa.py_buffer(got)
         self.stats.add_read(buf.size)
         return buf
+
+    def read_range_array(self, lo: int, hi: int) -> "np.ndarray":
+        """Bytes [lo, hi) as a read-only uint8 array: one request when short, else `_PARALLEL` ranged requests
+        of `_PART` bytes at a time into one buffer (a single stream is slower than the store serves)."""
+        import numpy as np
+
+        out = np.empty(hi - lo, np.uint8)
+        parts = [(a, min(a + _PART, hi)) for a in range(lo, hi, _PART)]
+
+        def fetch(part: tuple[int, int]) -> None:
+            a, b = part
+            buf = self.read_range(a, b - a)
+            if buf.size != b - a:
+                raise StorageError(f"{self}: holds fewer bytes than asked for ({a + buf.size} < {b}); it changed "
+                                   "or was truncated while being read. Copy the savepoint again or take a new one.")
+            out[a - lo: b - lo] = np.frombuffer(buf, np.uint8)
+
+        if len(parts) <= 1:
+            for part in parts:
+                fetch(part)
+        else:
+            from concurrent.futures import ThreadPoolExecutor
+
+            with ThreadPoolExecutor(min(_PARALLEL, len(parts)), thread_name_prefix="statekit-fetch") as pool:
+                list(pool.map(fetch, parts))
+        out.flags.writeable = False
+        return out
 
     def download(self, target: Path) -> int:
         """Stream the object into the new local file `target` (created exclusively); the bytes copied."""

@@ -74,7 +74,7 @@ class FlinkSavepoint(Savepoint):
     `statekit.format.flink.keyed.DecodeStats`).
     """
 
-    def __init__(self, path: Path, reader: FlinkStateReader, manifest: Manifest, *, trust_pickled: bool = False):
+    def __init__(self, path: Any, reader: FlinkStateReader, manifest: Manifest, *, trust_pickled: bool = False):
         super().__init__(path, manifest, trust_pickled=trust_pickled)
         self.flink = reader
         self.stats = DecodeStats()
@@ -84,12 +84,16 @@ class FlinkSavepoint(Savepoint):
         self._unsupported: dict[str, str] = {}  # per operator id: why its keyed state cannot be read at all
 
     @classmethod
-    def open(cls, path: str | os.PathLike[str], *, trust_pickled: bool = False,
-             pyflink_types: dict[str, dict[str, str]] | None = None) -> "FlinkSavepoint":
+    def open(cls, path: Any, *, trust_pickled: bool = False,  # a path, URI or StoragePath
+             pyflink_types: dict[str, dict[str, str]] | None = None, storage_options: dict[str, Any] | None = None,
+             filesystem: Any = None) -> "FlinkSavepoint":
         """``pyflink_types``: per operator (uid or uid hash) the PyFlink type of each Python state, e.g.
         ``{"counter": {"count": "LONG", "recent": "LIST(STRING)", "per_kind": "MAP(STRING, LONG)"}}``
         (`statekit.format.flink.pyflink.parse_type`); PyFlink keeps them in the job, not the savepoint."""
-        reader = FlinkStateReader(Path(path))
+        from statekit.format.storage import locate
+
+        where = locate(path, storage_options=storage_options, filesystem=filesystem)
+        reader = FlinkStateReader(where)
         md = reader.metadata
         by_hash = {_uid_hash(op): types for op, types in (pyflink_types or {}).items()}
         unknown = set(by_hash) - {op.operator_id for op in md.operators}
@@ -111,7 +115,7 @@ class FlinkSavepoint(Savepoint):
         kind: Literal["checkpoint", "savepoint"] = "checkpoint" if md.path.name.startswith("chk-") else "savepoint"
         manifest = Manifest(checkpoint_id=md.checkpoint_id, kind=kind, created_at="", job_name=None,
                             operators=tuple(ops))
-        sp = cls(Path(path), reader, manifest, trust_pickled=trust_pickled)
+        sp = cls(where, reader, manifest, trust_pickled=trust_pickled)
         sp._pyflink = by_hash
         sp._kinds = kinds
         sp._unsupported = unsupported

@@ -14,7 +14,6 @@ import struct
 import weakref
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -149,7 +148,7 @@ def _concat(tables: list[pa.Table]) -> pa.Table:
 class FlinkStateReader:
     """Reads state of a Flink savepoint (or retained checkpoint) directory."""
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: Any) -> None:  # a path or a statekit.format.storage.StoragePath
         self.metadata: CheckpointMetadata = read_metadata(path)
         self.root = self.metadata.path
         self.files = StateFiles(self.root)
