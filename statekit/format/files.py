@@ -200,6 +200,20 @@ def place_file(src: Path, dst: Path, *, expected_size: int | None = None) -> Non
     through an existing name: if `dst` exists, that is an error, never a fallback. `src` must be a
     regular file (of `expected_size` bytes, if given); a FIFO or device is refused, not read.
     """
+    if isinstance(src, StoragePath):  # on object storage: downloaded into a new file
+        try:
+            n = src.download(dst)
+        except StorageNotFoundError:
+            raise CorruptSavepointError(f"{src} is missing; the savepoint is incomplete.") from None
+        except BaseException:
+            if os.path.lexists(dst):
+                os.unlink(dst)  # ours: created by the download with O_EXCL
+            raise
+        if expected_size is not None and n != expected_size:
+            os.unlink(dst)
+            raise CorruptSavepointError(f"{src} has {n} bytes but the manifest recorded {expected_size}; restore it "
+                                        "or use another savepoint.")
+        return
     st = _regular_stat(src, expected_size)
     try:
         os.link(src, dst, follow_symlinks=False)

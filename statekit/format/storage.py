@@ -39,7 +39,7 @@ from statekit.errors import (
 if TYPE_CHECKING:
     import numpy as np
 
-__all__ = ["StoragePath", "TransferStats", "is_remote", "locate", "parse_storage_options", "redact"]
+__all__ = ["StoragePath", "TransferStats", "as_path", "is_remote", "locate", "parse_storage_options", "redact"]
 
 #: schemes served by pyarrow's own filesystems; any other scheme goes to fsspec (when installed)
 S3_SCHEMES = ("s3", "s3a", "s3n")
@@ -83,6 +83,11 @@ def is_remote(path: object) -> bool:
         return True
     m = _URI.match(str(path)) if isinstance(path, str) else None
     return m is not None and m.group(1).lower() != "file"
+
+
+def as_path(path: "str | os.PathLike[str] | StoragePath") -> "Path | StoragePath":
+    """`path` as a local `Path`, or a `StoragePath` for a URI (its credentials from the environment) or one given."""
+    return path if isinstance(path, StoragePath) else locate(path)
 
 
 def parse_storage_options(items: list[str] | None) -> dict[str, str]:

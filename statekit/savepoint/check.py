@@ -15,7 +15,7 @@ from statekit.errors import DuplicateKeyError, SavepointError, StatekitError, Un
 from statekit.format import keyed as K
 from statekit.format.files import read_parquet_verified, verify_file
 from statekit.format.manifest import MANIFEST_NAME, FileEntry, OperatorMetadata, load_manifest
-from statekit.savepoint.reader import _is_flink
+from statekit.savepoint.reader import Savepoint, _is_flink
 
 ProblemKind = Literal[
     "manifest", "missing_file", "extra_file", "size_mismatch", "checksum_mismatch", "unreadable",
@@ -77,7 +77,8 @@ def check(path: Any, *, deep: bool = True, storage_options: dict[str, Any] | Non
     """
     from statekit.format.storage import StoragePath, locate
 
-    where = locate(getattr(path, "path", path), storage_options=storage_options, filesystem=filesystem)
+    where = locate(path.path if isinstance(path, Savepoint) else path, storage_options=storage_options,
+                   filesystem=filesystem)
     root = cast(Path, where)  # a StoragePath offers the Path operations used here
     report = CheckReport(root)
     if not (root / MANIFEST_NAME).is_file() and _is_flink(root):

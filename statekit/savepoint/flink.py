@@ -8,10 +8,8 @@ hash, and Flink 2.x's stored uid is shown when it hashes to the id.
 
 from __future__ import annotations
 
-import os
 from dataclasses import replace
 from itertools import islice
-from pathlib import Path
 from typing import Any, Iterator, Literal
 
 import pyarrow as pa
@@ -352,11 +350,12 @@ class FlinkSavepoint(Savepoint):
         return problems
 
 
-def is_flink_savepoint(path: str | os.PathLike[str]) -> bool:
-    """Whether path is a Flink savepoint (a directory with Flink's binary _metadata)."""
+def is_flink_savepoint(path: Any) -> bool:
+    """Whether path (a path, URI or `StoragePath`) is a Flink savepoint (a directory with Flink's binary _metadata)."""
     from statekit.format.flink.metadata import is_flink_metadata
+    from statekit.format.storage import as_path
 
-    return is_flink_metadata(Path(path))
+    return is_flink_metadata(as_path(path))  # type: ignore[arg-type]
 
 
 __all__ = ["FlinkSavepoint", "is_flink_savepoint"]

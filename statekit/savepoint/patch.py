@@ -19,6 +19,7 @@ import pyarrow.compute as pc
 
 from statekit.errors import InvalidArgumentError, SavepointExistsError, UnknownStateError
 from statekit.format.manifest import OperatorMetadata
+from statekit.format.storage import as_path
 from statekit.identifiers import OperatorIdentifier
 from statekit.keygroups import check_max_parallelism
 from statekit.savepoint.reader import Savepoint
@@ -163,9 +164,9 @@ def repair(source: str | os.PathLike, target: str | os.PathLike, edits: Sequence
     must not exist - a dry run says so too, since writing would fail.
     """
     refuse_target_inside(source, target)
-    sp = Savepoint.open(source)
-    plan = TransformPlan(Path(source), Path(target))
-    if Path(target).exists():
+    sp = Savepoint.open(as_path(source))
+    plan = TransformPlan(as_path(source), as_path(target))  # type: ignore[arg-type]
+    if as_path(target).exists():
         raise SavepointExistsError(f"{target} already exists; savepoints are never overwritten, so this repair would "
                                    "fail. Choose a new target path.")
     per_op: dict[str, _OperatorEdits] = {}
@@ -179,7 +180,7 @@ def repair(source: str | os.PathLike, target: str | os.PathLike, edits: Sequence
         return plan
     if dry_run:
         return plan
-    with SavepointBuilder(target, checkpoint_id=sp.checkpoint_id, job_name=sp.job_name) as builder:
+    with SavepointBuilder(as_path(target), checkpoint_id=sp.checkpoint_id, job_name=sp.job_name) as builder:
         for m in sp.operators:
             op_edits = per_op.get(m.uid_hash)
             if op_edits is None:
