@@ -96,8 +96,8 @@ def parse_storage_options(items: list[str] | None) -> dict[str, str]:
     for item in items or []:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
-            raise InvalidArgumentError(f"--storage-option {key.strip()[:40]!r}... is not KEY=VALUE; write it as "
-                                       "e.g. --storage-option endpoint_url=http://127.0.0.1:9000.")
+            raise InvalidArgumentError("a storage option is not KEY=VALUE (not shown: it may hold a secret); write "
+                                       "it as e.g. --storage-option endpoint_url=http://127.0.0.1:9000.")
         out[key.strip()] = value
     return out
 
