@@ -206,3 +206,40 @@ def test_server_stopped_mid_write(tmp_path):
         assert "big" in str(e.value) and server.admin["secret_key"] not in str(e.value)
     finally:
         server.stop()
+
+
+def test_no_credential_in_written_files_or_logs(s3_server, s3, tmp_path, caplog):
+    import logging
+
+    caplog.set_level(logging.DEBUG)
+    target = s3("secretless")
+    _build(target)
+    write_flink(target, s3("secretless-flink"))
+    Savepoint.open(s3("secretless-flink")).get("counter", 1)
+    secrets = [s3_server.admin["secret_key"], s3_server.admin["access_key"]]
+    assert not any(s in caplog.text for s in secrets)  # every log line of the writes and reads above
+    caplog.set_level(logging.WARNING)
+    client = s3_server.client()
+    for prefix in (target, s3("secretless-flink")):
+        for key in s3_server.keys(prefix.path.split("/", 1)[1] + "/"):
+            body = client.get_object(Bucket=BUCKET, Key=key)["Body"].read()
+            assert not any(s.encode() in body for s in secrets), key
+    assert not any(s in repr(target) + str(target) for s in secrets)
+
+
+def test_transient_503_during_a_full_read(s3_server, s3, tmp_path):
+    """Every request of a whole read may meet a 503 first: each is retried (bounded), the read completes."""
+    from s3_server import FaultProxy
+
+    from statekit.format.storage import filesystem_for
+
+    _build(s3("flaky"), rows=2000)
+    proxy = FaultProxy(s3_server.port, fail=3)  # fewer than the 4 attempts each request gets
+    try:
+        opts = s3_server.options(endpoint=proxy.endpoint)
+        flaky = locate(str(s3("flaky")), storage_options=opts)
+        assert_same(Savepoint.open(s3("flaky")), Savepoint.open(flaky))
+        assert proxy.failed == 3
+    finally:
+        proxy.close()
+    assert filesystem_for  # the retry policy lives in the filesystem the URI resolves to
