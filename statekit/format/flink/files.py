@@ -34,6 +34,8 @@ class StateFiles:
 
     def __init__(self, root: Path | StoragePath) -> None:
         self.root = root.resolve()
+        #: on object storage: ranges are fetched by requests, worth overlapping with decoding
+        self.remote = isinstance(self.root, StoragePath)
         # a retained checkpoint's handles may point at ../shared and ../taskowned of the job directory
         self.scope = self.root.parent if _CHECKPOINT_DIR.fullmatch(self.root.name) else self.root
         # ...and, after a restore in CLAIM mode, at ../../<previous job id>/shared of the same checkpoint base
