@@ -50,7 +50,7 @@ _URI = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 #: transient failures (HTTP 500/503, throttling, dropped connections) are retried this many times with backoff
 DEFAULT_MAX_ATTEMPTS = 4
 _COPY_CHUNK = 8 << 20
-#: long ranged reads are split into requests of this size, `_PARALLEL` at a time (bounded memory: the range itself)
+#: long ranged reads are split into `_PARALLEL` requests (at least this long each) sent at once (memory: the range itself)
 _PART = 8 << 20
 _PARALLEL = 4
 
@@ -571,12 +571,13 @@ class StoragePath:
         return buf
 
     def read_range_array(self, lo: int, hi: int) -> "np.ndarray":
-        """Bytes [lo, hi) as a read-only uint8 array: one request when short, else `_PARALLEL` ranged requests
-        of `_PART` bytes at a time into one buffer (a single stream is slower than the store serves)."""
+        """Bytes [lo, hi) as a read-only uint8 array: one request when short, else up to `_PARALLEL` ranged
+        requests at once into one buffer (a single stream is slower than the store serves)."""
         import numpy as np
 
         out = np.empty(hi - lo, np.uint8)
-        parts = [(a, min(a + _PART, hi)) for a in range(lo, hi, _PART)]
+        step = max(_PART, -(-(hi - lo) // _PARALLEL))  # one request per thread, none smaller than _PART
+        parts = [(a, min(a + step, hi)) for a in range(lo, hi, step)]
 
         def fetch(part: tuple[int, int]) -> None:
             a, b = part

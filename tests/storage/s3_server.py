@@ -25,6 +25,17 @@ REGION = "us-east-1"
 _SETUP_CALLS = 6  # unauthenticated IAM calls that create the two users, their policies and keys
 
 
+def _die_with_parent() -> None:
+    """In the server's process: end when the test process ends, even if it is killed (Linux's PR_SET_PDEATHSIG)."""
+    try:
+        import ctypes
+        import signal
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -51,7 +62,7 @@ class S3Server:
         env.update(INITIAL_NO_AUTH_ACTION_COUNT=str(_SETUP_CALLS), AWS_ACCESS_KEY_ID="setup",
                    AWS_SECRET_ACCESS_KEY="setup-secret", AWS_DEFAULT_REGION=REGION)
         self.proc = subprocess.Popen([*_moto_server(), "-H", "127.0.0.1", "-p", str(self.port)], env=env,
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=_die_with_parent)
         deadline = time.monotonic() + 60
         while True:
             try:
