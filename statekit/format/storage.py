@@ -50,7 +50,8 @@ __all__ = ["StoragePath", "TransferStats", "as_path", "is_remote", "locate", "pa
 _cache_lock = threading.Lock()
 
 _URI = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
-_COPY_CHUNK = 8 << 20
+#: each read of an object stream is one ranged request: downloads read this much at a time
+_COPY_CHUNK = 32 << 20
 #: long ranged reads are split into `_PARALLEL` requests (at least this long each) sent at once (memory: the range itself)
 _PART = 8 << 20
 _PARALLEL = 4
