@@ -165,7 +165,9 @@ class _CountingReader:
 
     def read(self, n: int = -1) -> bytes:
         with translated(self._where):
-            data = self._raw.read() if n is None or n < 0 else self._raw.read(n)
+            if n is None or n < 0:  # the rest in one request (a plain read() asks in many small ranges)
+                n = max(0, self._raw.size() - self._raw.tell())
+            data = self._raw.read(n)
         self._stats.add_read(len(data))
         return data
 
@@ -313,20 +315,22 @@ class StoragePath:
         return _CountingReader(raw, self.stats, self)
 
     def read_bytes(self) -> bytes:
-        with translated(self):
-            with self.fs.open_input_stream(self.path) as f:
-                data = f.read()
-        self.stats.add_read(len(data))
-        return data
+        return self.read_buffer().to_pybytes()
 
     def read_text(self, encoding: str = "utf-8", errors: str = "strict") -> str:
         return self.read_bytes().decode(encoding, errors)
 
     def read_buffer(self, size: int | None = None) -> pa.Buffer:
-        """The whole object in Arrow memory (at most `size` + 1 bytes when `size` is given)."""
+        """The whole object in Arrow memory (at most `size` + 1 bytes when `size` is given), in one request (two
+        without `size`: its length first; a stream's plain read() would ask in many small ranges)."""
         with translated(self):
-            with self.fs.open_input_stream(self.path) as f:
-                buf = f.read_buffer() if size is None else f.read_buffer(size + 1)
+            if size is None:
+                with self.fs.open_input_file(self.path) as f:
+                    got = f.read_at(f.size(), 0)
+                buf = got if isinstance(got, pa.Buffer) else pa.py_buffer(got)
+            else:
+                with self.fs.open_input_stream(self.path) as f:
+                    buf = f.read_buffer(size + 1)
         self.stats.add_read(buf.size)
         return buf
 
