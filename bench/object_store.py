@@ -188,13 +188,16 @@ def bench_one(server: S3Server, kind: str, n: int) -> None:
     env = dict(installed_env(), AWS_ACCESS_KEY_ID=opts["access_key"], AWS_SECRET_ACCESS_KEY=opts["secret_key"],
                AWS_ENDPOINT_URL=opts["endpoint_url"], AWS_REGION=opts["region"])
     code = f"from statekit.savepoint import Savepoint; assert Savepoint.open({uri!r}).get('bench', {key!r})"
-    runs = []
+    code_local = f"from statekit.savepoint import Savepoint; assert Savepoint.open({str(local)!r}).get('bench', {key!r})"
+    runs, runs_local = [], []
     for _ in range(3):
-        t0 = time.perf_counter()
-        subprocess.run([sys.executable, "-c", code], check=True, env=env)
-        runs.append(time.perf_counter() - t0)
+        for c, into in ((code, runs), (code_local, runs_local)):
+            t0 = time.perf_counter()
+            subprocess.run([sys.executable, "-c", c], check=True, env=env)
+            into.append(time.perf_counter() - t0)
     print(f"one key get, whole process (credentials from the environment): {min(runs):.2f} s best of 3 "
-          f"(all: {', '.join(f'{r:.2f}' for r in runs)} s)")
+          f"(all: {', '.join(f'{r:.2f}' for r in runs)} s); from local disk {min(runs_local):.2f} s "
+          f"(all: {', '.join(f'{r:.2f}' for r in runs_local)} s)")
 
 
 def main() -> None:
