@@ -52,8 +52,9 @@ _cache_lock = threading.Lock()
 _URI = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 #: each read of an object stream is one ranged request: downloads read this much at a time
 _COPY_CHUNK = 32 << 20
-#: long ranged reads are split into `_PARALLEL` requests (at least this long each) sent at once (memory: the range itself)
-_PART = 8 << 20
+#: long ranged reads are split into up to `_PARALLEL` equal requests of about this length or more, sent at once
+#: (memory: the range itself); the streams of a read are fetched several at a time besides (flink/reader.py)
+_PART = 64 << 20
 _PARALLEL = 4
 
 
@@ -348,7 +349,8 @@ class StoragePath:
         import numpy as np
 
         out = np.empty(hi - lo, np.uint8)
-        step = max(_PART, -(-(hi - lo) // _PARALLEL))  # one request per thread, none smaller than _PART
+        parts_n = max(1, min(_PARALLEL, -(-(hi - lo) // _PART)))  # up to one per thread, each about _PART or more
+        step = -(-(hi - lo) // parts_n)
         parts = [(a, min(a + step, hi)) for a in range(lo, hi, step)]
 
         def fetch(part: tuple[int, int]) -> None:

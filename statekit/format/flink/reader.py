@@ -123,7 +123,7 @@ BATCH_BYTES = 32 << 20
 #: threads decoding the batches of a large read
 _THREADS = min(4, os.cpu_count() or 1)
 #: streams of a savepoint on object storage fetched at once (each in parallel ranged parts)
-_FETCHES = 2
+_FETCHES = 4
 
 
 def _batches(chains: list[tuple[int, int, int, int]], batch_bytes: int = BATCH_BYTES) -> list[list[tuple[int, int, int, int]]]:
