@@ -52,9 +52,10 @@ _cache_lock = threading.Lock()
 _URI = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 #: each read of an object stream is one ranged request: downloads read this much at a time
 _COPY_CHUNK = 32 << 20
-#: long ranged reads are split into up to `_PARALLEL` equal requests of about this length or more, sent at once
+#: ranges longer than this are split into up to `_PARALLEL` equal requests sent at once (a ranged request may cost
+#: the store more than its length: moto copies the whole object for each)
 #: (memory: the range itself); the streams of a read are fetched several at a time besides (flink/reader.py)
-_PART = 64 << 20
+_PART = 256 << 20
 _PARALLEL = 4
 
 
