@@ -30,6 +30,9 @@ COMMAND_MODULES = (
     "statekit_cli.repair",   # set, delete-key, rm-state, rekey, rename-uid, remove-operator, ..., bootstrap
     "statekit_cli.demo",     # demo
     "statekit_cli.convert",  # convert (Flink savepoints into statekit's format)
+    "statekit_cli.upgrade",  # upgrade (Flink 1.x savepoints to 2.x)
+    "statekit_cli.compat",   # compat (will the new job version restore the old state?)
+    "statekit_cli.stats",    # stats (where the bytes are: operators, states, subtasks, key groups, largest keys)
     "statekit_cli.clean",    # clean (leftovers of killed writers and jobs)
 )
 

@@ -126,12 +126,17 @@ HASH = typer.Option(None, "--hash", metavar="HASH", show_default=False,
 NAME = typer.Option(None, "--name", metavar="NAME", show_default=False,
                     help="The operator's name as stored in the savepoint (e.g. GroupAggregate[51] of a SQL job "
                          "without uids), instead of --uid or --hash.")
+PLAN = typer.Option(None, "--plan", metavar="PLAN.JSON", show_default=False,
+                    help="A Flink SQL job's compiled plan (COMPILE PLAN's JSON): columns in the query's names, "
+                         "and a logical table per SQL operator.")
 KEY = typer.Option(..., "--key", help="The key, parsed as the operator's key type (JSON for struct keys).")
 JSON = typer.Option(False, "--json", help="Print the answer as JSON (what the library returns).")
 FORMAT = typer.Option("table", "--format", help="table, json or csv.", case_sensitive=False)
 APPLY = typer.Option(False, "--apply", help="Write the new savepoint (default: a dry run that writes nothing).")
 SOURCE = typer.Argument(..., help="Savepoint to read (never modified).", show_default=False)
 TARGET = typer.Argument(..., help="New savepoint to write (must not exist).", show_default=False)
+TO = typer.Option(None, "--to", metavar="statekit|flink", show_default=False,
+                  help="Format of the new savepoint; default: the source's (a Flink savepoint gives a Flink savepoint).")
 PATH = typer.Argument(..., help="Savepoint or checkpoint directory.", show_default=False)
 
 
@@ -153,11 +158,12 @@ def operator_id(uid: Optional[str], uid_hash: Optional[str], *, required: bool =
     return OperatorIdentifier.for_uid_hash(uid_hash) if uid_hash is not None else OperatorIdentifier.for_uid(uid)
 
 
-def open_savepoint(path: Path):
-    """Open a savepoint of any format statekit reads (through the generic `Savepoint.open`); a path or a URI."""
+def open_savepoint(path: Path, plan: Optional[Path] = None):
+    """Open a savepoint of any format statekit reads (through the generic `Savepoint.open`); a path or a URI, with
+    a SQL job's plan."""
     from statekit.savepoint import Savepoint
 
-    return Savepoint.open(path)
+    return Savepoint.open(path, plan=plan)
 
 
 def take_storage_options(args: list[str]) -> list[str]:

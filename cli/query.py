@@ -7,14 +7,16 @@ from typing import Optional
 
 import typer
 
-from statekit_cli.common import FORMAT, JSON, PATH, check_format, debug_enabled, err, fail, out, progress
+from statekit_cli.common import FORMAT, JSON, PATH, PLAN, check_format, debug_enabled, err, fail, out, progress
 
 HELP = """Run SQL over a savepoint: each operator is a database named after its uid, holding the tables
 keyed (key, a window's namespace if any, one column per keyed state), timers (key, namespace if any,
 timestamp, domain)
 and one table per operator state (split list: subtask, idx, value; union: idx, value; broadcast:
 key, value). Names are lower-cased, with every character other than a-z, 0-9 and _ replaced by _:
-uid tx-source -> tx_source.keyed. --prefix P makes it P_tx_source. The same names work on both
+uid tx-source -> tx_source.keyed. --prefix P makes it P_tx_source. A Flink SQL job's operators
+without a uid are named by their stored name (GroupAggregate[51] -> groupaggregate_51); with --plan
+(the job's compiled plan) their columns take the query's names and each also has a logical table. The same names work on both
 engines: DuckDB in-process by default (no JVM), Spark with --engine spark."""
 
 
@@ -25,6 +27,7 @@ def query(
     engine: str = typer.Option("duckdb", "--engine", help="duckdb (embedded, default) or spark."),
     prefix: Optional[str] = typer.Option(None, "--prefix", help="Prefix of the database names (<prefix>_<uid>)."),
     limit: int = typer.Option(1000, "--limit", min=0, help="Print at most this many rows."),
+    plan: Optional[Path] = PLAN,
     fmt: str = FORMAT,
     json: bool = JSON,
 ) -> None:
@@ -32,9 +35,9 @@ def query(
     fmt = "json" if json else check_format(fmt)
     engine = engine.lower()
     if engine == "duckdb":
-        columns, rows, total = _duckdb(path, sql, prefix, limit)
+        columns, rows, total = _duckdb(path, sql, prefix, limit, plan)
     elif engine == "spark":
-        columns, rows, total = _spark(path, sql, prefix, limit)
+        columns, rows, total = _spark(path, sql, prefix, limit, plan)
     else:
         fail(f"--engine must be duckdb or spark, not {engine!r}.")
     from statekit_cli.render import emit_rows
@@ -47,13 +50,13 @@ def query(
 query.__doc__ = HELP
 
 
-def _duckdb(path: Path, sql: str, prefix: str | None, limit: int):
+def _duckdb(path: Path, sql: str, prefix: str | None, limit: int, plan: Optional[Path] = None):
     import duckdb
 
     from statekit.query import QueryError, sql_relation
 
     with duckdb.connect() as con:  # closed before the command returns, with DuckDB's threads
-        rel = sql_relation(path, sql, prefix=prefix, connection=con)
+        rel = sql_relation(path, sql, prefix=prefix, connection=con, plan=plan)
         if rel is None:
             return [], [], None
         try:
@@ -65,7 +68,7 @@ def _duckdb(path: Path, sql: str, prefix: str | None, limit: int):
     return columns, rows, (len(head) if len(head) > limit else None)
 
 
-def _spark(path: Path, sql: str, prefix: str | None, limit: int):
+def _spark(path: Path, sql: str, prefix: str | None, limit: int, plan: Optional[Path] = None):
     with progress("starting Spark (JVM, Delta jars)") as (bar, task):
         with quiet_jvm():
             from statekit.spark import SavepointReader, spark_session
@@ -74,7 +77,7 @@ def _spark(path: Path, sql: str, prefix: str | None, limit: int):
         bar.update(task, description="registering the savepoint's tables")
         from pyspark.errors import AnalysisException, ParseException
 
-        databases = SavepointReader.read(spark, str(path)).register(prefix)
+        databases = SavepointReader.read(spark, str(path), plan=plan).register(prefix)
         bar.update(task, description="running the query")
         watcher = _SparkProgress(spark, bar, task)
         try:

@@ -15,6 +15,7 @@ from statekit_cli.common import (
     NAME,
     OPTIONAL_UID,
     PATH,
+    PLAN,
     UID,
     check_format,
     err,
@@ -28,11 +29,11 @@ from statekit_cli.common import (
 STRUCTURAL = {"key_group", "key", "namespace", "subtask", "idx", "timestamp", "domain"}
 
 
-def inspect(path: Path = PATH, json: bool = JSON) -> None:
+def inspect(path: Path = PATH, plan: Optional[Path] = PLAN, json: bool = JSON) -> None:
     """List the operators of a savepoint with their states, parallelism and sizes (reads only the manifest)."""
     from statekit_cli.render import dumps, emit_table, operator_rows, state_rows, summary_line
 
-    sp = open_savepoint(path)
+    sp = open_savepoint(path, plan)
     console = out()
     if json:
         console.print(dumps(sp.metadata), markup=False)
@@ -49,7 +50,9 @@ def show(
     uid: Optional[str] = UID,
     uid_hash: Optional[str] = HASH,
     name: Optional[str] = NAME,
-    table: str = typer.Option("keyed", "--table", help="keyed, timers, or an operator state name."),
+    table: str = typer.Option("keyed", "--table", help="keyed, timers, logical (with --plan), or an operator state name."),
+    logical: bool = typer.Option(False, "--logical", help="The SQL operator's logical table (same as --table logical)."),
+    plan: Optional[Path] = PLAN,
     key: Optional[str] = typer.Option(None, "--key", help="Only this key (parsed as the key type)."),
     limit: int = typer.Option(20, "--limit", min=0, help="At most this many rows."),
     values: bool = typer.Option(False, "--values", help="Show state values (hidden by default)."),
@@ -60,7 +63,11 @@ def show(
     from statekit_cli.render import emit_rows, parse_key
 
     fmt = "json" if json else check_format(fmt)
-    sp = open_savepoint(path)
+    if logical:
+        if table not in ("keyed", "logical"):
+            fail("--logical shows the logical table; give it or --table, not both.")
+        table = "logical"
+    sp = open_savepoint(path, plan)
     op = operator_id(uid, uid_hash, name=name)
     meta = sp.operator(op)
     if key is not None:
@@ -111,6 +118,8 @@ def _head(sp, op, meta, table: str, limit: int):
 def _table(sp, op, meta, table: str):
     if table == "keyed":
         return sp.keyed_table(op)
+    if table == "logical":
+        return sp.logical_table(op)
     if table == "timers":
         t = sp.timers(op)
         return t.drop_columns(["key_group"]) if "key_group" in t.column_names else t
@@ -129,12 +138,13 @@ def get(
     name: Optional[str] = NAME,
     key: str = KEY,
     state: Optional[str] = typer.Option(None, "--state", help="Only this state's value."),
+    plan: Optional[Path] = PLAN,
     json: bool = JSON,
 ) -> None:
     """One key's state (reads only the file of its key group). Exit 1 when the key has no state."""
     from statekit_cli.render import cell, dumps, emit_table, parse_key
 
-    sp = open_savepoint(path)
+    sp = open_savepoint(path, plan)
     op = operator_id(uid, uid_hash, name=name)
     meta = sp.operator(op)
     k = parse_key(key, meta.key_type)
@@ -158,6 +168,7 @@ def get(
 def check(
     path: Path = PATH,
     quick: bool = typer.Option(False, "--quick", help="Only sizes and checksums, not the rows inside."),
+    plan: Optional[Path] = PLAN,
     json: bool = JSON,
 ) -> None:
     """Verify files, checksums, schemas, key groups and key uniqueness; exit 1 if anything is wrong."""
@@ -165,7 +176,7 @@ def check(
     from statekit_cli.render import dumps, emit_table, problem_rows
 
     with progress("checking files, checksums and rows"):
-        report = run_check(path, deep=not quick)
+        report = run_check(path, deep=not quick, plan=plan)
     console = out()
     if json:
         console.print(dumps({"path": str(report.path), "ok": report.ok, "files_checked": report.files_checked,
@@ -194,6 +205,7 @@ def diff(
     uid_hash: Optional[str] = HASH,
     name: Optional[str] = NAME,
     show_keys: int = typer.Option(5, "--show", min=0, help="List up to N keys added, removed and changed."),
+    plan: Optional[Path] = PLAN,
     json: bool = JSON,
 ) -> None:
     """What differs from A to B: operators, settings, states, keys, timers and operator state rows. Exit 1 if any."""
@@ -201,7 +213,7 @@ def diff(
     from statekit_cli.render import cell, dumps, emit_table
 
     with progress("comparing"):
-        d = run_diff(a, b, op=operator_id(uid, uid_hash, required=False, name=name), examples=show_keys)
+        d = run_diff(a, b, op=operator_id(uid, uid_hash, required=False, name=name), examples=show_keys, plan=plan)
     console = out()
     if json:
         console.print(dumps(d.to_json()), markup=False)
@@ -240,13 +252,15 @@ def export(
     uid: Optional[str] = OPTIONAL_UID,
     uid_hash: Optional[str] = HASH,
     name: Optional[str] = NAME,
+    plan: Optional[Path] = PLAN,
 ) -> None:
     """Copy every table of a savepoint (or one operator's) out as Parquet, CSV or Delta tables."""
     from statekit.export import export as run_export
 
     fmt = check_format(fmt, ("parquet", "csv", "delta"))
     with progress(f"exporting as {fmt}"):
-        written = run_export(path, target, format=fmt, op=operator_id(uid, uid_hash, required=False, name=name))
+        written = run_export(path, target, format=fmt, op=operator_id(uid, uid_hash, required=False, name=name),
+                             plan=plan)
     console = out()
     for name, rows in written.items():
         console.print(f"{target / name}  {rows} rows", markup=False)

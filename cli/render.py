@@ -149,10 +149,22 @@ def operator_rows(sp) -> tuple[list[list[str]], list[str]]:
     """Rows and column names listing a savepoint's operators (``kind``: what a Flink SQL operator is, else ``-``)."""
     kind_of = getattr(sp, "operator_kind", None)  # Flink savepoints know their operators' kinds
     columns = ["name", "uid", "uid hash", "parallelism", "kind", "key type", "files", "size"]
+    sizes = _sizes(sp)
     rows = [[op.name or "-", op.uid or "-", op.uid_hash, f"{op.parallelism} / {op.max_parallelism}",
-             _kind(kind_of, op), op.key_type or "-", str(len(op.files)), human_bytes(op.total_bytes)]
+             _kind(kind_of, op), op.key_type or "-", str(sizes(op)[0]), human_bytes(sizes(op)[1])]
             for op in sp.operators]
     return rows, columns
+
+
+def _sizes(sp):
+    """Files and bytes of an operator: the manifest's, or for a Flink savepoint the state streams `_metadata` lists."""
+    from statekit.savepoint.flink_out import is_flink_source
+
+    if not is_flink_source(sp):
+        return lambda op: (len(op.files), op.total_bytes)
+    from statekit.savepoint.stats_flink import stored_sizes
+
+    return lambda op: stored_sizes(sp, op)
 
 
 def _kind(kind_of, op) -> str:

@@ -13,6 +13,7 @@ from statekit_cli.common import (
     KEY,
     SOURCE,
     TARGET,
+    TO,
     UID,
     err,
     fail,
@@ -23,12 +24,16 @@ from statekit_cli.common import (
 )
 
 
-def run_repair(source: Path, target: Path, edits: list, apply: bool) -> None:
-    """Plan `edits`, print the plan, and write the new savepoint with --apply (one pass, one savepoint)."""
+def run_repair(source: Path, target: Path, edits: list, apply: bool, to: Optional[str] = None) -> None:
+    """Plan `edits`, print the plan, and write the new savepoint with --apply (one pass, one savepoint, in the
+    source's format unless --to says otherwise)."""
+    from statekit.savepoint.output import FORMATS
     from statekit.savepoint.patch import repair
 
+    if to is not None and to not in FORMATS:
+        fail(f"--to must be statekit or flink, not {to!r}.")
     with progress("writing the new savepoint" if apply else "planning"):
-        plan = repair(source, target, edits, dry_run=not apply)
+        plan = repair(source, target, edits, dry_run=not apply, to=to)  # type: ignore[arg-type]
     console = out()
     for line in getattr(plan, "noops", []):
         console.print(f"no change: {line}", markup=False)
@@ -52,7 +57,7 @@ def set_value(
     source: Path = SOURCE, target: Path = TARGET, uid: Optional[str] = UID, uid_hash: Optional[str] = HASH, key: str = KEY,
     state: str = typer.Option(..., "--state", help="Name of the keyed state to set."),
     value: str = typer.Option(..., "--value", help='The new value as JSON: 42, "text", [1,2], {"k": 1.5}, null.'),
-    apply: bool = APPLY,
+    apply: bool = APPLY, to: Optional[str] = TO,
 ) -> None:
     """Set one key's keyed state to a JSON value (a missing key gets a row; null clears the state)."""
     from statekit.savepoint.patch import SetValue
@@ -62,13 +67,13 @@ def set_value(
     meta = open_savepoint(source).operator(op)
     info = meta.keyed_state(state)
     v = parse_json_value(value, info.type, f"--value for state {state!r} of {meta.display_name}")
-    run_repair(source, target, [SetValue(op, k, state, v)], apply)
+    run_repair(source, target, [SetValue(op, k, state, v)], apply, to)
 
 
 def delete_key(
     source: Path = SOURCE, target: Path = TARGET, uid: Optional[str] = UID, uid_hash: Optional[str] = HASH,
     keys: List[str] = typer.Option(..., "--key", help="Key to delete (repeat for several)."),
-    apply: bool = APPLY,
+    apply: bool = APPLY, to: Optional[str] = TO,
 ) -> None:
     """Delete keys: all their keyed state and timers."""
     from statekit.savepoint.patch import DeleteKeys
@@ -76,19 +81,19 @@ def delete_key(
 
     op = operator_id(uid, uid_hash)
     key_type = open_savepoint(source).operator(op).key_type
-    run_repair(source, target, [DeleteKeys(op, tuple(parse_key(k, key_type) for k in keys))], apply)
+    run_repair(source, target, [DeleteKeys(op, tuple(parse_key(k, key_type) for k in keys))], apply, to)
 
 
 def rm_state(
     source: Path = SOURCE, target: Path = TARGET, uid: Optional[str] = UID, uid_hash: Optional[str] = HASH,
     states: List[str] = typer.Option(..., "--state", help="State to remove (repeat for several)."),
-    apply: bool = APPLY,
+    apply: bool = APPLY, to: Optional[str] = TO,
 ) -> None:
     """Remove keyed or operator states of an operator (a restored job starts them empty)."""
     from statekit.savepoint.patch import RemoveState
 
     op = operator_id(uid, uid_hash)
-    run_repair(source, target, [RemoveState(op, s) for s in states], apply)
+    run_repair(source, target, [RemoveState(op, s) for s in states], apply, to)
 
 
 def rename_uid(
@@ -97,7 +102,10 @@ def rename_uid(
     new_hash: Optional[str] = typer.Option(None, "--new-hash", metavar="HASH", show_default=False,
                                            help="The new uid hash (32 hex characters), instead of --new-uid."),
     old_alias: Optional[str] = typer.Option(None, "--from", hidden=True, help="Old spelling of --uid."),
-    new_alias: Optional[str] = typer.Option(None, "--to", hidden=True, help="Old spelling of --new-uid."),
+    to: Optional[str] = typer.Option(
+        None, "--to", metavar="statekit|flink", show_default=False,
+        help="Format of the new savepoint; default: the source's. (Without --new-uid/--new-hash, the old spelling "
+             "of --new-uid.)"),
     apply: bool = APPLY,
 ) -> None:
     """Give an operator a new uid (the library's change_operator_identifier); its state is carried over
@@ -109,32 +117,30 @@ def rename_uid(
         if uid is not None or uid_hash is not None:
             fail("give the operator by --uid or --hash (--from is their old spelling), not both.")
         uid = old_alias
-    if new_alias is not None:
-        if new_uid is not None or new_hash is not None:
-            fail("give the new uid by --new-uid or --new-hash (--to is their old spelling), not both.")
-        new_uid = new_alias
+    if to is not None and new_uid is None and new_hash is None:  # `--to NEW`: the spelling before --new-uid
+        new_uid, to = to, None
     old = operator_id(uid, uid_hash)
     new = operator_id(new_uid, new_hash, uid_option="--new-uid", hash_option="--new-hash")
-    run_repair(source, target, [RenameOperator(old, new)], apply)
+    run_repair(source, target, [RenameOperator(old, new)], apply, to)
 
 
 def remove_operator(source: Path = SOURCE, target: Path = TARGET, uid: Optional[str] = UID, uid_hash: Optional[str] = HASH,
-                    apply: bool = APPLY) -> None:
+                    apply: bool = APPLY, to: Optional[str] = TO) -> None:
     """Drop an operator and all its state."""
     from statekit.savepoint.patch import RemoveOperator
 
-    run_repair(source, target, [RemoveOperator(operator_id(uid, uid_hash))], apply)
+    run_repair(source, target, [RemoveOperator(operator_id(uid, uid_hash))], apply, to)
 
 
 def set_max_parallelism(
     source: Path = SOURCE, target: Path = TARGET, uid: Optional[str] = UID, uid_hash: Optional[str] = HASH,
     max_parallelism: int = typer.Option(..., "--max", help="New max parallelism (1..32768)."),
-    apply: bool = APPLY,
+    apply: bool = APPLY, to: Optional[str] = TO,
 ) -> None:
     """Re-hash an operator's keyed state and timers into a new max parallelism."""
     from statekit.savepoint.patch import SetMaxParallelism
 
-    run_repair(source, target, [SetMaxParallelism(operator_id(uid, uid_hash), max_parallelism)], apply)
+    run_repair(source, target, [SetMaxParallelism(operator_id(uid, uid_hash), max_parallelism)], apply, to)
 
 
 LOCAL_REKEY_LIMIT = 2 << 30  # keyed bytes on disk above which `auto` re-keys with Spark
@@ -144,7 +150,7 @@ def rekey(
     source: Path = SOURCE, target: Path = TARGET, uid: Optional[str] = UID, uid_hash: Optional[str] = HASH,
     expr: str = typer.Option(..., "--expr", help="SQL over the column key giving the new key, e.g. upper(key)."),
     engine: str = typer.Option("auto", "--engine", help="auto (local unless the state is over 2 GiB), local, spark."),
-    apply: bool = APPLY,
+    apply: bool = APPLY, to: Optional[str] = TO,
 ) -> None:
     """Replace every key by a SQL expression of it; state and timers move to the new keys' key groups.
 
@@ -156,7 +162,7 @@ def rekey(
     if engine not in ("auto", "local", "spark"):
         fail(f"--engine must be auto, local or spark, not {engine!r}.")
     if engine == "spark" or (engine == "auto" and sum(f.bytes for f in meta.files) > LOCAL_REKEY_LIMIT):
-        _rekey_spark(source, target, meta, expr, apply)
+        _rekey_spark(source, target, sp, meta, expr, apply, to)
         return
     import pyarrow as pa
 
@@ -169,18 +175,24 @@ def rekey(
         if timers.num_rows:
             keys.append(timers.column("key"))
         mapping = key_mapping(pa.chunked_array([c for k in keys for c in k.chunks], keys[0].type), expr)
-    run_repair(source, target, [Rekey(op, mapping)], apply)
+    run_repair(source, target, [Rekey(op, mapping)], apply, to)
 
 
-def _rekey_spark(source: Path, target: Path, meta, expr: str, apply: bool) -> None:
+def _rekey_spark(source: Path, target: Path, sp, meta, expr: str, apply: bool, to: Optional[str]) -> None:
     from statekit.errors import SavepointExistsError
 
     if target.exists():
         raise SavepointExistsError(f"{target} already exists; savepoints are never overwritten, so this repair would "
                                    "fail. Choose a new target path.")
+    from statekit.savepoint.output import describe, output_format
+    from statekit.savepoint.transforms import require_hashed_key_groups
+
+    require_hashed_key_groups(meta, "a re-key")
+    fmt = output_format(sp, to)
     console = out()
     console.print(f"re-key operator {meta.display_name} with Spark: new key = {expr}", markup=False)
     if not apply:
+        console.print(f"would write {target} as a {describe(fmt, sp)} from {source}", markup=False)
         err().print("dry run: nothing written; pass --apply to write the new savepoint", markup=False)
         return
     from statekit_cli.query import quiet_jvm
@@ -190,14 +202,15 @@ def _rekey_spark(source: Path, target: Path, meta, expr: str, apply: bool) -> No
             from statekit.spark import SavepointWriter, spark_session
 
             spark = spark_session()
-        SavepointWriter.from_existing_savepoint(spark, str(source)).rekey(meta.identifier, expr).write(str(target))
-    console.print(f"wrote {target} from {source}", markup=False)
+        SavepointWriter.from_existing_savepoint(spark, str(source)).rekey(meta.identifier, expr).write(
+            str(target), format=fmt)
+    console.print(f"wrote {target} as a {describe(fmt, sp)} from {source}", markup=False)
 
 
 def repair_plan(
     source: Path = SOURCE, target: Path = TARGET,
     plan: Path = typer.Option(..., "--plan", help="JSON file: a list of edits (see the command's help)."),
-    apply: bool = APPLY,
+    apply: bool = APPLY, to: Optional[str] = TO,
 ) -> None:
     """Several repairs in one pass, writing one savepoint (--plan: a JSON list of edits).
 
@@ -260,7 +273,7 @@ def repair_plan(
                 raise InvalidArgumentError(f"--plan {plan}: edit {i + 1} has unknown \"edit\": {kind!r}.")
         except KeyError as exc:
             raise InvalidArgumentError(f"--plan {plan}: edit {i + 1} ({kind}) lacks the field {exc}.") from None
-    run_repair(source, target, edits, apply)
+    run_repair(source, target, edits, apply, to)
 
 
 def _plan_operator(item: dict, uid_field: str, hash_field: str, old_field: str):

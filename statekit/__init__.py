@@ -48,16 +48,17 @@ _STATE = frozenset({"AggregateFunction", "AggregatingStateDescriptor", "Broadcas
                     "ValueStateDescriptor"})
 
 
-def sql(path, query: str, *, prefix: str | None = None):
+def sql(path, query: str, *, prefix: str | None = None, plan=None):
     """Run SQL over the savepoint at `path` on embedded DuckDB; the rows as a ``pyarrow.Table``.
 
     Tables are ``<uid>.keyed``, ``<uid>.timers`` and ``<uid>.<state>`` as with Spark's ``register()``
-    (uid ``tx-source`` -> ``tx_source.keyed``). `statekit.query.sql_relation` gives the DuckDB
+    (uid ``tx-source`` -> ``tx_source.keyed``); with ``plan=`` (a Flink SQL job's compiled plan) SQL
+    operators' columns take the query's names and each also has ``<uid>.logical``. `statekit.query.sql_relation` gives the DuckDB
     relation for chaining; `statekit.query` documents the naming rule and key-group pruning.
     """
     from statekit.query import sql as run
 
-    return run(path, query, prefix=prefix)
+    return run(path, query, prefix=prefix, plan=plan)
 
 
 def __getattr__(name: str):

@@ -14,8 +14,28 @@ class InvalidArgumentError(StatekitError, ValueError):
     """An argument is out of range or malformed."""
 
 
+class PlanMismatchError(InvalidArgumentError):
+    """A Flink SQL job's compiled plan does not describe the savepoint's job (other operators, key types or states)."""
+
+
 class ParallelismError(InvalidArgumentError):
     """Parallelism or max parallelism outside Flink's bounds."""
+
+
+class UnknownFlinkVersionError(InvalidArgumentError):
+    """A Flink version statekit does not write savepoints for; ``supported`` lists the lines it does."""
+
+    def __init__(self, message: str, supported: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.supported = supported
+
+
+class FlinkVersionMismatchError(InvalidArgumentError):
+    """A write targets a Flink version that cannot restore what would be written; ``problems`` names each part."""
+
+    def __init__(self, message: str, problems: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.problems = problems
 
 
 class StateTypeError(StatekitError, TypeError):

@@ -14,12 +14,13 @@ __all__ = ["export"]
 
 
 def export(path: str | os.PathLike, out: str | os.PathLike, *, format: Literal["parquet", "csv", "delta"] = "parquet",
-           op=None, prefix: str | None = None) -> dict[str, int]:
+           op=None, prefix: str | None = None, plan=None) -> dict[str, int]:
     """Write every table of the savepoint at `path` (or of operator `op`) under `out`.
 
     The layout is ``<out>/<database>/<table>[.parquet|.csv]`` with the names `statekit.query` and
     Spark's `register()` use; Delta tables (one directory each) are written with Spark. `out` must
-    not exist; it appears only when every table is written. Returns ``{"db/table": rows}``.
+    not exist; it appears only when every table is written. ``plan``: a Flink SQL job's compiled
+    plan (named columns, and each SQL operator's ``logical`` table). Returns ``{"db/table": rows}``.
     """
     import pyarrow.csv as pcsv
     import pyarrow.parquet as pq
@@ -32,7 +33,7 @@ def export(path: str | os.PathLike, out: str | os.PathLike, *, format: Literal["
     target = Path(out)
     if target.exists() or target.is_symlink():
         raise OutputExistsError(f"{target} already exists; export writes a new directory. Choose a new path.")
-    sp = Savepoint.open(path)
+    sp = Savepoint.open(path, plan=plan)
     wanted = None if op is None else sp.operator(op).uid_hash
     staging = target.parent / f".{target.name}.inprogress-{uuid.uuid4().hex[:12]}"
     written: dict[str, int] = {}
@@ -78,6 +79,8 @@ def _table(sp, meta, kind: str, state: str | None):
     if kind == "timers":
         t = sp.timers(meta.identifier)
         return t.drop_columns(["key_group"]) if "key_group" in t.column_names else t
+    if kind == "logical":
+        return sp.logical_table(meta.identifier)
     if kind == "broadcast":
         return sp.broadcast_state(meta.identifier, state)
     if kind == "union":

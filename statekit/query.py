@@ -4,7 +4,8 @@ Each operator is a database (schema) named after its uid - lower-cased, every ch
 than a letter, digit or ``_`` replaced by ``_``, prefixed with ``<prefix>_`` when a prefix is
 given; operators without a uid use their uid hash - so uid ``tx-source`` is ``tx_source``. It holds
 ``keyed`` and ``timers`` for keyed operators and one table per operator state (named by the same
-rule). Only the tables a query names are registered. Keyed and timer tables of statekit
+rule), and ``logical`` for a Flink SQL operator of a savepoint opened with its job's compiled plan
+(`Savepoint.logical_table`). Only the tables a query names are registered. Keyed and timer tables of statekit
 savepoints are the savepoint's own Parquet files, read in place after their size and checksum
 are verified; a filter ``key = c``, ``key IN (...)`` (or an ``OR`` of those) on a table of a
 simple ``SELECT ... FROM t WHERE ...`` registers only the files of those keys' key groups, as
@@ -79,23 +80,27 @@ def tables(sp, prefix: str | None = None) -> dict[str, dict[str, tuple[Any, str,
         if meta.key_type is not None:
             names["keyed"] = (meta, "keyed", None)
             names["timers"] = (meta, "timers", None)
+            if sp.has_logical_table(meta.identifier):
+                names["logical"] = (meta, "logical", None)
         for s in meta.operator_states:
             names[table_name(s.name)] = (meta, s.redistribution, s.name)
         out[dbs[meta.uid_hash]] = names
     return out
 
 
-def connect(path, query: str | None = None, *, prefix: str | None = None, connection=None):
+def connect(path, query: str | None = None, *, prefix: str | None = None, connection=None, plan=None):
     """A DuckDB connection with the savepoint's tables registered (only those `query` names, if given)."""
-    return _connect(path, query, prefix, connection)[0]
+    return _connect(path, query, prefix, connection, plan)[0]
 
 
-def _connect(path, query: str | None, prefix: str | None, connection):
+def _connect(path, query: str | None, prefix: str | None, connection, plan=None):
     import duckdb
 
     from statekit.savepoint import Savepoint
 
-    sp = path if hasattr(path, "operators") else Savepoint.open(path)
+    if hasattr(path, "operators") and plan is not None:
+        raise InvalidArgumentError("give plan= to Savepoint.open, or a path with plan=, not an opened savepoint and a plan.")
+    sp = path if hasattr(path, "operators") else Savepoint.open(path, plan=plan)
     con = connection if connection is not None else duckdb.connect()
     catalog = tables(sp, prefix)
     wanted, prunes = _analyse(con, query, catalog) if query is not None else (None, {})
@@ -108,19 +113,22 @@ def _connect(path, query: str | None, prefix: str | None, connection):
     return con, catalog
 
 
-def sql_relation(path, query: str, *, prefix: str | None = None, connection=None):
+def sql_relation(path, query: str, *, prefix: str | None = None, connection=None, plan=None):
     """The DuckDB relation of `query` over the savepoint at `path` (for chaining: ``.filter``, ``.df()``...)."""
     import duckdb
 
-    con, catalog = _connect(path, query, prefix, connection)
+    con, catalog = _connect(path, query, prefix, connection, plan)
     try:
         return con.sql(query)
     except duckdb.Error as exc:
         raise _query_error(exc, catalog) from None
 
 
-def sql(path: str | os.PathLike, query: str, *, prefix: str | None = None) -> pa.Table:
+def sql(path: str | os.PathLike, query: str, *, prefix: str | None = None, plan=None) -> pa.Table:
     """Run `query` over the savepoint at `path` on embedded DuckDB and return the rows as Arrow.
+
+    ``plan``: a Flink SQL job's compiled plan (`statekit.savepoint.Savepoint.open`): key columns and
+    rows take the query's names, and each SQL operator also has a ``logical`` table.
 
     Examples
     --------
@@ -133,7 +141,7 @@ def sql(path: str | os.PathLike, query: str, *, prefix: str | None = None) -> pa
     # The connection is closed before returning: DuckDB's threads and the Arrow tables registered
     # in it go now, on this thread, not whenever the interpreter collects it (statekit.format.arrow_memory).
     with duckdb.connect() as con:
-        rel = sql_relation(path, query, prefix=prefix, connection=con)
+        rel = sql_relation(path, query, prefix=prefix, connection=con, plan=plan)
         if rel is None:  # a statement without result (e.g. SET)
             return pa.table({})
         try:
@@ -160,6 +168,8 @@ def _register(con, sp, qualified: str, meta, kind: str, state: str | None, keys:
             _register_parquet(con, sp, qualified, meta, kind, files, keys)
             return
         table = _arrow_keyed(sp, meta, kind, keys)
+    elif kind == "logical":
+        table = sp.logical_table(meta.identifier)
     elif kind == "broadcast":
         table = sp.broadcast_state(meta.identifier, state)
     elif kind == "union":
@@ -189,7 +199,7 @@ def _register_parquet(con, sp, qualified: str, meta, kind: str, files, keys: lis
     from statekit.format.files import read_verified_bytes
     from statekit.keygroups import assign_to_key_group
 
-    if keys is not None:
+    if keys is not None and not meta.stored_key_groups:  # stored key groups: user-code hashes, read every file
         groups = {assign_to_key_group(k, meta.max_parallelism, meta.key_type) for k in keys}
         files = [f for f in files if any(f.covers(g) for g in groups)]
     schema = (K.keyed_schema(meta.key_type, meta.keyed_states, namespace_type=meta.namespace_type)
@@ -212,7 +222,7 @@ def _arrow_keyed(sp, meta, kind: str, keys: list | None) -> pa.Table:
     if kind == "timers":
         table = sp.timers(meta.identifier)
         return table.drop_columns(["key_group"]) if "key_group" in table.column_names else table
-    if keys is None:
+    if keys is None or meta.stored_key_groups:  # stored key groups come from user code: no pruning by key
         return sp.keyed_table(meta.identifier, with_key_group=False)
     parts = []
     for g in sorted({assign_to_key_group(k, meta.max_parallelism, meta.key_type) for k in keys}):

@@ -277,7 +277,7 @@ def to_ddl(t: TypeLike) -> str:
     if pa.types.is_map(a):
         return f"map<{to_ddl(a.key_type)},{to_ddl(a.item_type)}>"
     if pa.types.is_struct(a):
-        return "struct<" + ",".join(f"{_ddl_name(f.name)}:{to_ddl(f.type)}" for f in a) + ">"
+        return "struct<" + ",".join(f"{ddl_name(f.name)}:{to_ddl(f.type)}" for f in a) + ">"
     if pa.types.is_decimal(a):
         return f"decimal({a.precision},{a.scale})"
     if pa.types.is_timestamp(a):
@@ -285,7 +285,8 @@ def to_ddl(t: TypeLike) -> str:
     raise StateTypeError(f"arrow type {a} has no Spark SQL equivalent; declare one of the DDL types instead.")
 
 
-def _ddl_name(name: str) -> str:
+def ddl_name(name: str) -> str:
+    """A field name as DDL writes it: backticks around one that is not a plain identifier."""
     return name if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name) else f"`{name}`"
 
 

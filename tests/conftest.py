@@ -1,10 +1,58 @@
-"""Shared fixtures: one Spark session for the whole test run (starting one takes seconds), size-limited disks."""
+"""Shared fixtures: one Spark session for the whole test run (starting one takes seconds), size-limited disks, and
+`compat` claims recorded for the README's compatibility table."""
 
 from __future__ import annotations
 
+import importlib.util
+import os
+import sys
 from pathlib import Path
 
 import pytest
+
+_COMPAT_CLAIMS = pytest.StashKey[list]()
+_COMPAT_RECORDS: list = []
+
+
+def _compat_table():
+    """tests/flink/compat_table.py (a script beside the Flink harness, loaded by path)."""
+    spec = importlib.util.spec_from_file_location("compat_table", Path(__file__).parent / "flink" / "compat_table.py")
+    assert spec is not None and spec.loader is not None
+    if "compat_table" not in sys.modules:  # dataclasses look their module up there
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["compat_table"] = module
+        spec.loader.exec_module(module)
+    return sys.modules["compat_table"]
+
+
+@pytest.fixture
+def compat(request):
+    """``compat("1.20.5", "read", "rocksdb", "native savepoint")``: this test shows that cell of the README's
+    compatibility table; with ``STATEKIT_RECORD_COMPAT=1`` its outcome is stored for `tests/flink/compat_table.py`."""
+    table = _compat_table()
+    claims = request.node.stash.setdefault(_COMPAT_CLAIMS, [])
+
+    def claim(version: str, op: str, backend: str, fmt: str) -> None:
+        claims.append(table.Claim(".".join(str(version).split(".")[:2]), op, backend, fmt))
+
+    return claim
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Pair a test's outcome with the compatibility cells it claimed."""
+    report = yield
+    if report.when == "call" and not report.skipped and os.environ.get("STATEKIT_RECORD_COMPAT") == "1":
+        for c in item.stash.get(_COMPAT_CLAIMS, []):
+            _COMPAT_RECORDS.append((item.nodeid, c, "passed" if report.passed else "failed"))
+    return report
+
+
+def pytest_sessionfinish(session):
+    """Store the recorded outcomes (only with STATEKIT_RECORD_COMPAT=1)."""
+    if _COMPAT_RECORDS:
+        table = _compat_table()
+        table.merge([table.Record(t, c.line, c.op, c.backend, c.format, o) for t, c, o in _COMPAT_RECORDS])
 
 
 @pytest.fixture(scope="session")

@@ -42,7 +42,7 @@ FORMAT = "statekit-savepoint"
 FORMAT_VERSION = 1
 SUPPORTED_VERSIONS = (1,)
 #: Optional features a reader must understand; unknown ones are refused.
-SUPPORTED_FEATURES = frozenset({"rocksdb-native", "pickled"})
+SUPPORTED_FEATURES = frozenset({"rocksdb-native", "pickled", "stored-key-groups"})
 MANIFEST_NAME = "_metadata.json"
 #: A manifest larger than this is refused before parsing (a damaged file, not a savepoint).
 MAX_MANIFEST_BYTES = 256 * 1024 * 1024
@@ -163,6 +163,14 @@ class OperatorMetadata:
     files: tuple[FileEntry, ...] = ()
     keyed_format: Literal["parquet", "rocksdb", "flink"] = "parquet"  # flink: read in place from a Flink savepoint
     flink: FlinkSerializers | None = None  # serializers carried from a Flink savepoint
+    #: "hashed": a key's group is Flink's hash of its declared type (statekit computes it); "stored": the key
+    #: class's own hashCode() (POJO, Row keys read from Flink), so each row keeps the key group it was read with
+    key_groups: Literal["hashed", "stored"] = "hashed"
+
+    @property
+    def stored_key_groups(self) -> bool:
+        """Whether key groups come from user code and are kept as read (never recomputed from the key)."""
+        return self.key_groups == "stored"
 
     @property
     def uid(self) -> str | None:
@@ -233,6 +241,8 @@ class OperatorMetadata:
         }
         if self.flink is not None:
             out["flink"] = self.flink.to_json()
+        if self.key_groups != "hashed":
+            out["key_groups"] = self.key_groups
         return out
 
     @classmethod
@@ -249,6 +259,7 @@ class OperatorMetadata:
             files=tuple(FileEntry.from_json(f) for f in d.get("files", [])),
             keyed_format=d.get("keyed_format", "parquet"),
             flink=FlinkSerializers.from_json(d["flink"]) if d.get("flink") is not None else None,
+            key_groups=d.get("key_groups", "hashed"),
         )
 
 
@@ -638,6 +649,9 @@ def _validate(manifest: Manifest, path: Path) -> None:
         if op.is_native and "rocksdb-native" not in manifest.features:
             raise _fail(path, f"operator {op.display_name!r} has keyed_format 'rocksdb' but the manifest does not "
                               "declare the 'rocksdb-native' feature")
+        if op.stored_key_groups and "stored-key-groups" not in manifest.features:
+            raise _fail(path, f"operator {op.display_name!r} keeps stored key groups but the manifest does not "
+                              "declare the 'stored-key-groups' feature")
         if "pickled" not in manifest.features and (
                 any(st.pickled for st in op.keyed_states) or any(st.pickled for st in op.operator_states)):
             raise _fail(path, f"operator {op.display_name!r} has pickled state but the manifest does not declare "

@@ -96,6 +96,7 @@ _OPERATOR_SCHEMA = {
     "key_type": _Field("ddl", nullable=True),
     "namespace_type": _Field("ddl", nullable=True),
     "keyed_format": _Field("enum", choices=("parquet", "rocksdb")),
+    "key_groups": _Field("enum", choices=("hashed", "stored")),
     "keyed_states": _Field("objects", items=_KEYED_STATE_SCHEMA),
     "operator_states": _Field("objects", items=_OPERATOR_STATE_SCHEMA),
     "files": _Field("objects", items=_FILE_SCHEMA),

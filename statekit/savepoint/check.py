@@ -11,7 +11,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from statekit.errors import DuplicateKeyError, SavepointError, StatekitError, UnsupportedFormatError
+from statekit.errors import (
+    DuplicateKeyError,
+    InvalidArgumentError,
+    SavepointError,
+    StatekitError,
+    UnsupportedFormatError,
+)
 from statekit.format import keyed as K
 from statekit.format.files import read_parquet_verified, verify_file
 from statekit.format.manifest import MANIFEST_NAME, FileEntry, OperatorMetadata, load_manifest
@@ -57,7 +63,7 @@ class CheckReport:
                          + [f"  [unsupported] {p.path}: {p.message}" for p in self.unsupported])
 
 
-def check(path: Any, *, deep: bool = True, storage_options: dict[str, Any] | None = None,
+def check(path: Any, *, deep: bool = True, plan=None, storage_options: dict[str, Any] | None = None,
           filesystem: Any = None) -> CheckReport:
     """Verify a savepoint without modifying anything.
 
@@ -66,7 +72,8 @@ def check(path: Any, *, deep: bool = True, storage_options: dict[str, Any] | Non
     that every keyed row sits in the key group of its key and inside its file's range, that keys
     (and broadcast keys) are unique, that list state belongs to existing subtasks and holds no
     nulls, and that row counts match. Each finding is a `Problem` whose ``kind`` is one of
-    `ProblemKind`.
+    `ProblemKind`. ``plan`` (a Flink SQL savepoint's compiled plan) is matched against the savepoint
+    first: one of another job raises `statekit.errors.PlanMismatchError` (a wrong argument, not damage).
 
     `path` is a path, a URI (``s3://...``, with ``storage_options``/``filesystem`` as for `Savepoint.open`) or an
     opened `Savepoint`.
@@ -82,7 +89,9 @@ def check(path: Any, *, deep: bool = True, storage_options: dict[str, Any] | Non
     root = cast(Path, where)  # a StoragePath offers the Path operations used here
     report = CheckReport(root)
     if not (root / MANIFEST_NAME).is_file() and _is_flink(root):
-        return _check_flink(root, report, deep)
+        return _check_flink(root, report, deep, plan)
+    if plan is not None:
+        raise InvalidArgumentError(f"{root} is a statekit savepoint; plan= names the state of Flink SQL jobs' savepoints.")
     try:
         manifest = load_manifest(root)
     except StatekitError as exc:
@@ -156,8 +165,9 @@ def _check_file(report: CheckReport, root: Path, op: OperatorMetadata, entry: Fi
                        "'event' nor 'processing'")
     if entry.table in ("keyed", "timers") and table.num_rows:
         kg = np.asarray(table.column("key_group").to_numpy(), dtype=np.int32)
-        try:
-            actual = K.compute_key_groups(table.column("key"), op.max_parallelism, op.keyed_key_type)
+        try:  # stored key groups came from the key class's own hashCode(): only their placement is checked
+            actual: np.ndarray = kg if op.stored_key_groups else K.compute_key_groups(table.column("key"), op.max_parallelism,
+                                                                          op.keyed_key_type)
         except StatekitError as exc:
             report.add("unreadable", entry.path, f"key groups of its keys cannot be computed ({exc})")
             return
@@ -218,13 +228,13 @@ def _check_native(report: CheckReport, root: Path, manifest, op: OperatorMetadat
     report.rows_checked += table.num_rows
 
 
-def _check_flink(root: Path, report: CheckReport, deep: bool) -> CheckReport:
+def _check_flink(root: Path, report: CheckReport, deep: bool, plan=None) -> CheckReport:
     """A Flink savepoint: `_metadata` parses, every state file is present and long enough, every state decodes."""
     from statekit.format.flink.metadata import StreamHandle
     from statekit.savepoint.flink import FlinkSavepoint
 
     try:
-        sp = FlinkSavepoint.open(root)
+        sp = FlinkSavepoint.open(root, plan=plan)
     except SavepointError as exc:
         report.add("manifest", "_metadata", str(exc))
         return report

@@ -84,10 +84,11 @@ def write_flink_operator(b: SavepointBuilder, sp: FlinkSavepoint, meta: Operator
     w = b.add_operator(ident, name=name or meta.name, parallelism=meta.parallelism,
                        max_parallelism=meta.max_parallelism, key_type=meta.key_type,
                        keyed_states=meta.keyed_states, namespace_type=meta.namespace_type,
-                       flink=flink_serializers(sp, meta))
+                       flink=flink_serializers(sp, meta), key_groups=meta.key_groups)
     if meta.key_type is not None:
-        # a PyFlink key group belongs to the Row-wrapped key: the unwrapped key gets statekit's own
-        keep = _keeps_key_groups(meta.key_type) and not sp.is_pyflink(meta.identifier)
+        # a PyFlink key group belongs to the Row-wrapped key: the unwrapped key gets statekit's own; keys hashed by
+        # user code (POJO, Row) keep the key groups Flink stored them in
+        keep = meta.stored_key_groups or (_keeps_key_groups(meta.key_type) and not sp.is_pyflink(meta.identifier))
         # Canonical state without timers is decoded a batch of key groups at a time and each batch
         # written while the next is decoded (at commit): the two overlap, and memory holds a few batches.
         batches = sp.keyed_batches(meta.identifier) if keep else None
@@ -144,6 +145,6 @@ def _check_key_type(meta: OperatorMetadata) -> None:
 
 
 def _keeps_key_groups(key_type: str) -> bool:
-    # Flink's key groups equal statekit's for scalar and Tuple keys; a POJO's or Row's hashCode is user
-    # code, so for struct keys statekit assigns its own (consistent with its runtime) when writing.
+    # Flink's key groups equal statekit's for scalar and Tuple keys; other struct keys (SQL rows, PyFlink rows
+    # unwrapped) get statekit's own (consistent with its runtime); POJO/Row keys are stored (`stored_key_groups`).
     return not key_type.startswith("struct")

@@ -325,6 +325,7 @@ def diff(
     op: OperatorIdentifier | str | None = None,
     examples: int = 5,
     rows: bool = True,
+    plan=None,
 ) -> SavepointDiff:
     """Compare savepoint `b` (after) with `a` (before); neither is modified.
 
@@ -338,6 +339,8 @@ def diff(
         How many keys of each change to list in ``OperatorDiff.examples``.
     rows
         Compare keyed rows too (``OperatorDiff.keyed``); ``rows=False`` reads only the manifests.
+    plan
+        The compiled plan of the Flink SQL job both savepoints (given as paths) come from: named columns.
 
     Returns
     -------
@@ -362,8 +365,8 @@ def diff(
     >>> d.operator("counter").keyed.to_pylist()              # doctest: +SKIP
     [{'key': 2, 'change': 'changed', 'old': {'count': 20}, 'new': {'count': 21}}]
     """
-    sa = a if isinstance(a, Savepoint) else Savepoint.open(a)
-    sb = b if isinstance(b, Savepoint) else Savepoint.open(b)
+    sa = a if isinstance(a, Savepoint) else Savepoint.open(a, plan=plan)
+    sb = b if isinstance(b, Savepoint) else Savepoint.open(b, plan=plan)
     out = SavepointDiff(str(sa.path), str(sb.path))
     ops_a = {m.uid_hash: m for m in sa.operators}
     ops_b = {m.uid_hash: m for m in sb.operators}

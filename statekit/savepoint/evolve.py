@@ -115,6 +115,9 @@ def add_evolved_operator(builder: SavepointBuilder, meta: OperatorMetadata, iden
                          name: str | None = None) -> OperatorWriter:  # fmt: skip
     """The writer of operator `meta` re-declared with the keyed states `infos` (both engines' evolve)."""
     mp = max_parallelism or meta.max_parallelism
+    from statekit.savepoint.transforms import require_hashed_key_groups
+
+    require_hashed_key_groups(meta, "a state transform (it writes the keyed table anew)")
     return builder.add_operator(
         ident, name=name or meta.name, parallelism=min(meta.parallelism, mp), max_parallelism=mp,
         key_type=meta.key_type, keyed_states=infos, namespace_type=meta.namespace_type,

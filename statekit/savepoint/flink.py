@@ -8,6 +8,7 @@ hash, and Flink 2.x's stored uid is shown when it hashes to the id.
 
 from __future__ import annotations
 
+import os
 from dataclasses import replace
 from itertools import islice
 from typing import Any, Iterator, Literal
@@ -58,7 +59,14 @@ def _operator_metadata(reader: FlinkStateReader, op: OperatorState, kind: JobKin
         keyed_states=keyed,
         operator_states=tuple(op_states),
         keyed_format="flink",
+        key_groups="stored" if lay is not None and stores_key_groups(kind, lay) else "hashed",
     )
+
+
+def stores_key_groups(kind: JobKind, lay: KeyedLayout) -> bool:
+    """Whether a Flink operator's keys hash with user code (a DataStream POJO, Row or raw-bytes key), so their key
+    groups can only be kept as read."""
+    return kind.name == "datastream" and lay.key_type.kind in ("pojo", "row", "binary")
 
 
 def _uid_hash(op: str) -> str:
@@ -83,11 +91,17 @@ class FlinkSavepoint(Savepoint):
 
     @classmethod
     def open(cls, path: Any, *, trust_pickled: bool = False,  # a path, URI or StoragePath
-             pyflink_types: dict[str, dict[str, str]] | None = None, storage_options: dict[str, Any] | None = None,
+             pyflink_types: dict[str, dict[str, str]] | None = None,
+             plan: str | os.PathLike[str] | dict | None = None, storage_options: dict[str, Any] | None = None,
              filesystem: Any = None) -> "FlinkSavepoint":
         """``pyflink_types``: per operator (uid or uid hash) the PyFlink type of each Python state, e.g.
         ``{"counter": {"count": "LONG", "recent": "LIST(STRING)", "per_kind": "MAP(STRING, LONG)"}}``
-        (`statekit.format.flink.pyflink.parse_type`); PyFlink keeps them in the job, not the savepoint."""
+        (`statekit.format.flink.pyflink.parse_type`); PyFlink keeps them in the job, not the savepoint.
+
+        ``plan``: a Flink SQL job's compiled plan (``COMPILE PLAN``'s JSON file, or its parsed JSON): key
+        columns and stored rows take the query's names, and `logical_table` gives each aggregate,
+        window, deduplication and join in the query's terms; a plan of another job is refused
+        (`statekit.errors.PlanMismatchError`) naming the first mismatch."""
         from statekit.format.storage import locate
 
         where = locate(path, storage_options=storage_options, filesystem=filesystem)
@@ -99,14 +113,23 @@ class FlinkSavepoint(Savepoint):
             raise InvalidArgumentError(f"pyflink_types names operators {sorted(unknown)} the savepoint does not have")
         kinds: dict[str, JobKind] = {}
         unsupported: dict[str, str] = {}
-        ops = []
+        layouts = []
         for op in md.operators:
             try:
                 lay = reader.layout(op)
             except UnsupportedFormatError as exc:  # this operator's keyed state only; the others stay readable
                 lay = None
                 unsupported[op.operator_id] = str(exc)
-            kinds[op.operator_id] = choose(lay, declared=op.operator_id in by_hash)
+            layouts.append((op, lay))
+        named = {}
+        if plan is not None:
+            from statekit.format.flink.sqlnames import NamedSqlKind, match
+            from statekit.format.flink.sqlplan import load_plan
+
+            named = {h: NamedSqlKind(n) for h, n in match(load_plan(plan), layouts).items()}
+        ops = []
+        for op, lay in layouts:
+            kinds[op.operator_id] = named.get(op.operator_id) or choose(lay, declared=op.operator_id in by_hash)
             ops.append(_operator_metadata(reader, op, kinds[op.operator_id], lay, by_hash.get(op.operator_id)))
             if op.operator_id in unsupported:
                 ops[-1] = replace(ops[-1], key_type="binary")
@@ -150,6 +173,42 @@ class FlinkSavepoint(Savepoint):
         if meta.key_type is None:
             return None
         return self._kinds[meta.uid_hash].operator_kind(meta.name, self._layout(meta))
+
+    @property
+    def plan(self) -> Any:
+        """The compiled plan this savepoint was opened with (`statekit.format.flink.sqlplan.Plan`), or None."""
+        from statekit.format.flink.sqlnames import NamedSqlKind
+
+        return next((k.names.plan for k in self._kinds.values() if isinstance(k, NamedSqlKind)), None)
+
+    def has_logical_table(self, op: OpLike) -> bool:
+        from statekit.format.flink.sqlnames import NamedSqlKind
+
+        return isinstance(self._kinds.get(self.operator(op).uid_hash), NamedSqlKind)
+
+    def logical_table(self, op: OpLike, *, rows: bool = True) -> pa.Table:
+        """`op`'s state in the query's terms (needs ``plan=``): key columns first, then per kind of operator a group
+        aggregate's results per key, a window aggregate's pending windows, a deduplication's kept row, a join's rows
+        per input side (`statekit.format.flink.sqllogical`). ``rows=False``: no rows, only the schema (reads nothing)."""
+        from statekit.format.flink.sqllogical import logical_table
+        from statekit.format.flink.sqlnames import NamedSqlKind
+
+        meta = self.operator(op)
+        kind = self._kinds.get(meta.uid_hash)
+        if not isinstance(kind, NamedSqlKind):
+            raise InvalidArgumentError(
+                f"operator {meta.display_name!r} has no logical table: "
+                + ("open the savepoint with the job's compiled plan (plan='plan.json', CLI --plan) to get one."
+                   if self.plan is None else "the compiled plan has no stateful ExecNode for it.")
+            )
+        where = f"{self.path} {meta.display_name}"
+        if not rows:
+            keyed = self.keyed_schema(op, with_key_group=False).empty_table()
+            return logical_table(kind.names, keyed, keyed.slice(0, 0), where)
+        marks = [v for v in (self.union_state(op, "watermark").column("value").to_pylist()
+                             if any(s.name == "watermark" for s in meta.operator_states) else []) if v is not None]
+        return logical_table(kind.names, self.keyed_table(op), self.timers(op), where,
+                             watermark=min(marks) if marks else None)
 
     def unsupported(self, op: OpLike) -> list[str]:
         """Why parts of `op`'s state cannot be decoded (kept as bytes or not read), one sentence each; empty when

@@ -66,7 +66,7 @@ class Carried:
     operator_states: dict[str, Any]  # name -> StateMeta (operator / broadcast)
 
 
-def _is_flink(sp: Savepoint) -> TypeGuard["FlinkSavepoint"]:
+def is_flink_source(sp: Savepoint) -> TypeGuard["FlinkSavepoint"]:
     """Whether `sp` was read from a Flink savepoint (without importing Flink's reader when it was not loaded)."""
     mod = sys.modules.get("statekit.savepoint.flink")
     return mod is not None and isinstance(sp, mod.FlinkSavepoint)
@@ -74,7 +74,7 @@ def _is_flink(sp: Savepoint) -> TypeGuard["FlinkSavepoint"]:
 
 def carried_serializers(sp: Savepoint, meta: OperatorMetadata) -> Carried | None:
     """The serializers a Flink savepoint holds for `meta`'s operator, or None for statekit savepoints."""
-    if not _is_flink(sp):
+    if not is_flink_source(sp):
         return _from_manifest(meta) if meta.flink is not None else None
     fop = sp.flink.metadata.operator(meta.uid_hash)
     if fop is None:
@@ -98,7 +98,7 @@ def _from_manifest(meta: OperatorMetadata) -> Carried:
     key = read_versioned(DataInput(fl.key, where), "the key serializer") if fl.key is not None else None
     states = {n: read_meta_info(DataInput(b, where)) for n, b in fl.states}
     if key is not None and key.kind in ("pojo", "row", "binary") and meta.key_type is not None \
-            and not _carried_pyflink(key, states):
+            and not meta.stored_key_groups and not _carried_pyflink(key, states):
         raise StateTypeError(
             f"operator {meta.display_name!r} has {key.serializer} keys, whose key groups come from the key class's "
             "hashCode(); after a conversion to statekit's format statekit cannot place them as Flink does. Write the "
@@ -129,7 +129,7 @@ def pyflink_types(sp: Savepoint, meta: OperatorMetadata, carried: Carried | None
         return dict(declared)
     if meta.key_type is None:
         return None
-    if _is_flink(sp):
+    if is_flink_source(sp):
         return sp.pyflink_types(meta.identifier) if sp.is_pyflink(meta.identifier) else None
     if carried is not None and _carried_pyflink(carried.key, carried.states):
         return {}
@@ -349,7 +349,7 @@ def operator_data(sp: Savepoint, meta: OperatorMetadata, *, hints: TypeHints | N
     (`pyflink`: the PyFlink types of its states, to write it as a PyFlink job's operator). With `stream`, keyed
     state copied unchanged from a statekit savepoint is handed over as `KeyedFiles` (read file by file by the
     writer) instead of a table."""
-    if _is_flink(sp) and sp.job_kind(meta.identifier) == "sql":  # not yet: SQL keys need their own key-group hash
+    if is_flink_source(sp) and sp.job_kind(meta.identifier) == "sql":  # not yet: SQL keys need their own key-group hash
         raise UnsupportedFormatError(
             f"operator {meta.display_name!r} is a Flink SQL operator; statekit reads SQL state but does not write it "
             "yet. Remove it from the write (remove=[...]) or keep the original savepoint for that job."
@@ -370,7 +370,7 @@ def operator_data(sp: Savepoint, meta: OperatorMetadata, *, hints: TypeHints | N
         timers = sp.timers(meta.identifier)
         files = None
         # statekit's format keeps struct keys in its own key groups: Avro keys go back to Avro's record hash
-        avro_key = carried is not None and carried.key is not None and carried.key.kind == "avro" and not _is_flink(sp)
+        avro_key = carried is not None and carried.key is not None and carried.key.kind == "avro" and not is_flink_source(sp)
         if stream and new_key is None and py is None and maxp == meta.max_parallelism and not avro_key:
             files = sp.keyed_stream(meta.identifier)  # the writer reads it file by file where it can
         keyed = sp.keyed_table(meta.identifier, with_key_group=True) if files is None else empty_table(pa.schema([]))
@@ -477,5 +477,5 @@ def target_version(sp: Savepoint | None, flink_version: str | FlinkVersion | Non
     return came_from if came_from is not None else FlinkVersion.newest()
 
 
-__all__ = ["TypeHints", "carried_serializers", "keyed_layout", "operator_data", "operator_state_layouts",
+__all__ = ["TypeHints", "carried_serializers", "is_flink_source", "keyed_layout", "operator_data", "operator_state_layouts",
            "pyflink_keyed", "pyflink_types", "target_version", "with_operator_data", "write_flink"]

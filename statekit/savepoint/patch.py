@@ -22,8 +22,15 @@ from statekit.format.manifest import OperatorMetadata
 from statekit.format.storage import as_path
 from statekit.identifiers import OperatorIdentifier
 from statekit.keygroups import check_max_parallelism
+from statekit.savepoint.output import OutputFormat, describe, output_format, write_as
 from statekit.savepoint.reader import Savepoint
-from statekit.savepoint.transforms import TransformPlan, link_operator, refuse_target_inside
+from statekit.savepoint.transforms import (
+    TransformPlan,
+    carried_flink,
+    link_operator,
+    refuse_target_inside,
+    require_hashed_key_groups,
+)
 from statekit.savepoint.writer import SavepointBuilder
 
 OpLike = Union[OperatorIdentifier, str]
@@ -154,18 +161,23 @@ class _OperatorEdits:
 
 
 def repair(source: str | os.PathLike, target: str | os.PathLike, edits: Sequence[Edit], *,
-           dry_run: bool = False) -> TransformPlan:
+           dry_run: bool = False, to: OutputFormat | None = None, flink_version: str | None = None) -> TransformPlan:
     """Apply `edits` to the savepoint `source` and write the result to `target` in one pass.
 
     Every edit is checked against the source before anything is written (unknown operators or
     states, values that do not fit their types, keys of the wrong type). Edits that change nothing
     (a rename to the same uid, the same max parallelism, deleting keys that have no state, setting
     a value it already has) are reported as such; if nothing changes, nothing is written. `target`
-    must not exist - a dry run says so too, since writing would fail.
+    must not exist - a dry run says so too, since writing would fail. The output has the source's
+    format (a Flink savepoint in, a Flink savepoint out that the same job restores, serializer snapshots
+    carried; statekit in, statekit out) unless `to` ("statekit" or "flink") says otherwise; `flink_version`
+    is the Flink a Flink output is for (by default the one the state came from).
     """
     refuse_target_inside(source, target)
     sp = Savepoint.open(as_path(source))
     plan = TransformPlan(as_path(source), as_path(target))  # type: ignore[arg-type]
+    fmt = output_format(sp, to)
+    plan.output = describe(fmt, sp, flink_version)
     if as_path(target).exists():
         raise SavepointExistsError(f"{target} already exists; savepoints are never overwritten, so this repair would "
                                    "fail. Choose a new target path.")
@@ -180,7 +192,14 @@ def repair(source: str | os.PathLike, target: str | os.PathLike, edits: Sequence
         return plan
     if dry_run:
         return plan
-    with SavepointBuilder(as_path(target), checkpoint_id=sp.checkpoint_id, job_name=sp.job_name) as builder:
+    write_as(fmt, sp, target, lambda path: _write(sp, path, per_op), flink_version=flink_version)
+    plan.written = True
+    return plan
+
+
+def _write(sp: Savepoint, target: Path, per_op: dict[str, _OperatorEdits]) -> None:
+    """Write `sp` with the planned edits as a statekit savepoint at `target`."""
+    with SavepointBuilder(target, checkpoint_id=sp.checkpoint_id, job_name=sp.job_name) as builder:
         for m in sp.operators:
             op_edits = per_op.get(m.uid_hash)
             if op_edits is None:
@@ -192,8 +211,6 @@ def repair(source: str | os.PathLike, target: str | os.PathLike, edits: Sequence
                     _rewrite(builder, sp, op_edits, ident, name)
                 elif not op_edits.rewrites:
                     link_operator(builder, sp, m, ident, name=name)
-    plan.written = True
-    return plan
 
 
 def _plan_edit(sp: Savepoint, e: _OperatorEdits, edit: Edit, changes: list[str], noops: list[str]) -> None:
@@ -219,6 +236,7 @@ def _plan_edit(sp: Savepoint, e: _OperatorEdits, edit: Edit, changes: list[str],
         if edit.max_parallelism == m.max_parallelism:
             noops.append(f"operator {name} already has max parallelism {m.max_parallelism}")
             return
+        require_hashed_key_groups(m, "a new max parallelism")
         e.max_parallelism = edit.max_parallelism
         changes.append(f"operator {name}: max parallelism {m.max_parallelism} -> {edit.max_parallelism}; keyed "
                        "table and timers re-hashed into the new key groups")
@@ -251,6 +269,8 @@ def _plan_edit(sp: Savepoint, e: _OperatorEdits, edit: Edit, changes: list[str],
         info = m.keyed_state(edit.state)
         value = _fit(edit.value, info.type, f"state {edit.state!r} of {name}")
         current = sp.get(m.identifier, edit.key)
+        if current is None:
+            require_hashed_key_groups(m, f"setting state of key {edit.key!r}, which has none yet,")
         if current is not None and _hashable(current.get(edit.state)) == _hashable(value):
             noops.append(f"operator {name}: key {edit.key!r} already has {edit.state} = {value!r}")
             return
@@ -259,6 +279,7 @@ def _plan_edit(sp: Savepoint, e: _OperatorEdits, edit: Edit, changes: list[str],
         changes.append(f"operator {name}: key {edit.key!r} {edit.state}: {before} -> {value!r}")
     elif isinstance(edit, Rekey):
         _require_keyed(m, "it has no keys")
+        require_hashed_key_groups(m, "a re-key")
         from statekit.savepoint.rekey import check_mapping
 
         check_mapping(edit.mapping, f"rekeying operator {name!r}")
@@ -277,9 +298,12 @@ def _has_state(sp: Savepoint, m: OperatorMetadata, key: Any) -> bool:
         return True
     from statekit.keygroups import KeyGroupRange, assign_to_key_group
 
-    kg = assign_to_key_group(key, m.max_parallelism, m.key_type)
     if m.namespace_type is not None:
-        table = sp.keyed_table(m.identifier, key_groups=KeyGroupRange(kg, kg))
+        if m.stored_key_groups:  # user-code key hashes: the key may be in any key group
+            table = sp.keyed_table(m.identifier)
+        else:
+            kg = assign_to_key_group(key, m.max_parallelism, m.key_type)
+            table = sp.keyed_table(m.identifier, key_groups=KeyGroupRange(kg, kg))
         if table.num_rows and pc.any(key_mask(table.column("key"), [key])).as_py():
             return True
     timers = sp.timers(m.identifier)
@@ -313,7 +337,8 @@ def _rewrite_key_groups(builder: SavepointBuilder, sp: Savepoint, e: _OperatorEd
 
     m = e.meta
     keyed = m.files_of("keyed")
-    if e.drop_states or e.max_parallelism or e.mapping is not None or m.keyed_format != "parquet" or not keyed:
+    if e.drop_states or e.max_parallelism or e.mapping is not None or m.keyed_format != "parquet" or not keyed \
+            or m.stored_key_groups:  # a key's group is found by reading, not hashing: the operator is rewritten
         return False
     ranges = {f.path: (f.key_group_start, f.key_group_end) for f in keyed}
     if any(s is None or t is None for s, t in ranges.values()):  # not written by statekit's writers
@@ -395,12 +420,13 @@ def _rewrite(builder: SavepointBuilder, sp: Savepoint, e: _OperatorEdits, ident:
     keyed_states = tuple(s for s in m.keyed_states if s.name not in e.drop_states)
     operator_states = [s for s in m.operator_states if s.name not in e.drop_states]
     key_type = m.key_type
-    keyed = sp.keyed_table(op)
+    stored = m.stored_key_groups  # rows keep the key groups they were read with (user-code key hashes)
+    keyed = sp.keyed_table(op, with_key_group=stored)
     keyed = patch_keyed(keyed, drop_states=[s for s in e.drop_states if s in keyed.column_names],
                         delete_keys=e.delete_keys, set_values=e.set_values)
     timers = sp.timers(op)
     if timers.num_rows:
-        timers = timers.drop_columns(["key_group"])
+        timers = timers if stored else timers.drop_columns(["key_group"])
         if e.delete_keys:
             timers = timers.filter(pc.invert(key_mask(timers.column("key"), e.delete_keys)))
     if e.mapping is not None:
@@ -412,13 +438,7 @@ def _rewrite(builder: SavepointBuilder, sp: Savepoint, e: _OperatorEdits, ident:
         if timers.num_rows:
             timers = distinct_rows(remap_keys(timers, e.mapping, what))
         key_type = to_ddl(e.mapping.schema.field("new_key").type)
-    flink = m.flink
-    if flink is None and m.keyed_format == "flink":  # read from a Flink savepoint: its serializers go along
-        from statekit.savepoint.convert import flink_serializers
-        from statekit.savepoint.flink import FlinkSavepoint
-
-        if isinstance(sp, FlinkSavepoint):
-            flink = flink_serializers(sp, m)
+    flink = carried_flink(sp, m)  # read from a Flink savepoint: its serializers go along
     if flink is not None:  # carried Flink serializers follow the repair: dropped states, a new key type
         kept = {s.name for s in keyed_states}
         flink = replace(flink, states=tuple((n, b) for n, b in flink.states if n in kept))
@@ -426,7 +446,7 @@ def _rewrite(builder: SavepointBuilder, sp: Savepoint, e: _OperatorEdits, ident:
             flink = flink.without_key()
     writer = builder.add_operator(ident, name=name, parallelism=min(m.parallelism, mp), max_parallelism=mp,
                                   key_type=key_type, keyed_states=keyed_states, namespace_type=m.namespace_type,
-                                  flink=flink)
+                                  flink=flink, key_groups=m.key_groups)
     if keyed.num_rows and keyed_states:
         writer.write_keyed(keyed)
     if timers.num_rows:

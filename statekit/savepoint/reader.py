@@ -26,6 +26,7 @@ from statekit.types import parse_ddl
 if TYPE_CHECKING:
     from statekit.format.flink.versions import FlinkVersion
     from statekit.format.keyed_stream import KeyedFiles
+    from statekit.savepoint.stats import SavepointStats
     from statekit.state.descriptors import OperatorStateInfo
 
 # pyarrow.compute, the keyed-table layout (statekit.format.keyed) and thread pools are imported where
@@ -50,7 +51,8 @@ class Savepoint:
 
     @classmethod
     def open(cls, path: "str | os.PathLike[str] | StoragePath", *, trust_pickled: bool = False,
-             pyflink_types: dict[str, dict[str, str]] | None = None, storage_options: dict[str, Any] | None = None,
+             pyflink_types: dict[str, dict[str, str]] | None = None,
+             plan: str | os.PathLike[str] | dict | None = None, storage_options: dict[str, Any] | None = None,
              filesystem: Any = None) -> "Savepoint":
         """Open and validate the savepoint at `path` (reads only the manifest).
 
@@ -58,15 +60,18 @@ class Savepoint:
         ``file://``); ``storage_options`` are its credentials and endpoint when the environment does not
         hold them, ``filesystem`` a `pyarrow.fs` or fsspec filesystem to use instead
         (`statekit.format.storage.locate`). ``pyflink_types`` (Flink savepoints of PyFlink jobs only): the
-        Python type of each state per operator, see `statekit.savepoint.flink.FlinkSavepoint.open`.
+        Python type of each state per operator; ``plan`` (Flink SQL jobs' savepoints only): the job's compiled
+        plan, for named columns and logical tables. See `statekit.savepoint.flink.FlinkSavepoint.open`.
         """
         p = locate(path, storage_options=storage_options, filesystem=filesystem)
         if not (p / "_metadata.json").is_file() and _is_flink(p):  # a real Flink savepoint or checkpoint
             from statekit.savepoint.flink import FlinkSavepoint
 
-            return FlinkSavepoint.open(p, trust_pickled=trust_pickled, pyflink_types=pyflink_types)
+            return FlinkSavepoint.open(p, trust_pickled=trust_pickled, pyflink_types=pyflink_types, plan=plan)
         if pyflink_types:
             raise InvalidArgumentError(f"{p} is a statekit savepoint; pyflink_types applies to Flink savepoints of PyFlink jobs.")
+        if plan is not None:
+            raise InvalidArgumentError(f"{p} is a statekit savepoint; plan= names the state of Flink SQL jobs' savepoints.")
         return cls(p, load_manifest(cast(Path, p)), trust_pickled=trust_pickled)
 
     # -- metadata ----------------------------------------------------------------------------------
@@ -241,6 +246,14 @@ class Savepoint:
         parts = [self._check_schema(p, expected, f"native RocksDB state of {meta.display_name}") for p in parts]
         return pa.concat_tables(parts) if parts else empty_table(expected)
 
+    def size_stats(self, *, top: int = 10) -> "SavepointStats":
+        """Where the bytes are (`statekit stats`): entries and bytes per operator, state, subtask and key group, the
+        `top` largest keys and the skew (`statekit.savepoint.stats`). Named apart from `FlinkSavepoint.stats`, the
+        decoder's statistics."""
+        from statekit.savepoint.stats import savepoint_stats
+
+        return savepoint_stats(self, top=top)
+
     def get(self, op: OpLike, key: Any, *, namespace: Any = None) -> dict[str, Any] | None:
         """The states of one key as Python values, or None.
 
@@ -255,6 +268,11 @@ class Savepoint:
                 f"operator {meta.display_name!r} keeps no namespaces (it is not a window operator); "
                 "call get() without namespace=."
             )
+        if meta.stored_key_groups:  # the key class's own hashCode placed it: look in every key group
+            table = self.keyed_table(op)
+            hits = [i for i, k in enumerate(table.column("key").to_pylist()) if _same_key(k, key)]
+            rows = [r for r in table.take(pa.array(hits, pa.int64())).to_pylist() if _same_ns(r.get("namespace"), namespace)]
+            return decode_row(rows[0], meta, trusted=self.trust_pickled) if rows else None
         kg = assign_to_key_group(key, meta.max_parallelism, meta.key_type)
         if meta.is_native:
             rows = self._native_table(meta, KeyGroupRange(kg, kg)).to_pylist()
@@ -269,6 +287,17 @@ class Savepoint:
         if not rows:
             return None
         return decode_row(rows[0], meta, trusted=self.trust_pickled)
+
+    def has_logical_table(self, op: OpLike) -> bool:
+        """Whether `op` has a logical table (a Flink SQL operator of a savepoint opened with its compiled plan)."""
+        return False
+
+    def logical_table(self, op: OpLike, *, rows: bool = True) -> pa.Table:
+        """A Flink SQL operator's state in the query's terms; Flink SQL savepoints opened with ``plan=`` only."""
+        raise InvalidArgumentError(
+            f"operator {self.operator(op).display_name!r} of statekit savepoint {self.path} has no logical table: "
+            "logical tables are for Flink SQL jobs' savepoints opened with their compiled plan (plan=, --plan)."
+        )
 
     # -- timers and operator state -----------------------------------------------------------------
     def timers(self, op: OpLike) -> pa.Table:

@@ -12,7 +12,7 @@ from statekit.format.keyed import first_duplicate
 from statekit.format.manifest import OperatorMetadata
 from statekit.identifiers import OperatorIdentifier
 from statekit.savepoint.reader import Savepoint
-from statekit.savepoint.transforms import write_operator_states
+from statekit.savepoint.transforms import carried_flink, require_hashed_key_groups, write_operator_states
 from statekit.savepoint.writer import SavepointBuilder
 from statekit.types import to_ddl
 
@@ -159,6 +159,7 @@ def rekey_operator(builder: SavepointBuilder, source: Savepoint, meta: OperatorM
     if meta.key_type is None:
         raise InvalidArgumentError(f"{what}: it has no keyed state, so it has no keys.")
     check_mapping(mapping, what)
+    require_hashed_key_groups(meta, "a re-key")
     op = meta.identifier
     keyed = source.keyed_table(op)
     rekeyed = remap_keys(keyed, mapping, what)
@@ -170,10 +171,11 @@ def rekey_operator(builder: SavepointBuilder, source: Savepoint, meta: OperatorM
         check_collisions(keyed, rekeyed, what)
     mp = max_parallelism or meta.max_parallelism
     new_type = key_type or to_ddl(mapping.schema.field("new_key").type)
+    flink = carried_flink(source, meta)
     writer = builder.add_operator(
         ident, name=name or meta.name, parallelism=min(meta.parallelism, mp), max_parallelism=mp,
         key_type=new_type, keyed_states=meta.keyed_states, namespace_type=meta.namespace_type,
-        flink=meta.flink if meta.flink is None or new_type == meta.key_type else meta.flink.without_key(),
+        flink=flink if flink is None or new_type == meta.key_type else flink.without_key(),
     )  # fmt: skip
     if rekeyed.num_rows:
         writer.write_keyed(rekeyed)

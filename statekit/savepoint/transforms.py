@@ -21,7 +21,7 @@ from typing import Callable
 
 from statekit.errors import InvalidArgumentError, InvalidTargetError
 from statekit.format.files import place_file, storage_errors
-from statekit.format.manifest import FileEntry, OperatorMetadata, safe_relative_path
+from statekit.format.manifest import FileEntry, FlinkSerializers, OperatorMetadata, safe_relative_path
 from statekit.format.storage import StoragePath, as_path
 from statekit.identifiers import OperatorIdentifier
 from statekit.keygroups import check_max_parallelism
@@ -39,10 +39,12 @@ class TransformPlan:
     target: Path
     changes: list[str] = field(default_factory=list)
     written: bool = False
+    output: str = ""  # the format written, as `output.describe` names it ("statekit savepoint", "Flink savepoint for Flink 2.3 ...")
 
     def __str__(self) -> str:
         verb = "wrote" if self.written else "would write"
-        return "\n".join([f"{verb} {self.target} from {self.source}:"] + [f"  - {c}" for c in self.changes])
+        what = f" as a {self.output}" if self.output else ""
+        return "\n".join([f"{verb} {self.target}{what} from {self.source}:"] + [f"  - {c}" for c in self.changes])
 
 
 #: Writes the replacement of one file: called with the staging directory and the file's path in the
@@ -75,7 +77,7 @@ def link_operator(builder: SavepointBuilder, source: Savepoint, meta: OperatorMe
     writer = builder.add_operator(
         ident, name=name or meta.name, parallelism=meta.parallelism, max_parallelism=meta.max_parallelism,
         key_type=meta.key_type, keyed_states=meta.keyed_states, namespace_type=meta.namespace_type,
-        flink=meta.flink,
+        flink=meta.flink, key_groups=meta.key_groups,
     )
     entries = []
     with storage_errors(builder.path):
@@ -149,6 +151,30 @@ def refuse_target_inside(source: str | os.PathLike, target: str | os.PathLike) -
         )
 
 
+def carried_flink(source: Savepoint, meta: OperatorMetadata) -> "FlinkSerializers | None":
+    """The Flink serializers that go along with `meta`'s state when it is rewritten: the manifest's, or the snapshots
+    of the Flink savepoint it is read from (so the state can be written back to Flink)."""
+    if meta.flink is not None or meta.keyed_format != "flink":
+        return meta.flink
+    from statekit.savepoint.convert import flink_serializers
+    from statekit.savepoint.flink_out import is_flink_source
+
+    return flink_serializers(source, meta) if is_flink_source(source) else None
+
+
+def require_hashed_key_groups(meta: OperatorMetadata, change: str) -> None:
+    """Refuse `change` (a re-key, a new max parallelism, a new key) for keys whose key groups come from user code."""
+    if meta.stored_key_groups:
+        from statekit.errors import StateTypeError
+
+        raise StateTypeError(
+            f"operator {meta.display_name!r} has keys of type {meta.key_type} whose key groups come from the key "
+            f"class's own hashCode() (a POJO or Row key read from Flink), which statekit cannot compute; {change} "
+            "needs new key groups, so it is refused. Do it with the job's classes (Flink's State Processor API), or "
+            "change only existing keys' state (set, delete-key, rm-state) and operators (rename-uid, remove-operator)."
+        )
+
+
 def rehash_operator(builder: SavepointBuilder, source: Savepoint, meta: OperatorMetadata,
                     ident: OperatorIdentifier, max_parallelism: int, *, name: str | None = None) -> None:
     """Rewrite an operator's keyed table and timers into `max_parallelism` key groups (parallelism capped at it)."""
@@ -157,10 +183,11 @@ def rehash_operator(builder: SavepointBuilder, source: Savepoint, meta: Operator
         raise InvalidArgumentError(
             f"operator {meta.display_name} has no keyed state; max parallelism only matters for keyed state."
         )
+    require_hashed_key_groups(meta, "a new max parallelism")
     writer = builder.add_operator(
         ident, name=name or meta.name, parallelism=min(meta.parallelism, max_parallelism),
         max_parallelism=max_parallelism, key_type=meta.key_type, keyed_states=meta.keyed_states,
-        namespace_type=meta.namespace_type, flink=meta.flink,
+        namespace_type=meta.namespace_type, flink=carried_flink(source, meta),
     )
     op = meta.identifier
     keyed = source.keyed_table(op)
@@ -182,25 +209,34 @@ def write_operator_states(writer: OperatorWriter, source: Savepoint, meta: Opera
             writer.write_list_state(info, source.operator_state_lists(op, info.name)[1])
 
 
-def _transform(source_path, target_path, *, dry_run: bool, plan_fn: Callable[[Savepoint, TransformPlan], Callable]) -> TransformPlan:
+def _transform(source_path, target_path, *, dry_run: bool, plan_fn: Callable[[Savepoint, TransformPlan], Callable],
+               to: str | None = None) -> TransformPlan:
+    from statekit.savepoint.output import describe, output_format, write_as
+
     refuse_target_inside(source_path, target_path)
     source = Savepoint.open(as_path(source_path))
     plan = TransformPlan(as_path(source_path), as_path(target_path))  # type: ignore[arg-type]
+    fmt = output_format(source, to)
+    plan.output = describe(fmt, source)
     apply = plan_fn(source, plan)
     if dry_run:
         return plan
-    with SavepointBuilder(as_path(target_path), checkpoint_id=source.checkpoint_id, job_name=source.job_name) as builder:
-        apply(builder)
+
+    def build(path: Path) -> None:
+        with SavepointBuilder(path, checkpoint_id=source.checkpoint_id, job_name=source.job_name) as builder:
+            apply(builder)
+
+    write_as(fmt, source, target_path, build)
     plan.written = True
     return plan
 
 
 def change_operator_identifier(source: str | os.PathLike, target: str | os.PathLike, old: OpLike, new: OpLike, *,
-                               dry_run: bool = False) -> TransformPlan:
+                               dry_run: bool = False, to: str | None = None) -> TransformPlan:
     """Give operator `old` the identifier `new` (Flink's ``changeOperatorIdentifier``).
 
     State is carried over byte for byte; only the manifest entry changes. `new` must not exist in
-    the savepoint already.
+    the savepoint already. `to` ("statekit" or "flink") is the output format; by default the source's.
     """
     def plan_fn(sp: Savepoint, plan: TransformPlan):
         meta = sp.operator(old)
@@ -220,12 +256,12 @@ def change_operator_identifier(source: str | os.PathLike, target: str | os.PathL
                     link_operator(builder, sp, m, m.identifier)
         return apply
 
-    return _transform(source, target, dry_run=dry_run, plan_fn=plan_fn)
+    return _transform(source, target, dry_run=dry_run, plan_fn=plan_fn, to=to)
 
 
 def remove_operator(source: str | os.PathLike, target: str | os.PathLike, op: OpLike, *,
-                    dry_run: bool = False) -> TransformPlan:
-    """Drop operator `op` and all its state (Flink's ``removeOperator``)."""
+                    dry_run: bool = False, to: str | None = None) -> TransformPlan:
+    """Drop operator `op` and all its state (Flink's ``removeOperator``); `to`: the output format (the source's)."""
     def plan_fn(sp: Savepoint, plan: TransformPlan):
         meta = sp.operator(op)
         plan.changes.append(f"remove operator {meta.display_name} ({meta.uid_hash}) with "
@@ -238,15 +274,16 @@ def remove_operator(source: str | os.PathLike, target: str | os.PathLike, op: Op
                     link_operator(builder, sp, m, m.identifier)
         return apply
 
-    return _transform(source, target, dry_run=dry_run, plan_fn=plan_fn)
+    return _transform(source, target, dry_run=dry_run, plan_fn=plan_fn, to=to)
 
 
 def with_max_parallelism(source: str | os.PathLike, target: str | os.PathLike, op: OpLike,
-                         max_parallelism: int, *, dry_run: bool = False) -> TransformPlan:
+                         max_parallelism: int, *, dry_run: bool = False, to: str | None = None) -> TransformPlan:
     """Re-hash `op`'s keyed state and timers into `max_parallelism` key groups.
 
     Flink cannot restore a savepoint into a different max parallelism; after this transform the
-    job can run with the new one. The operator's parallelism is capped at the new max.
+    job can run with the new one. The operator's parallelism is capped at the new max. `to`: the output
+    format ("statekit" or "flink"; by default the source's).
     """
     check_max_parallelism(max_parallelism)
 
@@ -256,6 +293,7 @@ def with_max_parallelism(source: str | os.PathLike, target: str | os.PathLike, o
             raise InvalidArgumentError(
                 f"operator {meta.display_name} has no keyed state; max parallelism only matters for keyed state."
             )
+        require_hashed_key_groups(meta, "a new max parallelism")
         parallelism = min(meta.parallelism, max_parallelism)
         plan.changes.append(f"operator {meta.display_name}: max parallelism {meta.max_parallelism} -> "
                             f"{max_parallelism}, parallelism {meta.parallelism} -> {parallelism}; keyed table and "
@@ -269,4 +307,4 @@ def with_max_parallelism(source: str | os.PathLike, target: str | os.PathLike, o
                     rehash_operator(builder, sp, m, m.identifier, max_parallelism)
         return apply
 
-    return _transform(source, target, dry_run=dry_run, plan_fn=plan_fn)
+    return _transform(source, target, dry_run=dry_run, plan_fn=plan_fn, to=to)

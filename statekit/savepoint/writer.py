@@ -64,8 +64,10 @@ class OperatorWriter:
         keyed_states: tuple[StateInfo, ...],
         namespace_type: str | None,
         flink: FlinkSerializers | None = None,
+        key_groups: Literal["hashed", "stored"] = "hashed",
     ) -> None:
         self._builder = builder
+        self.key_groups = key_groups  # "stored": rows keep the key_group they are given (user-code hashCode keys)
         self.identifier = ident
         self.name = name
         self.parallelism = parallelism
@@ -251,6 +253,8 @@ class OperatorWriter:
         op_infos = [i for i, _ in self._operator_states] + self._linked_states
         if any(s.pickled for s in infos) or any(i.pickled for i in op_infos):
             features.add("pickled")
+        if self.key_groups == "stored":
+            features.add("stored-key-groups")
         meta = OperatorMetadata(
             identifier=self.identifier,
             name=self.name,
@@ -263,6 +267,7 @@ class OperatorWriter:
             files=tuple(sorted(entries, key=lambda e: e.path)),
             keyed_format="rocksdb" if self._native or self._linked_native else "parquet",
             flink=self.flink,
+            key_groups=self.key_groups,
         )
         return meta, features
 
@@ -277,7 +282,9 @@ class OperatorWriter:
             given_kg = t.column("key_group") if "key_group" in t.column_names else None
             t = K.conform(t.drop_columns(["key_group"]) if given_kg is not None else t, schema, what=what)
             kg, hashes = K.key_groups_and_hashes(t.column("key"), self.max_parallelism, key_type)
-            if given_kg is not None and not np.array_equal(np.asarray(given_kg.to_numpy(), dtype=np.int32), kg):
+            if self.key_groups == "stored":
+                kg = self._stored(given_kg, what)
+            elif given_kg is not None and not np.array_equal(np.asarray(given_kg.to_numpy(), dtype=np.int32), kg):
                 raise InvalidArgumentError(
                     f"{what}: the given key_group column disagrees with the key groups of the keys at max "
                     f"parallelism {self.max_parallelism}; drop the column and let statekit compute it."
@@ -296,6 +303,19 @@ class OperatorWriter:
                 out = [(pa.concat_tables([t for t, _, _ in out]), np.concatenate([kg for _, kg, _ in out]),
                         np.concatenate([h for _, _, h in out]))]
         return out
+
+    def _stored(self, given_kg: pa.ChunkedArray | None, what: str) -> np.ndarray:
+        """The given key groups of an operator whose keys hash with user code (checked against the range only)."""
+        if given_kg is None:
+            raise InvalidArgumentError(
+                f"{what}: the operator keeps stored key groups (its keys hash with the key class's own hashCode(), "
+                "which statekit cannot compute), so every row needs its key_group column; pass the key groups the "
+                "rows were read with."
+            )
+        kg = np.asarray(given_kg.to_numpy(), dtype=np.int32)
+        if given_kg.null_count or (len(kg) and (int(kg.min()) < 0 or int(kg.max()) >= self.max_parallelism)):
+            raise InvalidArgumentError(f"{what}: a stored key_group is null or outside 0..{self.max_parallelism - 1}.")
+        return kg
 
     def _keyed_schema(self) -> tuple[str, pa.Schema]:
         what = f"keyed table of operator {self.identifier}"
@@ -539,9 +559,11 @@ class SavepointBuilder:
         keyed_states: Sequence[StateInfo | KeyedStateDescriptor] = (),
         namespace_type: TypeLike | None = None,
         flink: FlinkSerializers | None = None,
+        key_groups: Literal["hashed", "stored"] = "hashed",
     ) -> OperatorWriter:
         """Declare an operator and return the writer for its tables (`flink`: serializers carried from a
-        Flink savepoint, reused when the savepoint is written back as a Flink savepoint)."""
+        Flink savepoint, reused when the savepoint is written back as a Flink savepoint; `key_groups="stored"`:
+        keys whose hashCode is user code, each row written with the ``key_group`` it was read with)."""
         self._check_open()
         ident = OperatorIdentifier.coerce(op)
         for what, text in (("uid", ident.uid), ("name", name)):  # the manifest's rule for text, checked now
@@ -574,6 +596,7 @@ class SavepointBuilder:
             keyed_states=infos,
             namespace_type=to_ddl(namespace_type) if namespace_type is not None else None,
             flink=flink,
+            key_groups=key_groups,
         )
         self._operators[ident.uid_hash] = writer
         return writer

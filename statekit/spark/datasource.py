@@ -11,10 +11,13 @@ name            type    default     meaning
 path            string  (required)  savepoint or checkpoint directory (the one holding _metadata.json)
 uid             string  --          operator uid; give this or ``uid_hash``
 uid_hash        string  --          operator uid hash, 32 hex chars (for operators without a uid)
-table           string  ``keyed``   ``keyed``, ``timers``, or the name of an operator state
-                                    (list, union or broadcast state; its kind comes from the manifest)
+table           string  ``keyed``   ``keyed``, ``timers``, ``logical`` (a Flink SQL operator, with
+                                    ``plan``), or the name of an operator state (list, union or
+                                    broadcast state; its kind comes from the manifest)
 with_key_group  bool    ``false``   add the ``key_group`` column (keyed and timers tables)
 trust_pickled   bool    ``false``   open the savepoint trusting pickled state (columns stay ``binary``)
+plan            string  --          a Flink SQL job's compiled plan (JSON file): the query's column
+                                    names, and the ``logical`` table
 ==============  ======  ==========  ===================================================================
 
 Options of ``statekit-metadata``: ``path`` only.
@@ -86,7 +89,12 @@ def parse_options(options: dict[str, str]) -> tuple[Savepoint, OperatorMetadata,
     """
     options = {k.lower(): v for k, v in options.items()}
     trust = _flag(options, "trust_pickled")
-    sp = Savepoint.open(_path(options), trust_pickled=trust)
+    plan = options.get("plan") or None
+    if plan is not None:
+        from pathlib import Path
+
+        plan = str(Path(_path({"path": plan})).resolve())
+    sp = Savepoint.open(_path(options), trust_pickled=trust, plan=plan)
     uid, uid_hash = options.get("uid"), options.get("uid_hash")
     if (uid is None) == (uid_hash is None):
         have = ", ".join(f"{m.uid or '<no uid>'} ({m.uid_hash})" for m in sp.operators) or "no operators"
@@ -98,7 +106,7 @@ def parse_options(options: dict[str, str]) -> tuple[Savepoint, OperatorMetadata,
         ident = OperatorIdentifier.for_uid_hash(uid_hash)
     meta = sp.operator(ident)
     kind, state = resolve_table(meta, options.get("table", "keyed"))
-    spec = TableSpec(str(sp.path.resolve()), meta.uid_hash, kind, state, _flag(options, "with_key_group"), trust)
+    spec = TableSpec(str(sp.path.resolve()), meta.uid_hash, kind, state, _flag(options, "with_key_group"), trust, plan)
     return sp, meta, spec
 
 

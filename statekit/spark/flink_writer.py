@@ -20,7 +20,7 @@ from pyspark.sql import SparkSession
 
 from statekit.format.files import storage_errors
 from statekit.format.flink.utf import check_metadata_texts
-from statekit.format.flink.versions import FlinkVersion
+from statekit.format.flink.versions import FlinkVersion, check_serializers
 from statekit.format.flink.writer import (
     FlinkStaging,
     KeyedLayoutOut,
@@ -28,6 +28,7 @@ from statekit.format.flink.writer import (
     OperatorStateOut,
     SubtaskOut,
     metadata_bytes,
+    serializers_of,
     write_keyed_file,
     write_operator_file,
 )
@@ -119,6 +120,8 @@ def write_flink_spark(spark: SparkSession, source: str | os.PathLike[str], targe
             if op_states:
                 tasks.append((i, s, "operator"))
     check_metadata_texts(t for o in outs for t in (("operator uid", o.uid), ("operator name", o.name)))
+    check_serializers(version, (p for meta, plan in zip(sp.operators, plans)
+                                for p in serializers_of(meta.uid or meta.uid_hash, plan.layout, plan.operator_states)))
     with FlinkStaging(target) as staging:
         src, stage = str(Path(source).resolve()), str(staging.dir.resolve())
         results: list[Any] = []

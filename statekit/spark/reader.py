@@ -59,9 +59,11 @@ class SavepointReader:
         self.spark = spark
         self.savepoint = savepoint
         self.path = str(Path(savepoint.path).resolve())
+        self.plan: str | None = None  # the compiled plan's file, given to the data source (`read`)
 
     @classmethod
-    def read(cls, spark: SparkSession, path: str | os.PathLike[str], *, trust_pickled: bool = False) -> "SavepointReader":
+    def read(cls, spark: SparkSession, path: str | os.PathLike[str], *, trust_pickled: bool = False,
+             plan: str | os.PathLike[str] | None = None) -> "SavepointReader":
         """Open the savepoint at `path` for reading with `spark`.
 
         Parameters
@@ -73,6 +75,9 @@ class SavepointReader:
         trust_pickled
             Let reader functions unpickle state declared ``PICKLED``. Unpickling runs arbitrary
             code: only for savepoints you trust. DataFrames show pickled columns as ``binary``.
+        plan
+            A Flink SQL job's compiled plan (JSON file): columns in the query's names, and
+            `read_logical_table` / a ``logical`` table per SQL operator in `register`.
 
         Raises
         ------
@@ -80,7 +85,9 @@ class SavepointReader:
             From `statekit.savepoint.Savepoint.open`.
         """
         prepare_session(spark)
-        return cls(spark, Savepoint.open(path, trust_pickled=trust_pickled))
+        reader = cls(spark, Savepoint.open(path, trust_pickled=trust_pickled, plan=plan))
+        reader.plan = str(Path(plan).resolve()) if plan is not None else None
+        return reader
 
     # -- metadata ----------------------------------------------------------------------------------
     def metadata(self) -> DataFrame:
@@ -101,6 +108,7 @@ class SavepointReader:
             .option("table", table)
             .option("with_key_group", str(with_key_group).lower())
             .option("trust_pickled", str(self.savepoint.trust_pickled).lower())
+            .options(**({"plan": self.plan} if self.plan else {}))
             .load(self.path)
         )
         if table in ("keyed", "timers"):
@@ -167,14 +175,14 @@ class SavepointReader:
     def _engine(self, meta: OperatorMetadata, engine: str) -> str:
         if engine not in ("auto", "parquet", "statekit"):
             raise InvalidArgumentError(f"engine must be 'auto', 'parquet' or 'statekit', not {engine!r}.")
-        if engine == "auto":
+        if engine == "auto" or meta.stored_key_groups:  # the rule would prune stored (user-code) key groups by hash
             return "parquet" if self._rule_prunes(meta) else "statekit"
         return engine
 
     def _rule_prunes(self, meta: OperatorMetadata) -> bool:
         """Whether Spark's Parquet reader with statekit's rule serves `meta`'s keyed table fully
         (the rule prunes scalar keys and structs without float fields; the data source the rest)."""
-        prunable = _jvm_prunable(parse_ddl(meta.keyed_key_type))
+        prunable = _jvm_prunable(parse_ddl(meta.keyed_key_type)) and not meta.stored_key_groups
         return meta.keyed_format == "parquet" and prunable and pruning_unavailable(self.spark) is None
 
     def _load_parquet(
@@ -215,6 +223,13 @@ class SavepointReader:
         meta = self._operator(op)
         meta.operator_state(name, redistribution="broadcast")
         return self._load(meta, name)
+
+    def read_logical_table(self, op: OpLike) -> DataFrame:
+        """A Flink SQL operator's state in the query's terms (`statekit.savepoint.Savepoint.logical_table`);
+        the reader must have been opened with the job's compiled plan (``plan=``)."""
+        meta = self._operator(op)
+        self.savepoint.logical_table(meta.identifier, rows=False)  # refuses by name what has no logical table
+        return self._load(meta, "logical")
 
     def read_timers(
         self, op: OpLike, *, with_key_group: bool = False, engine: Literal["auto", "parquet", "statekit"] = "auto"
@@ -402,7 +417,7 @@ class SavepointReader:
             db = dbs[meta.uid_hash]
             tables = (["keyed", "timers"] if meta.key_type is not None else []) + [
                 s.name for s in meta.operator_states
-            ]
+            ] + (["logical"] if self.savepoint.has_logical_table(meta.identifier) else [])
             self.spark.sql(f"CREATE DATABASE IF NOT EXISTS `{db}`")
             names = []
             for table in tables:

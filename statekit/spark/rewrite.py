@@ -35,6 +35,9 @@ _ROWS, _FIRST, _HAD = "__statekit_rows", "__statekit_first_", "__statekit_had_"
 
 def _writer(builder: SavepointBuilder, meta: OperatorMetadata, ident: OperatorIdentifier, *, key_type: str,
             max_parallelism: int, name: str | None) -> Any:  # fmt: skip
+    from statekit.savepoint.transforms import require_hashed_key_groups
+
+    require_hashed_key_groups(meta, "rewriting keyed state with Spark")
     return builder.add_operator(
         ident, name=name or meta.name, parallelism=min(meta.parallelism, max_parallelism),
         max_parallelism=max_parallelism, key_type=key_type, keyed_states=meta.keyed_states,

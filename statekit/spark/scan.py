@@ -29,7 +29,7 @@ __all__ = [
     "verified_keyed_paths",
 ]
 
-TableKind = Literal["keyed", "timers", "split", "union", "broadcast"]
+TableKind = Literal["keyed", "timers", "split", "union", "broadcast", "logical"]
 
 
 @dataclass(frozen=True)
@@ -42,6 +42,7 @@ class TableSpec:
     state: str | None = None
     with_key_group: bool = False
     trust_pickled: bool = False
+    plan: str | None = None  # a Flink SQL job's compiled plan (file), for named columns and ``logical``
 
     @property
     def state_name(self) -> str:
@@ -81,6 +82,9 @@ def resolve_table(meta: OperatorMetadata, table: str) -> tuple[TableKind, str | 
     if table == "timers":
         _require_keyed(meta, "timers")
         return "timers", None
+    if table == "logical":
+        _require_keyed(meta, "logical")
+        return "logical", None
     info = meta.operator_state(table)  # raises UnknownStateError naming the states there are
     return info.redistribution, info.name
 
@@ -95,6 +99,9 @@ def _require_keyed(meta: OperatorMetadata, what: str) -> None:
 
 def table_schema(meta: OperatorMetadata, spec: TableSpec) -> pa.Schema:
     """The Arrow schema of the table `spec` names (what `read_task` yields)."""
+    if spec.kind == "logical":  # computed over no rows: the schema depends on the plan, not on the state
+        sp = Savepoint.open(spec.path, plan=spec.plan)
+        return sp.logical_table(meta.identifier, rows=False).schema
     if spec.kind == "keyed":
         schema = K.keyed_schema(meta.keyed_key_type, meta.keyed_states, namespace_type=meta.namespace_type)
     elif spec.kind == "timers":
@@ -149,10 +156,10 @@ def plan_tasks(meta: OperatorMetadata, spec: TableSpec, keys: frozenset | None =
     With ``keys`` only files (or subtasks) covering those keys' key groups are read, and only rows
     with those keys are returned.
     """
-    if spec.kind in ("split", "union", "broadcast"):
+    if spec.kind in ("split", "union", "broadcast", "logical"):
         return [ScanTask(whole_table=True)]
     wanted = None
-    if keys is not None:
+    if keys is not None and not meta.stored_key_groups:  # stored key groups come from user code: rows filtered only
         wanted = key_groups_of(keys, meta.max_parallelism, meta.keyed_key_type)
         keys = frozenset(k for ks in wanted.values() for k in ks)
     if spec.kind == "keyed" and meta.is_native or meta.keyed_format == "flink":
@@ -162,7 +169,7 @@ def plan_tasks(meta: OperatorMetadata, spec: TableSpec, keys: frozenset | None =
         for i in range(meta.parallelism):
             rng = key_group_range(meta.max_parallelism, meta.parallelism, i)
             if wanted is None:
-                tasks.append(ScanTask(key_group_range=(rng.start, rng.end)))
+                tasks.append(ScanTask(key_group_range=(rng.start, rng.end), keys=keys))
                 continue
             mine = sorted(kg for kg in wanted if kg in rng)
             if mine:
@@ -247,6 +254,8 @@ def read_task_table(sp: Savepoint, meta: OperatorMetadata, spec: TableSpec, task
             return sp.list_state(op, spec.state_name)
         if spec.kind == "union":
             return sp.union_state(op, spec.state_name)
+        if spec.kind == "logical":
+            return sp.logical_table(op)
         return sp.broadcast_state(op, spec.state_name)
     if task.key_group_range is not None:
         rng = KeyGroupRange(*task.key_group_range)
@@ -290,7 +299,7 @@ def verified_keyed_paths(sp: Savepoint, meta: OperatorMetadata, table: Literal["
 
 def read_task(spec: TableSpec, task: ScanTask, *, batch_rows: int = 131072) -> Iterator[pa.RecordBatch]:
     """Executor side: open the savepoint and yield the task's rows as Arrow record batches."""
-    sp = Savepoint.open(spec.path, trust_pickled=spec.trust_pickled)
+    sp = Savepoint.open(spec.path, trust_pickled=spec.trust_pickled, plan=spec.plan)
     meta = sp.operator(OperatorIdentifier.for_uid_hash(spec.uid_hash))
     table = read_task_table(sp, meta, spec, task)
     if spec.kind in ("keyed", "timers") and not spec.with_key_group:

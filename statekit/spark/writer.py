@@ -368,7 +368,7 @@ class SavepointWriter:
                 if e.existing is not None:
                     self._entries[key] = replace(e, existing=converted.operator(
                         OperatorIdentifier.for_uid_hash(e.existing.uid_hash)))
-            return self.write(path)
+            return self.write(path, format="statekit")
         finally:
             self.source, self._entries = source, entries
             shutil.rmtree(staged, ignore_errors=True)
@@ -376,7 +376,8 @@ class SavepointWriter:
     def _direct_flink(self, path: Path, types: TypeHints | None, version: FlinkVersion) -> Path | None:
         """Columnar bootstraps of fixed-width keys and values go straight to Flink's format (no statekit staging);
         None when the writer holds anything else."""
-        from statekit.format.flink.writer import FlinkStaging, metadata_bytes
+        from statekit.format.flink.versions import check_serializers
+        from statekit.format.flink.writer import FlinkStaging, metadata_bytes, serializers_of
         from statekit.savepoint.flink_out import keyed_layout
         from statekit.spark.flink_columnar import regular, write_columnar
         from statekit.spark.flink_jvm import jvm_writable, write_jvm
@@ -402,6 +403,8 @@ class SavepointWriter:
             if not jvm and not regular(layout):
                 return None
             plans.append((keyed_t, columns, layout, e.ident, par, jvm))
+        check_serializers(version, (p for _, _, layout, ident, _, _ in plans
+                                    for p in serializers_of(ident.uid or ident.uid_hash, layout, ())))
         with FlinkStaging(path) as staging:
             outs = [write_jvm(kt.source.df, kt.key, columns, layout, ident.uid, ident.uid_hash, par, staging.dir)
                     if jvm else write_columnar(kt.source.df, kt.key, kt.key_type, columns, layout, ident.uid,
@@ -425,14 +428,17 @@ class SavepointWriter:
         # that came from a Flink savepoint carries its serializers in the staged manifest (field `flink`).
         staged = path.parent / f".{path.name}.statekit-{uuid.uuid4().hex[:12]}"
         try:
-            self.write(staged)
+            self.write(staged, format="statekit")
             return write_flink_spark(self.spark, staged, path, types=types, flink_version=version)
         finally:
             shutil.rmtree(staged, ignore_errors=True)
 
-    def write(self, path: str | os.PathLike[str], *, format: Literal["statekit", "flink"] = "statekit",
+    def write(self, path: str | os.PathLike[str], *, format: Literal["statekit", "flink"] | None = None,
               types: TypeHints | None = None, flink_version: str | FlinkVersion | None = None) -> Path:
         """Run the bootstrap jobs and publish the savepoint at `path`, atomically.
+
+        ``format`` is by default the source's (`from_existing_savepoint` of a Flink savepoint writes a Flink
+        savepoint, of a statekit one statekit's format; a new savepoint is statekit's), as every repair does.
 
         ``format="flink"`` writes a canonical Flink savepoint for `flink_version` ("1.20", "2.0", "2.3", ...;
         by default the version the source's state came from, else the newest) that a Flink job with the same uids,
@@ -444,6 +450,10 @@ class SavepointWriter:
         Raises `SavepointExistsError` (before any Spark job runs) if `path` exists. On any failure
         nothing is left at `path` nor beside it.
         """
+        if format is None:
+            from statekit.savepoint.output import output_format
+
+            format = output_format(self.source, None) if self.source is not None else "statekit"
         if format == "flink":
             return self._write_flink(Path(path), types, flink_version)
         if flink_version is not None:

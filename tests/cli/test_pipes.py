@@ -19,6 +19,7 @@ from statekit.demo import write_demo_savepoint
 from .conftest import EXECUTABLE
 
 FLINK = Path(__file__).resolve().parents[1] / "fixtures" / "flink" / "2.3.0" / "long-hashmap-canonical" / "savepoint"
+PAIRS = Path(__file__).resolve().parents[1] / "fixtures" / "flink" / "upgrade"
 
 #: rich markup tags (`[bold]`, `[/]`, `[bold red]`, `[dim]`...) and ANSI escape sequences.
 MARKUP = re.compile(r"\[/[a-z ]*\]|\[(bold|dim|italic|red|green|yellow|blue|cyan|magenta|reverse|link)[^\]]*\]")
@@ -74,7 +75,12 @@ CASES: dict[str, list[list]] = {
                    "amount=amount", "--max-parallelism", "128", "--apply"]],
     "demo": [["demo", "--no-spark", "--out", "demo-out"], ["demo", "--no-spark", "--out", "sp"]],
     "convert": [["convert", FLINK, "conv-out", "--uid", "counter"]],
+    "upgrade": [["upgrade", PAIRS / "hashmap-1.20" / "savepoint", "up-out", "--to-flink", "2.3", "--classpath",
+                 PAIRS / "classes-1.20.jar", "--uid", "profiles"],
+                ["upgrade", PAIRS / "hashmap-1.20" / "savepoint", "up-out-2", "--to-flink", "2.3"]],
     "clean": [["clean", "."]],
+    "stats": [["stats", "sp", "--top", "3", "-p", "3"], ["stats", FLINK, "--top", "2"], ["stats", "sp", "-p", "999"]],
+    "compat": [["compat", FLINK, FLINK], ["compat", "sp", FLINK], ["compat", "sp", "missing"]],
 }
 GENERAL = [[], ["--help"], ["inspect", "--help"], ["inspect", "sp", "--no-such-option"], ["no-such-command"]]
 

@@ -42,3 +42,34 @@ def test_check_says_unsupported_apart_from_damage(tmp_path):
     r = run_runner(["check", root])
     assert r.exit_code == 0, r.output
     assert "unsupported" in r.output and "damaged" not in r.output
+
+
+def test_plan_names_columns_on_every_read_command(tmp_path):
+    case = SQL / "plan-hashmap-canonical"
+    sp, plan = case / "savepoint", case / "plan.json"
+    r = run_runner(["get", sp, "--uid", "25_deduplicate", "--key", json.dumps({"user_name": "bartholomew", "device": 2}),
+                    "--plan", plan, "--json"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["deduplicate-state"]["order_id"] == 1058
+    r = run_runner(["show", sp, "--uid", "6_group-aggregate", "--logical", "--plan", plan, "--values", "--json",
+                    "--limit", "20"])
+    assert r.exit_code == 0, r.output
+    rows = {row["user_name"]: row for row in json.loads(r.stdout)}
+    assert (rows["alice"]["cnt"], rows["alice"]["total"], rows["alice"]["kinds"]) == (8, 434, 3)
+    r = run_runner(["query", sp, "--plan", plan, "--json",
+                    'SELECT user_id, cnt, total FROM "12_global_window_aggregate".logical WHERE user_id = -42'])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout) == [{"user_id": -42, "cnt": 1, "total": 79}]
+    assert run_runner(["check", sp, "--plan", plan]).exit_code == 0
+    assert run_runner(["inspect", sp, "--plan", plan]).exit_code == 0
+    r = run_runner(["export", sp, tmp_path / "out", "--plan", plan, "--uid", "43_join"])
+    assert r.exit_code == 0, r.output
+    assert (tmp_path / "out" / "43_join" / "logical.parquet").is_file()
+    assert run_runner(["diff", sp, SQL / "plan-rocksdb-canonical" / "savepoint", "--plan", plan]).exit_code == 0
+
+
+def test_a_plan_of_another_job_is_a_usage_error_naming_the_mismatch():
+    r = run_runner(["show", SQL / "default-hashmap-canonical" / "savepoint", "--name", "GroupAggregate[51]", "--logical",
+                    "--plan", SQL / "plan-hashmap-canonical" / "plan.json"])
+    assert r.exit_code == 2, r.output
+    assert "does not match the savepoint" in r.output and "6_group-aggregate" in r.output

@@ -96,18 +96,23 @@ def _sources_digest(version: str) -> str:
     return h.hexdigest()
 
 
-def _legacy_sources(dest: Path, version: str) -> Path:
-    """A copy of the harness sources for a 1.x build (its renames applied); returns its java root."""
-    root = dest / "src-1.x"
-    shutil.rmtree(root, ignore_errors=True)
-    for src in (JAVA_DIR / "src" / "main" / "java").rglob("*.java"):
+def port_sources(java_root: Path, dest: Path, version: str) -> Path:
+    """A copy of the Java sources under `java_root` at `dest` for a build against line `version` (its renames
+    applied; also used by the fixture makers); returns `dest`."""
+    shutil.rmtree(dest, ignore_errors=True)
+    for src in java_root.rglob("*.java"):
         text = src.read_text()
         for new, old in _renames(version):
             text = text.replace(new, old)
-        out = root / src.relative_to(JAVA_DIR / "src" / "main" / "java")
+        out = dest / src.relative_to(java_root)
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(text)
-    return root
+    return dest
+
+
+def _legacy_sources(dest: Path, version: str) -> Path:
+    """A copy of the harness sources for a 1.x build (its renames applied); returns its java root."""
+    return port_sources(JAVA_DIR / "src" / "main" / "java", dest / "src-1.x", version)
 
 
 def build(version: str = DEFAULT_VERSION) -> Path:

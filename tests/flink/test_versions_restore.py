@@ -6,11 +6,12 @@ through statekit's format verify in that version's State Processor API; a savepo
 statekit (a value set, the uid renamed, max parallelism 128 -> 256) restores into that version's job
 with every value as expected. Across lines: Flink 2.3 state written with ``flink_version="1.20"``
 verifies in Flink 1.20, and the same savepoint written for 2.3 is refused by 1.20 (the check is real).
-The LTS 1.20 and the 2.0 and 2.3 boundaries run in every suite; the other lines are marked `slow`.
+The LTS 1.20 and the 2.0 and 2.3 boundaries run in every suite; the other lines are marked `every_version` (`make test-versions`).
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 import shutil
@@ -18,6 +19,7 @@ import subprocess
 
 import pytest
 
+from statekit.errors import CorruptSavepointError
 from statekit.format.flink.metadata import read_metadata
 from statekit.format.flink.versions import FlinkVersion
 from statekit.identifiers import OperatorIdentifier
@@ -33,13 +35,31 @@ pytestmark = pytest.mark.flink
 VERSIONS = {".".join(p.name.split(".")[:2]): p.name for p in FIXTURES.iterdir()
             if re.fullmatch(r"\d+\.\d+\.\d+", p.name)}
 FAST = {"1.20", "2.0", "2.3"}
-LINES = [pytest.param(line, marks=() if line in FAST else pytest.mark.slow)
+LINES = [pytest.param(line, marks=() if line in FAST else pytest.mark.every_version)
          for line in sorted(VERSIONS, key=lambda v: tuple(map(int, v.split("."))))]
 VIA_STATEKIT = ["long-rocksdb-canonical", "tuple2-hashmap-canonical"]
 
 
+def _unverifiable() -> dict[tuple[str, str], str]:
+    """The corpus maker's (line, case) -> Flink bug that stops that line's own Flink reading the case back."""
+    spec = importlib.util.spec_from_file_location("make_version_corpus", FIXTURES / "make_version_corpus.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return dict(module.UNVERIFIABLE)
+
+
+#: Flink 1.18.0/1.18.1 wrote the snappy case's operator state with stale offsets (FLINK-34063): statekit refuses to
+#: carry it by name (as tests/format/flink/test_corpus.py reads it), writes nothing, and Flink is not asked.
+FLINK_BUGS = _unverifiable()
+
+
 def _canonical(corpus) -> list[str]:
     return sorted(p.name for p in corpus.iterdir() if p.is_dir() and p.name != "string-rocksdb-native")
+
+
+def _backend(case: str) -> str:
+    return "rocksdb" if "rocksdb" in case else "hashmap"
 
 
 def _verify(flink, line: str, dirs: list[str]) -> str:
@@ -59,13 +79,21 @@ def _case_dir(tmp_path, corpus, case: str, name: str):
 
 
 @pytest.mark.parametrize("line", LINES)
-def test_every_corpus_case_written_back_verifies_in_its_own_flink(line, flink_line, tmp_path):
-    flink = flink_line(line)
+def test_every_corpus_case_written_back_verifies_in_its_own_flink(line, flink_line, tmp_path, compat):
     corpus = FIXTURES / VERSIONS[line]
+    for backend in sorted({_backend(c) for c in _canonical(corpus)}):
+        compat(line, "write", backend, "canonical savepoint")
+    flink = flink_line(line)
     version = FlinkVersion.parse(line)
     dirs = []
     for case in _canonical(corpus):
         d = _case_dir(tmp_path, corpus, case, case)
+        if (line, case) in FLINK_BUGS:
+            bug = FLINK_BUGS[(line, case)].split(":")[0]
+            with pytest.raises(CorruptSavepointError, match=bug):
+                write_flink(corpus / case / "savepoint", d / "savepoint")
+            assert not (d / "savepoint").exists() and [p.name for p in d.iterdir()] == ["expected.json"]
+            continue
         write_flink(corpus / case / "savepoint", d / "savepoint")  # by default: as the version it came from
         assert read_metadata(d / "savepoint").version == version.metadata_version
         dirs.append(str(d))
@@ -82,7 +110,8 @@ def test_every_corpus_case_written_back_verifies_in_its_own_flink(line, flink_li
 
 
 @pytest.mark.parametrize("line", LINES)
-def test_a_repaired_savepoint_restores_in_its_own_flink(line, flink_line, tmp_path):
+def test_a_repaired_savepoint_restores_in_its_own_flink(line, flink_line, tmp_path, compat):
+    compat(line, "write", "hashmap", "canonical savepoint")
     flink = flink_line(line)
     case = FIXTURES / VERSIONS[line] / "long-hashmap-canonical"
     exp = json.loads((case / "expected.json").read_text())["operators"]
@@ -112,11 +141,13 @@ def test_a_repaired_savepoint_restores_in_its_own_flink(line, flink_line, tmp_pa
     assert sorted(sum(got.operator["buffer"]["buffered"].values(), [])) == sorted(f"e{i}" for i in range(50, 60))
 
 
-def test_state_from_flink_2_3_written_for_1_20_verifies_in_flink_1_20(flink_line, tmp_path):
+def test_state_from_flink_2_3_written_for_1_20_verifies_in_flink_1_20(flink_line, tmp_path, compat):
     if "1.20" not in VERSIONS:
         pytest.skip("no Flink 1.20 corpus")
-    flink = flink_line("1.20")
     corpus = FIXTURES / VERSIONS["2.3"]
+    for backend in sorted({_backend(c) for c in _canonical(corpus)}):
+        compat("1.20", "write", backend, "canonical savepoint")
+    flink = flink_line("1.20")
     dirs = []
     for case in _canonical(corpus):
         d = _case_dir(tmp_path, corpus, case, case)

@@ -372,6 +372,11 @@ def decode(lay: KeyedLayout, buf: np.ndarray, located: Located, stream_of_chain:
     return KeyedResult(table, timers)
 
 
+def key_group_of_entries(buf: np.ndarray, kp: np.ndarray, P: int) -> np.ndarray:
+    """The key group in the prefix of every entry's key at `kp` (`P`: 1 or 2 prefix bytes, the 0x80 flag cleared)."""
+    return _key_groups(buf, kp, P)
+
+
 def _key_groups(buf: np.ndarray, kp: np.ndarray, P: int) -> np.ndarray:
     first = buf[kp].astype(np.int64) & 0x7F
     return (first << 8 | buf[kp + 1]) if P == 2 else first

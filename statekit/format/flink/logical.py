@@ -31,6 +31,9 @@ _ROOTS = {
     "VarBinaryType": "VARBINARY", "ArrayType": "ARRAY", "MapType": "MAP", "MultisetType": "MULTISET", "RowType": "ROW",
     "RawType": "RAW", "YearMonthIntervalType": "INTERVAL_YEAR_MONTH", "DayTimeIntervalType": "INTERVAL_DAY_TIME",
     "SymbolType": "SYMBOL",
+    # a structured type (an aggregate's accumulator class, e.g. MaxWithRetractAccumulator) is a RowData inside
+    # rows: read as a ROW of its attributes, its class kept in ``raw_class``
+    "StructuredType": "ROW",
 }
 _DDL = {"BOOLEAN": "boolean", "TINYINT": "tinyint", "SMALLINT": "smallint", "INTEGER": "int", "BIGINT": "bigint",
         "FLOAT": "float", "DOUBLE": "double", "DATE": "date", "TIME_WITHOUT_TIME_ZONE": "int",
@@ -155,6 +158,11 @@ def from_java(obj: Any, where: str) -> LogicalType:
         fields = _list(f.get("fields"))
         kw["children"] = tuple(from_java(x.fields["type"], where) for x in fields)
         kw["field_names"] = tuple(str(x.fields["name"]) for x in fields)
+    elif cls == "StructuredType":
+        attrs = _list(f.get("attributes"))
+        kw["children"] = tuple(from_java(x.fields["type"], where) for x in attrs)
+        kw["field_names"] = tuple(str(x.fields["name"]) for x in attrs)
+        kw["raw_class"] = str(f.get("className") or "")
     elif cls == "RawType":
         clazz = f.get("clazz")
         ser = f.get("serializer")

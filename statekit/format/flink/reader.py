@@ -190,6 +190,15 @@ class FlinkStateReader:
             return None
         return K.layout([self.proxy(h) for h in handles], op.max_parallelism, f"{self.root} operator {op.operator_id}")
 
+    @property
+    def native(self) -> NativeDatabases:
+        """The scratch copies of native RocksDB state this reader opened (removed with the reader)."""
+        return self._native
+
+    def key_group_spans(self, h: KeyGroupsHandle) -> list[tuple[int, int, int]]:
+        """(key group, start, end) in its stream of every non-empty key group of a canonical handle."""
+        return self._key_group_spans(h)
+
     @_typed
     def _key_group_spans(self, h: KeyGroupsHandle) -> list[tuple[int, int, int]]:
         """(key group, start, end) in its stream of every non-empty key group of a canonical handle."""

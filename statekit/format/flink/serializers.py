@@ -18,6 +18,7 @@ from statekit.format.flink.avro import parse_schema, read_snapshot_payload
 from statekit.format.flink.binary import DataInput
 from statekit.format.flink.javaser import read_object
 from statekit.format.flink.logical import LogicalType, from_java
+from statekit.types import ddl_name
 
 TOP_LEVEL_PROXY_VERSION = 2  # TypeSerializerSnapshotSerializationUtil: i32 2 before a top-level snapshot
 COMPOSITE_MAGIC = 911108  # CompositeTypeSerializerSnapshot
@@ -128,7 +129,7 @@ class FlinkType:
         """The statekit DDL type of values of this serializer (``binary`` for what cannot be decoded)."""
         k = self.kind
         if self.form == "row":
-            return "struct<" + ",".join([f"{n}:{t.ddl()}" for n, t in zip(self.field_names, self.logical)]
+            return "struct<" + ",".join([f"{ddl_name(n)}:{t.ddl()}" for n, t in zip(self.field_names, self.logical)]
                                         + (["row_kind:string"] if self.row_kind else [])) + ">"
         if self.form == "string":
             return "string"
@@ -143,7 +144,7 @@ class FlinkType:
         if k == "map":
             return f"map<{self.children[0].ddl()},{self.children[1].ddl()}>"
         if k in ("tuple", "row", "pojo"):
-            return "struct<" + ",".join(f"{n}:{c.ddl()}" for n, c in zip(self.field_names, self.children)) + ">"
+            return "struct<" + ",".join(f"{ddl_name(n)}:{c.ddl()}" for n, c in zip(self.field_names, self.children)) + ">"
         if k == "window":
             return "struct<start:bigint,end:bigint>"
         raise UnsupportedFormatError(f"serializer {self.serializer} has no statekit column type")

@@ -21,7 +21,7 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, BinaryIO, Sequence, cast
+from typing import Any, BinaryIO, Iterator, Sequence, cast
 
 import numpy as np
 import pyarrow as pa
@@ -40,7 +40,7 @@ from statekit.format.flink.serializers import FlinkType
 from statekit.format.flink.serializers_out import DataOutput, top_level
 from statekit.format.flink.utf import check_metadata_texts
 from statekit.format.flink.values_out import Encoded, concat, encode, join_runs, nullable_values
-from statekit.format.flink.versions import FlinkVersion
+from statekit.format.flink.versions import FlinkVersion, check_serializers
 from statekit.format.keyed_stream import KeyedFiles
 from statekit.keygroups import key_group_range
 
@@ -239,7 +239,9 @@ def keyed_runs(layout: KeyedLayoutOut, keyed: pa.Table | None, timers: pa.Table 
                 value = nullable_values(items, s.value.children[1], what)
                 runs.append(Run(sid, kg[expand], _entries(concat([base.take(expand), ukeys]), value)))
                 continue
-            if s.kind == "list":
+            # a list state whose elements statekit cannot delimit (Kryo...) is read as its value's bytes: written back so
+            opaque_list = s.kind == "list" and (pa.types.is_binary(col.type) or pa.types.is_large_binary(col.type))
+            if s.kind == "list" and not opaque_list:
                 lengths = _lengths(col)
                 rows = np.flatnonzero(lengths > 0)
                 if not len(rows):
@@ -257,7 +259,7 @@ def keyed_runs(layout: KeyedLayoutOut, keyed: pa.Table | None, timers: pa.Table 
                     continue
                 if len(rows) < n:
                     col = col.take(pa.array(rows))
-                value = encode(col, s.value, what=what)
+                value = encode(col, replace(s.value, kind="binary", children=()) if opaque_list else s.value, what=what)
             key = base if len(rows) == n else base.take(rows)
             runs.append(Run(sid, kg[rows] if len(rows) < n else kg, _entries(key, value)))
     if timers is not None and timers.num_rows and layout.timers:
@@ -588,6 +590,21 @@ def write_operator(staging: FlinkStaging, op: OperatorData) -> OperatorOut:
     return out
 
 
+def serializers_of(who: str, layout: KeyedLayoutOut | None,
+                   operator_states: Sequence[OperatorStateOut]) -> Iterator[tuple[str, FlinkType]]:
+    """(what, serializer) for every serializer one operator's written state carries (`check_serializers`' input)."""
+    if layout is not None:
+        yield f"operator {who}, its key", layout.key
+        if layout.namespace is not None:
+            yield f"operator {who}, its window namespace", layout.namespace
+        for ks in layout.states:
+            yield f"operator {who}, keyed state {ks.name!r}", ks.value
+    for s in operator_states:
+        yield f"operator {who}, operator state {s.name!r}", s.value
+        if s.key is not None:
+            yield f"operator {who}, broadcast state {s.name!r} (its key)", s.key
+
+
 def write_flink_savepoint(target: str | os.PathLike[str], operators: Sequence[OperatorData], *,
                           checkpoint_id: int = 0, flink_version: FlinkVersion | str | None = None) -> Path:
     """Write a canonical Flink savepoint at `target` atomically (nothing appears there unless it all succeeded),
@@ -599,6 +616,8 @@ def write_flink_savepoint(target: str | os.PathLike[str], operators: Sequence[Op
             raise InvalidArgumentError(f"operator {op.uid or op.uid_hash} appears twice; each operator appears once.")
         seen.add(op.uid_hash)
         check_metadata_texts([("operator uid", op.uid), ("operator name", op.name)])  # before any file is written
+    check_serializers(version, (p for op in operators
+                                for p in serializers_of(op.uid or op.uid_hash, op.layout, op.operator_states)))
     with FlinkStaging(target) as staging:
         with storage_errors(staging.target):  # a full disk is a StorageFullError, the partial output removed
             outs = [write_operator(staging, op) for op in operators]

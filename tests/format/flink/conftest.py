@@ -20,6 +20,12 @@ VERSIONS = sorted((p.name for p in FIXTURES.iterdir() if re.fullmatch(r"\d+\.\d+
 VERSION_CASES = [(v, p.name) for v in VERSIONS for p in sorted((FIXTURES / v).iterdir()) if p.is_dir()]
 
 
+def cell(case: str) -> tuple[str, str]:
+    """A corpus case's (state backend, format) in the README's compatibility table (`compat` fixture)."""
+    return ("rocksdb" if "rocksdb" in case else "hashmap",
+            "native savepoint" if "native" in case else "canonical savepoint")
+
+
 def expected(case: str, version: str = "2.3.0") -> dict:
     return json.loads((FIXTURES / version / case / "expected.json").read_text())
 

@@ -9,7 +9,7 @@ from statekit.format.values import python_converter
 from statekit.savepoint import Savepoint
 from statekit.savepoint.flink import FlinkSavepoint
 
-from .conftest import CANONICAL, VERSION_CASES, expected, savepoint
+from .conftest import CANONICAL, VERSION_CASES, cell, expected, savepoint
 
 KYRO_LIKE = ("v_kryo",)
 
@@ -41,7 +41,8 @@ FLINK_34063 = {("1.18.1", "string-hashmap-canonical-snappy")}
 
 
 @pytest.mark.parametrize("version,case", VERSION_CASES)
-def test_corpus_case_reads_exactly(version, case):
+def test_corpus_case_reads_exactly(version, case, compat):
+    compat(version, "read", *cell(case))
     exp = expected(case, version)
     assert exp["flink_version"] == version
     sp = Savepoint.open(savepoint(case, version))

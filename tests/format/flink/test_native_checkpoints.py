@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -12,6 +13,7 @@ import pytest
 
 from statekit.errors import CorruptSavepointError, UnsupportedFormatError
 from statekit.format.flink.metadata import IncrementalKeyedHandle, KeyGroupsHandle, read_metadata
+from statekit.format.flink.versions import FlinkVersion
 from statekit.savepoint import Savepoint
 
 from .conftest import expected, savepoint
@@ -27,6 +29,12 @@ def _retained(case: str) -> list[tuple[Path, dict]]:
         exp = json.loads(e.read_text())
         out.append((CHECKPOINTS / case / exp["checkpoint_dir"], exp))
     return out
+
+
+def _checkpoint_cell(case: str) -> tuple[str, str]:
+    """A checkpoint case's (backend, format) in the README's compatibility table."""
+    backend, kind = case.split("-")[:2]
+    return backend, f"{kind} checkpoint"
 
 
 def _check(sp, exp: dict) -> None:
@@ -54,7 +62,9 @@ def test_native_rocksdb_savepoint_reads_exactly():
 
 
 @pytest.mark.parametrize("case", ["rocksdb-incremental", "hashmap-full", "rocksdb-claim", "hashmap-snappy"])
-def test_every_retained_checkpoint_reads_exactly(case):
+def test_every_retained_checkpoint_reads_exactly(case, compat):
+    if case in ("rocksdb-incremental", "hashmap-full"):
+        compat("2.3", "read", *_checkpoint_cell(case))
     job = CHECKPOINTS / case
     before = _digest(job)
     cases = _retained(case)
@@ -66,6 +76,42 @@ def test_every_retained_checkpoint_reads_exactly(case):
         for e in exp["operators"]["counter"]["keys"]:  # one key: one key group's entries
             got = sp.get("counter", e["key"])
             assert got["count"] == e["count"] and got["recent"] == e["recent"] and dict(got["per_kind"]) == e["per_kind"]
+    assert _digest(job) == before  # RocksDB opened copies only
+
+
+#: (version, case) of the retained checkpoints each Flink line made (`make_checkpoint_corpus.py`: checkpoints/<version>/)
+VERSION_CHECKPOINTS = [(v.name, c.name) for v in sorted(CHECKPOINTS.iterdir()) if re.fullmatch(r"\d+\.\d+\.\d+", v.name)
+                       for c in sorted(v.iterdir()) if c.is_dir()]
+
+
+@pytest.mark.parametrize("version,case", VERSION_CHECKPOINTS)
+def test_every_flink_versions_retained_checkpoints_read_exactly(version, case, compat):
+    """HashMap full and RocksDB incremental checkpoints of each line (RocksDB 6.x in 1.x, 8.x in 2.x), inputs untouched."""
+    compat(version, "read", *_checkpoint_cell(case))
+    job = CHECKPOINTS / version / case
+    before = _digest(job)
+    cases = _retained(f"{version}/{case}")
+    assert len(cases) >= 2
+    uploaded_by: dict[str, str] = {}  # SST -> the first checkpoint naming it (the one that uploaded it)
+    last: set[str] = set()
+    for chk, exp in sorted(cases, key=lambda c: int(c[0].name[4:])):
+        assert exp["flink_version"] == version and exp["state_backend"] == case.split("-")[0]
+        md = read_metadata(chk)
+        assert md.version == FlinkVersion.parse(version).metadata_version
+        sp = Savepoint.open(chk)
+        assert sp.kind == "checkpoint"
+        _check(sp, exp)
+        for e in exp["operators"]["counter"]["keys"]:
+            got = sp.get("counter", e["key"])
+            assert got["count"] == e["count"] and got["recent"] == e["recent"] and dict(got["per_kind"]) == e["per_kind"]
+        last = set()
+        for st in md.operator(COUNTER).subtasks:
+            if isinstance(st.managed_keyed, IncrementalKeyedHandle):
+                for local, sh in st.managed_keyed.shared:
+                    if local.endswith(".sst"):
+                        last.add(uploaded_by.setdefault(sh.path.rsplit("/", 1)[1], chk.name))
+    if case.startswith("rocksdb"):  # the last checkpoint is built from SSTs that >= 2 checkpoints uploaded
+        assert len(last) >= 2, uploaded_by
     assert _digest(job) == before  # RocksDB opened copies only
 
 

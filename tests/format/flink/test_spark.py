@@ -90,3 +90,41 @@ def test_flink_sql_savepoint_tables_through_spark_read_and_register(spark):
     assert n == local.keyed_table("43_join").num_rows
     nameless = SavepointReader.read(spark, str(sp_path.parents[1] / "default-hashmap-canonical" / "savepoint"))
     assert "groupaggregate_51" in nameless.register()  # a SQL operator without uid: its stored name
+
+
+def test_flink_sql_savepoint_with_its_plan_through_spark_as_through_duckdb(spark):
+    import datetime as dt
+    from pathlib import Path
+
+    import statekit
+
+    def plain(v):  # Spark gives instants as naive datetimes in its session time zone (UTC here)
+        if isinstance(v, list):
+            return sorted(map(repr, (plain(x) for x in v)))
+        if isinstance(v, dict):
+            return {k: plain(x) for k, x in v.items()}
+        return v.astimezone(dt.timezone.utc).replace(tzinfo=None) if isinstance(v, dt.datetime) and v.tzinfo else v
+
+    case = Path(__file__).resolve().parents[2] / "fixtures" / "flink" / "sql" / "2.3.0" / "plan-hashmap-canonical"
+    sp_path, plan = case / "savepoint", case / "plan.json"
+    local = Savepoint.open(sp_path, plan=plan)
+    reader = SavepointReader.read(spark, str(sp_path), plan=plan)
+    dbs = reader.register(prefix="pl")
+    assert "logical" in dbs["pl_6_group_aggregate"] and "logical" in dbs["pl_43_join"]
+    for op in ("6_group-aggregate", "12_global-window-aggregate", "18_group-window-aggregate", "25_deduplicate",
+               "34_deduplicate", "43_join"):
+        want = [plain(r) for r in local.logical_table(op).to_pylist()]
+        got = [plain(x.asDict(recursive=True)) for x in reader.read_logical_table(op).collect()]
+        assert sorted(map(repr, got)) == sorted(map(repr, want)), op
+    q = "SELECT user_name, cnt, total, kinds FROM {db}.logical WHERE cnt > 5 ORDER BY user_name"
+    via_spark = [tuple(r) for r in spark.sql(q.format(db="pl_6_group_aggregate")).collect()]
+    via_duckdb = statekit.sql(sp_path, q.format(db='"6_group_aggregate"'), plan=plan).to_pylist()
+    assert via_spark == [tuple(r.values()) for r in via_duckdb] == [("alice", 8, 434, 3), ("bob", 8, 426, 3),
+                                                                  ("carol", 8, 420, 3), ("dave", 7, 302, 3)]
+    named = spark.sql("SELECT key.user_name AS u, accState.sum AS s FROM pl_6_group_aggregate.keyed "
+                      "WHERE key.user_name = 'alice'").collect()
+    assert [tuple(r) for r in named] == [("alice", 434)]
+    spark.sql(f"CREATE OR REPLACE TEMPORARY VIEW sql_windows USING statekit OPTIONS (path '{sp_path}', "
+              f"uid '12_global-window-aggregate', table 'logical', plan '{plan}')")
+    assert spark.sql("SELECT count(*) AS n FROM sql_windows").collect()[0]["n"] == \
+        local.logical_table("12_global-window-aggregate").num_rows
