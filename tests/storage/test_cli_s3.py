@@ -107,3 +107,28 @@ def test_errors_name_the_uri_without_credentials(s3_server, flink_uri):
     assert r.exit_code == 2 and "not a savepoint" in r.output
     r = run(["inspect", flink_uri, "--storage-option", "novalue"])
     assert r.exit_code == 2 and "KEY=VALUE" in r.output
+
+
+def test_commands_from_main_on_uris(s3_server, flink_uri, statekit_uri, tmp_path):
+    """`stats`, `compat` and `repair --to` (added on main while object-storage was a branch) take URIs too."""
+    opts = s3_server.cli_options()
+    for uri in (flink_uri, statekit_uri):
+        r = run(["stats", uri, "--json", *opts])
+        assert r.exit_code == 0 and json.loads(r.stdout)["operators"], r.output
+    r = run(["stats", statekit_uri, "--html", f"s3://{BUCKET}/cli-s3/report.html", *opts])
+    assert r.exit_code != 0 and "local file" in r.output, r.output
+    r = run(["stats", statekit_uri, "--html", tmp_path / "report.html", *opts])
+    assert r.exit_code == 0 and (tmp_path / "report.html").is_file(), r.output
+    r = run(["compat", flink_uri, flink_uri, *opts])
+    assert r.exit_code == 0, r.output
+    target = f"s3://{BUCKET}/cli-s3/flink-renamed"
+    r = run(["rename-uid", flink_uri, target, "--uid", "counter", "--new-uid", "counter-2", "--apply", *opts])
+    assert r.exit_code == 0, r.output
+    r = run(["inspect", target, "--json", *opts])
+    assert r.exit_code == 0 and "counter-2" in {o["uid"] for o in json.loads(r.stdout)["operators"]}, r.output
+    r = run(["check", target, *opts])  # a Flink source gives a Flink savepoint on the store (no statekit manifest)
+    assert r.exit_code == 0 and "OK" in r.stdout, r.output
+    from statekit.format.storage import locate
+
+    written = locate(target, storage_options=s3_server.options())
+    assert (written / "_metadata").is_file() and not (written / "_metadata.json").exists()
