@@ -11,7 +11,15 @@ import typer
 from typer.core import TyperGroup
 from typer.exceptions import TyperException
 
-from statekit_cli.common import EXIT_PROBLEMS, STATE, debug_enabled, err, error_line, exit_code_for
+from statekit_cli.common import (
+    EXIT_PROBLEMS,
+    STATE,
+    debug_enabled,
+    err,
+    error_line,
+    exit_code_for,
+    take_storage_options,
+)
 from statekit_cli.params import light_coercion
 
 # One line per command module. A module either defines `register(app)` or decorates
@@ -37,7 +45,7 @@ class StatekitGroup(TyperGroup):
 
     def parse_args(self, ctx, args):
         light_coercion(self.get_params(ctx))
-        return super().parse_args(ctx, args)
+        return super().parse_args(ctx, take_storage_options(list(args)))
 
     def get_command(self, ctx, cmd_name):
         command = super().get_command(ctx, cmd_name)
@@ -89,6 +97,11 @@ def _version(value: bool) -> None:
 @app.callback()
 def _main(
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks and Spark/Ivy logs."),
+    storage_option: Optional[list[str]] = typer.Option(
+        None, "--storage-option", metavar="KEY=VALUE",
+        help="Credentials or endpoint for URI arguments (s3://, gs://, abfs://, hdfs://), e.g. endpoint_url=http://"
+             "127.0.0.1:9000, access_key=..., secret_key=..., region=..., profile=...; repeatable, and allowed after "
+             "the command too. Without them, the store's usual configuration (AWS_* variables, ~/.aws) applies."),
     version: Optional[bool] = typer.Option(None, "--version", callback=_version, is_eager=True,
                                            help="Print the version and exit."),
 ) -> None:
@@ -113,7 +126,8 @@ def only_invoked_command(argv: list[str]) -> None:
     spends for nothing. Without a known command name (`--help`, a typo, shell completion) all stay."""
     if any(v.startswith("_STATEKIT_COMPLETE") for v in os.environ):
         return
-    name = next((a for a in argv if not a.startswith("-")), None)  # the group's own options take no values
+    values = {i + 1 for i, a in enumerate(argv) if a == "--storage-option"}  # the one group option taking a value
+    name = next((a for i, a in enumerate(argv) if not a.startswith("-") and i not in values), None)
     keep = [c for c in app.registered_commands if (c.name or c.callback.__name__.replace("_", "-")) == name]
     if keep:
         app.registered_commands = keep

@@ -97,6 +97,10 @@ def exit_code_for(exc: BaseException) -> int:
 def error_line(exc: BaseException) -> str:
     """One line: the error's type and message (newlines folded), without a traceback."""
     message = " ".join(str(exc).split())
+    if STATE.get("storage_options") or "://" in message:  # never a credential on stderr
+        from statekit.format.storage import redact
+
+        message = redact(message)
     return f"error: {type(exc).__name__}: {message}"
 
 
@@ -155,10 +159,51 @@ def operator_id(uid: Optional[str], uid_hash: Optional[str], *, required: bool =
 
 
 def open_savepoint(path: Path, plan: Optional[Path] = None):
-    """Open a savepoint of any format statekit reads (through the generic `Savepoint.open`), with a SQL job's plan."""
+    """Open a savepoint of any format statekit reads (through the generic `Savepoint.open`); a path or a URI, with
+    a SQL job's plan."""
     from statekit.savepoint import Savepoint
 
     return Savepoint.open(path, plan=plan)
+
+
+def take_storage_options(args: list[str]) -> list[str]:
+    """`args` without its ``--storage-option KEY=VALUE`` pairs (allowed before or after the command), which go to
+    ``STATE["storage_options"]`` for every URI of this invocation (`location`)."""
+    rest: list[str] = []
+    items: list[str] = []
+    it = iter(args)
+    for a in it:
+        if a == "--":
+            rest.append(a)
+            rest.extend(it)
+            break
+        if a == "--storage-option":
+            value = next(it, None)
+            if value is None:
+                fail("--storage-option needs KEY=VALUE, e.g. --storage-option endpoint_url=http://127.0.0.1:9000.")
+            items.append(str(value))
+        elif a.startswith("--storage-option="):
+            items.append(a.partition("=")[2])
+        else:
+            rest.append(a)
+    if items:
+        from statekit.errors import StatekitError
+        from statekit.format.storage import parse_storage_options
+
+        try:
+            STATE["storage_options"] = parse_storage_options(items)
+        except StatekitError as exc:
+            fail(str(exc))
+    else:
+        STATE["storage_options"] = {}
+    return rest
+
+
+def location(uri: str):
+    """A URI argument (``s3://bucket/sp``) as a `StoragePath` with this invocation's ``--storage-option``s."""
+    from statekit.format.storage import locate
+
+    return locate(uri, storage_options=STATE.get("storage_options") or None)
 
 
 def check_format(fmt: str, allowed: tuple[str, ...] = ("table", "json", "csv")) -> str:

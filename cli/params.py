@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, List
@@ -22,6 +23,8 @@ except ImportError:  # another typer: nothing to do
     RuntimeParam = None  # type: ignore[assignment,misc]
 
 _SIMPLE = (str, int, bool, Path, List[str], list[str])
+#: a path argument of this form is a URI of a remote store, kept whole (pathlib would fold its "//")
+_URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 
 
 def light_coercion(params) -> None:
@@ -53,6 +56,10 @@ if RuntimeParam is not None:
                 return _bool(value, param, ctx)
             if t is int:
                 return _int(value, self.parameter_info.min, param, ctx)
+            if isinstance(value, (str, bytes)) and _URI.match(os.fsdecode(value)):
+                from statekit_cli.common import location  # a URI (s3://...): a StoragePath, not a local path
+
+                return location(os.fsdecode(value))
             path = value if isinstance(value, Path) else Path(os.fsdecode(value))
             return coerce_cli_path(path, self.parameter_info, path_type=Path, param=param, ctx=ctx)
 

@@ -94,7 +94,10 @@ def bootstrap_columns(table: pa.Table, target: str | os.PathLike, *, uid: str, k
 
     check_max_parallelism(max_parallelism)
     check_parallelism(parallelism, max_parallelism)
-    if Path(target).exists():
+    from statekit.format.storage import as_path
+
+    where = as_path(target)
+    if where.exists():
         raise SavepointExistsError(f"{target} already exists; savepoints are never overwritten, so this bootstrap "
                                    "would fail. Choose a new target path.")
     missing = [c for c in [key, *(s.column for s in states)] if c not in table.column_names]
@@ -119,7 +122,7 @@ def bootstrap_columns(table: pa.Table, target: str | os.PathLike, *, uid: str, k
 
         check_unique_keys(keyed, has_namespace=False, what=f"keys of {source}")
         return text
-    with SavepointBuilder(target, checkpoint_id=0, job_name=None) as b:
+    with SavepointBuilder(where, checkpoint_id=0, job_name=None) as b:
         op = b.add_operator(uid, parallelism=parallelism, max_parallelism=max_parallelism, key_type=kt,
                             keyed_states=descriptors)
         op.write_keyed(keyed)

@@ -128,6 +128,22 @@ class StorageFullError(SavepointWriteError):
     """The disk or quota filled up during a write; the partial output was removed, the source is untouched."""
 
 
+class StorageError(SavepointError):
+    """A remote filesystem (S3, GCS, Azure, HDFS) refused or failed a request; the message names the URI (never a credential)."""
+
+
+class StorageNotFoundError(StorageError, FileNotFoundError):
+    """The object, prefix or bucket named by a URI does not exist."""
+
+
+class StorageAccessError(StorageError, PermissionError):
+    """Wrong credentials, or credentials without the permission to read or write that URI."""
+
+
+class StorageUnavailableError(StorageError):
+    """The storage service cannot be reached or kept failing (500/503, connection refused) after bounded retries."""
+
+
 class UnknownOperatorError(SavepointError, LookupError):
     """No operator with that uid or uid hash in the savepoint."""
 

@@ -180,11 +180,12 @@ def _register(con, sp, qualified: str, meta, kind: str, state: str | None, keys:
 
 
 def statekit_files(sp) -> bool:
-    """Whether `sp` is a statekit savepoint (whose keyed and timer tables are Parquet files in place);
-    other formats (Flink's) are read through the `Savepoint` API as Arrow."""
+    """Whether `sp` is a local statekit savepoint (whose keyed and timer tables are Parquet files DuckDB reads in
+    place); other formats (Flink's) and savepoints on object storage are read through the `Savepoint` API as Arrow."""
+    from statekit.format.storage import is_remote
     from statekit.savepoint.reader import Savepoint
 
-    return type(sp) is Savepoint
+    return type(sp) is Savepoint and not is_remote(sp.path)
 
 
 def _register_arrow(con, qualified: str, table: pa.Table) -> None:
@@ -222,11 +223,11 @@ def _arrow_keyed(sp, meta, kind: str, keys: list | None) -> pa.Table:
         table = sp.timers(meta.identifier)
         return table.drop_columns(["key_group"]) if "key_group" in table.column_names else table
     if keys is None or meta.stored_key_groups:  # stored key groups come from user code: no pruning by key
-        return sp.keyed_table(meta.identifier)
+        return sp.keyed_table(meta.identifier, with_key_group=False)
     parts = []
     for g in sorted({assign_to_key_group(k, meta.max_parallelism, meta.key_type) for k in keys}):
-        parts.append(sp.keyed_table(meta.identifier, key_groups=KeyGroupRange(g, g)))
-    return pa.concat_tables(parts) if parts else sp.keyed_table(meta.identifier).slice(0, 0)
+        parts.append(sp.keyed_table(meta.identifier, key_groups=KeyGroupRange(g, g), with_key_group=False))
+    return pa.concat_tables(parts) if parts else sp.keyed_table(meta.identifier, with_key_group=False).slice(0, 0)
 
 
 # -- which tables a query names, and which keys it filters on ---------------------------------------

@@ -20,8 +20,10 @@ from statekit.errors import (
     SavepointWriteError,
     StatekitError,
     StorageFullError,
+    StorageNotFoundError,
 )
 from statekit.format.manifest import FileEntry, safe_relative_path
+from statekit.format.storage import StoragePath
 
 if TYPE_CHECKING:
     import pyarrow.parquet as pq
@@ -198,6 +200,20 @@ def place_file(src: Path, dst: Path, *, expected_size: int | None = None) -> Non
     through an existing name: if `dst` exists, that is an error, never a fallback. `src` must be a
     regular file (of `expected_size` bytes, if given); a FIFO or device is refused, not read.
     """
+    if isinstance(src, StoragePath):  # on object storage: downloaded into a new file
+        try:
+            n = src.download(dst)
+        except StorageNotFoundError:
+            raise CorruptSavepointError(f"{src} is missing; the savepoint is incomplete.") from None
+        except BaseException:
+            if os.path.lexists(dst):
+                os.unlink(dst)  # ours: created by the download with O_EXCL
+            raise
+        if expected_size is not None and n != expected_size:
+            os.unlink(dst)
+            raise CorruptSavepointError(f"{src} has {n} bytes but the manifest recorded {expected_size}; restore it "
+                                        "or use another savepoint.")
+        return
     st = _regular_stat(src, expected_size)
     try:
         os.link(src, dst, follow_symlinks=False)
@@ -303,6 +319,8 @@ def verify_file(root: Path, entry: FileEntry) -> tuple[pa.Buffer | None, FilePro
     """Read a listed file whole and compare it with the manifest: ``(data, None, "")`` when it matches,
     else ``(None, problem, message)``."""
     full = safe_relative_path(root, entry.path)
+    if isinstance(full, StoragePath):
+        return _verify_remote(full, root, entry)
     try:
         st = os.stat(full)
         if not stat.S_ISREG(st.st_mode):  # a FIFO would block the read forever, a device never end
@@ -332,6 +350,23 @@ def verify_file(root: Path, entry: FileEntry) -> tuple[pa.Buffer | None, FilePro
     return data, None, ""
 
 
+def _verify_remote(full: StoragePath, root: Path, entry: FileEntry) -> tuple[pa.Buffer | None, FileProblem | None, str]:
+    """`verify_file` of an object: one GET of at most the manifest's size plus one byte, then the same checks."""
+    try:
+        data = full.read_buffer(entry.bytes)
+    except StorageNotFoundError:
+        return None, "missing_file", _missing(root, entry)
+    if data.size != entry.bytes:
+        return None, "size_mismatch", _size_mismatch(root, entry, data.size)
+    actual = checksum(data)
+    if actual != entry.checksum:
+        return None, "checksum_mismatch", (
+            f"{root}: file {entry.path} has checksum {actual} but the manifest recorded {entry.checksum}; "
+            "its content was altered. Restore the file or use another savepoint."
+        )
+    return data, None, ""
+
+
 def check_present(root: Path, entry: FileEntry) -> Path:
     """The listed file's full path after checking (by ``stat``, without reading it) that it exists with
     the manifest's size; the checksum is left to whoever reads it.
@@ -342,6 +377,14 @@ def check_present(root: Path, entry: FileEntry) -> Path:
         The file is missing, not a regular file, or of another size.
     """
     full = safe_relative_path(root, entry.path)
+    if isinstance(full, StoragePath):
+        try:
+            size = full.stat().st_size
+        except FileNotFoundError:  # also StorageNotFoundError
+            raise CorruptSavepointError(_missing(root, entry)) from None
+        if size != entry.bytes:
+            raise CorruptSavepointError(_size_mismatch(root, entry, size))
+        return full  # type: ignore[return-value]
     try:
         st = os.stat(full)
     except (FileNotFoundError, NotADirectoryError):

@@ -387,6 +387,8 @@ def writable_manifest(manifest: Manifest, target: Path) -> str:
 def load_manifest(path: Path) -> Manifest:
     """Read and validate `<path>/_metadata.json`; every failure is a typed `SavepointError`."""
     mpath = path / MANIFEST_NAME
+    if hasattr(path, "fs"):  # a StoragePath: one GET; a missing manifest is no savepoint
+        return _load_remote_manifest(path, mpath)
     if not path.is_dir():
         raise NotASavepointError(f"{path} is not a directory; a savepoint is a directory holding {MANIFEST_NAME}.")
     if not mpath.is_file():
@@ -402,6 +404,26 @@ def load_manifest(path: Path) -> Manifest:
             data = fh.read(MAX_MANIFEST_BYTES + 1)
     except OSError as exc:
         raise _fail(path, f"the manifest cannot be read ({exc.strerror or exc})") from None
+    return _parse_manifest_bytes(path, data)
+
+
+def _load_remote_manifest(path: Any, mpath: Any) -> Manifest:
+    """`load_manifest` of a savepoint on object storage (`statekit.format.storage.StoragePath`)."""
+    from statekit.errors import StorageNotFoundError
+
+    try:
+        data = mpath.read_buffer(MAX_MANIFEST_BYTES).to_pybytes()
+    except StorageNotFoundError:
+        if not path.bucket_exists():
+            raise NotASavepointError(f"{path}: the bucket does not exist. Correct the bucket name in the URI.") from None
+        raise NotASavepointError(
+            f"{path} is not a savepoint: it has no {MANIFEST_NAME}. An interrupted write leaves no manifest; "
+            "point at a completed savepoint or checkpoint."
+        ) from None
+    return _parse_manifest_bytes(path, data)
+
+
+def _parse_manifest_bytes(path: Any, data: bytes) -> Manifest:
     if not data:
         raise _fail(path, "the manifest is empty (truncated)")
     if len(data) > MAX_MANIFEST_BYTES:

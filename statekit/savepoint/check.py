@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal, cast
 
 import numpy as np
 import pyarrow as pa
@@ -21,7 +21,7 @@ from statekit.errors import (
 from statekit.format import keyed as K
 from statekit.format.files import read_parquet_verified, verify_file
 from statekit.format.manifest import MANIFEST_NAME, FileEntry, OperatorMetadata, load_manifest
-from statekit.savepoint.reader import _is_flink
+from statekit.savepoint.reader import Savepoint, _is_flink
 
 ProblemKind = Literal[
     "manifest", "missing_file", "extra_file", "size_mismatch", "checksum_mismatch", "unreadable",
@@ -63,7 +63,8 @@ class CheckReport:
                          + [f"  [unsupported] {p.path}: {p.message}" for p in self.unsupported])
 
 
-def check(path: str | os.PathLike[str], *, deep: bool = True, plan=None) -> CheckReport:
+def check(path: Any, *, deep: bool = True, plan=None, storage_options: dict[str, Any] | None = None,
+          filesystem: Any = None) -> CheckReport:
     """Verify a savepoint without modifying anything.
 
     Checks the manifest, that every listed file exists with the recorded size and checksum, that no
@@ -74,11 +75,18 @@ def check(path: str | os.PathLike[str], *, deep: bool = True, plan=None) -> Chec
     `ProblemKind`. ``plan`` (a Flink SQL savepoint's compiled plan) is matched against the savepoint
     first: one of another job raises `statekit.errors.PlanMismatchError` (a wrong argument, not damage).
 
+    `path` is a path, a URI (``s3://...``, with ``storage_options``/``filesystem`` as for `Savepoint.open`) or an
+    opened `Savepoint`.
+
     >>> import tempfile, os
     >>> check(os.path.join(tempfile.mkdtemp(), "nothing-here")).problems[0].kind
     'manifest'
     """
-    root = Path(path)
+    from statekit.format.storage import StoragePath, locate
+
+    where = locate(path.path if isinstance(path, Savepoint) else path, storage_options=storage_options,
+                   filesystem=filesystem)
+    root = cast(Path, where)  # a StoragePath offers the Path operations used here
     report = CheckReport(root)
     if not (root / MANIFEST_NAME).is_file() and _is_flink(root):
         return _check_flink(root, report, deep, plan)
@@ -99,11 +107,11 @@ def check(path: str | os.PathLike[str], *, deep: bool = True, plan=None) -> Chec
             _check_unique(report, root, op)
         if deep and op.is_native and len(report.problems) == before:
             _check_native(report, root, manifest, op)
-    for dirpath, _, names in os.walk(root):
-        for n in names:
-            rel = os.path.normpath(os.path.relpath(os.path.join(dirpath, n), root))
-            if rel != MANIFEST_NAME and rel not in listed:
-                report.add("extra_file", rel, "file is not listed in the manifest; readers ignore it")
+    found = [f.relative_to(where) for f in where.iter_files()] if isinstance(where, StoragePath) else \
+        [os.path.relpath(os.path.join(d, n), root) for d, _, names in os.walk(root) for n in names]
+    for rel in map(os.path.normpath, found):
+        if rel != MANIFEST_NAME and rel not in listed:
+            report.add("extra_file", rel, "file is not listed in the manifest; readers ignore it")
     return report
 
 

@@ -8,21 +8,21 @@ when Flink 2.x stored them; other operators keep their uid hash.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
-from typing import Iterable
+from typing import Any, Iterable
 
 from statekit.errors import InvalidArgumentError, NotASavepointError, StateTypeError
 from statekit.format.flink import pyflink
 from statekit.format.manifest import FlinkSerializers, OperatorMetadata
+from statekit.format.storage import as_path
 from statekit.identifiers import OperatorIdentifier
 from statekit.savepoint.flink import FlinkSavepoint, is_flink_savepoint
 from statekit.savepoint.writer import SavepointBuilder
 
 
 def convert_to_statekit(
-    source: str | os.PathLike[str],
-    out: str | os.PathLike[str],
+    source: Any,  # a path, a URI (s3://...) or a statekit.format.storage.StoragePath
+    out: Any,
     *,
     uids: Iterable[str] = (),
     include_stateless: bool = False,
@@ -47,7 +47,7 @@ def convert_to_statekit(
 
     Returns the path of the written savepoint.
     """
-    src = Path(source)
+    src = as_path(source)
     if not is_flink_savepoint(src):
         raise NotASavepointError(
             f"{src} is not a Flink savepoint (no binary _metadata); `convert` reads Flink savepoints and checkpoints."
@@ -61,7 +61,7 @@ def convert_to_statekit(
         raise InvalidArgumentError(
             f"uid(s) {unknown} match no operator of {src} (compared by uid hash); it contains: {listing}."
         )
-    with SavepointBuilder(out, checkpoint_id=sp.checkpoint_id, job_name=f"converted from {src.name}") as b:
+    with SavepointBuilder(as_path(out), checkpoint_id=sp.checkpoint_id, job_name=f"converted from {src.name}") as b:
         for meta in sp.operators:
             stateful = meta.key_type is not None or meta.operator_states
             if not stateful and not include_stateless:
@@ -69,7 +69,7 @@ def convert_to_statekit(
             uid = named.get(meta.uid_hash) or meta.uid
             ident = OperatorIdentifier.for_uid(uid) if uid else OperatorIdentifier.for_uid_hash(meta.uid_hash)
             write_flink_operator(b, sp, meta, ident)
-    return Path(out)
+    return b.remote if b.remote is not None else Path(out)  # type: ignore[return-value]
 
 
 def write_flink_operator(b: SavepointBuilder, sp: FlinkSavepoint, meta: OperatorMetadata,

@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 from dataclasses import replace
 from itertools import islice
-from pathlib import Path
 from typing import Any, Iterator, Literal
 
 import pyarrow as pa
@@ -81,7 +80,7 @@ class FlinkSavepoint(Savepoint):
     `statekit.format.flink.keyed.DecodeStats`).
     """
 
-    def __init__(self, path: Path, reader: FlinkStateReader, manifest: Manifest, *, trust_pickled: bool = False):
+    def __init__(self, path: Any, reader: FlinkStateReader, manifest: Manifest, *, trust_pickled: bool = False):
         super().__init__(path, manifest, trust_pickled=trust_pickled)
         self.flink = reader
         self.stats = DecodeStats()
@@ -91,9 +90,10 @@ class FlinkSavepoint(Savepoint):
         self._unsupported: dict[str, str] = {}  # per operator id: why its keyed state cannot be read at all
 
     @classmethod
-    def open(cls, path: str | os.PathLike[str], *, trust_pickled: bool = False,
+    def open(cls, path: Any, *, trust_pickled: bool = False,  # a path, URI or StoragePath
              pyflink_types: dict[str, dict[str, str]] | None = None,
-             plan: str | os.PathLike[str] | dict | None = None) -> "FlinkSavepoint":
+             plan: str | os.PathLike[str] | dict | None = None, storage_options: dict[str, Any] | None = None,
+             filesystem: Any = None) -> "FlinkSavepoint":
         """``pyflink_types``: per operator (uid or uid hash) the PyFlink type of each Python state, e.g.
         ``{"counter": {"count": "LONG", "recent": "LIST(STRING)", "per_kind": "MAP(STRING, LONG)"}}``
         (`statekit.format.flink.pyflink.parse_type`); PyFlink keeps them in the job, not the savepoint.
@@ -102,7 +102,10 @@ class FlinkSavepoint(Savepoint):
         columns and stored rows take the query's names, and `logical_table` gives each aggregate,
         window, deduplication and join in the query's terms; a plan of another job is refused
         (`statekit.errors.PlanMismatchError`) naming the first mismatch."""
-        reader = FlinkStateReader(Path(path))
+        from statekit.format.storage import locate
+
+        where = locate(path, storage_options=storage_options, filesystem=filesystem)
+        reader = FlinkStateReader(where)
         md = reader.metadata
         by_hash = {_uid_hash(op): types for op, types in (pyflink_types or {}).items()}
         unknown = set(by_hash) - {op.operator_id for op in md.operators}
@@ -133,7 +136,7 @@ class FlinkSavepoint(Savepoint):
         kind: Literal["checkpoint", "savepoint"] = "checkpoint" if md.path.name.startswith("chk-") else "savepoint"
         manifest = Manifest(checkpoint_id=md.checkpoint_id, kind=kind, created_at="", job_name=None,
                             operators=tuple(ops))
-        sp = cls(Path(path), reader, manifest, trust_pickled=trust_pickled)
+        sp = cls(where, reader, manifest, trust_pickled=trust_pickled)
         sp._pyflink = by_hash
         sp._kinds = kinds
         sp._unsupported = unsupported
@@ -406,11 +409,12 @@ class FlinkSavepoint(Savepoint):
         return problems
 
 
-def is_flink_savepoint(path: str | os.PathLike[str]) -> bool:
-    """Whether path is a Flink savepoint (a directory with Flink's binary _metadata)."""
+def is_flink_savepoint(path: Any) -> bool:
+    """Whether path (a path, URI or `StoragePath`) is a Flink savepoint (a directory with Flink's binary _metadata)."""
     from statekit.format.flink.metadata import is_flink_metadata
+    from statekit.format.storage import as_path
 
-    return is_flink_metadata(Path(path))
+    return is_flink_metadata(as_path(path))  # type: ignore[arg-type]
 
 
 __all__ = ["FlinkSavepoint", "is_flink_savepoint"]

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Literal
+from typing import TYPE_CHECKING, Callable, Literal, cast
 
 from statekit.errors import InvalidArgumentError
 
 if TYPE_CHECKING:
+    from statekit.format.storage import StoragePath
     from statekit.savepoint.reader import Savepoint
 
 OutputFormat = Literal["statekit", "flink"]
@@ -45,13 +46,19 @@ def describe(fmt: OutputFormat, source: "Savepoint", flink_version: str | None =
     return f"Flink savepoint for {target_version(source, flink_version).describe()}"
 
 
-def write_as(fmt: OutputFormat, source: "Savepoint", target: str | os.PathLike[str],
+def write_as(fmt: OutputFormat, source: "Savepoint", target: "str | os.PathLike[str] | StoragePath",
              build: Callable[[Path], None], *, flink_version: str | None = None) -> Path:
     """Write `target` in `fmt`: `build(path)` writes statekit's format at a path that must not exist; for Flink
-    it writes into a scratch directory first, which `write_flink` then turns into the Flink savepoint."""
+    it writes into a scratch directory first, which `write_flink` then turns into the Flink savepoint.
+
+    `target` may be a URI or a `StoragePath` (object storage): `SavepointBuilder` and `write_flink` stage it
+    locally and publish it with the manifest last (`statekit.format.publish`); the scratch stays local."""
+    from statekit.format.storage import as_path
+
+    where = cast(Path, as_path(target))  # a StoragePath offers the Path operations the writers use
     if fmt == "statekit":
-        build(Path(target))
-        return Path(target)
+        build(where)
+        return where
     from statekit.savepoint.flink_out import target_version, write_flink
     from statekit.tempdirs import owned_temp_dir, release
 
@@ -60,6 +67,6 @@ def write_as(fmt: OutputFormat, source: "Savepoint", target: str | os.PathLike[s
     try:
         staged = scratch / "savepoint"
         build(staged)
-        return write_flink(staged, target, flink_version=version)
+        return write_flink(staged, where, flink_version=version)
     finally:
         release(scratch)

@@ -19,6 +19,7 @@ import pyarrow.compute as pc
 
 from statekit.errors import InvalidArgumentError, SavepointExistsError, UnknownStateError
 from statekit.format.manifest import OperatorMetadata
+from statekit.format.storage import as_path
 from statekit.identifiers import OperatorIdentifier
 from statekit.keygroups import check_max_parallelism
 from statekit.savepoint.output import OutputFormat, describe, output_format, write_as
@@ -173,11 +174,11 @@ def repair(source: str | os.PathLike, target: str | os.PathLike, edits: Sequence
     is the Flink a Flink output is for (by default the one the state came from).
     """
     refuse_target_inside(source, target)
-    sp = Savepoint.open(source)
-    plan = TransformPlan(Path(source), Path(target))
+    sp = Savepoint.open(as_path(source))
+    plan = TransformPlan(as_path(source), as_path(target))  # type: ignore[arg-type]
     fmt = output_format(sp, to)
     plan.output = describe(fmt, sp, flink_version)
-    if Path(target).exists():
+    if as_path(target).exists():
         raise SavepointExistsError(f"{target} already exists; savepoints are never overwritten, so this repair would "
                                    "fail. Choose a new target path.")
     per_op: dict[str, _OperatorEdits] = {}

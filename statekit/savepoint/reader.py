@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Sequence
+from typing import TYPE_CHECKING, Any, Literal, Sequence, cast
 
 import pyarrow as pa
 
@@ -17,6 +17,7 @@ from statekit.errors import (
 from statekit.format.arrow_memory import empty_table
 from statekit.format.files import read_parquet_verified, read_verified_bytes
 from statekit.format.manifest import FileEntry, Manifest, OperatorMetadata, load_manifest, safe_relative_path
+from statekit.format.storage import StoragePath, locate
 from statekit.format.values import state_value_decoder
 from statekit.identifiers import OperatorIdentifier
 from statekit.keygroups import KeyGroupRange, assign_to_key_group
@@ -42,22 +43,27 @@ class Savepoint:
     only when the savepoint was opened with ``trust_pickled=True``.
     """
 
-    def __init__(self, path: Path, manifest: Manifest, *, trust_pickled: bool = False) -> None:
-        self.path = path
+    def __init__(self, path: Path | StoragePath, manifest: Manifest, *, trust_pickled: bool = False) -> None:
+        # A StoragePath offers the Path operations the readers use (statekit.format.storage), so it is typed as one.
+        self.path: Path = cast(Path, path)
         self.manifest = manifest
         self.trust_pickled = trust_pickled
 
     @classmethod
-    def open(cls, path: str | os.PathLike[str], *, trust_pickled: bool = False,
+    def open(cls, path: "str | os.PathLike[str] | StoragePath", *, trust_pickled: bool = False,
              pyflink_types: dict[str, dict[str, str]] | None = None,
-             plan: str | os.PathLike[str] | dict | None = None) -> "Savepoint":
+             plan: str | os.PathLike[str] | dict | None = None, storage_options: dict[str, Any] | None = None,
+             filesystem: Any = None) -> "Savepoint":
         """Open and validate the savepoint at `path` (reads only the manifest).
 
-        ``pyflink_types`` (Flink savepoints of PyFlink jobs only): the Python type of each state per
-        operator; ``plan`` (Flink SQL jobs' savepoints only): the job's compiled plan, for named
-        columns and logical tables. See `statekit.savepoint.flink.FlinkSavepoint.open`.
+        `path` is a local path or a URI (``s3://bucket/savepoints/sp-1``, ``gs://``, ``abfs://``, ``hdfs://``,
+        ``file://``); ``storage_options`` are its credentials and endpoint when the environment does not
+        hold them, ``filesystem`` a `pyarrow.fs` or fsspec filesystem to use instead
+        (`statekit.format.storage.locate`). ``pyflink_types`` (Flink savepoints of PyFlink jobs only): the
+        Python type of each state per operator; ``plan`` (Flink SQL jobs' savepoints only): the job's compiled
+        plan, for named columns and logical tables. See `statekit.savepoint.flink.FlinkSavepoint.open`.
         """
-        p = Path(path)
+        p = locate(path, storage_options=storage_options, filesystem=filesystem)
         if not (p / "_metadata.json").is_file() and _is_flink(p):  # a real Flink savepoint or checkpoint
             from statekit.savepoint.flink import FlinkSavepoint
 
@@ -66,7 +72,7 @@ class Savepoint:
             raise InvalidArgumentError(f"{p} is a statekit savepoint; pyflink_types applies to Flink savepoints of PyFlink jobs.")
         if plan is not None:
             raise InvalidArgumentError(f"{p} is a statekit savepoint; plan= names the state of Flink SQL jobs' savepoints.")
-        return cls(p, load_manifest(p), trust_pickled=trust_pickled)
+        return cls(p, load_manifest(cast(Path, p)), trust_pickled=trust_pickled)
 
     # -- metadata ----------------------------------------------------------------------------------
     @property
@@ -416,8 +422,8 @@ def _same_ns(stored: Any, wanted: Any) -> bool:
     return stored == wanted
 
 
-def _is_flink(path: Path) -> bool:
+def _is_flink(path: Path | StoragePath) -> bool:
     # Imported only when there is no statekit manifest: the Flink reader is not loaded to open a statekit savepoint.
     from statekit.format.flink.metadata import is_flink_metadata
 
-    return is_flink_metadata(path)
+    return is_flink_metadata(cast(Path, path))

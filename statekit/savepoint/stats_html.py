@@ -124,11 +124,14 @@ def write_report(path, text: str, *, savepoint=None) -> None:
     from pathlib import Path
 
     from statekit.errors import InvalidTargetError
+    from statekit.format.storage import is_remote
 
+    if is_remote(path):
+        raise InvalidTargetError(f"--html {path}: the report is written to a local file; give a local file name.")
     target = Path(path)
     if target.is_dir():
         raise InvalidTargetError(f"--html {target} is a directory; give a file name such as report.html.")
-    if savepoint is not None and Path(savepoint).resolve() in target.resolve().parents:
+    if savepoint is not None and not is_remote(savepoint) and Path(savepoint).resolve() in target.resolve().parents:
         raise InvalidTargetError(f"--html {target} lies inside the savepoint {savepoint}, which is never modified; "
                                  "write the report elsewhere.")
     target.parent.mkdir(parents=True, exist_ok=True)

@@ -8,6 +8,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from statekit.format.manifest import FileEntry, OperatorMetadata, safe_relative_path
+from statekit.format.storage import StoragePath
 from statekit.keygroups import KeyGroupRange, key_group_range
 from statekit.savepoint.reader import Savepoint
 from statekit.savepoint.stats import KeySize, OperatorStats, StateStats, SubtaskStats, new_operator_stats
@@ -76,6 +77,14 @@ def _path(sp: Savepoint, f: FileEntry):
     return safe_relative_path(sp.path, f.path)
 
 
+def _parquet(sp: Savepoint, f: FileEntry) -> pq.ParquetFile:
+    """A listed Parquet file, local or on object storage (read by ranges through the store's filesystem)."""
+    p = _path(sp, f)
+    if isinstance(p, StoragePath):
+        return pq.ParquetFile(p.path, filesystem=p.fs)
+    return pq.ParquetFile(p)
+
+
 def statekit_operator_stats(sp: Savepoint, meta: OperatorMetadata, *, top: int = 10) -> OperatorStats:
     """Entries and bytes per key group, state and subtask of a statekit operator; its `top` largest keys by Arrow bytes."""
     o = new_operator_stats(meta)
@@ -93,7 +102,7 @@ def statekit_operator_stats(sp: Savepoint, meta: OperatorMetadata, *, top: int =
             for s in meta.keyed_states:
                 state_entries[s.name] = table.num_rows - table.column(s.name).null_count
         for f in meta.files_of("keyed") + meta.files_of("timers"):
-            pf = pq.ParquetFile(_path(sp, f))
+            pf = _parquet(sp, f)
             counts = _key_group_rows(pf, m)
             kg_entries += counts
             kg_bytes += _spread(f.bytes, counts)
@@ -139,7 +148,7 @@ def statekit_operator_stats(sp: Savepoint, meta: OperatorMetadata, *, top: int =
         for f in files:
             if info.redistribution == "broadcast":
                 continue  # one copy, every subtask's
-            sub = pq.read_table(_path(sp, f), columns=["subtask"]).column("subtask").to_numpy()
+            sub = _parquet(sp, f).read(columns=["subtask"]).column("subtask").to_numpy()
             per = np.bincount(sub, minlength=len(sub_bytes))
             share = _spread(f.bytes, per)
             while len(sub_bytes) < len(per):

@@ -22,6 +22,7 @@ from typing import Callable
 from statekit.errors import InvalidArgumentError, InvalidTargetError
 from statekit.format.files import place_file, storage_errors
 from statekit.format.manifest import FileEntry, FlinkSerializers, OperatorMetadata, safe_relative_path
+from statekit.format.storage import StoragePath, as_path
 from statekit.identifiers import OperatorIdentifier
 from statekit.keygroups import check_max_parallelism
 from statekit.savepoint.reader import Savepoint
@@ -132,6 +133,13 @@ def _ancestors(rel: str) -> list[str]:
 def refuse_target_inside(source: str | os.PathLike, target: str | os.PathLike) -> None:
     """Refuse a write whose target is the source itself or inside it (symlinks resolved): it would
     write into the savepoint it reads."""
+    a, b = as_path(source), as_path(target)
+    if isinstance(a, StoragePath) or isinstance(b, StoragePath):
+        if isinstance(a, StoragePath) and isinstance(b, StoragePath) and a.fs is b.fs and (
+                b.resolve().path == a.resolve().path or b.resolve().path.startswith(a.resolve().path.rstrip("/") + "/")):
+            raise InvalidTargetError(f"target {b} is the source {a} or inside it; a repair never writes into its "
+                                     "source. Choose a target outside it.")
+        return
     try:
         src, tgt = Path(source).resolve(), Path(target).resolve()
     except (RuntimeError, OSError) as exc:  # a symlink loop (RuntimeError before Python 3.13)
@@ -206,8 +214,8 @@ def _transform(source_path, target_path, *, dry_run: bool, plan_fn: Callable[[Sa
     from statekit.savepoint.output import describe, output_format, write_as
 
     refuse_target_inside(source_path, target_path)
-    source = Savepoint.open(source_path)
-    plan = TransformPlan(Path(source_path), Path(target_path))
+    source = Savepoint.open(as_path(source_path))
+    plan = TransformPlan(as_path(source_path), as_path(target_path))  # type: ignore[arg-type]
     fmt = output_format(source, to)
     plan.output = describe(fmt, source)
     apply = plan_fn(source, plan)

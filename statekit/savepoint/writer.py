@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 import uuid
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Literal, Sequence
+from typing import Any, Iterable, Iterator, Literal, Sequence, cast
 
 import numpy as np
 import pyarrow as pa
@@ -32,6 +34,8 @@ from statekit.format.manifest import (
     writable_manifest,
 )
 from statekit.format.manifest_schema import text_problem
+from statekit.format.publish import publish, refuse_existing
+from statekit.format.storage import StoragePath, as_path
 from statekit.identifiers import OperatorIdentifier
 from statekit.keygroups import KeyGroupRange, check_max_parallelism, check_parallelism
 from statekit.savepoint.staging import StagingLock, remove_abandoned_staging
@@ -491,7 +495,7 @@ class SavepointBuilder:
 
     def __init__(
         self,
-        path: str | os.PathLike[str],
+        path: "str | os.PathLike[str] | StoragePath",
         *,
         checkpoint_id: int = 0,
         kind: Literal["savepoint", "checkpoint"] = "savepoint",
@@ -499,7 +503,17 @@ class SavepointBuilder:
         rows_per_file: int = DEFAULT_ROWS_PER_FILE,
         max_workers: int = 2,
     ) -> None:
-        self.path = Path(path)
+        # A URI target (s3://...) is written locally first, in a temporary directory, and published by
+        # `statekit.format.publish` at the commit: data files, then the manifest (object stores cannot rename).
+        target = as_path(path)
+        self.remote: StoragePath | None = None
+        self._upload_dir: Path | None = None
+        if isinstance(target, StoragePath):
+            refuse_existing(target)
+            self.remote = target
+            self._upload_dir = Path(tempfile.mkdtemp(prefix="statekit-upload-"))
+            target = self._upload_dir / "savepoint"
+        self.path = target
         _check_target(self.path)
         if kind not in ("savepoint", "checkpoint"):
             raise InvalidArgumentError(f"kind must be 'savepoint' or 'checkpoint', not {kind!r}.")
@@ -633,8 +647,18 @@ class SavepointBuilder:
             raise
         fsync_dir(self.path.parent)
         self._release_lock()
+        if self.remote is not None:
+            publish(self.path, self.remote)
+            self._drop_upload_dir()
+            self._done = True
+            return cast(Path, self.remote)  # a StoragePath offers the Path operations readers use
         self._done = True
         return self.path
+
+    def _drop_upload_dir(self) -> None:
+        if self._upload_dir is not None:
+            shutil.rmtree(self._upload_dir, ignore_errors=True)
+            self._upload_dir = None
 
     def _release_lock(self) -> None:
         if self._lock is not None:
@@ -646,6 +670,7 @@ class SavepointBuilder:
         self._done = True
         remove_tree(self._staging)  # also what Spark tasks of a failed stage write after the failure
         self._release_lock()
+        self._drop_upload_dir()
         for d in reversed(self._created_dirs):  # deepest first; only if still empty
             try:
                 d.rmdir()

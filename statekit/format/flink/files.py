@@ -1,6 +1,7 @@
 """Stream handles to bytes: relative, absolute and inline handles resolved inside the savepoint (or the checkpoint's job directory).
 
-Boundary: the only module of `statekit.format.flink` that opens state files. A savepoint's
+Boundary: the only module of `statekit.format.flink` that opens state files, local or on object storage
+(`statekit.format.storage.StoragePath`: ranged requests instead of memory maps). A savepoint's
 handles resolve inside its own directory; a retained checkpoint (`chk-N/_metadata`) may also
 reach its job directory's `shared/` and `taskowned/` folders, including absolute paths written on
 another machine (relocated by their last two path components). Nothing outside is ever read.
@@ -10,13 +11,16 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
 from statekit.errors import CorruptSavepointError, UnsafePathError
 from statekit.format.flink.metadata import StreamHandle
+from statekit.format.storage import StoragePath
 
 _CHECKPOINT_DIR = re.compile(r"chk-\d+")
 _JOB_ID = re.compile(r"[0-9a-f]{32}")
@@ -28,14 +32,16 @@ MAP_MIN_BYTES = 8 << 20
 class StateFiles:
     """Resolves and reads the stream handles of one `_metadata` at `root`."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path | StoragePath) -> None:
         self.root = root.resolve()
+        #: on object storage: ranges are fetched by requests, worth overlapping with decoding
+        self.remote = isinstance(self.root, StoragePath)
         # a retained checkpoint's handles may point at ../shared and ../taskowned of the job directory
         self.scope = self.root.parent if _CHECKPOINT_DIR.fullmatch(self.root.name) else self.root
         # ...and, after a restore in CLAIM mode, at ../../<previous job id>/shared of the same checkpoint base
         self.base = self.scope.parent if self.scope != self.root and _JOB_ID.fullmatch(self.scope.name) else None
 
-    def _inside(self, p: Path, shown: str, scope: Path | None = None) -> Path:
+    def _inside(self, p: Any, shown: str, scope: Any = None) -> Any:
         full = p.resolve()
         scope = scope or self.scope
         if full != scope and scope not in full.parents:
@@ -45,7 +51,7 @@ class StateFiles:
             )
         return full
 
-    def path(self, h: StreamHandle) -> Path:
+    def path(self, h: StreamHandle) -> Path | StoragePath:
         """The local file of a relative or absolute handle."""
         if h.kind == "relative":
             if not h.path or "\x00" in h.path or os.path.isabs(h.path):
@@ -62,7 +68,11 @@ class StateFiles:
         candidates = []
         if parent in _JOB_SUBDIRS or _CHECKPOINT_DIR.fullmatch(parent):
             candidates.append(self.scope / parent / name)
-        candidates += [self.root / name, Path("/" + "/".join(parts))]
+        if isinstance(self.root, StoragePath):  # an absolute URI written by the job: the same object when on this store
+            uri = re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://(.*)$", h.path)
+            candidates += [self.root / name] + ([self.root.at(uri.group(1).strip("/"))] if uri else [])
+        else:
+            candidates += [self.root / name, Path("/" + "/".join(parts))]
         for c in candidates:
             try:
                 full = self._inside(c, h.path)
@@ -81,7 +91,7 @@ class StateFiles:
     def describe(self, h: StreamHandle) -> str:
         return f"inline state {h.path!r} of {self.root}/_metadata" if h.kind == "bytes" else f"state file {h.path}"
 
-    def _open_checked(self, h: StreamHandle) -> tuple[Path, int]:
+    def _open_checked(self, h: StreamHandle) -> tuple[Path | StoragePath, int]:
         p = self.path(h)
         try:
             size = p.stat().st_size
@@ -118,7 +128,7 @@ class StateFiles:
             if h.kind == "bytes":
                 buf[pos : pos + n] = np.frombuffer(h.data or b"", np.uint8)
             else:
-                with open(self.path(h), "rb") as f:
+                with self.path(h).open("rb") as f:
                     got = f.readinto(buf[pos : pos + n].data)
                 if got != n:
                     raise CorruptSavepointError(f"{self.root}: state file {h.path!r} changed while being read.")
@@ -148,6 +158,8 @@ class StateFiles:
                 f"{self.root}: _metadata points at offset {hi} of state file {h.path!r}, past its end "
                 f"({size} bytes). The savepoint is damaged; take a new one."
             )
+        if isinstance(p, StoragePath):  # ranged requests (in parallel when long) into one read-only buffer
+            return p.read_range_array(lo, hi)
         if hi - lo >= MAP_MIN_BYTES:
             mapped = pa.memory_map(str(p), "r")
             buf = mapped.read_buffer()  # zero-copy: a slice of the mapping, which keeps it alive
@@ -165,6 +177,14 @@ class StateFiles:
         out.flags.writeable = False
         return out
 
+    def copy_to(self, h: StreamHandle, target: Path) -> None:
+        """Copy a file handle's bytes into the new local file `target` (streamed; from object storage, downloaded)."""
+        src = self.path(h)
+        if isinstance(src, StoragePath):
+            src.download(target)
+        else:
+            shutil.copyfile(src, target)  # streamed by the kernel; the source is only read
+
     def read_range(self, h: StreamHandle, start: int, end: int) -> bytes:
         """Bytes [start, end) of a stream (end clipped to the stream's size)."""
         if h.kind == "bytes":
@@ -175,6 +195,8 @@ class StateFiles:
                 f"{self.root}: _metadata points at offset {start} of state file {h.path!r}, past its end "
                 f"({size} bytes). The savepoint is damaged; take a new one."
             )
+        if isinstance(p, StoragePath):
+            return p.read_range(start, max(0, min(end, size) - start)).to_pybytes()
         with open(p, "rb") as f:
             f.seek(start)
             return f.read(max(0, min(end, size) - start))

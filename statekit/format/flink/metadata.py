@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, Union
+from typing import Any, Literal, Union
 
 from statekit.errors import CorruptSavepointError, NotASavepointError, UnsupportedFormatError
 from statekit.format.flink.binary import DataInput
@@ -177,15 +177,15 @@ class CheckpointMetadata:
 def is_flink_metadata(path: Path) -> bool:
     """Whether `path/_metadata` starts with Flink's magic number (cheap: reads 4 bytes)."""
     try:
-        with open(path / METADATA_NAME, "rb") as f:
+        with (path / METADATA_NAME).open("rb") as f:
             return f.read(4) == MAGIC.to_bytes(4, "big")
-    except OSError:
+    except OSError:  # also a StorageNotFoundError (a FileNotFoundError) of an object store
         return False
 
 
-def read_metadata(path: str | Path) -> CheckpointMetadata:
+def read_metadata(path: Any) -> CheckpointMetadata:
     """Parse `path/_metadata` (a savepoint or retained-checkpoint directory)."""
-    root = Path(path)
+    root: Path = path if isinstance(path, Path) or hasattr(path, "fs") else Path(path)  # a StoragePath stays one
     mpath = root / METADATA_NAME
     if not mpath.is_file():
         raise NotASavepointError(f"{root} has no {METADATA_NAME}; point at a Flink savepoint or chk-N directory.")

@@ -58,7 +58,7 @@ def read_native_proxy(files: StateFiles, h: IncrementalKeyedHandle) -> KeyedProx
     return read_keyed_proxy(DataInput(files.read(h.meta), files.describe(h.meta)))
 
 
-def _refuse(root: Path, what: str) -> UnsupportedFormatError:
+def _refuse(root: object, what: str) -> UnsupportedFormatError:
     return UnsupportedFormatError(
         f"{root}: {what}. statekit reads native RocksDB state by opening a copy of its files; for this one, "
         "take a CANONICAL savepoint of the job (flink savepoint --type canonical) and read that instead."
@@ -85,7 +85,7 @@ def _materialize(files: StateFiles, h: IncrementalKeyedHandle, into: Path) -> No
                 f"{files.root}: RocksDB file {local} ({files.describe(sh)}) holds {size} bytes but _metadata "
                 f"says {sh.size}. The checkpoint is damaged; use another checkpoint or take a new savepoint."
             )
-        shutil.copyfile(files.path(sh), into / name)  # streamed by the kernel; the source is only read
+        files.copy_to(sh, into / name)  # only this handle's files; from object storage, downloaded
     if "CURRENT" not in seen or not any(n.startswith("MANIFEST-") for n in seen):
         raise CorruptSavepointError(
             f"{files.root}: the native RocksDB state of key groups {h.start}-{h.end} lacks CURRENT or MANIFEST; "

@@ -12,9 +12,8 @@ import functools
 import os
 import struct
 import weakref
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -123,6 +122,8 @@ class OperatorStateValue:
 BATCH_BYTES = 32 << 20
 #: threads decoding the batches of a large read
 _THREADS = min(4, os.cpu_count() or 1)
+#: streams of a savepoint on object storage fetched at once (each in parallel ranged parts)
+_FETCHES = 4
 
 
 def _batches(chains: list[tuple[int, int, int, int]], batch_bytes: int = BATCH_BYTES) -> list[list[tuple[int, int, int, int]]]:
@@ -149,7 +150,7 @@ def _concat(tables: list[pa.Table]) -> pa.Table:
 class FlinkStateReader:
     """Reads state of a Flink savepoint (or retained checkpoint) directory."""
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: Any) -> None:  # a path or a statekit.format.storage.StoragePath
         self.metadata: CheckpointMetadata = read_metadata(path)
         self.root = self.metadata.path
         self.files = StateFiles(self.root)
@@ -258,13 +259,29 @@ class FlinkStateReader:
         # stats, merged in order. Streams hold disjoint key-group ranges in handle order, so rows stay in
         # key-group order.
         chains.sort(key=lambda c: (c[0], c[1]))
-        jobs = []
-        for seg, (stream, lo, hi) in enumerate(segments):
-            buf = self.files.range_array(stream, lo, hi)
-            jobs += [(buf, batch, seg, DecodeStats()) for batch in _batches([c for c in chains if c[0] == seg])]
+        # On object storage the streams are fetched (ranged requests) on `_FETCHES` threads of their own while
+        # the first ones decode: the download overlaps the decoding instead of preceding it.
+        fetch = ThreadPoolExecutor(_FETCHES, thread_name_prefix="statekit-fetch") \
+            if self.files.remote and len(segments) > 1 else None
+        jobs: list[tuple[Any, list[tuple[int, int, int, int]], int, DecodeStats]] = []
+        try:
+            for seg, (stream, lo, hi) in enumerate(segments):
+                buf: Any = fetch.submit(self.files.range_array, stream, lo, hi) if fetch is not None else \
+                    self.files.range_array(stream, lo, hi)
+                jobs += [(buf, batch, seg, DecodeStats()) for batch in _batches([c for c in chains if c[0] == seg])]
+            return self._decode_jobs(lay, jobs, segments, compressed, sid_maps, where, stats)
+        finally:
+            if fetch is not None:
+                fetch.shutdown(wait=True, cancel_futures=True)
 
-        def run(job: tuple[np.ndarray, list[tuple[int, int, int, int]], int, DecodeStats]) -> K.KeyedResult:
+    def _decode_jobs(self, lay: K.KeyedLayout, jobs: list, segments: list, compressed: list[bool],
+                     sid_maps: list[dict[int, StateMeta]], where: str, stats: DecodeStats) -> K.KeyedResult:
+        """Decode the batches `jobs` (a stream's bytes, or the future of them, with its key groups), in order."""
+
+        def run(job: tuple[Any, list[tuple[int, int, int, int]], int, DecodeStats]) -> K.KeyedResult:
             buf, batch, seg, own = job
+            if isinstance(buf, Future):
+                buf = buf.result()
             return self._decode_segment(lay, buf, batch, seg, compressed, sid_maps, where, own)
 
         threads = min(_THREADS, len(jobs)) if sum(hi - lo for _, lo, hi in segments) >= 2 * BATCH_BYTES else 1

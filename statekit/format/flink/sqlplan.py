@@ -13,7 +13,6 @@ import json
 import os
 import re
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from statekit.errors import InvalidArgumentError
@@ -260,11 +259,13 @@ def load_plan(plan: str | os.PathLike[str] | dict) -> Plan:
     if isinstance(plan, dict):
         data, source = plan, "the plan"
     else:
-        p = Path(plan)
+        from statekit.format.storage import as_path
+
+        p = as_path(plan)  # a local file, or a URI / StoragePath on object storage (read in one GET)
         source = str(p)
         try:
             data = json.loads(p.read_text("utf-8"))
-        except FileNotFoundError:
+        except FileNotFoundError:  # StorageNotFoundError too
             raise InvalidArgumentError(f"plan {p} does not exist; pass the JSON file COMPILE PLAN wrote for the job.") from None
         except (ValueError, UnicodeDecodeError) as exc:
             raise InvalidArgumentError(f"plan {p} is not JSON ({exc}); pass the file COMPILE PLAN wrote for the job.") from None

@@ -14,12 +14,14 @@ compressed; every stream is a file.
 from __future__ import annotations
 
 import os
+import shutil
 import struct
+import tempfile
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, BinaryIO, Iterator, Sequence
+from typing import Any, BinaryIO, Iterator, Sequence, cast
 
 import numpy as np
 import pyarrow as pa
@@ -425,8 +427,19 @@ def metadata_bytes(checkpoint_id: int, operators: Sequence[OperatorOut], *,
 class FlinkStaging:
     """A hidden sibling directory that becomes the savepoint in one rename once `_metadata` is written."""
 
-    def __init__(self, target: str | os.PathLike[str]) -> None:
-        self.target = Path(target)
+    def __init__(self, target: Any) -> None:  # a path, a URI or a statekit.format.storage.StoragePath
+        from statekit.format.publish import refuse_existing
+        from statekit.format.storage import StoragePath, as_path
+
+        where = as_path(target)
+        self.remote: StoragePath | None = None
+        self._upload_dir: Path | None = None
+        if isinstance(where, StoragePath):  # staged locally, published data files first and _metadata last
+            refuse_existing(where)
+            self.remote = where
+            self._upload_dir = Path(tempfile.mkdtemp(prefix="statekit-upload-"))
+            where = self._upload_dir / "savepoint"
+        self.target = where
         check_target(self.target)
         self.dir = self.target.parent / f".{self.target.name}.inprogress-{uuid.uuid4().hex[:12]}"
         with storage_errors(self.target):
@@ -454,12 +467,27 @@ class FlinkStaging:
                 raise SavepointExistsError(f"{self.target} appeared while writing; not overwriting it.") from None
             raise
         _fsync_dir(self.target.parent)
+        if self.remote is not None:
+            from statekit.format.publish import publish
+
+            try:
+                publish(self.target, self.remote)
+            finally:
+                self._drop_upload_dir()
+            self._done = True
+            return cast(Path, self.remote)  # a StoragePath offers the Path operations readers use
         self._done = True
         return self.target
+
+    def _drop_upload_dir(self) -> None:
+        if self._upload_dir is not None:
+            shutil.rmtree(self._upload_dir, ignore_errors=True)
+            self._upload_dir = None
 
     def abort(self) -> None:
         self._done = True
         remove_tree(self.dir)  # also what Spark tasks of a failed stage write after the failure
+        self._drop_upload_dir()
 
     def __enter__(self) -> "FlinkStaging":
         return self
