@@ -292,8 +292,11 @@ class SavepointReader:
 
         Without `reader_function`: one row per (key, window) with contents, columns ``key``,
         ``window_start``, ``window_end``, ``contents`` (the buffered elements, the reduced value, or
-        the accumulator of an ``aggregate`` window) and one column per trigger state; read as
-        `read_keyed_state` reads (key filters prune files).
+        the accumulator of an ``aggregate`` window) and one column per state kept per window (the
+        trigger's, a ``ProcessWindowFunction``'s ``window_state()``); read as `read_keyed_state` reads
+        (key filters prune files). A key's state outside windows (``global_state()``) is not a column
+        of this table, as in Flink's state catalog: it is in `read_keyed_state` rows whose
+        ``namespace`` is null (finding which states those are runs one Spark job over them).
 
         With a `WindowReaderFunction`: its rows; `read_window(key, ctx, elements)` runs once per
         (key, window) on the executors. Aggregating windows need the job's `aggregate_function`:
@@ -310,12 +313,14 @@ class SavepointReader:
             if aggregate_function is not None or output_schema is not None:
                 raise InvalidArgumentError("aggregate_function and output_schema apply only with a reader_function.")
             keyed = self.read_keyed_state(meta.identifier)
+            states = window_columns(meta)
+            outside = _outside_windows(keyed, states)
             return keyed.where(F.col("namespace").isNotNull() & F.col(f"`{CONTENTS}`").isNotNull()).select(
                 "key",
                 F.col("namespace.start").alias("window_start"),
                 F.col("namespace.end").alias("window_end"),
                 F.col(f"`{CONTENTS}`").alias("contents"),
-                *(F.col(f"`{name}`") for name in window_columns(meta)),
+                *(F.col(f"`{name}`") for name in states if name not in outside),
             )
         if not isinstance(reader_function, WindowReaderFunction):
             raise InvalidArgumentError(f"{reader_function!r} is not a WindowReaderFunction.")
@@ -465,3 +470,15 @@ def _dumps(obj: Any) -> bytes:
     from pyspark import cloudpickle
 
     return cloudpickle.dumps(obj)
+
+
+def _outside_windows(keyed: DataFrame, names: list[str]) -> set[str]:
+    """The states among `names` kept outside windows (a value in a row with a null namespace).
+
+    A window operator keeps nothing else there but its merging-window set, so a state set in the
+    void namespace is a ``global_state()``: Flink registers each state with one namespace serializer,
+    so a state is never both per window and global."""
+    if not names:
+        return set()
+    counts = keyed.where(F.col("namespace").isNull()).agg(*(F.count(F.col(f"`{n}`")) for n in names)).first()
+    return {n for n, c in zip(names, counts or ()) if c}

@@ -103,21 +103,32 @@ class WindowedBootstrap:
 
     def evictor(self, evictor: Any) -> "WindowedBootstrap":
         """The job's evictor (`CountEvictor`, `TimeEvictor`, a custom one): the windows then buffer every
-        element with its timestamp, as Flink's evicting window operator does (``aggregate`` then needs
-        ``element_type=``). The evictor itself runs in the restored job, when a window fires."""
+        element with its timestamp, as Flink's evicting window operator does (``aggregate`` then stores
+        elements of the DataFrame's type, or ``element_type=``). The evictor itself runs in the restored job,
+        when a window fires."""
         if not (callable(getattr(evictor, "evict_before", None)) and callable(getattr(evictor, "evict_after", None))):
             raise InvalidArgumentError(f"evictor(...) needs an Evictor such as CountEvictor.of(10), got {evictor!r}.")
         self._evictor = evictor
         return self
 
     def _element_type(self, value: str | Callable[[Any], Any] | None, declared: Any, what: str) -> str:
+        """The stored element type: as declared, else the DataFrame's (a column's type, or the row's struct).
+
+        Flink's bootstrap takes it from the DataStream's type; here the DataFrame's schema plays that part.
+        Only an element computed by a function of the row has no schema to come from."""
         if declared is not None:
             return to_ddl(declared)
-        if isinstance(value, str):
-            from pyspark.sql.pandas.types import to_arrow_type
+        if callable(value):
+            raise InvalidArgumentError(
+                f"{what} needs the stored type when value= is a function: pass the job's type (a DDL string).")
+        from pyspark.sql.pandas.types import to_arrow_type
 
-            return to_ddl(to_arrow_type(self.keyed.source.df.schema[value].dataType))
-        raise InvalidArgumentError(f"{what} needs the stored type: pass the job's type (a DDL string).")
+        schema = self.keyed.source.df.schema
+        if isinstance(value, str):
+            if value not in schema.names:
+                raise InvalidArgumentError(f"value={value!r}: no such column; the DataFrame has {schema.names}.")
+            return to_ddl(to_arrow_type(schema[value].dataType))
+        return to_ddl(to_arrow_type(schema))  # value=None: the element is the whole row
 
     def reduce(self, reduce_function: Any, *, value: str | Callable[[Any], Any] | None = None,
                output_type: Any = None) -> B.BootstrapTransformation:  # fmt: skip
@@ -135,8 +146,10 @@ class WindowedBootstrap:
     def aggregate(self, aggregate_function: AggregateFunction, *, accumulator_type: Any,
                   value: str | Callable[[Any], Any] | None = None,
                   element_type: Any = None) -> B.BootstrapTransformation:  # fmt: skip
-        """Aggregate each window as the job's ``window(...).aggregate(fn, accumulator_type=...)`` does
-        (with an evictor the elements are buffered: `element_type` as the job declares it)."""
+        """Aggregate each window as the job's ``window(...).aggregate(fn, accumulator_type=...)`` does.
+
+        With an evictor the elements are buffered: their type is the `value` column's, the row's struct
+        (`value` None), or `element_type` where given (needed only when `value` is a function)."""
         if not isinstance(aggregate_function, AggregateFunction):
             raise InvalidArgumentError(f"aggregate(...) needs an AggregateFunction, got {aggregate_function!r}.")
         if self._evictor is not None:

@@ -87,8 +87,10 @@ def test_windows_bootstrap_refuses_what_it_cannot_build(spark):
         keyed.window(TumblingProcessingTimeWindows.of(10), timestamp="ts")
     with pytest.raises(InvalidArgumentError, match="no such column"):
         keyed.window(TumblingEventTimeWindows.of(10), timestamp="when")
-    with pytest.raises(InvalidArgumentError, match="stored type"):
-        keyed.window(TumblingEventTimeWindows.of(10), timestamp="ts").reduce(lambda a, b: a)
+    with pytest.raises(InvalidArgumentError, match="stored type when value= is a function"):
+        keyed.window(TumblingEventTimeWindows.of(10), timestamp="ts").reduce(lambda a, b: a, value=lambda r: r.ts)
+    with pytest.raises(InvalidArgumentError, match="no such column"):
+        keyed.window(TumblingEventTimeWindows.of(10), timestamp="ts").process(value="amount")
 
 
 # --- evicting windows --------------------------------------------------------------------------------
@@ -183,3 +185,33 @@ def test_session_windows_bootstrap_and_merge_with_live_elements(spark, tmp_path,
     assert restored == _session_job(hist + live, job)
     if kind == "process":
         assert restored == [(0, 0, (0, 60, 120)), (0, 30, (300,)), (0, 41, (411,)), (1, 3, (31,)), (1, 30, (301,))]
+
+
+class CountRows(ProcessWindowFunction):
+    def process(self, key, context, elements):
+        yield key, context.window().start, sorted(e[1] for e in elements)
+
+
+def test_evicting_aggregate_takes_the_element_type_from_the_dataframe(spark, tmp_path):
+    """Flink's bootstrap of an evicting window takes the buffered elements' type from the stream; here from
+    the DataFrame's schema: ``aggregate`` over whole rows needs no ``element_type=``, and the restored job
+    (whose elements are the same rows) evicts and counts history and live rows together."""
+    rows = spark.createDataFrame([(v % 3, v, v // 10) for v in HIST], "k long, v long, ts long").coalesce(1)
+    windowed = (OperatorTransformation.bootstrap_with(rows).key_by("k")
+                .window(TumblingEventTimeWindows.of(100), timestamp="ts").evictor(CountEvictor.of(2)))  # fmt: skip
+    SavepointWriter.new_savepoint(spark).with_operator("evicting", windowed.aggregate(Count(), accumulator_type="bigint")).write(tmp_path / "sp")
+    contents = Savepoint.open(tmp_path / "sp").operator("evicting").keyed_state("window-contents")
+    assert (contents.kind, contents.type) == ("list", "array<struct<k:bigint,v:bigint,ts:bigint>>")
+
+    def job(elements, **run):
+        env = StreamExecutionEnvironment(parallelism=2)
+        stamp = WatermarkStrategy.for_bounded_out_of_orderness(10**9).with_timestamp_assigner(lambda e, ts: e[2])
+        keyed = env.from_collection([(v % 3, v, v // 10) for v in elements]).uid("live").assign_timestamps_and_watermarks(
+            stamp).key_by(lambda e: e[0], key_type="bigint")  # fmt: skip
+        ws = keyed.window(TumblingEventTimeWindows.of(100)).evictor(CountEvictor.of(2))
+        out = ws.process(CountRows(), element_type="struct<k:bigint,v:bigint,ts:bigint>").uid("evicting")
+        return sorted(out.execute_and_collect(**run))
+
+    restored = job(LATER, restore_from=tmp_path / "sp")
+    assert restored == job(HIST + LATER)
+    assert [len(vs) for _, _, vs in restored] == [2, 2, 2]  # the evictor kept the last two of history + live

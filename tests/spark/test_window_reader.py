@@ -151,6 +151,14 @@ def test_reader_context_offers_window_and_global_state(spark, tmp_path):
     rows = SavepointReader.read(spark, path).read_window_state("w", StateReader()).collect()
     got = {(r.user, r.start): (r.fires, r.total, r.n) for r in rows}
     assert got == {("alice", 0): (1, 2, 3), ("bob", 0): (1, 2, 2), ("alice", MINUTE): (None, 2, 1)}
+    # The columnar view holds what is kept per window; the key's global state is not one of its columns
+    # (Flink's state catalog keeps it out of the windowed table): it is in the keyed rows without a namespace.
+    reader = SavepointReader.read(spark, path)
+    table = reader.read_window_state("w")
+    assert table.columns == ["key", "window_start", "window_end", "contents", "count-trigger", "fires"]
+    assert {(r.key, r.window_start): r.fires for r in table.collect()} == {("alice", 0): 1, ("bob", 0): 1, ("alice", MINUTE): None}
+    outside = reader.read_keyed_state("w").where("namespace IS NULL").select("key", "total").collect()
+    assert sorted((r.key, r.total) for r in outside) == [("alice", 2), ("bob", 2)]
     with pytest.raises(StateTypeError):  # the descriptor's type is checked against the manifest
         SavepointReader.read(spark, path).read_window_state("w", BadReader()).collect()
 
