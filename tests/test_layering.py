@@ -47,12 +47,7 @@ CLI = ROOT.parent / "cli"
 
 #: Private names still imported across modules, each with why it is not fixed yet. The test fails on any other
 #: such import, and on an entry here that no longer occurs (so the list only shrinks).
-PENDING_PRIVATE_IMPORTS = {
-    # savepoint/flink.py <-> savepoint/reader.py is being refactored (the import cycle between them) elsewhere
-    "statekit/savepoint/check.py imports _is_flink from statekit.savepoint.reader",
-    "statekit/savepoint/flink.py imports _same_key from statekit.savepoint.reader",
-    "statekit/savepoint/flink.py imports _same_ns from statekit.savepoint.reader",
-}
+PENDING_PRIVATE_IMPORTS: set[str] = set()
 
 
 def _private_imports(path: Path) -> list[str]:

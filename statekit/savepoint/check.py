@@ -21,7 +21,7 @@ from statekit.errors import (
 from statekit.format import keyed as K
 from statekit.format.files import read_parquet_verified, verify_file
 from statekit.format.manifest import MANIFEST_NAME, FileEntry, OperatorMetadata, load_manifest
-from statekit.savepoint.reader import Savepoint, _is_flink
+from statekit.savepoint.reader import Savepoint, holds_flink_metadata
 
 ProblemKind = Literal[
     "manifest", "missing_file", "extra_file", "size_mismatch", "checksum_mismatch", "unreadable",
@@ -88,7 +88,7 @@ def check(path: Any, *, deep: bool = True, plan=None, storage_options: dict[str,
                    filesystem=filesystem)
     root = cast(Path, where)  # a StoragePath offers the Path operations used here
     report = CheckReport(root)
-    if not (root / MANIFEST_NAME).is_file() and _is_flink(root):
+    if not (root / MANIFEST_NAME).is_file() and holds_flink_metadata(root):
         return _check_flink(root, report, deep, plan)
     if plan is not None:
         raise InvalidArgumentError(f"{root} is a statekit savepoint; plan= names the state of Flink SQL jobs' savepoints.")

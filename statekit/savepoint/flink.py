@@ -25,7 +25,7 @@ from statekit.format.flink.versions import FlinkVersion
 from statekit.format.manifest import Manifest, OperatorMetadata
 from statekit.identifiers import OperatorIdentifier
 from statekit.keygroups import KeyGroupRange
-from statekit.savepoint.reader import OpLike, Savepoint, _same_key, _same_ns, decode_row
+from statekit.savepoint.reader import OpLike, Savepoint, decode_row, same_key, same_namespace
 from statekit.state.descriptors import OperatorStateInfo, Redistribution, StateInfo
 from statekit.types import parse_ddl
 
@@ -338,7 +338,7 @@ class FlinkSavepoint(Savepoint):
                 table = table.filter(pc.equal(table.column("key"), pa.scalar(key, ktype)))
             except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError, OverflowError):
                 pass  # compared in Python below
-        rows = [r for r in table.to_pylist() if _same_key(r["key"], key) and _same_ns(r.get("namespace"), namespace)]
+        rows = [r for r in table.to_pylist() if same_key(r["key"], key) and same_namespace(r.get("namespace"), namespace)]
         if not rows:
             return None
         return decode_row(rows[0], meta, trusted=self.trust_pickled)

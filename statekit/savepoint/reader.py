@@ -64,7 +64,7 @@ class Savepoint:
         plan, for named columns and logical tables. See `statekit.savepoint.flink.FlinkSavepoint.open`.
         """
         p = locate(path, storage_options=storage_options, filesystem=filesystem)
-        if not (p / "_metadata.json").is_file() and _is_flink(p):  # a real Flink savepoint or checkpoint
+        if not (p / "_metadata.json").is_file() and holds_flink_metadata(p):  # a real Flink savepoint or checkpoint
             from statekit.savepoint.flink import FlinkSavepoint
 
             return FlinkSavepoint.open(p, trust_pickled=trust_pickled, pyflink_types=pyflink_types, plan=plan)
@@ -270,8 +270,8 @@ class Savepoint:
             )
         if meta.stored_key_groups:  # the key class's own hashCode placed it: look in every key group
             table = self.keyed_table(op)
-            hits = [i for i, k in enumerate(table.column("key").to_pylist()) if _same_key(k, key)]
-            rows = [r for r in table.take(pa.array(hits, pa.int64())).to_pylist() if _same_ns(r.get("namespace"), namespace)]
+            hits = [i for i, k in enumerate(table.column("key").to_pylist()) if same_key(k, key)]
+            rows = [r for r in table.take(pa.array(hits, pa.int64())).to_pylist() if same_namespace(r.get("namespace"), namespace)]
             return decode_row(rows[0], meta, trusted=self.trust_pickled) if rows else None
         kg = assign_to_key_group(key, meta.max_parallelism, meta.key_type)
         if meta.is_native:
@@ -283,7 +283,7 @@ class Savepoint:
                 if e.covers(kg):
                     table = self._check_schema(self._read_one(e, key_group=kg), expected, f"file {e.path}")
                     rows += _rows_of_key(table, kg, key, struct_key=pa.types.is_struct(expected.field("key").type))
-        rows = [r for r in rows if _same_key(r["key"], key) and _same_ns(r.get("namespace"), namespace)]
+        rows = [r for r in rows if same_key(r["key"], key) and same_namespace(r.get("namespace"), namespace)]
         if not rows:
             return None
         return decode_row(rows[0], meta, trusted=self.trust_pickled)
@@ -408,13 +408,15 @@ def _rows_of_key(table: pa.Table, kg: int, key: Any, *, struct_key: bool) -> lis
     return [table.slice(int(i), 1).to_pylist()[0] for i in rows]
 
 
-def _same_key(a: Any, b: Any) -> bool:
+def same_key(a: Any, b: Any) -> bool:
+    """Whether a stored key `a` is the looked-up key `b` (a struct key may be looked up as a tuple of its fields)."""
     if isinstance(b, tuple) and isinstance(a, dict):
         return tuple(a.values()) == b
     return a == b
 
 
-def _same_ns(stored: Any, wanted: Any) -> bool:
+def same_namespace(stored: Any, wanted: Any) -> bool:
+    """Whether a stored namespace is the wanted one (None: the void namespace; a window as ``(start, end)``)."""
     if wanted is None:
         return stored is None
     if isinstance(wanted, tuple) and isinstance(stored, dict):
@@ -422,7 +424,8 @@ def _same_ns(stored: Any, wanted: Any) -> bool:
     return stored == wanted
 
 
-def _is_flink(path: Path | StoragePath) -> bool:
+def holds_flink_metadata(path: Path | StoragePath) -> bool:
+    """Whether `path` holds a Flink savepoint's or checkpoint's ``_metadata`` (checked where no statekit manifest is)."""
     # Imported only when there is no statekit manifest: the Flink reader is not loaded to open a statekit savepoint.
     from statekit.format.flink.metadata import is_flink_metadata
 
