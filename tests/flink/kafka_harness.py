@@ -12,7 +12,6 @@ from __future__ import annotations
 import base64
 import fcntl
 import hashlib
-import os
 import shutil
 import socket
 import subprocess
@@ -169,34 +168,48 @@ class Broker:
 
 
 @dataclass
+class JobSpec:
+    """One run of the Kafka job: restore `restore` (None: start from the earliest offsets), wait for `expect`
+    records, take a savepoint of the running job into `savepoint_dir` (None: none); `before` / `after` append
+    records (partition -> count) before the job starts and after its savepoint."""
+
+    restore: Path | None
+    expect: int
+    savepoint_dir: Path | None = None
+    before: dict[int, int] = field(default_factory=dict)
+    after: dict[int, int] = field(default_factory=dict)
+    prefix: str = "r"
+
+    def arg(self) -> str:
+        def counts(c: dict[int, int]) -> str:
+            return ";".join(f"{p}={n}:{self.prefix}" for p, n in sorted(c.items())) or "-"
+
+        return f"{self.restore or '-'},{self.expect},{self.savepoint_dir or '-'},{counts(self.before)},{counts(self.after)}"
+
+
+@dataclass
 class JobRun:
-    """One run of the Kafka job: the records it emitted (partition, offset, value) and its savepoint, if taken."""
+    """What one run did: the records it emitted and appended (partition, offset, value each) and its savepoint."""
 
     records: list[tuple[int, int, str]] = field(default_factory=list)
+    produced: list[tuple[int, int, str]] = field(default_factory=list)
     savepoint: Path | None = None
 
-    def last_offsets(self) -> dict[int, int]:
-        """Per partition the offset of the last record emitted."""
-        out: dict[int, int] = {}
+    def offsets(self) -> dict[int, list[int]]:
+        """Per partition the offsets of the records emitted, in the order they were emitted."""
+        out: dict[int, list[int]] = {}
         for p, o, _ in self.records:
-            out[p] = max(o, out.get(p, -1))
-        return out
-
-    def first_offsets(self) -> dict[int, int]:
-        out: dict[int, int] = {}
-        for p, o, _ in self.records:
-            out[p] = min(o, out.get(p, o))
+            out.setdefault(p, []).append(o)
         return out
 
 
-def run_jobs(bootstrap: str, topic: str, runs: list[tuple[Path | None, int, Path | None]],
-             *, timeout: float = 600) -> list[JobRun | str]:
-    """Run the Kafka job once per (restore savepoint or None, records to wait for, savepoint directory or None), one
-    after another in one JVM: per run what it emitted and its savepoint, or its failure text."""
+def run_jobs(bootstrap: str, topic: str, partitions: int, runs: list[JobSpec], *,
+             timeout: float = 600) -> list[JobRun | str]:
+    """Run the Kafka job once per spec, one after another in one JVM: per run what it did, or its failure text."""
     build()
-    args = [f"{r or '-'},{n},{d or '-'}" for r, n, d in runs]
     proc = subprocess.run(["java", "-Xmx1g", *ADD_OPENS, "-cp", _classpath("job"), "statekit.kafkatest.OffsetsJob",
-                           bootstrap, topic, *args], capture_output=True, text=True, timeout=timeout)
+                           bootstrap, topic, str(partitions), *(r.arg() for r in runs)],
+                          capture_output=True, text=True, timeout=timeout)
     results: list[JobRun | str | None] = [None] * len(runs)
     current: JobRun | None = None
     for line in proc.stdout.splitlines():
@@ -209,12 +222,11 @@ def run_jobs(bootstrap: str, topic: str, runs: list[tuple[Path | None, int, Path
             _, idx, text = line.split(" ", 2)
             results[int(idx)] = text
             current = None
-        elif line.startswith("REC ") and current is not None:
-            _, p, o, v = line.split(" ", 3)
-            current.records.append((int(p), int(o), v))
+        elif line.startswith(("REC ", "PRODUCED ")) and current is not None:
+            kind, p, o, v = line.split(" ", 3)
+            (current.records if kind == "REC" else current.produced).append((int(p), int(o), v))
         elif line.startswith("SAVEPOINT ") and current is not None:
-            where = line.split(" ", 1)[1]
-            current.savepoint = Path(where.removeprefix("file:"))
+            current.savepoint = Path(line.split(" ", 1)[1].removeprefix("file:"))
     if any(r is None for r in results):
         raise FlinkRunError(f"OffsetsJob exited with {proc.returncode}:\n{proc.stderr[-6000:]}")
     return results  # type: ignore[return-value]

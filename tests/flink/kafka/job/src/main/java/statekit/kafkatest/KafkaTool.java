@@ -23,8 +23,14 @@ import java.util.concurrent.TimeUnit;
  */
 public class KafkaTool {
     public static void main(String[] args) throws Exception {
-        String bootstrap = args[0], topic = args[1];
-        int partitions = Integer.parseInt(args[2]);
+        List<String> counts = new java.util.ArrayList<>(List.of(args).subList(3, args.length));
+        produce(args[0], args[1], Integer.parseInt(args[2]), counts);
+        System.out.flush();
+        System.exit(0);
+    }
+
+    /** Create `topic` with `partitions` unless it exists, then append the records "P=N[:PREFIX]" asks for. */
+    static void produce(String bootstrap, String topic, int partitions, List<String> counts) throws Exception {
         Properties admin = new Properties();
         admin.put(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
         try (Admin a = Admin.create(admin)) {
@@ -40,8 +46,8 @@ public class KafkaTool {
         p.put(ProducerConfig.ACKS_CONFIG, "all");
         p.put(ProducerConfig.ENABLE_IDEMPOTENCE_CONFIG, "false");
         try (KafkaProducer<String, String> producer = new KafkaProducer<>(p)) {
-            for (int i = 3; i < args.length; i++) {
-                String[] pn = args[i].split("=", 2);
+            for (String spec : counts) {
+                String[] pn = spec.split("=", 2);
                 int partition = Integer.parseInt(pn[0]);
                 String[] np = pn[1].split(":", 2);
                 int n = Integer.parseInt(np[0]);
@@ -55,7 +61,5 @@ public class KafkaTool {
             }
             producer.flush();
         }
-        System.out.flush();
-        System.exit(0);
     }
 }

@@ -26,12 +26,15 @@ import java.util.concurrent.TimeUnit;
  * passed on as "partition offset value" to a map (uid "emit") that hands it to the test. Runs in a local
  * MiniCluster, one run after another in one JVM.
  *
- * <p>Args: BOOTSTRAP TOPIC RUN... where RUN is "RESTORE,EXPECT,SAVEPOINT_DIR": RESTORE a savepoint path to
- * restore (or "-" to start from the earliest offsets), EXPECT the number of records the run waits for,
- * SAVEPOINT_DIR where to take a canonical savepoint of the running job once they were emitted (or "-").
+ * <p>Args: BOOTSTRAP TOPIC PARTITIONS RUN... where RUN is "RESTORE,EXPECT,SAVEPOINT_DIR,BEFORE,AFTER": RESTORE a
+ * savepoint path to restore (or "-" to start from the earliest offsets), EXPECT the number of records the run
+ * waits for, SAVEPOINT_DIR where to take a canonical savepoint of the running job once they were emitted (or
+ * "-"), BEFORE and AFTER the records to append to the topic (created if new) before the job starts and after
+ * the savepoint ("0=5;1=7": 5 records to partition 0, 7 to partition 1; or "-"), see {@link KafkaTool}.
  * A run waits until EXPECT records were emitted, then 2 s more (so a record too many shows), takes the
  * savepoint while the job runs, cancels it and prints, framed by "BEGIN i" / "END i", one line
- * "REC partition offset value" per emitted record and "SAVEPOINT path". A failure prints "ERROR i text".
+ * "REC partition offset value" per emitted record, "PRODUCED partition offset value" per appended record and
+ * "SAVEPOINT path". A failure prints "ERROR i text".
  */
 public class OffsetsJob {
     static final ConcurrentLinkedQueue<String> EMITTED = new ConcurrentLinkedQueue<>();
@@ -58,9 +61,15 @@ public class OffsetsJob {
         }
     }
 
-    static void run(int index, String bootstrap, String topic, String restore, int expect, String savepointDir)
-            throws Exception {
+    static List<String> counts(String spec) {
+        return spec.equals("-") ? List.of() : List.of(spec.split(";"));
+    }
+
+    static void run(int index, String bootstrap, String topic, int partitions, String[] spec) throws Exception {
+        String restore = spec[0], savepointDir = spec[2];
+        int expect = Integer.parseInt(spec[1]);
         EMITTED.clear();
+        if (!counts(spec[3]).isEmpty()) KafkaTool.produce(bootstrap, topic, partitions, counts(spec[3]));
         Configuration conf = new Configuration();
         conf.setString("rest.bind-port", "0");
         if (!restore.equals("-")) {
@@ -98,23 +107,24 @@ public class OffsetsJob {
             savepoint = client.triggerSavepoint(Paths.get(savepointDir).toUri().toString(), SavepointFormatType.CANONICAL)
                     .get(120, TimeUnit.SECONDS);
         }
-        client.cancel().get(60, TimeUnit.SECONDS);
-        List<String> all = new ArrayList<>(EMITTED);
-        if (all.size() != before.size()) {
-            throw new IllegalStateException("records arrived while the savepoint was taken: " + all);
+        if (EMITTED.size() != before.size()) {  // nothing new was in the topic: every record emitted came before it
+            throw new IllegalStateException("records arrived while the savepoint was taken: " + EMITTED);
         }
-        for (String r : all) System.out.println("REC " + r);
+        // records appended now reach the running job after its savepoint; only a restore sees them again
+        if (!counts(spec[4]).isEmpty()) KafkaTool.produce(bootstrap, topic, partitions, counts(spec[4]));
+        client.cancel().get(60, TimeUnit.SECONDS);
+        for (String r : before) System.out.println("REC " + r);
         if (savepoint != null) System.out.println("SAVEPOINT " + savepoint);
     }
 
     public static void main(String[] args) throws Exception {
         String bootstrap = args[0], topic = args[1];
-        for (int i = 2; i < args.length; i++) {
-            String[] parts = args[i].split(",", 3);
-            int index = i - 2;
+        int partitions = Integer.parseInt(args[2]);
+        for (int i = 3; i < args.length; i++) {
+            int index = i - 3;
             System.out.println("BEGIN " + index);
             try {
-                run(index, bootstrap, topic, parts[0], Integer.parseInt(parts[1]), parts[2]);
+                run(index, bootstrap, topic, partitions, args[i].split(",", 5));
                 System.out.println("END " + index);
             } catch (Throwable t) {
                 StringBuilder b = new StringBuilder();

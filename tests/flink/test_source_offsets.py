@@ -1,0 +1,95 @@
+"""Issue 25 part 4 with real engines: a Kafka broker (KRaft, the Apache Kafka jars) started here on 127.0.0.1, a Flink 2.3.0
+job reading a 2-partition topic with flink-connector-kafka's KafkaSource. `statekit offsets` shows exactly where the job
+stood when its savepoint was taken (per partition the offset after the last record it emitted), and the job restored
+from `statekit set-offsets --shift +1` resumes exactly one record later per partition, while the unmodified savepoint
+resumes where it stood."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from statekit.savepoint.offsets import source_offsets
+from statekit_cli.app import app
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+import flink_harness  # noqa: E402
+import kafka_harness  # noqa: E402
+
+pytestmark = pytest.mark.flink
+
+TOPIC = "events"
+FIRST = {0: 5, 1: 7}  # records in the topic when the job runs and takes its savepoint
+LATER = {0: 3, 1: 4}  # records appended after the savepoint
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory):
+    """One KRaft broker for the module (its JVM stopped at the end)."""
+    why = flink_harness.missing_tools()
+    if why:
+        pytest.skip(why)
+    b = kafka_harness.Broker(tmp_path_factory.mktemp("kafka"))
+    yield b
+    b.stop()
+
+
+def _cli(*args: str) -> str:
+    result = CliRunner().invoke(app, [str(a) for a in args])
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def test_offsets_of_a_running_kafka_job_and_a_shift_by_one(broker, tmp_path):
+    (first,) = kafka_harness.run_jobs(broker.bootstrap, TOPIC, 2, [kafka_harness.JobSpec(
+        None, sum(FIRST.values()), tmp_path / "savepoints", before=FIRST, after=LATER)])
+    assert not isinstance(first, str), first
+    assert first.savepoint is not None
+    # the job emitted every record the topic held, in order per partition
+    emitted = first.offsets()
+    assert emitted == {p: list(range(n)) for p, n in FIRST.items()}
+    appended = {}
+    for p, o, _ in first.produced:
+        appended.setdefault(p, []).append(o)
+    assert appended == {p: list(range(n)) + list(range(n, n + LATER[p])) for p, n in FIRST.items()}
+
+    # offsets: per partition the offset after the last record emitted before the savepoint, held by one reader
+    table = source_offsets(first.savepoint)
+    readers = [r for r in table.to_pylist() if r["holder"] == "reader"]
+    assert {r["partition"]: r["offset"] for r in readers} == {p: max(o) + 1 for p, o in emitted.items()}
+    assert sorted(r["subtask"] for r in readers) == [0, 1]
+    assert all(r["topic"] == TOPIC and r["starting"] == "offset" and r["stopping_offset"] is None for r in readers)
+    enum = [r for r in table.to_pylist() if r["holder"] == "enumerator"]
+    assert sorted((r["partition"], r["status"]) for r in enum) == [(0, "assigned"), (1, "assigned")]
+    shown = json.loads(_cli("offsets", first.savepoint, "--uid", "kafka-source", "--json"))
+    assert shown == table.to_pylist()
+
+    # set-offsets --shift +1, partition by partition (dry run first: nothing written)
+    shifted_0 = tmp_path / "shifted-0"
+    _cli("set-offsets", first.savepoint, shifted_0, "--uid", "kafka-source", "--topic", TOPIC, "--partition", "0",
+         "--shift", "+1")
+    assert not shifted_0.exists()
+    _cli("set-offsets", first.savepoint, shifted_0, "--uid", "kafka-source", "--topic", TOPIC, "--partition", "0",
+         "--shift", "+1", "--apply")
+    shifted = tmp_path / "shifted"
+    out = _cli("set-offsets", shifted_0, shifted, "--uid", "kafka-source", "--topic", TOPIC, "--partition", "1",
+               "--shift", "+1", "--apply")
+    assert f"wrote {shifted} as a Flink savepoint" in out
+    moved = source_offsets(shifted).to_pylist()
+    assert {r["partition"]: r["offset"] for r in moved if r["holder"] == "reader"} == {0: 6, 1: 8}
+    assert {r["partition"]: r["offset"] for r in moved if r["holder"] == "enumerator"} == {0: 6, 1: 8}
+
+    # restored: the shifted savepoint resumes one record later per partition; the original where it stood
+    resumed, control = kafka_harness.run_jobs(broker.bootstrap, TOPIC, 2, [
+        kafka_harness.JobSpec(shifted, sum(LATER.values()) - 2),
+        kafka_harness.JobSpec(first.savepoint, sum(LATER.values())),
+    ])
+    assert not isinstance(resumed, str), resumed
+    assert not isinstance(control, str), control
+    assert control.offsets() == {p: list(range(n, n + LATER[p])) for p, n in FIRST.items()}
+    assert resumed.offsets() == {p: list(range(n + 1, n + LATER[p])) for p, n in FIRST.items()}
