@@ -4,7 +4,8 @@ Boundary: every local write call that derives a savepoint from another (`patch.r
 `change_operator_identifier` / `remove_operator` / `with_max_parallelism`) builds statekit's format with
 `SavepointBuilder`; for a Flink output that savepoint is built in a scratch directory of this process
 (removed afterwards, swept if the process dies) and written as a Flink savepoint by `flink_out.write_flink`
-(serializer snapshots carried, the source's Flink version). The target appears only when the whole write
+(serializer snapshots and operator coordinators' states carried - a Kafka source's enumerator - and the
+source's Flink version). The target appears only when the whole write
 succeeded: nothing is left behind by a failure, and the source is never touched.
 """
 
@@ -59,7 +60,7 @@ def write_as(fmt: OutputFormat, source: "Savepoint", target: "str | os.PathLike[
     if fmt == "statekit":
         build(where)
         return where
-    from statekit.savepoint.flink_out import target_version, write_flink
+    from statekit.savepoint.flink_out import coordinator_states, target_version, write_flink
     from statekit.tempdirs import owned_temp_dir, release
 
     version = target_version(source, flink_version)
@@ -67,6 +68,7 @@ def write_as(fmt: OutputFormat, source: "Savepoint", target: "str | os.PathLike[
     try:
         staged = scratch / "savepoint"
         build(staged)
-        return write_flink(staged, where, flink_version=version)
+        # the scratch copy has no coordinator state: a Flink source's (its sources' enumerators) is carried over
+        return write_flink(staged, where, flink_version=version, coordinators=coordinator_states(source))
     finally:
         release(scratch)

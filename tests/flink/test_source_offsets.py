@@ -84,12 +84,20 @@ def test_offsets_of_a_running_kafka_job_and_a_shift_by_one(broker, tmp_path):
     assert {r["partition"]: r["offset"] for r in moved if r["holder"] == "reader"} == {0: 6, 1: 8}
     assert {r["partition"]: r["offset"] for r in moved if r["holder"] == "enumerator"} == {0: 6, 1: 8}
 
-    # restored: the shifted savepoint resumes one record later per partition; the original where it stood
-    resumed, control = kafka_harness.run_jobs(broker.bootstrap, TOPIC, 2, [
+    # another repair of a Flink savepoint (Flink in, Flink out) carries the enumerator's coordinator state as it is
+    repaired = tmp_path / "repaired"
+    _cli("convert", first.savepoint, repaired, "--to", "flink")
+    assert source_offsets(repaired) == table, source_offsets(repaired).to_pylist()
+
+    # restored: the shifted savepoint resumes one record later per partition; the original and the repaired one
+    # where the job stood (each record once: a reader split and the enumerator agree)
+    resumed, control, carried = kafka_harness.run_jobs(broker.bootstrap, TOPIC, 2, [
         kafka_harness.JobSpec(shifted, sum(LATER.values()) - 2),
         kafka_harness.JobSpec(first.savepoint, sum(LATER.values())),
+        kafka_harness.JobSpec(repaired, sum(LATER.values())),
     ])
-    assert not isinstance(resumed, str), resumed
-    assert not isinstance(control, str), control
+    for run in (resumed, control, carried):
+        assert not isinstance(run, str), run
     assert control.offsets() == {p: list(range(n, n + LATER[p])) for p, n in FIRST.items()}
+    assert carried.offsets() == control.offsets()
     assert resumed.offsets() == {p: list(range(n + 1, n + LATER[p])) for p, n in FIRST.items()}

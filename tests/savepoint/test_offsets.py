@@ -190,3 +190,21 @@ def test_split_and_enumerator_codecs():
     for op in md.operators:
         check_record(op, data, md.version, "x")
 
+
+
+def test_repairs_carry_the_enumerator_state(tmp_path):
+    """Flink in, Flink out: every repair's savepoint keeps the operator coordinators' states byte for byte (without
+    them a restored KafkaSource starts a fresh enumerator and reads its topic again from the start:
+    tests/flink/test_source_offsets.py restores one)."""
+    from statekit.savepoint.flink_out import write_flink
+    from statekit.savepoint.patch import RemoveOperator, repair
+
+    def coordinator(path):
+        md = read_metadata(path)
+        return next(o for o in md.operators if o.uid == "kafka-source").coordinator.data
+
+    repair(KAFKA, tmp_path / "removed", [RemoveOperator("emit")], dry_run=False)
+    assert coordinator(tmp_path / "removed") == coordinator(KAFKA)
+    write_flink(KAFKA, tmp_path / "flink")  # convert --to flink
+    assert coordinator(tmp_path / "flink") == coordinator(KAFKA)
+    assert source_offsets(tmp_path / "flink") == source_offsets(KAFKA)
