@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Literal, cast
+from typing import TYPE_CHECKING, Callable, Literal, Mapping, cast
 
 from statekit.errors import InvalidArgumentError
 
@@ -48,12 +48,16 @@ def describe(fmt: OutputFormat, source: "Savepoint", flink_version: str | None =
 
 
 def write_as(fmt: OutputFormat, source: "Savepoint", target: "str | os.PathLike[str] | StoragePath",
-             build: Callable[[Path], None], *, flink_version: str | None = None) -> Path:
+             build: Callable[[Path], None], *, flink_version: str | None = None,
+             renamed: Mapping[str, str] | None = None) -> Path:
     """Write `target` in `fmt`: `build(path)` writes statekit's format at a path that must not exist; for Flink
     it writes into a scratch directory first, which `write_flink` then turns into the Flink savepoint.
 
     `target` may be a URI or a `StoragePath` (object storage): `SavepointBuilder` and `write_flink` stage it
-    locally and publish it with the manifest last (`statekit.format.publish`); the scratch stays local."""
+    locally and publish it with the manifest last (`statekit.format.publish`); the scratch stays local.
+
+    A Flink source's operator coordinators' states (a new-style source's split enumerator) are carried to the
+    Flink output, following the operators `renamed` gives new uid hashes (``{old hash: new hash}``)."""
     from statekit.format.storage import as_path
 
     where = cast(Path, as_path(target))  # a StoragePath offers the Path operations the writers use
@@ -69,6 +73,7 @@ def write_as(fmt: OutputFormat, source: "Savepoint", target: "str | os.PathLike[
         staged = scratch / "savepoint"
         build(staged)
         # the scratch copy has no coordinator state: a Flink source's (its sources' enumerators) is carried over
-        return write_flink(staged, where, flink_version=version, coordinators=coordinator_states(source))
+        carried = {(renamed or {}).get(h, h): data for h, data in coordinator_states(source).items()}
+        return write_flink(staged, where, flink_version=version, coordinators=carried)
     finally:
         release(scratch)

@@ -208,3 +208,19 @@ def test_repairs_carry_the_enumerator_state(tmp_path):
     write_flink(KAFKA, tmp_path / "flink")  # convert --to flink
     assert coordinator(tmp_path / "flink") == coordinator(KAFKA)
     assert source_offsets(tmp_path / "flink") == source_offsets(KAFKA)
+
+
+def test_a_renamed_source_keeps_its_enumerator_state(tmp_path):
+    from statekit.savepoint.patch import RenameOperator, repair
+    from statekit.savepoint.transforms import change_operator_identifier
+
+    def enumerator_rows(path, uid):
+        return [{k: v for k, v in r.items() if k not in ("operator", "uid_hash")}
+                for r in source_offsets(path, uid).to_pylist() if r["holder"] == "enumerator"]
+
+    original = enumerator_rows(KAFKA, "kafka-source")
+    assert len(original) == 2
+    repair(KAFKA, tmp_path / "a", [RenameOperator("kafka-source", "kafka-in")], dry_run=False)
+    change_operator_identifier(KAFKA, tmp_path / "b", "kafka-source", "kafka-in")
+    for out in ("a", "b"):
+        assert enumerator_rows(tmp_path / out, "kafka-in") == original
