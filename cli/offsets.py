@@ -1,4 +1,4 @@
-"""`statekit offsets` and `statekit set-offsets`: where a job's Kafka sources resume, and moving one partition."""
+"""`statekit offsets` and `statekit set-offsets`: where a job's sources resume (Kafka, files), and moving a Kafka partition."""
 
 # No `from __future__ import annotations`: see statekit_cli.app (typer's start-up cost).
 from pathlib import Path
@@ -25,8 +25,9 @@ from statekit_cli.common import (
 def offsets(path: Path = PATH, uid: Optional[str] = typer.Option(None, "--uid", metavar="UID", show_default=False,
                                                                  help="Only this source operator, by uid."),
             uid_hash: Optional[str] = HASH, json: bool = JSON) -> None:
-    """Where each Kafka source resumes: per reader subtask its splits (topic, partition, the next offset to read,
-    the stopping offset of a bounded source) and the partitions its enumerator knows."""
+    """Where each source resumes: per reader subtask its splits (Kafka: topic, partition, the next offset to read, the
+    stopping offset of a bounded source; files: the path, the split's bytes, the reader's position) and what its
+    enumerator keeps (Kafka's partitions; the file source's pending splits and processed paths)."""
     from statekit.savepoint.offsets import source_offsets
     from statekit_cli.render import dumps, emit_table
 
@@ -38,16 +39,32 @@ def offsets(path: Path = PATH, uid: Optional[str] = typer.Option(None, "--uid", 
         console.print(dumps(rows), markup=False)
         return
     if not rows:
-        err().print(f"{path} holds no Kafka source state", markup=False)
+        err().print(f"{path} holds no source state (no SourceReaderState splits, no source enumerator)", markup=False)
         return
     table = []
     for r in rows:
         where = f"subtask {r['subtask']}" if r["holder"] == "reader" else f"enumerator ({r['status']})"
+        table.append([r["operator"], r["source"], *_split_cells(r), where])
+    emit_table(console, table, ["operator", "source", "split", "offset", "until", "held by"],
+               title="source offsets (kafka: the next offset to read; file: the reader's position in the split)",
+               identity=("operator", "split"))
+
+
+def _split_cells(r: dict) -> list:
+    """split, offset, until: ``topic/partition``, the next offset (or its marker), the stopping offset; for a file,
+    its path, the reader's position (``+N`` records after a byte offset), the split's byte range."""
+    if r["source"] == "kafka":
         offset = "-" if r["offset"] is None else (str(r["offset"]) if r["starting"] == "offset" else r["starting"])
         stop = "-" if r["stopping_offset"] is None else str(r["stopping_offset"])
-        table.append([r["operator"], r["topic"], str(r["partition"]), offset, stop, where])
-    emit_table(console, table, ["operator", "topic", "partition", "offset", "stopping", "held by"],
-               title="source offsets (offset: the next record to read)", identity=("operator", "topic"))
+        return [f"{r['topic']}/{r['partition']}", offset, stop]
+    if r["source"] == "file":
+        if r["position"] is None:
+            at = "-" if r["offset"] is None else "start"
+        else:
+            at = (f"byte {r['position']} " if r["position"] >= 0 else "") + f"+{r['records_to_skip']} records"
+        span = "-" if r["length"] is None else f"bytes {r['offset']}-{r['offset'] + r['length']}"
+        return [r["path"], at, span]
+    return ["(not decoded)", "-", "-"]
 
 
 def set_offsets(

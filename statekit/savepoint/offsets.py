@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable, Literal
 
 import pyarrow as pa
 
@@ -28,12 +28,16 @@ from statekit.errors import (
 from statekit.format.flink.sources import (
     OFFSET_MARKERS,
     READER_STATE,
+    FileEnumeratorState,
+    FileSplit,
     KafkaEnumeratorState,
     KafkaSplit,
     byte_array_elements,
     check_record,
+    decode_file_reader_split,
     decode_reader_split,
     encode_reader_split,
+    file_enumerator,
     kafka_enumerator,
     operator_record,
 )
@@ -46,26 +50,34 @@ if TYPE_CHECKING:
 
 __all__ = ["OFFSETS_SCHEMA", "OffsetChange", "OffsetsPlan", "set_offsets", "source_offsets"]
 
-#: one row per split a reader subtask holds and per partition the enumerator knows
+#: one row per split a reader subtask holds, per partition a Kafka enumerator knows, per split or path a file
+#: enumerator keeps; the columns of the other kind are null
 OFFSETS_SCHEMA = pa.schema([
     ("operator", pa.string()),        # uid, or the uid hash when the savepoint does not know the uid
     ("uid_hash", pa.string()),
-    ("source", pa.string()),          # kafka
+    ("source", pa.string()),          # kafka | file | unknown (a Source whose splits statekit does not decode)
     ("holder", pa.string()),          # reader | enumerator
     ("subtask", pa.int32()),          # the reader subtask holding the split (null for the enumerator)
-    ("topic", pa.string()),
-    ("partition", pa.int32()),
-    ("offset", pa.int64()),           # the next record to read (after the last one emitted); null: not stored
-    ("starting", pa.string()),        # offset | earliest | latest | committed (a marker instead of an offset)
-    ("stopping_offset", pa.int64()),  # null: unbounded
-    ("status", pa.string()),          # enumerator: assigned | unassigned; reader: null
+    ("topic", pa.string()),           # kafka
+    ("partition", pa.int32()),        # kafka
+    ("offset", pa.int64()),           # kafka: the next record to read; file: where the split starts (bytes)
+    ("starting", pa.string()),        # kafka: offset | earliest | latest | committed (a marker, not an offset)
+    ("stopping_offset", pa.int64()),  # kafka: null = unbounded
+    ("path", pa.string()),            # file: the file (enumerator: a pending split's, or a processed path)
+    ("length", pa.int64()),           # file: the split's length in bytes
+    ("position", pa.int64()),         # file: the reader's checkpointed offset (-1: count records from the start)
+    ("records_to_skip", pa.int64()),  # file: records the reader skips after `position`
+    ("status", pa.string()),          # enumerator: assigned | unassigned (kafka), pending | processed (file)
 ])
+_COLUMNS = OFFSETS_SCHEMA.names
+
+SourceKind = Literal["kafka", "file", "unknown"]
 
 
 @dataclass(frozen=True)
 class _ReaderSplit:
     subtask: int
-    split: KafkaSplit
+    split: KafkaSplit | FileSplit | None  # None: a split statekit does not decode
     payload_at: int  # where the element's payload starts in the subtask's operator stream
 
 
@@ -74,49 +86,78 @@ class _SourceState:
     """One source operator's decoded state (Flink savepoints: with where each split lies, for a rewrite)."""
 
     meta: "OperatorMetadata"
+    kind: SourceKind
     readers: tuple[_ReaderSplit, ...]
-    enumerator: KafkaEnumeratorState | None
+    enumerator: KafkaEnumeratorState | FileEnumeratorState | None
 
 
 def _name(meta: "OperatorMetadata") -> str:
     return meta.uid or meta.uid_hash
 
 
+def _decode_splits(elements: list[tuple[int, int, bytes]], where: str) -> tuple[SourceKind, list[_ReaderSplit]]:
+    """(subtask, payload offset, element) each as Kafka splits, else as file splits, else undecoded."""
+    decoders: list[tuple[SourceKind, Callable[[bytes, str], KafkaSplit | FileSplit]]] = [
+        ("kafka", decode_reader_split), ("file", decode_file_reader_split)]
+    for kind, decode in decoders:
+        try:
+            return kind, [_ReaderSplit(st, decode(e, f"{where}, subtask {st}"), at) for st, at, e in elements]
+        except CorruptSavepointError:
+            continue
+    return "unknown", [_ReaderSplit(st, None, at) for st, at, _ in elements]
+
+
+def _decode_enumerator(data: bytes, kind: SourceKind, where: str) -> KafkaEnumeratorState | FileEnumeratorState | None:
+    decoders: list[tuple[SourceKind, Callable[[bytes, str], KafkaEnumeratorState | FileEnumeratorState]]] = [
+        ("kafka", kafka_enumerator), ("file", file_enumerator)]
+    for k, decode in decoders:
+        if kind in (k, "unknown"):
+            try:
+                return decode(data, where)
+            except CorruptSavepointError:
+                continue
+    return None  # a coordinator of another kind (another connector's source, or not a source)
+
+
+def _state(meta: "OperatorMetadata", elements: list[tuple[int, int, bytes]], has_reader_state: bool,
+           coordinator: bytes | None, where: str) -> _SourceState | None:
+    kind, readers = _decode_splits(elements, where) if elements else ("unknown", [])
+    enum = _decode_enumerator(coordinator, kind, f"{where}, coordinator state") if coordinator is not None else None
+    if enum is not None:
+        enum_kind: SourceKind = "kafka" if isinstance(enum, KafkaEnumeratorState) else "file"
+        if readers and kind != enum_kind:
+            raise CorruptSavepointError(f"{where}: the readers hold {kind} splits but the enumerator state is a "
+                                        f"{enum_kind} source's; the savepoint is damaged.")
+        kind = enum_kind
+    if not has_reader_state and enum is None:
+        return None
+    return _SourceState(meta, kind, tuple(readers), enum)
+
+
 def _flink_state(sp: "FlinkSavepoint", meta: "OperatorMetadata") -> _SourceState | None:
     fop = sp.flink.metadata.operator(meta.uid_hash)
     assert fop is not None
     where = f"{sp.path}/_metadata, operator {_name(meta)}"
-    readers: list[_ReaderSplit] = []
+    elements: list[tuple[int, int, bytes]] = []
+    has_reader_state = False
     for st in fop.subtasks:
         h = st.managed_operator
         entry = next((s for s in h.states if s.name == READER_STATE), None) if h is not None else None
-        if h is None or entry is None or not entry.offsets:
+        if h is None or entry is None:
             continue
-        stream = sp.flink.files.read(h.delegate)
-        for at, payload in byte_array_elements(stream, entry.offsets, f"{where}, subtask {st.index}"):
-            readers.append(_ReaderSplit(st.index, decode_reader_split(payload, f"{where}, subtask {st.index}"), at))
-    has_reader_state = any(h is not None and any(s.name == READER_STATE for s in h.states)
-                           for h in (st.managed_operator for st in fop.subtasks))
-    enum = None
-    if fop.coordinator is not None:
-        try:
-            enum = kafka_enumerator(sp.flink.files.read(fop.coordinator), f"{where}, coordinator state")
-        except CorruptSavepointError:
-            if readers:  # Kafka splits under an enumerator that is not Kafka's: damaged
-                raise
-            return None  # a coordinator of another kind (another connector's source, not decoded)
-    if not has_reader_state and enum is None:
-        return None
-    return _SourceState(meta, tuple(readers), enum)
+        has_reader_state = True
+        if entry.offsets:
+            stream = sp.flink.files.read(h.delegate)
+            elements += [(st.index, at, e) for at, e in byte_array_elements(stream, entry.offsets, f"{where}, subtask {st.index}")]
+    coordinator = sp.flink.files.read(fop.coordinator) if fop.coordinator is not None else None
+    return _state(meta, elements, has_reader_state, coordinator, where)
 
 
 def _statekit_state(sp: "Savepoint", meta: "OperatorMetadata") -> _SourceState | None:
     if not any(s.name == READER_STATE for s in meta.operator_states):
         return None
-    table = sp.list_state(meta.identifier, READER_STATE)
-    readers = [_ReaderSplit(r["subtask"], decode_reader_split(r["value"], f"{sp.path}, operator {_name(meta)}"), -1)
-               for r in table.to_pylist()]
-    return _SourceState(meta, tuple(readers), None)
+    rows = sp.list_state(meta.identifier, READER_STATE).to_pylist()
+    return _state(meta, [(r["subtask"], -1, r["value"]) for r in rows], True, None, f"{sp.path}, operator {_name(meta)}")
 
 
 def _sources(sp: "Savepoint", op: Any = None) -> list[_SourceState]:
@@ -138,13 +179,15 @@ def _open(savepoint: "str | os.PathLike[str] | Savepoint") -> "Savepoint":
 
 
 def source_offsets(savepoint: "str | os.PathLike[str] | Savepoint", op: Any = None) -> pa.Table:
-    """Where every Kafka source of `savepoint` (or only operator `op`) resumes, as a table (`OFFSETS_SCHEMA`).
+    """Where every new-style source of `savepoint` (or only operator `op`) resumes, as a table (`OFFSETS_SCHEMA`).
 
-    Reader rows are the splits each `SourceOperator` subtask holds: `offset` is the next record it reads,
-    the offset after the last record it emitted before the savepoint. Enumerator rows are the partitions the
-    source's `SplitEnumerator` knows (`assigned` to a reader, or discovered and `unassigned`); from enumerator
-    state version 3 (flink-connector-kafka 4.x/5.x for Flink 2) with the offset it would assign them from.
-    A statekit savepoint has reader rows only (its format keeps no coordinator state).
+    Reader rows are the splits each `SourceOperator` subtask holds. Kafka: `offset` is the next record the
+    split reads, the offset after the last record emitted before the savepoint; file: the split's byte range
+    and the reader's checkpointed position in it. Enumerator rows are what the source's `SplitEnumerator`
+    keeps: Kafka's partitions (`assigned` to a reader, or discovered and `unassigned`; from enumerator state
+    version 3, flink-connector-kafka 5.x, with the offset it would assign them from), the file source's
+    `pending` splits and `processed` paths. A statekit savepoint has reader rows only (its format keeps no
+    coordinator state). A source whose splits statekit does not decode shows as `unknown`, one row per split.
 
     Examples
     --------
@@ -154,24 +197,40 @@ def source_offsets(savepoint: "str | os.PathLike[str] | Savepoint", op: Any = No
     sp = _open(savepoint)
     rows: list[dict[str, Any]] = []
     for s in _sources(sp, op):
-        base = {"operator": _name(s.meta), "uid_hash": s.meta.uid_hash, "source": "kafka"}
-        for r in sorted(s.readers, key=lambda r: (r.split.topic, r.split.partition, r.subtask)):
-            rows.append({**base, "holder": "reader", "subtask": r.subtask, **_split_row(r.split), "status": None})
-        if s.enumerator is not None:
+        base = {"operator": _name(s.meta), "uid_hash": s.meta.uid_hash, "source": s.kind}
+        for r in sorted(s.readers, key=_reader_order):
+            rows.append({**base, "holder": "reader", "subtask": r.subtask, **_split_row(r.split)})
+        if isinstance(s.enumerator, KafkaEnumeratorState):
             for p in sorted(s.enumerator.partitions, key=lambda p: (p.topic, p.partition)):
-                split = p.split or KafkaSplit(p.topic, p.partition, 0)
-                row = {**base, "holder": "enumerator", "subtask": None, **_split_row(split), "status": p.status}
-                if p.split is None:
-                    row.update(offset=None, starting=None, stopping_offset=None)
-                rows.append(row)
+                row = {**base, "holder": "enumerator", "status": p.status, "topic": p.topic, "partition": p.partition}
+                rows.append({**row, **(_split_row(p.split) if p.split else {})})
+        elif isinstance(s.enumerator, FileEnumeratorState):
+            for f in s.enumerator.pending:
+                rows.append({**base, "holder": "enumerator", **_split_row(f), "status": "pending"})
+            for path in s.enumerator.processed:
+                rows.append({**base, "holder": "enumerator", "path": path, "status": "processed"})
     if op is not None and not rows:
         raise NoSourceStateError(_no_source(sp, sp.operator(op)))
-    return pa.Table.from_pylist(rows, schema=OFFSETS_SCHEMA)
+    return pa.Table.from_pylist([{c: r.get(c) for c in _COLUMNS} for r in rows], schema=OFFSETS_SCHEMA)
 
 
-def _split_row(split: KafkaSplit) -> dict[str, Any]:
-    return {"topic": split.topic, "partition": split.partition, "offset": split.offset, "starting": split.starting,
-            "stopping_offset": split.stopping_offset}
+def _reader_order(r: _ReaderSplit) -> tuple:
+    if isinstance(r.split, KafkaSplit):
+        return (r.split.topic, r.split.partition, r.subtask)
+    if isinstance(r.split, FileSplit):
+        return (r.split.path, r.split.offset, r.subtask)
+    return ("", 0, r.subtask)
+
+
+def _split_row(split: KafkaSplit | FileSplit | None) -> dict[str, Any]:
+    if isinstance(split, KafkaSplit):
+        return {"topic": split.topic, "partition": split.partition, "offset": split.offset, "starting": split.starting,
+                "stopping_offset": split.stopping_offset}
+    if isinstance(split, FileSplit):
+        pos = split.position
+        return {"path": split.path, "offset": split.offset, "length": split.length,
+                "position": pos[0] if pos else None, "records_to_skip": pos[1] if pos else None}
+    return {}
 
 
 def _no_source(sp: "Savepoint", meta: "OperatorMetadata") -> str:
@@ -248,21 +307,27 @@ def set_offsets(source: "str | os.PathLike[str]", target: "str | os.PathLike[str
             "cannot keep the source consistent there. Run set-offsets on the Flink savepoint the job wrote.")
     meta = sp.operator(op)
     state = _flink_state(sp, meta)
-    if state is None:
+    if state is None or state.kind == "unknown":
         raise NoSourceStateError(_no_source(sp, meta))
-    readers = [r for r in state.readers if (r.split.topic, r.split.partition) == (topic, partition)]
-    enum_idx = [i for i, p in enumerate(state.enumerator.partitions if state.enumerator else ())
+    if state.kind != "kafka":
+        raise UnsupportedFormatError(
+            f"operator {_name(meta)} of {source} is a {state.kind} source; set-offsets moves Kafka partitions. "
+            "`statekit offsets` shows where it stands.")
+    kafka_enum = state.enumerator if isinstance(state.enumerator, KafkaEnumeratorState) else None
+    readers = [r for r in state.readers if isinstance(r.split, KafkaSplit)
+               and (r.split.topic, r.split.partition) == (topic, partition)]
+    enum_idx = [i for i, p in enumerate(kafka_enum.partitions if kafka_enum else ())
                 if (p.topic, p.partition) == (topic, partition)]
     if not readers and not enum_idx:
-        known = sorted({(r.split.topic, r.split.partition) for r in state.readers}
-                       | {(p.topic, p.partition) for p in (state.enumerator.partitions if state.enumerator else ())})
+        known = sorted({(r.split.topic, r.split.partition) for r in state.readers if isinstance(r.split, KafkaSplit)}
+                       | {(p.topic, p.partition) for p in (kafka_enum.partitions if kafka_enum else ())})
         raise UnknownPartitionError(
             f"operator {_name(meta)} of {source} holds no split of {topic}/{partition}; it holds "
             f"{', '.join(f'{t}/{p}' for t, p in known) or 'none'}. Give one of those (`statekit offsets` lists them).")
     if offset is None:
         assert shift is not None
-        bases = [r.split.offset for r in readers] or [state.enumerator.partitions[i].split.offset  # type: ignore[union-attr]
-                                                      for i in enum_idx if state.enumerator.partitions[i].split]  # type: ignore[union-attr]
+        enum_splits = [kafka_enum.partitions[i].split for i in enum_idx] if kafka_enum else []
+        bases = [_kafka(r).offset for r in readers] or [sp_.offset for sp_ in enum_splits if sp_ is not None]
         if not bases:
             raise InvalidArgumentError(f"the enumerator of {_name(meta)} stores no offset for {topic}/{partition} "
                                        "(enumerator state before version 3); give --offset N instead of --shift.")
@@ -278,8 +343,8 @@ def set_offsets(source: "str | os.PathLike[str]", target: "str | os.PathLike[str
         raise InvalidArgumentError(f"the new offset of {topic}/{partition} would be {new}; offsets are >= 0.")
     plan = OffsetsPlan(str(source), str(target), _name(meta))
     for r in readers:
-        plan.changes.append(OffsetChange("reader", r.subtask, topic, partition, r.split.offset, new))
-    enum = state.enumerator
+        plan.changes.append(OffsetChange("reader", r.subtask, topic, partition, _kafka(r).offset, new))
+    enum = kafka_enum
     if enum is not None and enum.version >= 3:
         parts = list(enum.partitions)
         for i in enum_idx:
@@ -293,6 +358,11 @@ def set_offsets(source: "str | os.PathLike[str]", target: "str | os.PathLike[str
     _write(sp, state, readers, enum, new, target)
     plan.written = True
     return plan
+
+
+def _kafka(r: _ReaderSplit) -> KafkaSplit:
+    assert isinstance(r.split, KafkaSplit)
+    return r.split
 
 
 def _write(sp: "FlinkSavepoint", state: _SourceState, readers: list[_ReaderSplit],
@@ -320,11 +390,11 @@ def _write(sp: "FlinkSavepoint", state: _SourceState, readers: list[_ReaderSplit
                 if st.index in by_subtask and h is not None:
                     stream = bytearray(sp.flink.files.read(h.delegate))
                     for r in by_subtask[st.index]:
-                        old = encode_reader_split(r.split)
-                        data = encode_reader_split(replace(r.split, offset=new))
+                        old = encode_reader_split(_kafka(r))
+                        data = encode_reader_split(replace(_kafka(r), offset=new))
                         if stream[r.payload_at:r.payload_at + len(old)] != old or len(data) != len(old):
-                            raise CorruptSavepointError(f"{where}: subtask {st.index}'s split of {r.split.topic}/"
-                                                        f"{r.split.partition} is not where it was read.")
+                            raise CorruptSavepointError(f"{where}: subtask {st.index}'s split of {_kafka(r).topic}/"
+                                                        f"{_kafka(r).partition} is not where it was read.")
                         stream[r.payload_at:r.payload_at + len(data)] = data
                     st = replace(st, managed_operator=_with_stream(h, bytes(stream), staging, new_files, st.index))
                 subtasks.append(st)

@@ -230,3 +230,34 @@ def run_jobs(bootstrap: str, topic: str, partitions: int, runs: list[JobSpec], *
     if any(r is None for r in results):
         raise FlinkRunError(f"OffsetsJob exited with {proc.returncode}:\n{proc.stderr[-6000:]}")
     return results  # type: ignore[return-value]
+
+
+def run_file_jobs(directory: Path, runs: list[tuple[Path | str | None, int, Path | None, int]], *,
+                  timeout: float = 600) -> list[JobRun | str]:
+    """Run the file-source job over `directory` once per (restore savepoint, None or "@prev" - the savepoint of the
+    run before -, lines to wait for, savepoint directory or None, microseconds to wait per line), one after another
+    in one JVM: per run the lines it emitted before its savepoint (as ``records`` values) and the savepoint, or its
+    failure text."""
+    build()
+    proc = subprocess.run(["java", "-Xmx1g", *ADD_OPENS, "-cp", _classpath("job"), "statekit.kafkatest.FileOffsetsJob",
+                           str(directory), *(f"{r or '-'},{n},{d or '-'},{t}" for r, n, d, t in runs)],
+                          capture_output=True, text=True, timeout=timeout)
+    results: list[JobRun | str | None] = [None] * len(runs)
+    current: JobRun | None = None
+    for line in proc.stdout.splitlines():
+        if line.startswith("BEGIN "):
+            current = JobRun()
+            results[int(line.split()[1])] = current
+        elif line.startswith("END "):
+            current = None
+        elif line.startswith("ERROR "):
+            _, idx, text = line.split(" ", 2)
+            results[int(idx)] = text
+            current = None
+        elif line.startswith("REC ") and current is not None:
+            current.records.append((-1, -1, line[4:]))
+        elif line.startswith("SAVEPOINT ") and current is not None:
+            current.savepoint = Path(line.split(" ", 1)[1].removeprefix("file:"))
+    if any(r is None for r in results):
+        raise FlinkRunError(f"FileOffsetsJob exited with {proc.returncode}:\n{proc.stderr[-6000:]}")
+    return results  # type: ignore[return-value]

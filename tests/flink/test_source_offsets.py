@@ -2,7 +2,9 @@
 job reading a 2-partition topic with flink-connector-kafka's KafkaSource. `statekit offsets` shows exactly where the job
 stood when its savepoint was taken (per partition the offset after the last record it emitted), and the job restored
 from `statekit set-offsets --shift +1` resumes exactly one record later per partition, while the unmodified savepoint
-resumes where it stood."""
+resumes where it stood. The file source (`extended`): a continuously monitoring FileSource's savepoint taken
+while a large file is being read shows the reader's position in it and the enumerator's processed paths, and the
+restored job resumes exactly at that position."""
 
 from __future__ import annotations
 
@@ -101,3 +103,40 @@ def test_offsets_of_a_running_kafka_job_and_a_shift_by_one(broker, tmp_path):
     assert control.offsets() == {p: list(range(n, n + LATER[p])) for p, n in FIRST.items()}
     assert carried.offsets() == control.offsets()
     assert resumed.offsets() == {p: list(range(n + 1, n + LATER[p])) for p, n in FIRST.items()}
+
+
+LINE = 13  # bytes of "line-0000000\n"
+
+
+@pytest.mark.extended
+def test_file_source_position_and_processed_paths(tmp_path):
+    why = flink_harness.missing_tools()
+    if why:
+        pytest.skip(why)
+    src = tmp_path / "in"
+    src.mkdir()
+    big = src / "big.txt"
+    big.write_text("".join(f"line-{i:07d}\n" for i in range(200_000)))
+    (src / "small.txt").write_text("".join(f"line-{i:07d}\n" for i in range(3)))
+    # a savepoint while big.txt is being read (the map waits 50 us per line), then a restore of it in the same JVM
+    first, resumed = kafka_harness.run_file_jobs(src, [(None, 1000, tmp_path / "savepoints", 50),
+                                                       ("@prev", 50, None, 50)])
+    assert not isinstance(first, str), first
+    assert not isinstance(resumed, str), resumed
+    assert first.savepoint is not None
+    rows = source_offsets(first.savepoint).to_pylist()
+    readers = [r for r in rows if r["holder"] == "reader"]
+    enum = [r for r in rows if r["holder"] == "enumerator"]
+    assert all(r["source"] == "file" and r["operator"] == "file-source" for r in rows)
+    # the enumerator has handed out both files (a monitoring enumerator never lists a processed path again)
+    assert sorted(r["path"] for r in enum) == [f"file:{big}", f"file:{src / 'small.txt'}"]
+    assert {r["status"] for r in enum} == {"processed"}
+    # one reader holds big.txt's split (one split per file: text lines are not splittable), mid-file
+    (reader,) = readers
+    assert (reader["path"], reader["offset"], reader["length"]) == (f"file:{big}", 0, 200_000 * LINE)
+    at = (max(reader["position"], 0) // LINE) + reader["records_to_skip"]
+    assert len(first.records) <= at < 200_000
+    # restored, the job reads big.txt on from exactly that line, and nothing of small.txt again
+    lines = [v for _, _, v in resumed.records]
+    assert lines[0] == f"line-{at:07d}"
+    assert lines == [f"line-{i:07d}" for i in range(at, at + len(lines))]

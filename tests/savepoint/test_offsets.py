@@ -224,3 +224,23 @@ def test_a_renamed_source_keeps_its_enumerator_state(tmp_path):
     change_operator_identifier(KAFKA, tmp_path / "b", "kafka-source", "kafka-in")
     for out in ("a", "b"):
         assert enumerator_rows(tmp_path / out, "kafka-in") == original
+
+
+FILES = KAFKA.parent / "file-source-mid-file"
+
+
+def test_file_source_offsets():
+    rows = source_offsets(FILES).to_pylist()
+    (reader,) = [r for r in rows if r["holder"] == "reader"]
+    assert reader["source"] == "file" and reader["subtask"] == 1
+    assert reader["path"].endswith("/in/big.txt") and reader["path"].startswith("file:/")
+    assert (reader["offset"], reader["length"], reader["position"], reader["records_to_skip"]) == (0, 2_600_000, -1, 1763)
+    assert reader["topic"] is None and reader["partition"] is None
+    (enum,) = [r for r in rows if r["holder"] == "enumerator"]
+    assert (enum["path"], enum["status"], enum["offset"]) == (reader["path"], "processed", None)
+    # set-offsets moves Kafka partitions only: refused by name, nothing written
+    with pytest.raises(UnsupportedFormatError, match="file source"):
+        set_offsets(FILES, FILES.parent / "never", op="file-source", topic="t", partition=0, offset=1, dry_run=False)
+    assert not (FILES.parent / "never").exists()
+    r = CliRunner().invoke(app, ["offsets", str(FILES)])
+    assert r.exit_code == 0 and "+1763 records" in r.output and "enumerator (processed)" in r.output

@@ -8,7 +8,9 @@ as the operator's coordinator state in `_metadata` (``i32 coordinator serde vers
 serializer version | i32 length | enumerator bytes``). The connector defines the split and enumerator
 bytes; statekit decodes `flink-connector-kafka`'s (`KafkaPartitionSplitSerializer` version 0:
 ``writeUTF topic | i32 partition | i64 starting offset | i64 stopping offset``; `KafkaSourceEnumState`
-versions 1-3, version 3 holding each partition's split). `operator_record` writes one operator's record
+versions 1-3, version 3 holding each partition's split) and `flink-connector-files`' (`FileSourceSplit`
+version 1: id, path, byte range, reader position; `PendingSplitsCheckpoint` version 1: pending splits and
+processed paths). `operator_record` writes one operator's record
 of `_metadata` back, so a rewrite of a source operator splices it into the original bytes.
 """
 
@@ -18,7 +20,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from statekit.errors import CorruptSavepointError, UnsupportedFormatError
-from statekit.format.flink.binary import DataInput
+from statekit.format.flink.binary import DataInput, java_string
 from statekit.format.flink.metadata import (
     BYTE_STREAM_HANDLE,
     FILE_STREAM_HANDLE,
@@ -103,6 +105,114 @@ def decode_reader_split(element: bytes, where: str) -> KafkaSplit:
 def encode_reader_split(split: KafkaSplit) -> bytes:
     """One `SourceReaderState` element holding `split`."""
     return encode_versioned(_KAFKA_SPLIT_VERSION, split.encode())
+
+
+# -- file source splits (flink-connector-files) --------------------------------------------------------
+_FILE_SPLIT_VERSION = 1
+NO_POSITION_OFFSET = -1  # CheckpointedPosition.NO_OFFSET: the position counts records from the split's start
+
+
+@dataclass(frozen=True)
+class FileSplit:
+    """One `FileSourceSplit` (`FileSourceSplitSerializer` version 1): a byte range of a file, and where its reader
+    stands in it (`position`: the checkpointed offset, `records_to_skip` records after it; None: at the start)."""
+
+    split_id: str
+    path: str
+    offset: int
+    length: int
+    modification_time: int
+    file_size: int
+    hosts: tuple[str, ...]
+    position: tuple[int, int] | None
+
+    @staticmethod
+    def decode(data: bytes, where: str) -> "FileSplit":
+        inp = DataInput(data, where)
+        split_id = inp.utf("a split id")
+        path = _flink_path(inp)
+        offset, length = inp.i64("a split offset"), inp.i64("a split length")
+        mtime, size = inp.i64("a modification time"), inp.i64("a file size")
+        hosts = tuple(inp.utf("a host name") for _ in range(inp.count("the number of hosts", limit=1 << 16)))
+        position = (inp.i64("a reader offset"), inp.i64("records to skip")) if inp.bool("a position flag") else None
+        if inp.remaining():
+            raise inp.fail(f"{inp.remaining()} byte(s) follow a file split")
+        if offset < 0 or length < 0:
+            raise inp.fail(f"offset {offset} / length {length} is not a file split's")
+        return FileSplit(split_id, path, offset, length, mtime, size, hosts, position)
+
+
+def _flink_path(inp: DataInput) -> str:
+    """`Path.serializeToDataOutputView`: a URI's scheme, user info, host, port, path, query and fragment, joined
+    back into the URI text (`StringValue` strings, each behind a null flag)."""
+    if not inp.bool("a path flag"):
+        raise inp.fail("a file split has no path")
+
+    def part() -> str | None:
+        return java_string(inp, "a path part") if inp.bool("a path part flag") else None
+
+    scheme, user, host = part(), part(), part()
+    port = inp.i32("a port")
+    path, query, fragment = part(), part(), part()
+    text = f"{scheme}:" if scheme else ""
+    if host is not None:
+        text += "//" + (f"{user}@" if user else "") + host + (f":{port}" if port != -1 else "")
+    text += path or ""
+    text += f"?{query}" if query is not None else ""
+    return text + (f"#{fragment}" if fragment is not None else "")
+
+
+def decode_file_reader_split(element: bytes, where: str) -> FileSplit:
+    """One `SourceReaderState` element as a file split; `CorruptSavepointError` when it is none."""
+    version, payload = decode_versioned(element, where)
+    if version != _FILE_SPLIT_VERSION:
+        raise CorruptSavepointError(f"{where}: split serializer version {version} is not FileSourceSplitSerializer's "
+                                    f"({_FILE_SPLIT_VERSION}).")
+    return FileSplit.decode(payload, where)
+
+
+@dataclass(frozen=True)
+class FileEnumeratorState:
+    """`PendingSplitsCheckpoint` (serializer version 1, little-endian): splits not assigned yet and the paths a
+    continuously monitoring enumerator has already processed (it never reads them again)."""
+
+    pending: tuple[FileSplit, ...]
+    processed: tuple[str, ...]
+
+    @staticmethod
+    def decode(version: int, data: bytes, where: str) -> "FileEnumeratorState":
+        if version != 1:
+            raise UnsupportedFormatError(f"{where}: file enumerator state version {version} is not supported "
+                                         "(statekit reads version 1).")
+        inp = DataInput(data, where)
+
+        def le32(what: str) -> int:
+            return int.from_bytes(inp.bytes(4, what), "little", signed=True)
+
+        if le32("the magic number") != 0xDEADBEEF - (1 << 32):
+            inp.pos -= 4
+            raise inp.fail("the file enumerator state does not start with its magic number 0xDEADBEEF")
+        split_version = le32("the split serializer version")
+        n_splits, n_paths = le32("the number of splits"), le32("the number of paths")
+        if split_version != _FILE_SPLIT_VERSION or n_splits < 0 or n_paths < 0:
+            raise inp.fail(f"split version {split_version}, {n_splits} splits, {n_paths} paths")
+        pending = tuple(FileSplit.decode(inp.bytes(le32("a split length"), "a split"), where) for _ in range(n_splits))
+        processed = []
+        for _ in range(n_paths):
+            raw = inp.bytes(le32("a path length"), "a path")
+            try:
+                processed.append(raw.decode("utf-8"))
+            except UnicodeDecodeError:
+                raise inp.fail("a processed path is not UTF-8") from None
+        if inp.remaining():
+            raise inp.fail(f"{inp.remaining()} byte(s) follow the file enumerator state")
+        return FileEnumeratorState(pending, tuple(processed))
+
+
+def file_enumerator(coordinator: bytes, where: str) -> FileEnumeratorState:
+    """A coordinator state's bytes as a file source's enumerator state (`CorruptSavepointError` when not one)."""
+    state = CoordinatorState.decode(coordinator, where)
+    return FileEnumeratorState.decode(state.enumerator_version, state.enumerator, where)
 
 
 # -- the coordinator (enumerator) state ---------------------------------------------------------------
