@@ -211,7 +211,8 @@ def source_offsets(savepoint: "str | os.PathLike[str] | Savepoint", op: Any = No
                 rows.append({**base, "holder": "enumerator", "path": path, "status": "processed"})
     if op is not None and not rows:
         raise NoSourceStateError(_no_source(sp, sp.operator(op)))
-    return pa.Table.from_pylist([{c: r.get(c) for c in _COLUMNS} for r in rows], schema=OFFSETS_SCHEMA)
+    return pa.table({c: pa.array([r.get(c) for r in rows], OFFSETS_SCHEMA.field(c).type) for c in _COLUMNS},
+                    schema=OFFSETS_SCHEMA)
 
 
 def _reader_order(r: _ReaderSplit) -> tuple:

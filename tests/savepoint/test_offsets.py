@@ -11,6 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from statekit.errors import (
+    CorruptSavepointError,
     InvalidArgumentError,
     NoSourceStateError,
     UnknownPartitionError,
@@ -172,8 +173,19 @@ def test_split_and_enumerator_codecs():
     split = KafkaSplit("t", 3, 42, 100)
     assert decode_reader_split(encode_reader_split(split), "x") == split
     assert KafkaSplit("t", 0, -3).starting == "committed" and KafkaSplit("t", 0, 5).stopping_offset is None
-    with pytest.raises(Exception):
+    with pytest.raises(CorruptSavepointError):
         KafkaSplit.decode(split.encode() + b"\x00", "x")  # not every byte used: not a Kafka split
+    # the ASCII fast path and the general decoder agree (a non-ASCII topic takes the general one)
+    from statekit.format.flink.binary import DataInput
+
+    for topic in ("events", "événements", "t\u0000x", ""):
+        for s_ in (KafkaSplit(topic, 7, 3, 9), KafkaSplit(topic, 0, -2)):
+            b = s_.encode()
+            inp = DataInput(b, "x")
+            general = KafkaSplit(inp.utf(), inp.i32(), inp.i64(), inp.i64())
+            assert KafkaSplit.decode(b, "x") == general == s_
+    with pytest.raises(CorruptSavepointError):
+        KafkaSplit.decode(KafkaSplit("t", 0, -7).encode(), "x")  # not an offset, not a marker
     parts = (EnumeratorPartition("a", 0, "assigned", KafkaSplit("a", 0, 7)),
              EnumeratorPartition("b", 1, "unassigned", KafkaSplit("b", 1, -2, NO_STOPPING_OFFSET)))
     for version in (1, 2, 3):

@@ -16,6 +16,7 @@ of `_metadata` back, so a rewrite of a source operator splices it into the origi
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass
 from typing import Literal
 
@@ -36,6 +37,7 @@ READER_STATE = "SourceReaderState"
 #: KafkaPartitionSplit's stored markers instead of an offset (LATEST_OFFSET is only in old state)
 OFFSET_MARKERS = {-1: "latest", -2: "earliest", -3: "committed"}
 NO_STOPPING_OFFSET = -(1 << 63)  # Long.MIN_VALUE: the split is unbounded
+_SPLIT_TAIL = struct.Struct(">iqq")  # partition, starting offset, stopping offset
 _COORDINATOR_SERDE_VERSION = 1
 _KAFKA_SPLIT_VERSION = 0
 _STATUS = {0: "assigned", 1: "unassigned"}  # AssignmentStatus codes (UNASSIGNED_INITIAL = 1)
@@ -68,6 +70,11 @@ class KafkaSplit:
     @staticmethod
     def decode(data: bytes, where: str) -> "KafkaSplit":
         """A split from its serializer's bytes; every byte must be used (else it is not a Kafka split)."""
+        n = int.from_bytes(data[:2], "big")
+        if len(data) == n + 22 and data[2:2 + n].isascii():  # the usual: an ASCII topic (one struct unpack)
+            partition, offset, stopping = _SPLIT_TAIL.unpack_from(data, 2 + n)
+            if partition >= 0 and (offset >= 0 or offset in OFFSET_MARKERS):
+                return KafkaSplit(data[2:2 + n].decode("ascii"), partition, offset, stopping)
         inp = DataInput(data, where)
         split = KafkaSplit(inp.utf("a topic"), inp.i32("a partition"), inp.i64("a starting offset"),
                            inp.i64("a stopping offset"))
