@@ -256,3 +256,53 @@ def test_file_source_offsets():
     assert not (FILES.parent / "never").exists()
     r = CliRunner().invoke(app, ["offsets", str(FILES)])
     assert r.exit_code == 0 and "+1763 records" in r.output and "enumerator (processed)" in r.output
+
+
+def _with_enumerator(tmp_path, enum: KafkaEnumeratorState) -> Path:
+    """The fixture with another Kafka enumerator state in its coordinator (the readers unchanged)."""
+    from dataclasses import replace
+
+    from statekit.format.flink.sources import operator_record
+
+    md = read_metadata(KAFKA)
+    fop = next(o for o in md.operators if o.uid == "kafka-source")
+    assert fop.coordinator is not None and fop.coordinator.data is not None
+    data = CoordinatorState(enum.version, enum.encode()).encode()
+    record = operator_record(replace(fop, coordinator=replace(fop.coordinator, data=data, size=len(data))), md.version)
+    out = tmp_path / f"enum-v{enum.version}"
+    out.mkdir()
+    original = (KAFKA / "_metadata").read_bytes()
+    (out / "_metadata").write_bytes(original[:fop.span[0]] + record + original[fop.span[1]:])
+    return out
+
+
+def test_a_partition_only_the_enumerator_holds(tmp_path):
+    """A partition discovered but not assigned yet (no reader holds it): only the enumerator's entry moves, and a
+    shift from its `earliest` marker is refused (there is no offset to shift from)."""
+    parts = (EnumeratorPartition("events", 0, "assigned", KafkaSplit("events", 0, -2)),
+             EnumeratorPartition("events", 1, "assigned", KafkaSplit("events", 1, -2)),
+             EnumeratorPartition("events", 2, "unassigned", KafkaSplit("events", 2, -2)))
+    src = _with_enumerator(tmp_path, KafkaEnumeratorState(3, parts, True))
+    with pytest.raises(InvalidArgumentError, match="earliest"):
+        set_offsets(src, tmp_path / "out", op="kafka-source", topic="events", partition=2, shift=1, dry_run=False)
+    plan = set_offsets(src, tmp_path / "out", op="kafka-source", topic="events", partition=2, offset=4, dry_run=False)
+    assert [(c.holder, c.old, c.new) for c in plan.changes] == [("enumerator", -2, 4)]
+    rows = source_offsets(tmp_path / "out").to_pylist()
+    assert [(r["partition"], r["offset"], r["status"]) for r in rows if r["holder"] == "enumerator"] == [
+        (0, -2, "assigned"), (1, -2, "assigned"), (2, 4, "unassigned")]
+    assert _positions(tmp_path / "out") == _positions(KAFKA)
+
+
+def test_enumerator_state_without_offsets(tmp_path):
+    """flink-connector-kafka 4.0 (version 2) stores partitions and their status, no offsets: the readers move, the
+    enumerator's bytes stay as they were."""
+    parts = (EnumeratorPartition("events", 0, "assigned"), EnumeratorPartition("events", 1, "assigned"))
+    src = _with_enumerator(tmp_path, KafkaEnumeratorState(2, parts, True))
+    rows = [r for r in source_offsets(src).to_pylist() if r["holder"] == "enumerator"]
+    assert [(r["partition"], r["offset"], r["starting"], r["status"]) for r in rows] == [
+        (0, None, None, "assigned"), (1, None, None, "assigned")]
+    plan = set_offsets(src, tmp_path / "out", op="kafka-source", topic="events", partition=0, shift=1, dry_run=False)
+    assert [(c.holder, c.old, c.new) for c in plan.changes] == [("reader", 5, 6)]
+    coordinator = [o.coordinator.data for o in read_metadata(tmp_path / "out").operators if o.uid == "kafka-source"]
+    assert coordinator == [o.coordinator.data for o in read_metadata(src).operators if o.uid == "kafka-source"]
+    assert _positions(tmp_path / "out") == {("events", 0): 6, ("events", 1): 7}
