@@ -33,6 +33,7 @@ COMMAND_MODULES = (
     "statekit_cli.upgrade",  # upgrade (Flink 1.x savepoints to 2.x)
     "statekit_cli.compat",   # compat (will the new job version restore the old state?)
     "statekit_cli.stats",    # stats (where the bytes are: operators, states, subtasks, key groups, largest keys)
+    "statekit_cli.offsets",  # offsets, set-offsets (where Kafka sources resume; moving one partition)
     "statekit_cli.clean",    # clean (leftovers of killed writers and jobs)
 )
 

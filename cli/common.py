@@ -88,7 +88,7 @@ def exit_code_for(exc: BaseException) -> int:
     from statekit import errors as E
 
     usage = (E.InvalidArgumentError, E.StateTypeError, E.NotASavepointError, E.UnknownOperatorError,
-             E.UnknownStateError, E.OutputExistsError)
+             E.UnknownStateError, E.OutputExistsError, E.NoSourceStateError, E.UnknownPartitionError)
     if isinstance(exc, E.InvalidKeyError) and not isinstance(exc, E.DuplicateKeyError):
         return EXIT_USAGE
     return EXIT_USAGE if isinstance(exc, usage) else EXIT_PROBLEMS

@@ -152,6 +152,14 @@ class UnknownStateError(SavepointError, LookupError):
     """The operator has no state with that name."""
 
 
+class NoSourceStateError(SavepointError, LookupError):
+    """The operator holds no source state statekit decodes (no Kafka reader splits, no Kafka enumerator state)."""
+
+
+class UnknownPartitionError(SavepointError, LookupError):
+    """A source's state holds no split of that topic and partition."""
+
+
 class UntrustedPicklePayloadError(UntrustedPickleError, SavepointError):
     """A savepoint column holds pickled values and the reader was not told to trust them."""
 

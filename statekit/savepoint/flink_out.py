@@ -403,7 +403,8 @@ def write_flink(source: str | os.PathLike[str] | Savepoint, target: str | os.Pat
                 rekey: Mapping[str, Any] | None = None, key_types: Mapping[str, str] | None = None,
                 job_max_parallelism: int | None = None, checkpoint_id: int | None = None,
                 pyflink: Mapping[str, Mapping[str, str]] | None = None,
-                flink_version: str | FlinkVersion | None = None) -> Path:
+                flink_version: str | FlinkVersion | None = None,
+                coordinators: Mapping[str, bytes] | None = None) -> Path:
     """Write savepoint `source` (statekit or Flink) as a canonical Flink savepoint at `target`.
 
     Serializers read from a Flink savepoint are reused unchanged; other state maps its DDL types
@@ -420,13 +421,16 @@ def write_flink(source: str | os.PathLike[str] | Savepoint, target: str | os.Pat
     `statekit.format.flink.pyflink.parse_type` reads them, ``{}`` to infer every one from its column);
     operators read from a PyFlink savepoint are written that way anyway. `flink_version` ("1.20", "2.0",
     "2.3", ...) is the Flink the savepoint is for (its `_metadata` layout); by default the version the state
-    came from (`Savepoint.flink_version`), else the newest. The source is never modified; `target` must not
-    exist.
+    came from (`Savepoint.flink_version`), else the newest. `coordinators` are the operator coordinators' states
+    to carry (a new-style source's split enumerator: Kafka's partitions) by the uid hash the operator has in
+    `source`; by default a Flink source's own (`coordinator_states`): without them a restored source would start
+    its enumerator afresh and read its input again. The source is never modified; `target` must not exist.
     """
     from statekit.keygroups import check_max_parallelism
 
     sp = source if isinstance(source, Savepoint) else Savepoint.open(source)
     version = target_version(sp, flink_version)
+    coordinators = coordinator_states(sp) if coordinators is None else coordinators
     uids, rekey, key_types = dict(uids or {}), dict(rekey or {}), dict(key_types or {})
     per_op = dict(max_parallelism) if isinstance(max_parallelism, Mapping) else {}
     for v in ([max_parallelism] if isinstance(max_parallelism, int) else list(per_op.values())):
@@ -449,10 +453,12 @@ def write_flink(source: str | os.PathLike[str] | Savepoint, target: str | os.Pat
         ident = OperatorIdentifier.for_uid(new_uid) if new_uid else None
         maxp = max_parallelism if isinstance(max_parallelism, int) else pick(per_op, meta)
         pick(types or {}, meta)
-        ops.append(operator_data(
+        data = operator_data(
             sp, meta, hints=types, uid=new_uid, uid_hash=ident.uid_hash if ident else None,
             name=new_uid, max_parallelism=maxp, new_key=pick(rekey, meta), new_key_type=pick(key_types, meta),
-            pyflink=pick(pyflink or {}, meta), stream=True))
+            pyflink=pick(pyflink or {}, meta), stream=True)
+        data.coordinator = coordinators.get(meta.uid_hash)
+        ops.append(data)
     unknown = sorted(set(named) - used)
     if unknown:
         listing = ", ".join(m.uid or m.uid_hash for m in sp.operators)
@@ -469,6 +475,15 @@ def write_flink(source: str | os.PathLike[str] | Savepoint, target: str | os.Pat
     return write_flink_savepoint(target, ops, checkpoint_id=cid, flink_version=version)
 
 
+def coordinator_states(sp: Savepoint) -> dict[str, bytes]:
+    """The operator coordinators' states of a Flink savepoint by uid hash (a new-style source's split enumerator);
+    none for a statekit savepoint (its format keeps no coordinator state)."""
+    if not is_flink_source(sp):
+        return {}
+    return {op.operator_id: sp.flink.files.read(op.coordinator) for op in sp.flink.metadata.operators
+            if op.coordinator is not None}
+
+
 def target_version(sp: Savepoint | None, flink_version: str | FlinkVersion | None) -> FlinkVersion:
     """The Flink version a write targets: the one asked for, else the one `sp`'s state came from, else the newest."""
     if flink_version is not None:
@@ -477,5 +492,5 @@ def target_version(sp: Savepoint | None, flink_version: str | FlinkVersion | Non
     return came_from if came_from is not None else FlinkVersion.newest()
 
 
-__all__ = ["TypeHints", "carried_serializers", "is_flink_source", "keyed_layout", "operator_data", "operator_state_layouts",
+__all__ = ["TypeHints", "carried_serializers", "coordinator_states", "is_flink_source", "keyed_layout", "operator_data", "operator_state_layouts",
            "pyflink_keyed", "pyflink_types", "target_version", "with_operator_data", "write_flink"]

@@ -4,7 +4,8 @@ Boundary: every local write call that derives a savepoint from another (`patch.r
 `change_operator_identifier` / `remove_operator` / `with_max_parallelism`) builds statekit's format with
 `SavepointBuilder`; for a Flink output that savepoint is built in a scratch directory of this process
 (removed afterwards, swept if the process dies) and written as a Flink savepoint by `flink_out.write_flink`
-(serializer snapshots carried, the source's Flink version). The target appears only when the whole write
+(serializer snapshots and operator coordinators' states carried - a Kafka source's enumerator - and the
+source's Flink version). The target appears only when the whole write
 succeeded: nothing is left behind by a failure, and the source is never touched.
 """
 
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Literal, cast
+from typing import TYPE_CHECKING, Callable, Literal, Mapping, cast
 
 from statekit.errors import InvalidArgumentError
 
@@ -47,19 +48,23 @@ def describe(fmt: OutputFormat, source: "Savepoint", flink_version: str | None =
 
 
 def write_as(fmt: OutputFormat, source: "Savepoint", target: "str | os.PathLike[str] | StoragePath",
-             build: Callable[[Path], None], *, flink_version: str | None = None) -> Path:
+             build: Callable[[Path], None], *, flink_version: str | None = None,
+             renamed: Mapping[str, str] | None = None) -> Path:
     """Write `target` in `fmt`: `build(path)` writes statekit's format at a path that must not exist; for Flink
     it writes into a scratch directory first, which `write_flink` then turns into the Flink savepoint.
 
     `target` may be a URI or a `StoragePath` (object storage): `SavepointBuilder` and `write_flink` stage it
-    locally and publish it with the manifest last (`statekit.format.publish`); the scratch stays local."""
+    locally and publish it with the manifest last (`statekit.format.publish`); the scratch stays local.
+
+    A Flink source's operator coordinators' states (a new-style source's split enumerator) are carried to the
+    Flink output, following the operators `renamed` gives new uid hashes (``{old hash: new hash}``)."""
     from statekit.format.storage import as_path
 
     where = cast(Path, as_path(target))  # a StoragePath offers the Path operations the writers use
     if fmt == "statekit":
         build(where)
         return where
-    from statekit.savepoint.flink_out import target_version, write_flink
+    from statekit.savepoint.flink_out import coordinator_states, target_version, write_flink
     from statekit.tempdirs import owned_temp_dir, release
 
     version = target_version(source, flink_version)
@@ -67,6 +72,8 @@ def write_as(fmt: OutputFormat, source: "Savepoint", target: "str | os.PathLike[
     try:
         staged = scratch / "savepoint"
         build(staged)
-        return write_flink(staged, where, flink_version=version)
+        # the scratch copy has no coordinator state: a Flink source's (its sources' enumerators) is carried over
+        carried = {(renamed or {}).get(h, h): data for h, data in coordinator_states(source).items()}
+        return write_flink(staged, where, flink_version=version, coordinators=carried)
     finally:
         release(scratch)

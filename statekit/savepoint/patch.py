@@ -192,7 +192,8 @@ def repair(source: str | os.PathLike, target: str | os.PathLike, edits: Sequence
         return plan
     if dry_run:
         return plan
-    write_as(fmt, sp, target, lambda path: _write(sp, path, per_op), flink_version=flink_version)
+    renamed = {h: e.new_ident.uid_hash for h, e in per_op.items() if e.new_ident is not None}
+    write_as(fmt, sp, target, lambda path: _write(sp, path, per_op), flink_version=flink_version, renamed=renamed)
     plan.written = True
     return plan
 

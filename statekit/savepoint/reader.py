@@ -254,6 +254,13 @@ class Savepoint:
 
         return savepoint_stats(self, top=top)
 
+    def source_offsets(self, op: OpLike | None = None) -> pa.Table:
+        """Where the job's Kafka sources resume (reader splits and enumerator), one row per split: see
+        `statekit.savepoint.offsets.source_offsets`."""
+        from statekit.savepoint.offsets import source_offsets
+
+        return source_offsets(self, op)
+
     def get(self, op: OpLike, key: Any, *, namespace: Any = None) -> dict[str, Any] | None:
         """The states of one key as Python values, or None.
 

@@ -210,7 +210,7 @@ def write_operator_states(writer: OperatorWriter, source: Savepoint, meta: Opera
 
 
 def _transform(source_path, target_path, *, dry_run: bool, plan_fn: Callable[[Savepoint, TransformPlan], Callable],
-               to: str | None = None) -> TransformPlan:
+               to: str | None = None, renamed: dict[str, str] | None = None) -> TransformPlan:
     from statekit.savepoint.output import describe, output_format, write_as
 
     refuse_target_inside(source_path, target_path)
@@ -226,7 +226,7 @@ def _transform(source_path, target_path, *, dry_run: bool, plan_fn: Callable[[Sa
         with SavepointBuilder(path, checkpoint_id=source.checkpoint_id, job_name=source.job_name) as builder:
             apply(builder)
 
-    write_as(fmt, source, target_path, build)
+    write_as(fmt, source, target_path, build, renamed=renamed)  # `renamed`: filled by plan_fn
     plan.written = True
     return plan
 
@@ -238,9 +238,12 @@ def change_operator_identifier(source: str | os.PathLike, target: str | os.PathL
     State is carried over byte for byte; only the manifest entry changes. `new` must not exist in
     the savepoint already. `to` ("statekit" or "flink") is the output format; by default the source's.
     """
+    renamed: dict[str, str] = {}
+
     def plan_fn(sp: Savepoint, plan: TransformPlan):
         meta = sp.operator(old)
         new_ident = OperatorIdentifier.coerce(new)
+        renamed[meta.uid_hash] = new_ident.uid_hash  # its coordinator state (a source's enumerator) follows it
         if any(m.uid_hash == new_ident.uid_hash for m in sp.operators):
             raise InvalidArgumentError(
                 f"operator {new_ident} already exists in {sp.path}; remove it first or choose another uid."
@@ -256,7 +259,7 @@ def change_operator_identifier(source: str | os.PathLike, target: str | os.PathL
                     link_operator(builder, sp, m, m.identifier)
         return apply
 
-    return _transform(source, target, dry_run=dry_run, plan_fn=plan_fn, to=to)
+    return _transform(source, target, dry_run=dry_run, plan_fn=plan_fn, to=to, renamed=renamed)
 
 
 def remove_operator(source: str | os.PathLike, target: str | os.PathLike, op: OpLike, *,

@@ -88,11 +88,13 @@ def _task(source: str, staging: str, plans: list[_Plan], task: tuple[int, int, s
 def write_flink_spark(spark: SparkSession, source: str | os.PathLike[str], target: str | os.PathLike[str], *,
                       types: TypeHints | None = None, carried: Mapping[str, Carried | None] | None = None,
                       names: Mapping[str, str] | None = None,
-                      flink_version: str | FlinkVersion | None = None) -> Path:
+                      flink_version: str | FlinkVersion | None = None,
+                      coordinators: Mapping[str, bytes] | None = None) -> Path:
     """Write statekit savepoint `source` as a Flink savepoint at `target` with one Spark task per state file.
 
     `carried` maps an operator's uid hash to the serializers it had in a Flink savepoint (reused
     byte for byte; by default those its manifest carries); other state gets DDL-mapped serializers (`types` hints structs).
+    `coordinators`: operator coordinators' states to write (a source's split enumerator) by uid hash in `source`.
     `flink_version`: the Flink the savepoint is for (default: the one the state came from, else the newest). Atomic:
     nothing is at `target` unless every task and the `_metadata` write succeeded.
     """
@@ -111,7 +113,8 @@ def write_flink_spark(spark: SparkSession, source: str | os.PathLike[str], targe
         op_states = tuple(operator_state_layouts(meta, c, types))
         plans.append(_Plan(meta.uid_hash, meta.parallelism, meta.max_parallelism, layout, op_states))
         name = (names or {}).get(meta.uid_hash) or meta.name or meta.uid or meta.uid_hash
-        outs.append(OperatorOut(meta.uid, meta.uid_hash, name, meta.parallelism, meta.max_parallelism))
+        outs.append(OperatorOut(meta.uid, meta.uid_hash, name, meta.parallelism, meta.max_parallelism,
+                                coordinator=(coordinators or {}).get(meta.uid_hash)))
         if layout is not None or op_states:
             outs[-1].subtasks = [SubtaskOut(s) for s in range(meta.parallelism)]
         for s in range(meta.parallelism):

@@ -427,9 +427,16 @@ class SavepointWriter:
         # The statekit savepoint is staged beside the target (Parquet on the executors), then converted; state
         # that came from a Flink savepoint carries its serializers in the staged manifest (field `flink`).
         staged = path.parent / f".{path.name}.statekit-{uuid.uuid4().hex[:12]}"
+        # the staged copy keeps no coordinator state: a Flink source's (its sources' enumerators) is carried over,
+        # following renamed operators
+        from statekit.savepoint.flink_out import coordinator_states
+
+        coordinators = {(self._renames[h].uid_hash if h in self._renames else h): data
+                        for h, data in (coordinator_states(self.source) if self.source is not None else {}).items()}
         try:
             self.write(staged, format="statekit")
-            return write_flink_spark(self.spark, staged, path, types=types, flink_version=version)
+            return write_flink_spark(self.spark, staged, path, types=types, flink_version=version,
+                                     coordinators=coordinators)
         finally:
             shutil.rmtree(staged, ignore_errors=True)
 

@@ -20,6 +20,7 @@ from .conftest import EXECUTABLE
 
 FLINK = Path(__file__).resolve().parents[1] / "fixtures" / "flink" / "2.3.0" / "long-hashmap-canonical" / "savepoint"
 PAIRS = Path(__file__).resolve().parents[1] / "fixtures" / "flink" / "upgrade"
+KAFKA = Path(__file__).resolve().parents[1] / "fixtures" / "flink" / "kafka" / "kafka-source-2p"
 
 #: rich markup tags (`[bold]`, `[/]`, `[bold red]`, `[dim]`...) and ANSI escape sequences.
 MARKUP = re.compile(r"\[/[a-z ]*\]|\[(bold|dim|italic|red|green|yellow|blue|cyan|magenta|reverse|link)[^\]]*\]")
@@ -81,6 +82,13 @@ CASES: dict[str, list[list]] = {
     "clean": [["clean", "."]],
     "stats": [["stats", "sp", "--top", "3", "-p", "3"], ["stats", FLINK, "--top", "2"], ["stats", "sp", "-p", "999"]],
     "compat": [["compat", FLINK, FLINK], ["compat", "sp", FLINK], ["compat", "sp", "missing"]],
+    "offsets": [["offsets", KAFKA], ["offsets", "sp"], ["offsets", KAFKA, "--uid", "emit"]],
+    "set-offsets": [["set-offsets", KAFKA, "so-out", "--uid", "kafka-source", "--topic", "events", "--partition", "0",
+                     "--shift", "+1"],
+                    ["set-offsets", KAFKA, "so-out", "--uid", "kafka-source", "--topic", "events", "--partition", "0",
+                     "--offset", "9", "--apply"],
+                    ["set-offsets", KAFKA, "so-out-2", "--uid", "kafka-source", "--topic", "events", "--partition",
+                     "7", "--shift", "1"]],
 }
 GENERAL = [[], ["--help"], ["inspect", "--help"], ["inspect", "sp", "--no-such-option"], ["no-such-command"]]
 

@@ -64,3 +64,16 @@ def test_columnar_bootstrap_goes_straight_to_flink(spark, tmp_path):
         SavepointWriter.new_savepoint(spark).with_operator("op", t).write(tmp_path / "dup", format="flink")
     assert "DuplicateKeyError" in str(exc.value) or isinstance(exc.value, DuplicateKeyError)
     assert not (tmp_path / "dup").exists() and not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
+
+
+def test_spark_writes_of_a_flink_source_carry_the_enumerator_state(spark, tmp_path):
+    """A KafkaSource's enumerator state (coordinator state in `_metadata`) survives a Spark write, following a rename:
+    without it the restored job re-reads its topic (tests/flink/test_source_offsets.py)."""
+    from statekit.savepoint.offsets import source_offsets
+
+    kafka = CASE.parents[2] / "kafka" / "kafka-source-2p"
+    out = (SavepointWriter.from_existing_savepoint(spark, kafka).change_operator_identifier("kafka-source", "kafka-in")
+           .write(tmp_path / "out"))
+    strip = lambda t: [{k: v for k, v in r.items() if k not in ("operator", "uid_hash")} for r in t.to_pylist()]  # noqa: E731
+    assert strip(source_offsets(out, "kafka-in")) == strip(source_offsets(kafka, "kafka-source"))
+    assert any(r["holder"] == "enumerator" for r in source_offsets(out).to_pylist())

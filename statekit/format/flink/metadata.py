@@ -8,7 +8,7 @@ proxies in the state files in `proxy`; decoding keyed data in `keyed`. Layout as
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal, Union
 
@@ -149,6 +149,8 @@ class OperatorState:
     coordinator: StreamHandle | None
     subtasks: tuple[SubtaskState, ...]
     fully_finished: bool = False
+    #: where this operator's record lies in `_metadata` (start, end): a rewrite of one operator splices it there
+    span: tuple[int, int] = (0, 0)
 
     @property
     def verified_uid(self) -> str | None:
@@ -213,9 +215,13 @@ def parse_metadata(data: bytes, root: Path) -> CheckpointMetadata:
             inp.pos -= 4
             raise inp.fail("a master state does not start with its magic number")
         inp.skip(inp.count("a master state's length"), "a master state")
-    ops = tuple(_operator(inp, version) for _ in range(inp.count("the number of operators")))
+    ops = []
+    for _ in range(inp.count("the number of operators")):
+        start = inp.pos
+        op = _operator(inp, version)
+        ops.append(replace(op, span=(start, inp.pos)))
     # V4+ append Java-serialized CheckpointProperties; nothing after the operators is needed.
-    return CheckpointMetadata(root, version, checkpoint_id, ops)
+    return CheckpointMetadata(root, version, checkpoint_id, tuple(ops))
 
 
 def _operator(inp: DataInput, version: int) -> OperatorState:

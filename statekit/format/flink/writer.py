@@ -29,6 +29,7 @@ import pyarrow as pa
 from statekit.errors import InvalidArgumentError, InvalidTargetError, SavepointExistsError, StateTypeError
 from statekit.format.files import remove_tree, storage_errors
 from statekit.format.flink.metadata import (
+    BYTE_STREAM_HANDLE,
     MAGIC,
     PARTITIONABLE_OPERATOR_STATE_HANDLE,
     RELATIVE_STREAM_HANDLE,
@@ -47,6 +48,7 @@ from statekit.keygroups import key_group_range
 END_OF_KEY_GROUP = b"\xff\xff"
 NULL_CHECKPOINT_PROPERTIES = b"\xac\xed\x00\x05\x70"  # Java serialization of null, as the SPA writes it
 _MODE_ORDINAL = {"split": 0, "union": 1, "broadcast": 2}
+COORDINATOR_HANDLE_NAME = "coordinator-state"  # the inline handle's name, which Flink ignores
 _SIGN = np.uint64(1 << 63)
 
 
@@ -119,6 +121,7 @@ class OperatorOut:
     parallelism: int
     max_parallelism: int
     subtasks: list[SubtaskOut] = field(default_factory=list)
+    coordinator: bytes | None = None  # the operator coordinator's state (a source's enumerator), written inline
 
 
 # -- keyed entries ------------------------------------------------------------------------------------
@@ -396,7 +399,10 @@ def metadata_bytes(checkpoint_id: int, operators: Sequence[OperatorOut], *,
             out.utf(op.name or "").utf(op.uid or "")
         out.raw(bytes.fromhex(op.uid_hash))
         out.i32(op.parallelism).i32(op.max_parallelism)
-        out.u8(0)  # no coordinator state
+        if op.coordinator is not None:  # as Flink stores it: a ByteStreamStateHandle inside _metadata
+            out.u8(BYTE_STREAM_HANDLE).utf(COORDINATOR_HANDLE_NAME).i32(len(op.coordinator)).raw(op.coordinator)
+        else:
+            out.u8(0)  # no coordinator state
         out.i32(len(op.subtasks))
         for st in op.subtasks:
             out.i32(st.index)
@@ -527,6 +533,8 @@ class OperatorData:
     keyed: pa.Table | KeyedFiles | None = None  # key_group, key, [namespace], state columns (or files to read)
     timers: pa.Table | None = None  # key_group, key, [namespace], timestamp, domain
     operator_states: Sequence[OperatorStateOut] = ()
+    #: the operator coordinator's state (a new-style source's split enumerator) as read, carried unchanged
+    coordinator: bytes | None = None
 
 
 def _by_key_group(table: pa.Table | None) -> tuple[pa.Table, np.ndarray] | None:
@@ -547,7 +555,7 @@ def _key_group_slice(t: tuple[pa.Table, np.ndarray] | None, rng: Any) -> pa.Tabl
 
 def write_operator(staging: FlinkStaging, op: OperatorData) -> OperatorOut:
     """Write one operator's state files into `staging` (one keyed file per subtask range) and describe them."""
-    out = OperatorOut(op.uid, op.uid_hash, op.name, op.parallelism, op.max_parallelism)
+    out = OperatorOut(op.uid, op.uid_hash, op.name, op.parallelism, op.max_parallelism, coordinator=op.coordinator)
     has_op_state = bool(op.operator_states)
     if op.layout is None and not has_op_state:
         return out  # stateless: listed, no subtask states

@@ -1,0 +1,96 @@
+"""`statekit offsets` and `statekit set-offsets`: where a job's sources resume (Kafka, files), and moving a Kafka partition."""
+
+# No `from __future__ import annotations`: see statekit_cli.app (typer's start-up cost).
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from statekit_cli.common import (
+    APPLY,
+    HASH,
+    JSON,
+    PATH,
+    SOURCE,
+    TARGET,
+    UID,
+    err,
+    fail,
+    open_savepoint,
+    operator_id,
+    out,
+)
+
+
+def offsets(path: Path = PATH, uid: Optional[str] = typer.Option(None, "--uid", metavar="UID", show_default=False,
+                                                                 help="Only this source operator, by uid."),
+            uid_hash: Optional[str] = HASH, json: bool = JSON) -> None:
+    """Where each source resumes: per reader subtask its splits (Kafka: topic, partition, the next offset to read, the
+    stopping offset of a bounded source; files: the path, the split's bytes, the reader's position) and what its
+    enumerator keeps (Kafka's partitions; the file source's pending splits and processed paths)."""
+    from statekit.savepoint.offsets import source_offsets
+    from statekit_cli.render import dumps, emit_table
+
+    sp = open_savepoint(path)
+    op = operator_id(uid, uid_hash, required=False)
+    rows = source_offsets(sp, op).to_pylist()
+    console = out()
+    if json:
+        console.print(dumps(rows), markup=False)
+        return
+    if not rows:
+        err().print(f"{path} holds no source state (no SourceReaderState splits, no source enumerator)", markup=False)
+        return
+    table = []
+    for r in rows:
+        where = f"subtask {r['subtask']}" if r["holder"] == "reader" else f"enumerator ({r['status']})"
+        table.append([r["operator"], r["source"], *_split_cells(r), where])
+    emit_table(console, table, ["operator", "source", "split", "offset", "until", "held by"],
+               title="source offsets (kafka: the next offset to read; file: the reader's position in the split)",
+               identity=("operator", "split"))
+
+
+def _split_cells(r: dict) -> list:
+    """split, offset, until: ``topic/partition``, the next offset (or its marker), the stopping offset; for a file,
+    its path, the reader's position (``+N`` records after a byte offset), the split's byte range."""
+    if r["source"] == "kafka":
+        offset = "-" if r["offset"] is None else (str(r["offset"]) if r["starting"] == "offset" else r["starting"])
+        stop = "-" if r["stopping_offset"] is None else str(r["stopping_offset"])
+        return [f"{r['topic']}/{r['partition']}", offset, stop]
+    if r["source"] == "file":
+        if r["position"] is None:
+            at = "-" if r["offset"] is None else "start"
+        else:
+            at = (f"byte {r['position']} " if r["position"] >= 0 else "") + f"+{r['records_to_skip']} records"
+        span = "-" if r["length"] is None else f"bytes {r['offset']}-{r['offset'] + r['length']}"
+        return [r["path"], at, span]
+    return ["(not decoded)", "-", "-"]
+
+
+def set_offsets(
+    source: Path = SOURCE, target: Path = TARGET, uid: Optional[str] = UID, uid_hash: Optional[str] = HASH,
+    topic: str = typer.Option(..., "--topic", help="The Kafka topic."),
+    partition: int = typer.Option(..., "--partition", min=0, help="The partition of --topic."),
+    offset: Optional[int] = typer.Option(None, "--offset", min=0, help="The offset to resume from (the next record "
+                                         "read is this one)."),
+    shift: Optional[int] = typer.Option(None, "--shift", help="Move by this many records from where the source "
+                                        "stands: +1 skips one (a poison record), -3 reads three again."),
+    apply: bool = APPLY,
+) -> None:
+    """Move where a Kafka source resumes one partition: its reader split and its enumerator's entry, in a new Flink
+    savepoint (everything else carried byte for byte)."""
+    from statekit.savepoint.offsets import set_offsets as run
+
+    if (offset is None) == (shift is None):
+        fail("give exactly one of --offset N and --shift K.")
+    plan = run(source, target, op=operator_id(uid, uid_hash), topic=topic, partition=partition, offset=offset,
+               shift=shift, dry_run=not apply)
+    out().print(str(plan), markup=False)
+    if not apply:
+        err().print("dry run: nothing written; pass --apply to write the new savepoint", markup=False)
+
+
+def register(app: typer.Typer) -> None:
+    """Add the offsets and set-offsets commands to the app."""
+    app.command("offsets")(offsets)
+    app.command("set-offsets")(set_offsets)

@@ -1,0 +1,473 @@
+"""Source offsets: where each Kafka source of a savepoint resumes (reader splits and enumerator), and moving one partition.
+
+Boundary: the bytes are `statekit.format.flink.sources`'; this module finds the source operators, lays
+their positions out as one Arrow table (`source_offsets`, `Savepoint.source_offsets`) and rewrites one
+partition's position (`set_offsets`). The rewrite keeps the rule of `statekit.savepoint.output` (Flink in,
+Flink out) in the only way that keeps the enumerator consistent: it splices the source operator's new
+record into the original `_metadata`, every other byte and state file carried unchanged, and writes the
+new savepoint atomically (`FlinkStaging`). statekit's own format keeps no coordinator state, so its
+savepoints show their reader splits but are not rewritten here.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Literal
+
+import pyarrow as pa
+
+from statekit.errors import (
+    CorruptSavepointError,
+    InvalidArgumentError,
+    NoSourceStateError,
+    UnknownPartitionError,
+    UnsupportedFormatError,
+)
+from statekit.format.flink.sources import (
+    OFFSET_MARKERS,
+    READER_STATE,
+    FileEnumeratorState,
+    FileSplit,
+    KafkaEnumeratorState,
+    KafkaSplit,
+    byte_array_elements,
+    check_record,
+    decode_file_reader_split,
+    decode_reader_split,
+    encode_reader_split,
+    file_enumerator,
+    kafka_enumerator,
+    operator_record,
+)
+
+if TYPE_CHECKING:
+    from statekit.format.flink.metadata import OperatorStreamHandle, StreamHandle
+    from statekit.format.manifest import OperatorMetadata
+    from statekit.savepoint.flink import FlinkSavepoint
+    from statekit.savepoint.reader import Savepoint
+
+__all__ = ["OFFSETS_SCHEMA", "OffsetChange", "OffsetsPlan", "set_offsets", "source_offsets"]
+
+#: one row per split a reader subtask holds, per partition a Kafka enumerator knows, per split or path a file
+#: enumerator keeps; the columns of the other kind are null
+OFFSETS_SCHEMA = pa.schema([
+    ("operator", pa.string()),        # uid, or the uid hash when the savepoint does not know the uid
+    ("uid_hash", pa.string()),
+    ("source", pa.string()),          # kafka | file | unknown (a Source whose splits statekit does not decode)
+    ("holder", pa.string()),          # reader | enumerator
+    ("subtask", pa.int32()),          # the reader subtask holding the split (null for the enumerator)
+    ("topic", pa.string()),           # kafka
+    ("partition", pa.int32()),        # kafka
+    ("offset", pa.int64()),           # kafka: the next record to read; file: where the split starts (bytes)
+    ("starting", pa.string()),        # kafka: offset | earliest | latest | committed (a marker, not an offset)
+    ("stopping_offset", pa.int64()),  # kafka: null = unbounded
+    ("path", pa.string()),            # file: the file (enumerator: a pending split's, or a processed path)
+    ("length", pa.int64()),           # file: the split's length in bytes
+    ("position", pa.int64()),         # file: the reader's checkpointed offset (-1: count records from the start)
+    ("records_to_skip", pa.int64()),  # file: records the reader skips after `position`
+    ("status", pa.string()),          # enumerator: assigned | unassigned (kafka), pending | processed (file)
+])
+_COLUMNS = OFFSETS_SCHEMA.names
+
+SourceKind = Literal["kafka", "file", "unknown"]
+
+
+@dataclass(frozen=True)
+class _ReaderSplit:
+    subtask: int
+    split: KafkaSplit | FileSplit | None  # None: a split statekit does not decode
+    payload_at: int  # where the element's payload starts in the subtask's operator stream
+
+
+@dataclass(frozen=True)
+class _SourceState:
+    """One source operator's decoded state (Flink savepoints: with where each split lies, for a rewrite)."""
+
+    meta: "OperatorMetadata"
+    kind: SourceKind
+    readers: tuple[_ReaderSplit, ...]
+    enumerator: KafkaEnumeratorState | FileEnumeratorState | None
+
+
+def _name(meta: "OperatorMetadata") -> str:
+    return meta.uid or meta.uid_hash
+
+
+def _decode_splits(elements: list[tuple[int, int, bytes]], where: str) -> tuple[SourceKind, list[_ReaderSplit]]:
+    """(subtask, payload offset, element) each as Kafka splits, else as file splits, else undecoded."""
+    decoders: list[tuple[SourceKind, Callable[[bytes, str], KafkaSplit | FileSplit]]] = [
+        ("kafka", decode_reader_split), ("file", decode_file_reader_split)]
+    for kind, decode in decoders:
+        try:
+            return kind, [_ReaderSplit(st, decode(e, f"{where}, subtask {st}"), at) for st, at, e in elements]
+        except CorruptSavepointError:
+            continue
+    return "unknown", [_ReaderSplit(st, None, at) for st, at, _ in elements]
+
+
+def _decode_enumerator(data: bytes, kind: SourceKind, where: str) -> KafkaEnumeratorState | FileEnumeratorState | None:
+    decoders: list[tuple[SourceKind, Callable[[bytes, str], KafkaEnumeratorState | FileEnumeratorState]]] = [
+        ("kafka", kafka_enumerator), ("file", file_enumerator)]
+    for k, decode in decoders:
+        if kind in (k, "unknown"):
+            try:
+                return decode(data, where)
+            except CorruptSavepointError:
+                continue
+    return None  # a coordinator of another kind (another connector's source, or not a source)
+
+
+def _state(meta: "OperatorMetadata", elements: list[tuple[int, int, bytes]], has_reader_state: bool,
+           coordinator: bytes | None, where: str) -> _SourceState | None:
+    kind, readers = _decode_splits(elements, where) if elements else ("unknown", [])
+    enum = _decode_enumerator(coordinator, kind, f"{where}, coordinator state") if coordinator is not None else None
+    if enum is not None:
+        enum_kind: SourceKind = "kafka" if isinstance(enum, KafkaEnumeratorState) else "file"
+        if readers and kind != enum_kind:
+            raise CorruptSavepointError(f"{where}: the readers hold {kind} splits but the enumerator state is a "
+                                        f"{enum_kind} source's; the savepoint is damaged.")
+        kind = enum_kind
+    if not has_reader_state and enum is None:
+        return None
+    return _SourceState(meta, kind, tuple(readers), enum)
+
+
+def _flink_state(sp: "FlinkSavepoint", meta: "OperatorMetadata") -> _SourceState | None:
+    fop = sp.flink.metadata.operator(meta.uid_hash)
+    assert fop is not None
+    where = f"{sp.path}/_metadata, operator {_name(meta)}"
+    elements: list[tuple[int, int, bytes]] = []
+    has_reader_state = False
+    for st in fop.subtasks:
+        h = st.managed_operator
+        entry = next((s for s in h.states if s.name == READER_STATE), None) if h is not None else None
+        if h is None or entry is None:
+            continue
+        has_reader_state = True
+        if entry.offsets:
+            stream = sp.flink.files.read(h.delegate)
+            elements += [(st.index, at, e) for at, e in byte_array_elements(stream, entry.offsets, f"{where}, subtask {st.index}")]
+    coordinator = sp.flink.files.read(fop.coordinator) if fop.coordinator is not None else None
+    return _state(meta, elements, has_reader_state, coordinator, where)
+
+
+def _statekit_state(sp: "Savepoint", meta: "OperatorMetadata") -> _SourceState | None:
+    if not any(s.name == READER_STATE for s in meta.operator_states):
+        return None
+    rows = sp.list_state(meta.identifier, READER_STATE).to_pylist()
+    return _state(meta, [(r["subtask"], -1, r["value"]) for r in rows], True, None, f"{sp.path}, operator {_name(meta)}")
+
+
+def _sources(sp: "Savepoint", op: Any = None) -> list[_SourceState]:
+    from statekit.savepoint.flink_out import is_flink_source
+
+    metas = [sp.operator(op)] if op is not None else sp.operators
+    out = []
+    for meta in metas:
+        state = _flink_state(sp, meta) if is_flink_source(sp) else _statekit_state(sp, meta)
+        if state is not None:
+            out.append(state)
+    return out
+
+
+def _open(savepoint: "str | os.PathLike[str] | Savepoint") -> "Savepoint":
+    from statekit.savepoint.reader import Savepoint
+
+    return savepoint if isinstance(savepoint, Savepoint) else Savepoint.open(savepoint)
+
+
+def source_offsets(savepoint: "str | os.PathLike[str] | Savepoint", op: Any = None) -> pa.Table:
+    """Where every new-style source of `savepoint` (or only operator `op`) resumes, as a table (`OFFSETS_SCHEMA`).
+
+    Reader rows are the splits each `SourceOperator` subtask holds. Kafka: `offset` is the next record the
+    split reads, the offset after the last record emitted before the savepoint; file: the split's byte range
+    and the reader's checkpointed position in it. Enumerator rows are what the source's `SplitEnumerator`
+    keeps: Kafka's partitions (`assigned` to a reader, or discovered and `unassigned`; from enumerator state
+    version 3, flink-connector-kafka 5.x, with the offset it would assign them from), the file source's
+    `pending` splits and `processed` paths. A statekit savepoint has reader rows only (its format keeps no
+    coordinator state). A source whose splits statekit does not decode shows as `unknown`, one row per split.
+
+    Examples
+    --------
+    >>> source_offsets("savepoint-1a2b3c").to_pylist()  # doctest: +SKIP
+    [{'operator': 'kafka-source', 'holder': 'reader', 'subtask': 0, 'topic': 'events', 'partition': 1, 'offset': 7, ...}]
+    """
+    sp = _open(savepoint)
+    rows: list[dict[str, Any]] = []
+    for s in _sources(sp, op):
+        base = {"operator": _name(s.meta), "uid_hash": s.meta.uid_hash, "source": s.kind}
+        for r in sorted(s.readers, key=_reader_order):
+            rows.append({**base, "holder": "reader", "subtask": r.subtask, **_split_row(r.split)})
+        if isinstance(s.enumerator, KafkaEnumeratorState):
+            for p in sorted(s.enumerator.partitions, key=lambda p: (p.topic, p.partition)):
+                row = {**base, "holder": "enumerator", "status": p.status, "topic": p.topic, "partition": p.partition}
+                rows.append({**row, **(_split_row(p.split) if p.split else {})})
+        elif isinstance(s.enumerator, FileEnumeratorState):
+            for f in s.enumerator.pending:
+                rows.append({**base, "holder": "enumerator", **_split_row(f), "status": "pending"})
+            for path in s.enumerator.processed:
+                rows.append({**base, "holder": "enumerator", "path": path, "status": "processed"})
+    if op is not None and not rows:
+        raise NoSourceStateError(_no_source(sp, sp.operator(op)))
+    return pa.table({c: pa.array([r.get(c) for r in rows], OFFSETS_SCHEMA.field(c).type) for c in _COLUMNS},
+                    schema=OFFSETS_SCHEMA)
+
+
+def _reader_order(r: _ReaderSplit) -> tuple:
+    if isinstance(r.split, KafkaSplit):
+        return (r.split.topic, r.split.partition, r.subtask)
+    if isinstance(r.split, FileSplit):
+        return (r.split.path, r.split.offset, r.subtask)
+    return ("", 0, r.subtask)
+
+
+def _split_row(split: KafkaSplit | FileSplit | None) -> dict[str, Any]:
+    if isinstance(split, KafkaSplit):
+        return {"topic": split.topic, "partition": split.partition, "offset": split.offset, "starting": split.starting,
+                "stopping_offset": split.stopping_offset}
+    if isinstance(split, FileSplit):
+        pos = split.position
+        return {"path": split.path, "offset": split.offset, "length": split.length,
+                "position": pos[0] if pos else None, "records_to_skip": pos[1] if pos else None}
+    return {}
+
+
+def _no_source(sp: "Savepoint", meta: "OperatorMetadata") -> str:
+    return (f"operator {meta.display_name} of {sp.path} holds no Kafka source state (no {READER_STATE} splits, no "
+            "Kafka enumerator state); give the uid of the job's KafkaSource (`statekit offsets` lists them).")
+
+
+# -- set-offsets ----------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class OffsetChange:
+    """One stored position moved: a reader subtask's split or the enumerator's entry of the partition."""
+
+    holder: str  # reader | enumerator
+    subtask: int | None
+    topic: str
+    partition: int
+    old: int
+    new: int
+
+    def __str__(self) -> str:
+        who = f"reader subtask {self.subtask}" if self.holder == "reader" else "enumerator"
+        return f"  {self.topic}/{self.partition} ({who}): {_show(self.old)} -> {self.new}"
+
+
+def _show(offset: int) -> str:
+    return OFFSET_MARKERS[offset] if offset < 0 and offset in OFFSET_MARKERS else str(offset)
+
+
+@dataclass
+class OffsetsPlan:
+    """What `set_offsets` changes (and, unless it was a dry run, wrote)."""
+
+    source: str
+    target: str
+    operator: str
+    changes: list[OffsetChange] = field(default_factory=list)
+    written: bool = False
+
+    def __str__(self) -> str:
+        head = (f"wrote {self.target} as a Flink savepoint from {self.source}:" if self.written
+                else f"would write {self.target} as a Flink savepoint from {self.source}:")
+        return "\n".join([head, f"operator {self.operator}: source offsets", *map(str, self.changes)])
+
+
+def set_offsets(source: "str | os.PathLike[str]", target: "str | os.PathLike[str]", *, op: Any, topic: str,
+                partition: int, offset: int | None = None, shift: int | None = None,
+                dry_run: bool = True) -> OffsetsPlan:
+    """Move where Kafka source `op` resumes reading `topic`/`partition`: to `offset`, or by `shift` records from
+    where it stands (``shift=1`` skips a poison record). Both the reader split that holds the partition and the
+    enumerator's entry of it are rewritten, so the restored job resumes there whichever of them it uses.
+
+    Writes the new Flink savepoint `target` (only with ``dry_run=False``; the source is never modified): the
+    source operator's record spliced into the original `_metadata`, everything else carried byte for byte.
+
+    Raises
+    ------
+    NoSourceStateError
+        `op` holds no Kafka source state.
+    UnknownPartitionError
+        Neither a reader nor the enumerator holds `topic`/`partition`.
+    InvalidArgumentError
+        Neither or both of `offset` and `shift`; a negative result; a shift from a marker (``earliest``...).
+    UnsupportedFormatError
+        `source` is a statekit savepoint (its format keeps no enumerator state).
+    """
+    from statekit.savepoint.flink_out import is_flink_source
+
+    if (offset is None) == (shift is None):
+        raise InvalidArgumentError("give exactly one of --offset N (an absolute offset) and --shift K (records to move).")
+    sp = _open(source)
+    if not is_flink_source(sp):
+        raise UnsupportedFormatError(
+            f"{source} is a statekit savepoint; its format keeps no coordinator (enumerator) state, so set-offsets "
+            "cannot keep the source consistent there. Run set-offsets on the Flink savepoint the job wrote.")
+    meta = sp.operator(op)
+    state = _flink_state(sp, meta)
+    if state is None or state.kind == "unknown":
+        raise NoSourceStateError(_no_source(sp, meta))
+    if state.kind != "kafka":
+        raise UnsupportedFormatError(
+            f"operator {_name(meta)} of {source} is a {state.kind} source; set-offsets moves Kafka partitions. "
+            "`statekit offsets` shows where it stands.")
+    kafka_enum = state.enumerator if isinstance(state.enumerator, KafkaEnumeratorState) else None
+    readers = [r for r in state.readers if isinstance(r.split, KafkaSplit)
+               and (r.split.topic, r.split.partition) == (topic, partition)]
+    enum_idx = [i for i, p in enumerate(kafka_enum.partitions if kafka_enum else ())
+                if (p.topic, p.partition) == (topic, partition)]
+    if not readers and not enum_idx:
+        known = sorted({(r.split.topic, r.split.partition) for r in state.readers if isinstance(r.split, KafkaSplit)}
+                       | {(p.topic, p.partition) for p in (kafka_enum.partitions if kafka_enum else ())})
+        raise UnknownPartitionError(
+            f"operator {_name(meta)} of {source} holds no split of {topic}/{partition}; it holds "
+            f"{', '.join(f'{t}/{p}' for t, p in known) or 'none'}. Give one of those (`statekit offsets` lists them).")
+    if offset is None:
+        assert shift is not None
+        enum_splits = [kafka_enum.partitions[i].split for i in enum_idx] if kafka_enum else []
+        bases = [_kafka(r).offset for r in readers] or [sp_.offset for sp_ in enum_splits if sp_ is not None]
+        if not bases:
+            raise InvalidArgumentError(f"the enumerator of {_name(meta)} stores no offset for {topic}/{partition} "
+                                       "(enumerator state before version 3); give --offset N instead of --shift.")
+        if any(b < 0 for b in bases):
+            raise InvalidArgumentError(f"{topic}/{partition} starts at '{_show(min(bases))}', not at an offset; "
+                                       "a shift needs one. Give --offset N instead.")
+        if len(set(bases)) > 1:
+            raise InvalidArgumentError(f"{topic}/{partition} is held at several offsets {sorted(set(bases))}; give --offset N.")
+        new = bases[0] + shift
+    else:
+        new = offset
+    if new < 0:
+        raise InvalidArgumentError(f"the new offset of {topic}/{partition} would be {new}; offsets are >= 0.")
+    plan = OffsetsPlan(str(source), str(target), _name(meta))
+    for r in readers:
+        plan.changes.append(OffsetChange("reader", r.subtask, topic, partition, _kafka(r).offset, new))
+    enum = kafka_enum
+    if enum is not None and enum.version >= 3:
+        parts = list(enum.partitions)
+        for i in enum_idx:
+            p = parts[i]
+            assert p.split is not None
+            plan.changes.append(OffsetChange("enumerator", None, topic, partition, p.split.offset, new))
+            parts[i] = replace(p, split=replace(p.split, offset=new))
+        enum = replace(enum, partitions=tuple(parts))
+    if dry_run:
+        return plan
+    _write(sp, state, readers, enum, new, target)
+    plan.written = True
+    return plan
+
+
+def _kafka(r: _ReaderSplit) -> KafkaSplit:
+    assert isinstance(r.split, KafkaSplit)
+    return r.split
+
+
+def _write(sp: "FlinkSavepoint", state: _SourceState, readers: list[_ReaderSplit],
+           enum: KafkaEnumeratorState | None, new: int, target: "str | os.PathLike[str]") -> None:
+    from statekit.format.files import storage_errors
+    from statekit.format.flink.metadata import METADATA_NAME
+    from statekit.format.flink.sources import CoordinatorState
+    from statekit.format.flink.writer import FlinkStaging
+
+    md = sp.flink.metadata
+    fop = md.operator(state.meta.uid_hash)
+    assert fop is not None
+    original = (sp.path / METADATA_NAME).read_bytes()
+    where = f"{sp.path}/_metadata"
+    check_record(fop, original, md.version, where)
+    by_subtask: dict[int, list[_ReaderSplit]] = {}
+    for r in readers:
+        by_subtask.setdefault(r.subtask, []).append(r)
+    with FlinkStaging(target) as staging:
+        with storage_errors(staging.target):
+            new_files: dict[int, tuple[str, bytes]] = {}  # subtask -> (relative name, stream bytes)
+            subtasks = []
+            for st in fop.subtasks:
+                h = st.managed_operator
+                if st.index in by_subtask and h is not None:
+                    stream = bytearray(sp.flink.files.read(h.delegate))
+                    for r in by_subtask[st.index]:
+                        old = encode_reader_split(_kafka(r))
+                        data = encode_reader_split(replace(_kafka(r), offset=new))
+                        if stream[r.payload_at:r.payload_at + len(old)] != old or len(data) != len(old):
+                            raise CorruptSavepointError(f"{where}: subtask {st.index}'s split of {_kafka(r).topic}/"
+                                                        f"{_kafka(r).partition} is not where it was read.")
+                        stream[r.payload_at:r.payload_at + len(data)] = data
+                    st = replace(st, managed_operator=_with_stream(h, bytes(stream), staging, new_files, st.index))
+                subtasks.append(st)
+            coordinator = fop.coordinator
+            if enum is not None and coordinator is not None:
+                old_state = CoordinatorState.decode(sp.flink.files.read(coordinator), where)
+                data = replace(old_state, enumerator=enum.encode()).encode()
+                coordinator = _new_stream(coordinator, data, staging, new_files, -1)
+            record = operator_record(replace(fop, subtasks=tuple(subtasks), coordinator=coordinator), md.version)
+            start, end = fop.span
+            metadata = original[:start] + record + original[end:]
+            _copy_relative_files(sp, staging.dir)  # a rewritten stream's old file too: it may be shared
+            for name, data in new_files.values():
+                with open(staging.dir / name, "xb") as f:
+                    f.write(data)
+                    f.flush()
+                    os.fsync(f.fileno())
+        staging.commit(metadata)
+
+
+def _new_stream(h: "StreamHandle", data: bytes, staging: Any, new_files: dict[int, tuple[str, bytes]],
+                key: int) -> "StreamHandle":
+    """`data` in place of stream `h`: inline stays inline, a file becomes a new file of the new savepoint."""
+    from statekit.format.flink.metadata import StreamHandle
+
+    if h.kind == "bytes":
+        return replace(h, data=data, size=len(data))
+    name, _ = staging.new_file()
+    new_files[key] = (name, data)
+    return StreamHandle("relative", name, len(data))
+
+
+def _with_stream(h: "OperatorStreamHandle", data: bytes, staging: Any, new_files: dict[int, tuple[str, bytes]],
+                 subtask: int) -> "OperatorStreamHandle":
+    return replace(h, delegate=_new_stream(h.delegate, data, staging, new_files, subtask))
+
+
+def _relative_handles(sp: "FlinkSavepoint") -> list["StreamHandle"]:
+    """Every stream of the savepoint stored as a file next to `_metadata` (which a new savepoint must carry)."""
+    from statekit.format.flink.metadata import IncrementalKeyedHandle, KeyGroupsHandle
+
+    out: list[StreamHandle] = []
+    for op in sp.flink.metadata.operators:
+        streams: list[StreamHandle | None] = [op.coordinator]
+        for st in op.subtasks:
+            for oh in (st.managed_operator, st.raw_operator):
+                if oh is not None:
+                    streams.append(oh.delegate)
+            for kh in (st.managed_keyed, st.raw_keyed):
+                if isinstance(kh, KeyGroupsHandle):
+                    streams.append(kh.delegate)
+                elif isinstance(kh, IncrementalKeyedHandle):
+                    streams += [kh.meta, *(h for _, h in kh.shared), *(h for _, h in kh.private)]
+        out += [h for h in streams if h is not None and h.kind == "relative"]
+    return out
+
+
+def _copy_relative_files(sp: "FlinkSavepoint", dest: Path) -> None:
+    """Carry the savepoint's own files into `dest` unchanged (hard links where the file system allows)."""
+    done: set[str] = set()
+    for h in _relative_handles(sp):
+        if h.path in done:
+            continue
+        done.add(h.path)
+        out = dest / h.path
+        out.parent.mkdir(parents=True, exist_ok=True)
+        src = sp.flink.files.path(h)
+        if isinstance(src, Path):
+            try:
+                os.link(src, out)
+                continue
+            except OSError:
+                pass
+        sp.flink.files.copy_to(h, out)
+

@@ -1,0 +1,142 @@
+"""Issue 25 part 4 with real engines: a Kafka broker (KRaft, the Apache Kafka jars) started here on 127.0.0.1, a Flink 2.3.0
+job reading a 2-partition topic with flink-connector-kafka's KafkaSource. `statekit offsets` shows exactly where the job
+stood when its savepoint was taken (per partition the offset after the last record it emitted), and the job restored
+from `statekit set-offsets --shift +1` resumes exactly one record later per partition, while the unmodified savepoint
+resumes where it stood. The file source (`extended`): a continuously monitoring FileSource's savepoint taken
+while a large file is being read shows the reader's position in it and the enumerator's processed paths, and the
+restored job resumes exactly at that position."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from statekit.savepoint.offsets import source_offsets
+from statekit_cli.app import app
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+import flink_harness  # noqa: E402
+import kafka_harness  # noqa: E402
+
+pytestmark = pytest.mark.flink
+
+TOPIC = "events"
+FIRST = {0: 5, 1: 7}  # records in the topic when the job runs and takes its savepoint
+LATER = {0: 3, 1: 4}  # records appended after the savepoint
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory):
+    """One KRaft broker for the module (its JVM stopped at the end)."""
+    why = flink_harness.missing_tools()
+    if why:
+        pytest.skip(why)
+    b = kafka_harness.Broker(tmp_path_factory.mktemp("kafka"))
+    yield b
+    b.stop()
+
+
+def _cli(*args: str) -> str:
+    result = CliRunner().invoke(app, [str(a) for a in args])
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def test_offsets_of_a_running_kafka_job_and_a_shift_by_one(broker, tmp_path):
+    (first,) = kafka_harness.run_jobs(broker.bootstrap, TOPIC, 2, [kafka_harness.JobSpec(
+        None, sum(FIRST.values()), tmp_path / "savepoints", before=FIRST, after=LATER)])
+    assert not isinstance(first, str), first
+    assert first.savepoint is not None
+    # the job emitted every record the topic held, in order per partition
+    emitted = first.offsets()
+    assert emitted == {p: list(range(n)) for p, n in FIRST.items()}
+    appended = {}
+    for p, o, _ in first.produced:
+        appended.setdefault(p, []).append(o)
+    assert appended == {p: list(range(n)) + list(range(n, n + LATER[p])) for p, n in FIRST.items()}
+
+    # offsets: per partition the offset after the last record emitted before the savepoint, held by one reader
+    table = source_offsets(first.savepoint)
+    readers = [r for r in table.to_pylist() if r["holder"] == "reader"]
+    assert {r["partition"]: r["offset"] for r in readers} == {p: max(o) + 1 for p, o in emitted.items()}
+    assert sorted(r["subtask"] for r in readers) == [0, 1]
+    assert all(r["topic"] == TOPIC and r["starting"] == "offset" and r["stopping_offset"] is None for r in readers)
+    enum = [r for r in table.to_pylist() if r["holder"] == "enumerator"]
+    assert sorted((r["partition"], r["status"]) for r in enum) == [(0, "assigned"), (1, "assigned")]
+    shown = json.loads(_cli("offsets", first.savepoint, "--uid", "kafka-source", "--json"))
+    assert shown == table.to_pylist()
+
+    # set-offsets --shift +1, partition by partition (dry run first: nothing written)
+    shifted_0 = tmp_path / "shifted-0"
+    _cli("set-offsets", first.savepoint, shifted_0, "--uid", "kafka-source", "--topic", TOPIC, "--partition", "0",
+         "--shift", "+1")
+    assert not shifted_0.exists()
+    _cli("set-offsets", first.savepoint, shifted_0, "--uid", "kafka-source", "--topic", TOPIC, "--partition", "0",
+         "--shift", "+1", "--apply")
+    shifted = tmp_path / "shifted"
+    out = _cli("set-offsets", shifted_0, shifted, "--uid", "kafka-source", "--topic", TOPIC, "--partition", "1",
+               "--shift", "+1", "--apply")
+    assert f"wrote {shifted} as a Flink savepoint" in out
+    moved = source_offsets(shifted).to_pylist()
+    assert {r["partition"]: r["offset"] for r in moved if r["holder"] == "reader"} == {0: 6, 1: 8}
+    assert {r["partition"]: r["offset"] for r in moved if r["holder"] == "enumerator"} == {0: 6, 1: 8}
+
+    # another repair of a Flink savepoint (Flink in, Flink out) carries the enumerator's coordinator state as it is
+    repaired = tmp_path / "repaired"
+    _cli("convert", first.savepoint, repaired, "--to", "flink")
+    assert source_offsets(repaired) == table, source_offsets(repaired).to_pylist()
+
+    # restored: the shifted savepoint resumes one record later per partition; the original and the repaired one
+    # where the job stood (each record once: a reader split and the enumerator agree)
+    resumed, control, carried = kafka_harness.run_jobs(broker.bootstrap, TOPIC, 2, [
+        kafka_harness.JobSpec(shifted, sum(LATER.values()) - 2),
+        kafka_harness.JobSpec(first.savepoint, sum(LATER.values())),
+        kafka_harness.JobSpec(repaired, sum(LATER.values())),
+    ])
+    for run in (resumed, control, carried):
+        assert not isinstance(run, str), run
+    assert control.offsets() == {p: list(range(n, n + LATER[p])) for p, n in FIRST.items()}
+    assert carried.offsets() == control.offsets()
+    assert resumed.offsets() == {p: list(range(n + 1, n + LATER[p])) for p, n in FIRST.items()}
+
+
+LINE = 13  # bytes of "line-0000000\n"
+
+
+@pytest.mark.extended
+def test_file_source_position_and_processed_paths(tmp_path):
+    why = flink_harness.missing_tools()
+    if why:
+        pytest.skip(why)
+    src = tmp_path / "in"
+    src.mkdir()
+    big = src / "big.txt"
+    big.write_text("".join(f"line-{i:07d}\n" for i in range(200_000)))
+    (src / "small.txt").write_text("".join(f"line-{i:07d}\n" for i in range(3)))
+    # a savepoint while big.txt is being read (the map waits 50 us per line), then a restore of it in the same JVM
+    first, resumed = kafka_harness.run_file_jobs(src, [(None, 1000, tmp_path / "savepoints", 50),
+                                                       ("@prev", 50, None, 50)])
+    assert not isinstance(first, str), first
+    assert not isinstance(resumed, str), resumed
+    assert first.savepoint is not None
+    rows = source_offsets(first.savepoint).to_pylist()
+    readers = [r for r in rows if r["holder"] == "reader"]
+    enum = [r for r in rows if r["holder"] == "enumerator"]
+    assert all(r["source"] == "file" and r["operator"] == "file-source" for r in rows)
+    # the enumerator has handed out both files (a monitoring enumerator never lists a processed path again)
+    assert sorted(r["path"] for r in enum) == [f"file:{big}", f"file:{src / 'small.txt'}"]
+    assert {r["status"] for r in enum} == {"processed"}
+    # one reader holds big.txt's split (one split per file: text lines are not splittable), mid-file
+    (reader,) = readers
+    assert (reader["path"], reader["offset"], reader["length"]) == (f"file:{big}", 0, 200_000 * LINE)
+    at = (max(reader["position"], 0) // LINE) + reader["records_to_skip"]
+    assert len(first.records) <= at < 200_000
+    # restored, the job reads big.txt on from exactly that line, and nothing of small.txt again
+    lines = [v for _, _, v in resumed.records]
+    assert lines[0] == f"line-{at:07d}"
+    assert lines == [f"line-{i:07d}" for i in range(at, at + len(lines))]
