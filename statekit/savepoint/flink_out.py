@@ -349,11 +349,6 @@ def operator_data(sp: Savepoint, meta: OperatorMetadata, *, hints: TypeHints | N
     (`pyflink`: the PyFlink types of its states, to write it as a PyFlink job's operator). With `stream`, keyed
     state copied unchanged from a statekit savepoint is handed over as `KeyedFiles` (read file by file by the
     writer) instead of a table."""
-    if is_flink_source(sp) and sp.job_kind(meta.identifier) == "sql":  # not yet: SQL keys need their own key-group hash
-        raise UnsupportedFormatError(
-            f"operator {meta.display_name!r} is a Flink SQL operator; statekit reads SQL state but does not write it "
-            "yet. Remove it from the write (remove=[...]) or keep the original savepoint for that job."
-        )
     carried = carried_serializers(sp, meta)
     py = pyflink_types(sp, meta, carried, pyflink)
     maxp = max_parallelism or meta.max_parallelism
