@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence, TypeGuard
 import numpy as np
 import pyarrow as pa
 
-from statekit.errors import InvalidArgumentError, ParallelismError, StateTypeError, UnsupportedFormatError
+from statekit.errors import InvalidArgumentError, ParallelismError, StateTypeError
 from statekit.format.arrow_memory import empty_table, from_numpy
 from statekit.format.flink.serializers import FlinkType
 from statekit.format.flink.serializers_out import (

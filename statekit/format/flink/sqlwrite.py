@@ -1,6 +1,6 @@
 """Flink SQL rows written back: Arrow struct columns as `BinaryRowData` bytes in bulk, and SQL keys' key groups.
 
-Boundary: the write side of `rowdata` (which decodes the same layout): `encode_rows` builds every
+Boundary: the write side of `rowdata` (which decodes the same layout): `row_bytes` builds every
 row of a struct column as Flink's `BinaryRowWriter` does (`../shared/flink/sql/SQL-FORMAT.md` 4.1:
 little-endian, RowKind byte and null bits, one 8-byte slot per field, strings and byte strings of up
 to 7 bytes inline, longer ones and RAW values in the 8-byte-aligned variable part, zero padding), with
@@ -24,7 +24,7 @@ from statekit.format.flink.values_out import Encoded, concat
 from statekit.keygroups import compute_key_groups_for_key_hashes
 from statekit.keyhash import binary_row_hashes
 
-__all__ = ["encode_rows", "encode_serialized", "key_groups", "row_bytes"]
+__all__ = ["encode_serialized", "key_groups", "row_bytes"]
 
 _INTS = {"BOOLEAN": "<u1", "TINYINT": "<i1", "SMALLINT": "<i2", "INTEGER": "<i4", "DATE": "<i4",
          "TIME_WITHOUT_TIME_ZONE": "<i4", "INTERVAL_YEAR_MONTH": "<i4", "FLOAT": "<f4", "BIGINT": "<i8",
