@@ -181,6 +181,14 @@ class FlinkSavepoint(Savepoint):
 
         return next((k.names.plan for k in self._kinds.values() if isinstance(k, NamedSqlKind)), None)
 
+    def plan_names(self, op: OpLike) -> Any:
+        """What the compiled plan says about SQL operator `op` (`statekit.format.flink.sqlnames.OperatorNames`: its
+        node, key columns, accumulator layout), or None when the savepoint was opened without a plan."""
+        from statekit.format.flink.sqlnames import NamedSqlKind
+
+        kind = self._kinds.get(self.operator(op).uid_hash)
+        return kind.names if isinstance(kind, NamedSqlKind) else None
+
     def has_logical_table(self, op: OpLike) -> bool:
         from statekit.format.flink.sqlnames import NamedSqlKind
 
