@@ -29,7 +29,7 @@ from statekit.types import parse_ddl
 if TYPE_CHECKING:
     from statekit.savepoint.flink import FlinkSavepoint
 
-__all__ = ["has_key", "has_sql", "is_sql", "plan_set", "sql_key", "write"]
+__all__ = ["has_key", "has_sql", "is_sql", "plan_set", "sql_key", "write", "write_operators"]
 
 TTL_FIELDS = ["last_access", "value"]
 
@@ -361,3 +361,15 @@ def write(sp: "FlinkSavepoint", target: str | os.PathLike[str] | Any, per_op: di
                                  max_parallelism=e.max_parallelism, edit=edit))
     version = target_version(sp, flink_version)
     return write_flink_savepoint(target, ops, checkpoint_id=sp.checkpoint_id, flink_version=version)
+
+
+def write_operators(sp: "FlinkSavepoint", target: Any, edits: dict[str, Callable], *,
+                    flink_version: str | None = None) -> Path:
+    """Write Flink savepoint `sp` at `target` with the keyed state of some operators changed on the way
+    (``{uid hash: (keyed, timers) -> (keyed, timers)}``, see `flink_out.operator_data`); the rest as it is."""
+    from statekit.format.flink.writer import write_flink_savepoint
+    from statekit.savepoint.flink_out import operator_data, target_version
+
+    ops = [operator_data(sp, m, edit=edits.get(m.uid_hash)) for m in sp.operators]
+    return write_flink_savepoint(target, ops, checkpoint_id=sp.checkpoint_id,
+                                 flink_version=target_version(sp, flink_version))
