@@ -21,6 +21,12 @@ WORK = BUILD_ROOT.parent / (BUILD_ROOT.name + "-sql-restore")
 SOURCES = sorted((HERE / "sql").glob("*.java"))
 
 
+def missing_tools() -> str | None:
+    """Why real-Flink restores are impossible here (no JDK or no Maven), or None."""
+    absent = [tool for tool in ("java", "mvn") if shutil.which(tool) is None]
+    return f"the SQL restore check needs {' and '.join(absent)} on PATH (a JDK 17 and Maven)" if absent else None
+
+
 def generator() -> Path:
     """The private generator copy with the restore check added (rebuilt when a source changed)."""
     dst = WORK / "generator"
@@ -59,6 +65,7 @@ class Restored:
     results1: dict[str, list[str]]
     results_all: dict[str, list[str]]
     results2: dict[str, list[str]]
+    orders2: list[list[Any]]
     missing: dict[str, list[str]] = field(default_factory=dict)
 
     def final(self) -> dict[str, list[str]]:
@@ -79,14 +86,15 @@ class Restored:
 
 
 def restore(tasks: list[dict[str, Any]], work: Path) -> list[Restored]:
-    """Restore each task (``savepoint``, ``mode`` default|plan, ``ttl`` or None) in one JVM; a failed restore
-    raises with Flink's cause chain."""
+    """Restore each task (``savepoint``, ``mode`` default|plan, ``ttl`` or None, ``plan``: the compiled plan file
+    a plan-mode job runs from) in one JVM; a failed restore raises with Flink's cause chain."""
     gen = build()
     work.mkdir(parents=True, exist_ok=True)
     spec = []
     for i, t in enumerate(tasks):
+        plan = t.get("plan")
         spec.append({"savepoint": str(Path(t["savepoint"]).resolve()), "mode": t["mode"], "ttl": t.get("ttl"),
-                     "out": str(work / f"restore-{i}.json")})
+                     "plan": str(Path(plan).resolve()) if plan else None, "out": str(work / f"restore-{i}.json")})
     (work / "tasks.json").write_text(json.dumps(spec))
     env = dict(os.environ, FLINKBUILD_DIR=str(WORK / "build"), SKIP_BUILD="1", JAVA_OPTS="-Xmx1g")
     out = subprocess.run(["bash", str(gen / "run.sh"), "SqlRestore", str(work / "tasks.json")], env=env,
@@ -98,5 +106,5 @@ def restore(tasks: list[dict[str, Any]], work: Path) -> list[Restored]:
         r = json.loads(Path(s["out"]).read_text())
         if "error" in r:
             raise RuntimeError(f"Flink did not restore {s['savepoint']}:\n{r['error']}")
-        results.append(Restored(r["changelog"], r["results1"], r["results_all"], r["results2"]))
+        results.append(Restored(r["changelog"], r["results1"], r["results_all"], r["results2"], r["orders2"]))
     return results
