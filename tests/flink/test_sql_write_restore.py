@@ -146,8 +146,9 @@ def test_b_edits_show_exactly_in_the_second_batch(results):
     w = b["edits"]["window"]
     j = [i for i, row in enumerate(want["win_out"]) if _row(row)[0] == "42"]
     end = w["namespace"]
-    end_text = dt.datetime.fromtimestamp(end / 1000, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M")
-    k = next(i for i in j if _row(want["win_out"][i])[2].startswith(end_text))
+    when = dt.datetime.fromtimestamp(end / 1000, dt.timezone.utc)  # as Java's LocalDateTime prints it
+    end_text = when.strftime("%Y-%m-%dT%H:%M" + (":%S" if when.second else ""))
+    k = next(i for i in j if _row(want["win_out"][i])[2] == end_text)
     f = _row(want["win_out"][k])
     f[4] = str(int(f[4]) + 1000)
     want["win_out"][k] = _text(f)
