@@ -357,7 +357,8 @@ def write(sp: "FlinkSavepoint", target: str | os.PathLike[str] | Any, per_op: di
             carried = carried_serializers(sp, m)
             edit = table_edit(m, e, _key_grouper(sp, m, carried.key if carried is not None else None))
         ops.append(operator_data(sp, meta, uid=ident.uid if ident else None, uid_hash=ident.uid_hash if ident else None,
-                                 name=(ident.uid or ident.uid_hash) if ident else None,
+                                 # a SQL operator keeps its name (GroupAggregate[51]): it says which kind it is
+                                 name=(ident.uid or ident.uid_hash) if ident and not is_sql(sp, m) else None,
                                  max_parallelism=e.max_parallelism, edit=edit))
     version = target_version(sp, flink_version)
     return write_flink_savepoint(target, ops, checkpoint_id=sp.checkpoint_id, flink_version=version)
