@@ -220,7 +220,7 @@ def _logical(sp: "FlinkSavepoint", m: OperatorMetadata, key: tuple, column: str,
         i = names.acc.distinct.index(agg.args)
         raise AmbiguousEditError(
             f"operator {name}: {column!r} is {agg.func}(DISTINCT ...), kept as the values seen in map state "
-            f"'distinctAcc_{i}' (and field {fields[len(fields) - len(names.acc.distinct) + i]!r}); a count cannot "
+            f"'distinctAcc_{i}' (and field {fields[len(names.acc.fields or ()) - len(names.acc.distinct) + i]!r}); a count cannot "
             "be set without naming the values. Edit distinctAcc_{i} instead.".replace("{i}", str(i)))
     ftype = acc_t.field(mine[0]).type
     if pa.types.is_struct(ftype):  # Min/MaxWithRetractAccumulator: the values live in agg<i>$map

@@ -66,10 +66,11 @@ def _instant_ms(now: Any) -> int:
     if text.isdigit():
         return int(text)
     try:
-        return _instant_ms(dt.datetime.fromisoformat(text.replace("Z", "+00:00")))
+        parsed = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
         raise InvalidArgumentError(f"--now {now!r} is neither epoch milliseconds nor an ISO-8601 time "
                                    "(2026-12-04T12:00:00Z).") from None
+    return _instant_ms(parsed)
 
 
 @dataclass
@@ -100,8 +101,8 @@ class PruneReport:
 
     def __str__(self) -> str:
         when = dt.datetime.fromtimestamp(self.now / 1000, dt.timezone.utc).isoformat()
-        head = (f"{'wrote' if self.written else 'would write'} {self.target} from {self.source}: entries expired at "
-                f"{when} ({self.now})")
+        verb = "wrote" if self.written else "would write" if self.removed else "nothing expired, so did not write"
+        head = f"{verb} {self.target} from {self.source}: entries expired at {when} ({self.now})"
         lines = [f"  - operator {s.operator}, state {s.state!r} (ttl {s.ttl_ms} ms): {s.removed} of {s.entries} "
                  f"entries, {s.bytes_removed} bytes removed" for s in self.states]
         return "\n".join([head, *lines] if lines else [head, "  nothing expired"])
@@ -189,7 +190,7 @@ def _prune_table(sp: Any, meta: OperatorMetadata, keyed: pa.Table, now: int, ttl
         ms = _ttl_for(ttl, sp, meta, state)
         col = keyed.column(state)
         col = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
-        rec = StatePruned(meta.display_name, state, ms)
+        rec = StatePruned(meta.display_name if meta.uid or not meta.name else f"{meta.name} ({meta.uid_hash})", state, ms)
         if kind == "value":
             gone = _expired(col, now, ms)
             rec.entries, rec.removed = int(col.is_valid().to_numpy(zero_copy_only=False).sum()), int(gone.sum())
