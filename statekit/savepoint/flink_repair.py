@@ -29,7 +29,7 @@ from statekit.types import parse_ddl
 if TYPE_CHECKING:
     from statekit.savepoint.flink import FlinkSavepoint
 
-__all__ = ["has_key", "has_sql", "is_sql", "plan_set", "sql_key", "write", "write_operators"]
+__all__ = ["carried", "has_key", "has_sql", "is_sql", "plan_set", "sql_key", "write", "write_operators"]
 
 TTL_FIELDS = ["last_access", "value"]
 
@@ -318,6 +318,63 @@ def table_edit(meta: OperatorMetadata, e: Any, key_groups: Callable[[pa.Array], 
     return edit
 
 
+def carried(sp: "FlinkSavepoint", meta: OperatorMetadata, *, uid: str | None = None, uid_hash: str | None = None,
+            name: str | None = None, flink_version: Any = None) -> Any:
+    """`OperatorData` that carries `meta`'s state files as they are (hard-linked into the new savepoint, inline
+    streams written out), under a new identity if given; None where that is not possible (native or
+    incremental state, raw streams, coordinator state, another `_metadata` version), and then it is re-encoded."""
+    from statekit.format.flink.metadata import KeyGroupsHandle, OperatorStreamHandle
+    from statekit.format.flink.writer import OperatorData, SubtaskOut
+
+    if flink_version is not None and str(flink_version) != str(sp.flink_version):
+        return None
+    fop = sp.flink.metadata.operator(meta.uid_hash)
+    if fop is None or fop.coordinator is not None:
+        return None
+    base = Path(str(sp.flink.metadata.path))
+    for st in fop.subtasks:
+        if st.raw_operator is not None or st.raw_keyed is not None:
+            return None
+        if st.managed_keyed is not None and not (isinstance(st.managed_keyed, KeyGroupsHandle)
+                                                 and st.managed_keyed.type == 7):  # a savepoint's canonical handle
+            return None
+        if st.managed_operator is not None and not isinstance(st.managed_operator, OperatorStreamHandle):
+            return None
+
+    def place(staging: Any, handle: Any) -> tuple[str, int]:
+        new, path = staging.new_file()
+        if handle.kind == "bytes":
+            path.write_bytes(handle.data or b"")
+        else:
+            src = base / handle.path if handle.kind == "relative" else Path(handle.path.removeprefix("file:"))
+            try:
+                os.link(src, path)  # never copied through Python: the same inode
+            except OSError:
+                import shutil
+
+                shutil.copyfile(src, path)  # another file system: the kernel copies it
+        return new, handle.size
+
+    def carry(staging: Any) -> list:
+        out = []
+        for st in fop.subtasks:
+            sub = SubtaskOut(st.index)
+            if st.managed_keyed is not None:
+                h = st.managed_keyed
+                assert isinstance(h, KeyGroupsHandle)
+                sub.keyed = (h.start, list(h.offsets), *place(staging, h.delegate))
+            if st.managed_operator is not None:
+                h2 = st.managed_operator
+                states = [(e.name, str(e.mode), list(e.offsets)) for e in h2.states]
+                sub.operator = (states, *place(staging, h2.delegate))
+            out.append(sub)
+        return out
+
+    return OperatorData(uid if uid is not None else meta.uid, uid_hash or meta.uid_hash,
+                        name or meta.name or meta.uid or meta.uid_hash, fop.parallelism, fop.max_parallelism,
+                        carry=carry)
+
+
 def _key_grouper(sp: Any, m: OperatorMetadata, key_t: Any) -> Callable[[pa.Array], np.ndarray]:
     """The key groups of new keys of `m`: BinaryRowData's hash for SQL keys, Flink's DataStream hash otherwise."""
     maxp = m.max_parallelism
@@ -341,6 +398,14 @@ def write(sp: "FlinkSavepoint", target: str | os.PathLike[str] | Any, per_op: di
         e = per_op.get(m.uid_hash)
         if e is not None and e.removed:
             continue
+        if e is None or not (e.drop_states or e.delete_keys or e.set_values or e.max_parallelism):
+            ident = e.new_ident if e is not None else None
+            keep = carried(sp, m, uid=ident.uid if ident else None, uid_hash=ident.uid_hash if ident else None,
+                           name=(ident.uid or ident.uid_hash) if ident and not is_sql(sp, m) else None,
+                           flink_version=flink_version)
+            if keep is not None:
+                ops.append(keep)
+                continue
         if e is None:
             ops.append(operator_data(sp, m))
             continue
@@ -354,8 +419,8 @@ def write(sp: "FlinkSavepoint", target: str | os.PathLike[str] | Any, per_op: di
                            operator_states=tuple(s for s in m.operator_states if s.name not in e.drop_states))
         edit = None
         if m.key_type is not None and (e.drop_states or e.delete_keys or e.set_values):
-            carried = carried_serializers(sp, m)
-            edit = table_edit(m, e, _key_grouper(sp, m, carried.key if carried is not None else None))
+            stored = carried_serializers(sp, m)
+            edit = table_edit(m, e, _key_grouper(sp, m, stored.key if stored is not None else None))
         ops.append(operator_data(sp, meta, uid=ident.uid if ident else None, uid_hash=ident.uid_hash if ident else None,
                                  # a SQL operator keeps its name (GroupAggregate[51]): it says which kind it is
                                  name=(ident.uid or ident.uid_hash) if ident and not is_sql(sp, m) else None,
@@ -371,6 +436,7 @@ def write_operators(sp: "FlinkSavepoint", target: Any, edits: dict[str, Callable
     from statekit.format.flink.writer import write_flink_savepoint
     from statekit.savepoint.flink_out import operator_data, target_version
 
-    ops = [operator_data(sp, m, edit=edits.get(m.uid_hash)) for m in sp.operators]
+    ops = [(carried(sp, m, flink_version=flink_version) if m.uid_hash not in edits else None)
+           or operator_data(sp, m, edit=edits.get(m.uid_hash)) for m in sp.operators]
     return write_flink_savepoint(target, ops, checkpoint_id=sp.checkpoint_id,
                                  flink_version=target_version(sp, flink_version))
