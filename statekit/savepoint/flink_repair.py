@@ -29,7 +29,7 @@ from statekit.types import parse_ddl
 if TYPE_CHECKING:
     from statekit.savepoint.flink import FlinkSavepoint
 
-__all__ = ["carried", "has_key", "has_sql", "is_sql", "plan_set", "sql_key", "write", "write_operators"]
+__all__ = ["carried", "has_key", "has_sql", "is_sql", "plan_set", "spliced", "sql_key", "write", "write_operators"]
 
 TTL_FIELDS = ["last_access", "value"]
 
@@ -375,6 +375,113 @@ def carried(sp: "FlinkSavepoint", meta: OperatorMetadata, *, uid: str | None = N
                         carry=carry)
 
 
+def _copy_range(src: Any, dst: Any, start: int, length: int) -> None:
+    """Bytes [start, start + length) of open file `src` appended to open file `dst`, copied by the kernel."""
+    done = 0
+    while done < length:
+        try:
+            n = os.copy_file_range(src.fileno(), dst.fileno(), length - done, start + done)
+        except OSError:  # no copy_file_range across these file systems: sendfile, still in the kernel
+            n = os.sendfile(dst.fileno(), src.fileno(), start + done, length - done)
+        if n <= 0:
+            raise OSError(f"copying {length} bytes stopped after {done}")
+        done += n
+
+
+def spliced(sp: "FlinkSavepoint", meta: OperatorMetadata, e: Any, *, uid: str | None = None,
+            uid_hash: str | None = None, flink_version: Any = None) -> Any:
+    """`OperatorData` for set/delete-key edits of SQL operator `meta` that rewrites only the key groups of the
+    edited keys: those are decoded, edited and encoded again, and spliced between the unchanged bytes of their
+    subtask's file (copied by the kernel, offsets shifted); every other file is hard-linked. None when that does
+    not apply (other edits, compressed or non-canonical state, a key group that holds nothing yet)."""
+    from types import SimpleNamespace
+
+    from statekit.format.flink.metadata import KeyGroupsHandle
+    from statekit.format.flink.sqlwrite import key_groups
+    from statekit.format.flink.writer import SubtaskOut, keyed_runs, write_key_groups
+    from statekit.keygroups import KeyGroupRange
+    from statekit.savepoint.flink_out import carried_serializers, keyed_layout
+
+    if e.drop_states or e.max_parallelism or e.mapping is not None or not (e.set_values or e.delete_keys):
+        return None
+    base = carried(sp, meta, uid=uid, uid_hash=uid_hash, flink_version=flink_version)
+    stored = carried_serializers(sp, meta)
+    if base is None or stored is None or stored.key is None or stored.key.form != "row":
+        return None
+    fop = sp.flink.metadata.operator(meta.uid_hash)
+    assert fop is not None
+    names = _key_fields(meta)
+    ktype = parse_ddl(meta.key_type or "")
+    maxp = meta.max_parallelism
+    keys = [sql_key(meta, k) for k in e.delete_keys] + [k for k, _, _, _ in e.set_values]
+    kgs = key_groups(pa.array([dict(zip(names, k)) for k in keys], ktype), stored.key, maxp).tolist()
+    kg_of = dict(zip(keys, kgs))
+    handles = {st.index: st.managed_keyed for st in fop.subtasks}
+    touched: dict[int, list[int]] = {}
+    for kg in sorted(set(kgs)):
+        idx = next((i for i, h in handles.items() if isinstance(h, KeyGroupsHandle) and h.start <= kg <= h.end), None)
+        if idx is None:
+            return None
+        h = handles[idx]
+        assert isinstance(h, KeyGroupsHandle)
+        if h.offsets[kg - h.start] == 0 or sp.flink.proxy(h).compressed:
+            return None  # a key group new to the file, or Snappy-compressed groups: the operator is re-encoded
+        touched.setdefault(idx, []).append(kg)
+    timers = sp.timers(meta.identifier)
+    layout = keyed_layout(meta, stored, None, max_parallelism=maxp, has_timers=timers.num_rows > 0)
+    timer_names = [t.name for t in stored.timers]
+    root = Path(str(sp.flink.metadata.path))
+    carry_base = base.carry
+
+    def carry(staging: Any) -> list:
+        subs = carry_base(staging)
+        for idx, kgroups in touched.items():
+            h = handles[idx]
+            assert isinstance(h, KeyGroupsHandle)
+            order = [st.name for st in sp.flink.proxy(h).states]  # state ids as this file numbers them
+            ids = [order.index(s.name) for s in layout.states] + [order.index(n) for n in timer_names]
+            src_path = root / h.delegate.path if h.delegate.kind == "relative" else Path(h.delegate.path.removeprefix("file:"))
+            offsets = list(h.offsets)
+            nonzero = sorted(o for o in offsets if o)
+            name, path = staging.new_file()
+            with open(src_path, "rb") as src, open(path, "xb", buffering=0) as dst:
+                size = os.fstat(src.fileno()).st_size
+                pos_src, shift, new_offsets = 0, 0, list(offsets)
+                for kg in kgroups:
+                    at = offsets[kg - h.start]
+                    end = next((o for o in nonzero if o > at), size)
+                    _copy_range(src, dst, pos_src, at - pos_src)
+                    part = sp.keyed_table(meta.identifier, key_groups=KeyGroupRange(kg, kg), with_key_group=True)
+                    tpart = timers.filter(pa.array(timers.column("key_group").to_numpy() == kg)) if timers.num_rows \
+                        else timers
+                    mine = SimpleNamespace(drop_states=(), delete_keys=tuple(k for k in e.delete_keys
+                                                                             if kg_of[sql_key(meta, k)] == kg),
+                                           set_values=tuple(v for v in e.set_values if kg_of[v[0]] == kg))
+                    part, tpart = table_edit(meta, mine, lambda a: np.full(len(a), kg, np.int32))(part, tpart)
+                    runs = sorted((replace(r, sid=ids[r.sid]) for r in keyed_runs(layout, part, tpart)),
+                                  key=lambda r: r.sid)
+                    dst.flush()
+                    written = write_key_groups(dst, runs, kg, kg, at + shift)[0]
+                    dst.flush()
+                    new_len = dst.tell() - (at + shift)
+                    for j, o in enumerate(offsets):  # key groups after this one move by the size difference
+                        if o > at:
+                            new_offsets[j] = o + shift + new_len - (end - at)
+                    new_offsets[kg - h.start] = written
+                    shift += new_len - (end - at)
+                    pos_src = end
+                _copy_range(src, dst, pos_src, size - pos_src)
+                dst.flush()
+                os.fsync(dst.fileno())
+                new_size = dst.tell()
+            subs[idx] = replace(subs[idx], keyed=(h.start, new_offsets, name, new_size)) \
+                if isinstance(subs[idx], SubtaskOut) else subs[idx]
+        return subs
+
+    base.carry = carry
+    return base
+
+
 def _key_grouper(sp: Any, m: OperatorMetadata, key_t: Any) -> Callable[[pa.Array], np.ndarray]:
     """The key groups of new keys of `m`: BinaryRowData's hash for SQL keys, Flink's DataStream hash otherwise."""
     maxp = m.max_parallelism
@@ -409,6 +516,13 @@ def write(sp: "FlinkSavepoint", target: str | os.PathLike[str] | Any, per_op: di
         if e is None:
             ops.append(operator_data(sp, m))
             continue
+        if is_sql(sp, m):
+            ident = e.new_ident
+            fast = spliced(sp, m, e, uid=ident.uid if ident else None, uid_hash=ident.uid_hash if ident else None,
+                           flink_version=flink_version)
+            if fast is not None:
+                ops.append(fast)
+                continue
         if e.mapping is not None:
             raise StateTypeError(f"operator {m.display_name}: statekit does not rekey Flink savepoints with SQL "
                                  "operators; delete-key and set the new keys instead.")
