@@ -427,8 +427,7 @@ def spliced(sp: "FlinkSavepoint", meta: OperatorMetadata, e: Any, *, uid: str | 
         if h.offsets[kg - h.start] == 0 or sp.flink.proxy(h).compressed:
             return None  # a key group new to the file, or Snappy-compressed groups: the operator is re-encoded
         touched.setdefault(idx, []).append(kg)
-    timers = sp.timers(meta.identifier)
-    layout = keyed_layout(meta, stored, None, max_parallelism=maxp, has_timers=timers.num_rows > 0)
+    layout = keyed_layout(meta, stored, None, max_parallelism=maxp, has_timers=bool(stored.timers))
     timer_names = [t.name for t in stored.timers]
     root = Path(str(sp.flink.metadata.path))
     carry_base = base.carry
@@ -452,8 +451,7 @@ def spliced(sp: "FlinkSavepoint", meta: OperatorMetadata, e: Any, *, uid: str | 
                     end = next((o for o in nonzero if o > at), size)
                     _copy_range(src, dst, pos_src, at - pos_src)
                     part = sp.keyed_table(meta.identifier, key_groups=KeyGroupRange(kg, kg), with_key_group=True)
-                    tpart = timers.filter(pa.array(timers.column("key_group").to_numpy() == kg)) if timers.num_rows \
-                        else timers
+                    tpart = sp.timers(meta.identifier, key_groups=KeyGroupRange(kg, kg))
                     mine = SimpleNamespace(drop_states=(), delete_keys=tuple(k for k in e.delete_keys
                                                                              if kg_of[sql_key(meta, k)] == kg),
                                            set_values=tuple(v for v in e.set_values if kg_of[v[0]] == kg))

@@ -97,6 +97,13 @@ def test_set_through_the_plan_changes_the_accumulator_fields_behind_a_result(tmp
     assert (logical["alice"]["cnt"], logical["alice"]["total"], logical["carol"]["total"]) == (100, 5000, 1)
     for name in ("12_global-window-aggregate", "25_deduplicate", "43_join"):  # other operators as they were
         assert _rows(out, name) == _rows(src, name)
+    # only the edited keys' key groups were rewritten (spliced into their files): every other row as it was, each
+    # key in its BinaryRowData key group, and the other operators' files hard links of the source's
+    others = [r for r in _rows(out, "6_group-aggregate") if r["key"]["user_name"] not in ("alice", "carol")]
+    assert others == [r for r in _rows(src, "6_group-aggregate") if r["key"]["user_name"] not in ("alice", "carol")]
+    assert check(out.path).ok
+    files = [p for p in (tmp_path / "out").iterdir() if p.name != "_metadata"]
+    assert sum(p.stat().st_nlink > 1 for p in files) >= len(files) - 2  # the agg's two subtask files at most
 
 
 def test_physical_set_delete_key_rm_state_window_and_dedup_row(tmp_path):
