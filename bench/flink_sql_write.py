@@ -52,10 +52,18 @@ def ttl_savepoint(rows: int) -> Path:
     return case
 
 
+CPU: list[float] = []  # CPU seconds (user + system) of each process run
+
+
 def process(args: list[str]) -> float:
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     out = subprocess.run([STATEKIT, *args], capture_output=True, text=True)
     took = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    CPU.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
     if out.returncode:
         raise SystemExit(f"statekit {' '.join(args)} failed:\n{out.stdout}\n{out.stderr}")
     return took
@@ -97,8 +105,8 @@ def main() -> None:
         got = Savepoint.open(scratch / "set-0", plan=plan).get(by_id.uid, 42)["accState"]
         assert got["count1"] == 10, got
         print(f"one-key set as a whole process (statekit set ... --apply): best {min(times):.2f} s, all "
-              f"{', '.join(f'{t:.2f}' for t in times)} s; {linked} of {total} output files hard-linked from the source; "
-              f"load {R.load()}")
+              f"{', '.join(f'{t:.2f}' for t in times)} s (CPU {', '.join(f'{c:.2f}' for c in CPU[-len(times):])} s); "
+              f"{linked} of {total} output files hard-linked from the source; load {R.load()}")
         t0 = time.perf_counter()
         repair(sp_path, scratch / "lib", [SetValue(by_id.uid, 42, "cnt", 11)], plan=plan)
         print(f"one-key set in-process (patch.repair): {time.perf_counter() - t0:.2f} s")
@@ -131,7 +139,8 @@ def main() -> None:
             shutil.rmtree(scratch / f"prune-{i}")
         print(f"prune-expired as a whole process on {tsp_path} ({size(tsp_path) / 1e6:.0f} MB, {args.ttl_rows:,} keys "
               f"per operator, half of them expired): best {min(times):.2f} s, all "
-              f"{', '.join(f'{t:.2f}' for t in times)} s; load {R.load()}")
+              f"{', '.join(f'{t:.2f}' for t in times)} s (CPU {', '.join(f'{c:.2f}' for c in CPU[-len(times):])} s); "
+              f"load {R.load()}")
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
