@@ -202,6 +202,12 @@ def repair(source: str | os.PathLike, target: str | os.PathLike, edits: Sequence
         return result
     from statekit.savepoint import flink_repair
 
+    if flink_repair.has_sql(sp) and fmt == "statekit" and any(e.set_values for e in per_op.values()):
+        from statekit.errors import UnsupportedFormatError
+
+        raise UnsupportedFormatError(
+            "set on a Flink SQL operator is written as a Flink savepoint (its rows, windows and key groups stay "
+            "Flink's); drop to='statekit' (CLI --to), and convert the result to statekit's format afterwards.")
     if fmt == "flink" and flink_repair.has_sql(sp):
         flink_repair.write(sp, as_path(target), per_op, flink_version=flink_version)  # type: ignore[arg-type]
     else:
@@ -262,8 +268,11 @@ def _plan_edit(sp: Savepoint, e: _OperatorEdits, edit: Edit, changes: list[str],
         changes.append(f"operator {name}: remove state {edit.state!r}")
     elif isinstance(edit, DeleteKeys):
         _require_keyed(m, "it has no keys")
-        present = [k for k in edit.keys if _has_state(sp, m, k)]
-        for k in edit.keys:
+        from statekit.savepoint import flink_repair
+
+        keys = tuple(flink_repair.sql_key(m, k) for k in edit.keys) if flink_repair.is_sql(sp, m) else edit.keys
+        present = [k for k in keys if _has_state(sp, m, k)]
+        for k in keys:
             if k not in present:
                 noops.append(f"operator {name}: key {k!r} has no state")
         if present:

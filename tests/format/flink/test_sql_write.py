@@ -183,6 +183,20 @@ def test_bad_edits_are_typed_errors_and_nothing_is_written(tmp_path, edit, error
     assert not (tmp_path / "out").exists()
 
 
+def test_set_on_sql_written_as_statekit_is_refused(tmp_path):
+    with pytest.raises(UnsupportedFormatError, match="Flink savepoint"):
+        repair(PLAN / "savepoint", tmp_path / "out", [SetValue("6_group-aggregate", "alice", "cnt", 1)],
+               plan=PLAN / "plan.json", to="statekit")
+    assert not (tmp_path / "out").exists()
+
+
+def test_delete_key_of_a_sql_operator_written_as_statekit(tmp_path):
+    repair(PLAN / "savepoint", tmp_path / "out", [DeleteKeys("6_group-aggregate", ("bob",))], to="statekit")
+    out = Savepoint.open(tmp_path / "out")
+    keys = {r["key"]["k0"] for r in out.keyed_table("6_group-aggregate").to_pylist()}
+    assert "bob" not in keys and "alice" in keys
+
+
 def test_logical_set_needs_the_plan():
     with pytest.raises(UnknownStateError, match="compiled plan"):
         repair(PLAN / "savepoint", PLAN.parent / "never", [SetValue("6_group-aggregate", "alice", "cnt", 1)])
