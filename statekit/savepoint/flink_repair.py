@@ -167,9 +167,9 @@ def _physical(sp: "FlinkSavepoint", m: OperatorMetadata, key: tuple, state: str,
                                  f"{[f.name for f in inner_t]}.")
         if isinstance(old_inner, dict):
             value = {**old_inner, **value}
-        for raw in _raw_fields(sp, m, state):
+        for raw in _raw_fields(sp, m, state):  # a new key's RAW fields are written as given (copy an existing key's)
             before = old_inner.get(raw) if isinstance(old_inner, dict) else None
-            if raw in value and value[raw] != before:
+            if raw in value and value[raw] != before and old_inner is not None:
                 raise StateTypeError(
                     f"{what}: field {raw!r} is a RAW value (an opaque accumulator or a MapView placeholder) that statekit "
                     "does not edit; leave it out of the new value.")

@@ -257,3 +257,29 @@ def test_prune_expired_touch_and_refusals(tmp_path):
         prune_expired(tmp_path / "sk", tmp_path / "x", now=0, ttl="1 d")
     assert not (tmp_path / "x").exists()
     assert parse_duration("36 h") == 36 * 3_600_000 and int(np.int64(5)) == 5
+
+
+def test_splice_edges_a_key_group_emptied_and_a_new_key_in_a_used_key_group(tmp_path):
+    """A key group whose only keys are deleted is written empty; a new key whose key group holds others joins it."""
+    src_path = SQL / "default-hashmap-canonical" / "savepoint"
+    sp = Savepoint.open(src_path)
+    agg = "GroupAggregate[51]"
+    m = sp.operator(agg)
+    rows = sp.keyed_table(agg, with_key_group=True).to_pylist()
+    by_kg: dict[int, list] = {}
+    for r in rows:
+        by_kg.setdefault(r["key_group"], []).append(r["key"]["k0"])
+    kg, gone = next((k, v) for k, v in sorted(by_kg.items()) if v[0] is not None)
+    key_t = carried_serializers(sp, m).key
+    key_type = pa.struct([("k0", pa.string())])
+    new = next(f"user-{i}" for i in range(10_000) if (k := key_groups(pa.array([{"k0": f"user-{i}"}], key_type), key_t,
+                                                                        128)[0]) in by_kg and k != kg)
+    acc = {**sp.get(agg, "alice")["accState"], "f0": 1}
+    repair(src_path, tmp_path / "out", [DeleteKeys(agg, tuple(gone)), SetValue(agg, new, "accState", acc)])
+    out = Savepoint.open(tmp_path / "out")
+    assert check(out.path).ok
+    want = [r for r in rows if r["key"]["k0"] not in gone]
+    got = out.keyed_table(agg, with_key_group=True).to_pylist()
+    assert sorted([r for r in got if r["key"]["k0"] != new], key=repr) == sorted(want, key=repr)
+    assert out.get(agg, new)["accState"] == acc
+    assert all(out.get(agg, k) is None for k in gone)
