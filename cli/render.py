@@ -225,6 +225,10 @@ def parse_key(text: str, key_type: str | None) -> Any:
         from statekit.types import parse_ddl
 
         arrow = parse_ddl(key_type)
+        if arrow.num_fields == 1 and not text.lstrip().startswith(("{", "[")):  # a one-column key (SQL): its value
+            from statekit.types import to_ddl
+
+            return (parse_key(text, to_ddl(arrow.field(0).type)),)
         try:
             data = json.loads(text)
         except json.JSONDecodeError as exc:

@@ -11,6 +11,8 @@ from statekit_cli.common import (
     APPLY,
     HASH,
     KEY,
+    NAME,
+    PLAN,
     SOURCE,
     TARGET,
     TO,
@@ -24,16 +26,17 @@ from statekit_cli.common import (
 )
 
 
-def run_repair(source: Path, target: Path, edits: list, apply: bool, to: Optional[str] = None) -> None:
+def run_repair(source: Path, target: Path, edits: list, apply: bool, to: Optional[str] = None,
+               sql_plan: Optional[Path] = None) -> None:
     """Plan `edits`, print the plan, and write the new savepoint with --apply (one pass, one savepoint, in the
-    source's format unless --to says otherwise)."""
+    source's format unless --to says otherwise; `sql_plan`: a Flink SQL job's compiled plan)."""
     from statekit.savepoint.output import FORMATS
     from statekit.savepoint.patch import repair
 
     if to is not None and to not in FORMATS:
         fail(f"--to must be statekit or flink, not {to!r}.")
     with progress("writing the new savepoint" if apply else "planning"):
-        plan = repair(source, target, edits, dry_run=not apply, to=to)  # type: ignore[arg-type]
+        plan = repair(source, target, edits, dry_run=not apply, to=to, plan=sql_plan)  # type: ignore[arg-type]
     console = out()
     for line in getattr(plan, "noops", []):
         console.print(f"no change: {line}", markup=False)
@@ -45,41 +48,68 @@ def run_repair(source: Path, target: Path, edits: list, apply: bool, to: Optiona
         err().print("dry run: nothing written; pass --apply to write the new savepoint", markup=False)
 
 
-def _key(sp_path: Path, uid: Optional[str], uid_hash: Optional[str], text: str):
+def _key(sp_path: Path, uid: Optional[str], uid_hash: Optional[str], text: str, name: Optional[str] = None,
+         plan: Optional[Path] = None):
     from statekit_cli.render import parse_key
 
-    sp = open_savepoint(sp_path)
-    op = operator_id(uid, uid_hash)
+    sp = open_savepoint(sp_path, plan)
+    op = operator_id(uid, uid_hash, name=name)
     return op, parse_key(text, sp.operator(op).key_type)
 
 
 def set_value(
     source: Path = SOURCE, target: Path = TARGET, uid: Optional[str] = UID, uid_hash: Optional[str] = HASH, key: str = KEY,
-    state: str = typer.Option(..., "--state", help="Name of the keyed state to set."),
+    state: str = typer.Option(..., "--state", help="Name of the keyed state to set (with --plan on a Flink SQL "
+                              "aggregate also a column of the query's result, e.g. cnt)."),
     value: str = typer.Option(..., "--value", help='The new value as JSON: 42, "text", [1,2], {"k": 1.5}, null.'),
-    apply: bool = APPLY, to: Optional[str] = TO,
+    apply: bool = APPLY, to: Optional[str] = TO, name: Optional[str] = NAME, plan: Optional[Path] = PLAN,
+    namespace: Optional[str] = typer.Option(None, "--namespace", metavar="JSON", show_default=False,
+                                            help="The window of a Flink SQL window aggregate's value: its slice end "
+                                                 '(epoch ms) or {"start": MS, "end": MS}.'),
 ) -> None:
-    """Set one key's keyed state to a JSON value (a missing key gets a row; null clears the state)."""
+    """Set one key's keyed state to a JSON value (a missing key gets a row; null clears the state).
+
+    On a Flink SQL savepoint with --plan, --state may name a result column (cnt): the accumulator fields
+    behind it are set; rows are merged field by field into the stored row."""
     from statekit.savepoint.patch import SetValue
     from statekit_cli.render import parse_json_value
 
-    op, k = _key(source, uid, uid_hash, key)
-    meta = open_savepoint(source).operator(op)
-    info = meta.keyed_state(state)
-    v = parse_json_value(value, info.type, f"--value for state {state!r} of {meta.display_name}")
-    run_repair(source, target, [SetValue(op, k, state, v)], apply, to)
+    op, k = _key(source, uid, uid_hash, key, name, plan)
+    meta = open_savepoint(source, plan).operator(op)
+    if state in {s.name for s in meta.keyed_states}:
+        info = meta.keyed_state(state)
+        v = _json(value, "--value") if _partial(value, info.type) else \
+            parse_json_value(value, info.type, f"--value for state {state!r} of {meta.display_name}")
+    else:  # a result column (the library checks it against the plan and its type)
+        v = _json(value, "--value")
+    ns = _json(namespace, "--namespace") if namespace is not None else None
+    run_repair(source, target, [SetValue(op, k, state, v, namespace=ns)], apply, to, plan)
+
+
+def _json(text: str, option: str):
+    from statekit.errors import InvalidArgumentError
+
+    try:
+        return jsonlib.loads(text)
+    except ValueError as exc:
+        raise InvalidArgumentError(f"{option} {text!r} is not JSON ({exc}); quote strings, e.g. '\"text\"'.") from None
+
+
+def _partial(text: str, ddl: str) -> bool:
+    """Whether `text` gives some fields of a row-valued state (merged into the stored row by the library)."""
+    return ddl.startswith("struct<") and text.lstrip().startswith("{")
 
 
 def delete_key(
     source: Path = SOURCE, target: Path = TARGET, uid: Optional[str] = UID, uid_hash: Optional[str] = HASH,
     keys: List[str] = typer.Option(..., "--key", help="Key to delete (repeat for several)."),
-    apply: bool = APPLY, to: Optional[str] = TO,
+    apply: bool = APPLY, to: Optional[str] = TO, name: Optional[str] = NAME,
 ) -> None:
     """Delete keys: all their keyed state and timers."""
     from statekit.savepoint.patch import DeleteKeys
     from statekit_cli.render import parse_key
 
-    op = operator_id(uid, uid_hash)
+    op = operator_id(uid, uid_hash, name=name)
     key_type = open_savepoint(source).operator(op).key_type
     run_repair(source, target, [DeleteKeys(op, tuple(parse_key(k, key_type) for k in keys))], apply, to)
 
@@ -87,12 +117,12 @@ def delete_key(
 def rm_state(
     source: Path = SOURCE, target: Path = TARGET, uid: Optional[str] = UID, uid_hash: Optional[str] = HASH,
     states: List[str] = typer.Option(..., "--state", help="State to remove (repeat for several)."),
-    apply: bool = APPLY, to: Optional[str] = TO,
+    apply: bool = APPLY, to: Optional[str] = TO, name: Optional[str] = NAME,
 ) -> None:
     """Remove keyed or operator states of an operator (a restored job starts them empty)."""
     from statekit.savepoint.patch import RemoveState
 
-    op = operator_id(uid, uid_hash)
+    op = operator_id(uid, uid_hash, name=name)
     run_repair(source, target, [RemoveState(op, s) for s in states], apply, to)
 
 
@@ -106,7 +136,7 @@ def rename_uid(
         None, "--to", metavar="statekit|flink", show_default=False,
         help="Format of the new savepoint; default: the source's. (Without --new-uid/--new-hash, the old spelling "
              "of --new-uid.)"),
-    apply: bool = APPLY,
+    apply: bool = APPLY, name: Optional[str] = NAME,
 ) -> None:
     """Give an operator a new uid (the library's change_operator_identifier); its state is carried over
     unchanged (files hard-linked). The operator is --uid OLD or --hash OLDHASH; the new one --new-uid NEW
@@ -119,7 +149,7 @@ def rename_uid(
         uid = old_alias
     if to is not None and new_uid is None and new_hash is None:  # `--to NEW`: the spelling before --new-uid
         new_uid, to = to, None
-    old = operator_id(uid, uid_hash)
+    old = operator_id(uid, uid_hash, name=name)
     new = operator_id(new_uid, new_hash, uid_option="--new-uid", hash_option="--new-hash")
     run_repair(source, target, [RenameOperator(old, new)], apply, to)
 
@@ -135,12 +165,12 @@ def remove_operator(source: Path = SOURCE, target: Path = TARGET, uid: Optional[
 def set_max_parallelism(
     source: Path = SOURCE, target: Path = TARGET, uid: Optional[str] = UID, uid_hash: Optional[str] = HASH,
     max_parallelism: int = typer.Option(..., "--max", help="New max parallelism (1..32768)."),
-    apply: bool = APPLY, to: Optional[str] = TO,
+    apply: bool = APPLY, to: Optional[str] = TO, name: Optional[str] = NAME,
 ) -> None:
     """Re-hash an operator's keyed state and timers into a new max parallelism."""
     from statekit.savepoint.patch import SetMaxParallelism
 
-    run_repair(source, target, [SetMaxParallelism(operator_id(uid, uid_hash), max_parallelism)], apply, to)
+    run_repair(source, target, [SetMaxParallelism(operator_id(uid, uid_hash, name=name), max_parallelism)], apply, to)
 
 
 LOCAL_REKEY_LIMIT = 2 << 30  # keyed bytes on disk above which `auto` re-keys with Spark
@@ -211,6 +241,8 @@ def repair_plan(
     source: Path = SOURCE, target: Path = TARGET,
     plan: Path = typer.Option(..., "--plan", help="JSON file: a list of edits (see the command's help)."),
     apply: bool = APPLY, to: Optional[str] = TO,
+    sql_plan: Optional[Path] = typer.Option(None, "--sql-plan", metavar="PLAN.JSON", show_default=False,
+                                            help="A Flink SQL job's compiled plan: set edits may name result columns."),
 ) -> None:
     """Several repairs in one pass, writing one savepoint (--plan: a JSON list of edits).
 
@@ -221,7 +253,9 @@ def repair_plan(
     | {"edit": "remove-operator", "uid": U} | {"edit": "set-max-parallelism", "uid": U, "max": N}
     | {"edit": "rekey", "uid": U, "expr": SQL}
 
-    An operator may be named by "hash": H (its uid hash) instead of "uid", and a new uid by "new_hash".
+    An operator may be named by "hash": H (its uid hash) or "name": N (its stored name, e.g. GroupAggregate[51])
+    instead of "uid", and a new uid by "new_hash". A set edit of a Flink SQL window aggregate gives the window as
+    "namespace"; with --sql-plan its "state" may be a column of the query's result (cnt).
     """
     from statekit.errors import InvalidArgumentError
     from statekit.savepoint import patch as P
@@ -233,7 +267,7 @@ def repair_plan(
         raise InvalidArgumentError(f"--plan {plan}: not a readable JSON file ({exc}).") from None
     if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
         raise InvalidArgumentError(f"--plan {plan}: expected a JSON list of objects, one per edit.")
-    sp = open_savepoint(source)
+    sp = open_savepoint(source, sql_plan)
     edits = []
     for i, item in enumerate(items):
         kind = item.get("edit")
@@ -241,7 +275,7 @@ def repair_plan(
                         "rekey"):
             raise InvalidArgumentError(f"--plan {plan}: edit {i + 1} has unknown \"edit\": {kind!r}.")
         try:
-            op = _plan_operator(item, "uid", "hash", "from")
+            op = item["name"] if isinstance(item.get("name"), str) else _plan_operator(item, "uid", "hash", "from")
             if kind == "rename-uid":
                 edits.append(P.RenameOperator(op, _plan_operator(item, "new_uid", "new_hash", "to")))
                 continue
@@ -251,9 +285,13 @@ def repair_plan(
                 return parse_key(k if isinstance(k, str) else jsonlib.dumps(k), meta.key_type)
 
             if kind == "set":
-                info = meta.keyed_state(item["state"])
-                value = parse_json_value(jsonlib.dumps(item["value"]), info.type, f"edit {i + 1}: state {info.name!r}")
-                edits.append(P.SetValue(op, key(item["key"]), item["state"], value))
+                if item["state"] in {s.name for s in meta.keyed_states}:
+                    info = meta.keyed_state(item["state"])
+                    value = item["value"] if _partial(jsonlib.dumps(item["value"]), info.type) else \
+                        parse_json_value(jsonlib.dumps(item["value"]), info.type, f"edit {i + 1}: state {info.name!r}")
+                else:  # a result column of a SQL aggregate (the library checks it against the plan)
+                    value = item["value"]
+                edits.append(P.SetValue(op, key(item["key"]), item["state"], value, namespace=item.get("namespace")))
             elif kind == "delete-key":
                 edits.append(P.DeleteKeys(op, tuple(key(k) for k in item["keys"])))
             elif kind == "rm-state":
@@ -273,7 +311,7 @@ def repair_plan(
                 raise InvalidArgumentError(f"--plan {plan}: edit {i + 1} has unknown \"edit\": {kind!r}.")
         except KeyError as exc:
             raise InvalidArgumentError(f"--plan {plan}: edit {i + 1} ({kind}) lacks the field {exc}.") from None
-    run_repair(source, target, edits, apply, to)
+    run_repair(source, target, edits, apply, to, sql_plan)
 
 
 def _plan_operator(item: dict, uid_field: str, hash_field: str, old_field: str):
@@ -328,6 +366,31 @@ def bootstrap(
         err().print("dry run: nothing written; pass --apply to write the new savepoint", markup=False)
 
 
+def prune_expired(
+    source: Path = SOURCE, target: Path = TARGET,
+    now: str = typer.Option(..., "--now", metavar="TIME", help="The time to judge expiry at: epoch milliseconds or "
+                            "ISO-8601 (2026-12-04T12:00:00Z)."),
+    ttl: Optional[str] = typer.Option(None, "--ttl", metavar="DURATION", show_default=False,
+                                      help="The states' time to live ('1 d', '36 h', '500 ms'): the job's "
+                                           "table.exec.state.ttl or StateTtlConfig; default: the plan's."),
+    operators: Optional[List[str]] = typer.Option(None, "--operator", metavar="UID|NAME", show_default=False,
+                                                  help="Only this operator (repeat for several); default: all."),
+    touch: Optional[str] = typer.Option(None, "--touch", metavar="TIME", show_default=False,
+                                        help="Set the last access time of every kept entry to TIME."),
+    plan: Optional[Path] = PLAN, apply: bool = APPLY,
+) -> None:
+    """Drop every state entry whose TTL expired at --now (value states and map entries), reporting per operator
+    and state the entries and bytes removed."""
+    from statekit.savepoint.prune import prune_expired as prune
+
+    with progress("writing the new savepoint" if apply else "planning"):
+        report = prune(source, target, now=now, ttl=ttl, operators=operators or None, touch=touch, plan=plan,
+                       dry_run=not apply)
+    out().print(str(report), markup=False)
+    if not apply:
+        err().print("dry run: nothing written; pass --apply to write the new savepoint", markup=False)
+
+
 def register(app: typer.Typer) -> None:
     """Add the repair commands (set, delete-key, rm-state, rekey, ...) to the app."""
     app.command("set")(set_value)
@@ -339,5 +402,6 @@ def register(app: typer.Typer) -> None:
     app.command("set-max-parallelism")(set_max_parallelism)
     app.command("repair")(repair_plan)
     app.command("bootstrap")(bootstrap)
+    app.command("prune-expired")(prune_expired)
 
 

@@ -37,7 +37,8 @@ import java.util.concurrent.atomic.AtomicBoolean;
  * The source (connector {@code statekit-bench}) emits its rows, then idles; a canonical savepoint
  * is taken once it is done (the barrier follows every row), then the job is cancelled.
  *
- * <p>Args: OUT_DIR N BACKEND(hashmap|rocksdb). Writes OUT/savepoint and OUT/plan.json.
+ * <p>Args: OUT_DIR N BACKEND(hashmap|rocksdb) [TTL, e.g. "1 d": table.exec.state.ttl]. Writes OUT/savepoint and
+ * OUT/plan.json.
  */
 public class BenchJob {
     static final AtomicBoolean DONE = new AtomicBoolean();
@@ -52,7 +53,7 @@ public class BenchJob {
         Files.createDirectories(work);
         conf.setString("execution.checkpointing.dir", work.resolve("chk").toUri().toString());
         StreamExecutionEnvironment env = Jobs.env(conf);
-        StreamTableEnvironment t = Jobs.tableEnv(env);
+        StreamTableEnvironment t = Jobs.tableEnv(env, args.length > 3 ? args[3] : null);   // table.exec.state.ttl
         t.executeSql("CREATE TABLE events (id BIGINT, name STRING, amount BIGINT) WITH ('connector' = 'statekit-bench', "
                 + "'rows' = '" + n + "')");
         t.executeSql("CREATE TABLE by_id (id BIGINT, cnt BIGINT, total BIGINT, top BIGINT) WITH ('connector' = 'blackhole')");

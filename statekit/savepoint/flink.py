@@ -181,6 +181,14 @@ class FlinkSavepoint(Savepoint):
 
         return next((k.names.plan for k in self._kinds.values() if isinstance(k, NamedSqlKind)), None)
 
+    def plan_names(self, op: OpLike) -> Any:
+        """What the compiled plan says about SQL operator `op` (`statekit.format.flink.sqlnames.OperatorNames`: its
+        node, key columns, accumulator layout), or None when the savepoint was opened without a plan."""
+        from statekit.format.flink.sqlnames import NamedSqlKind
+
+        kind = self._kinds.get(self.operator(op).uid_hash)
+        return kind.names if isinstance(kind, NamedSqlKind) else None
+
     def has_logical_table(self, op: OpLike) -> bool:
         from statekit.format.flink.sqlnames import NamedSqlKind
 
@@ -361,13 +369,15 @@ class FlinkSavepoint(Savepoint):
         return self._kinds[meta.uid_hash].decode(result, lay, self._pyflink.get(meta.uid_hash, {}),
                                                  f"{self.path} {meta.display_name}")
 
-    def timers(self, op: OpLike) -> pa.Table:
+    def timers(self, op: OpLike, *, key_groups: KeyGroupRange | None = None) -> pa.Table:
+        """`op`'s timers (``key_groups``: only those of that range, reading only its bytes)."""
         meta = self.operator(op)
         if meta.key_type is None:
             return pa.table({})
         from statekit.format import keyed as K
 
-        return self._keyed(op).timers.cast(K.timers_schema(meta.key_type, namespace_type=meta.namespace_type))  # type: ignore[union-attr]
+        got = self._keyed(op) if key_groups is None else self._read_keyed(op, (key_groups.start, key_groups.end))
+        return got.timers.cast(K.timers_schema(meta.key_type, namespace_type=meta.namespace_type))  # type: ignore[union-attr]
 
     def _operator_state_table(self, op: OpLike, name: str, redistribution: str | None):
         meta = self.operator(op)

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence, TypeGuard
 import numpy as np
 import pyarrow as pa
 
-from statekit.errors import InvalidArgumentError, ParallelismError, StateTypeError, UnsupportedFormatError
+from statekit.errors import InvalidArgumentError, ParallelismError, StateTypeError
 from statekit.format.arrow_memory import empty_table, from_numpy
 from statekit.format.flink.serializers import FlinkType
 from statekit.format.flink.serializers_out import (
@@ -309,6 +309,11 @@ def rehash(table: pa.Table, key_type: str, max_parallelism: int, key_layout: Key
 
         kg = key_groups(table.column("key"), key_layout.key.avro, key_layout.key.type_class, max_parallelism)
         return table.set_column(table.schema.get_field_index("key_group"), "key_group", from_numpy(kg))
+    if key_layout.key.form == "row":  # a Flink SQL key: BinaryRowData.hashCode()
+        from statekit.format.flink.sqlwrite import key_groups as sql_key_groups  # here: only SQL keys need it
+
+        kg = sql_key_groups(table.column("key"), key_layout.key, max_parallelism)
+        return table.set_column(table.schema.get_field_index("key_group"), "key_group", from_numpy(kg))
     if key_layout.key.kind in ("pojo", "row", "binary"):
         raise StateTypeError(
             f"keys of serializer {key_layout.key.serializer} hash with the key class's own hashCode(), which statekit "
@@ -344,16 +349,13 @@ def operator_data(sp: Savepoint, meta: OperatorMetadata, *, hints: TypeHints | N
                   uid: str | None = None, uid_hash: str | None = None, name: str | None = None,
                   max_parallelism: int | None = None, parallelism: int | None = None,
                   new_key: Any = None, new_key_type: str | None = None,
-                  pyflink: Mapping[str, str] | None = None, stream: bool = False) -> OperatorData:
+                  pyflink: Mapping[str, str] | None = None, stream: bool = False,
+                  edit: Any = None) -> OperatorData:
     """What to write for operator `meta` of `sp`, optionally under another identity / max parallelism / keys
     (`pyflink`: the PyFlink types of its states, to write it as a PyFlink job's operator). With `stream`, keyed
     state copied unchanged from a statekit savepoint is handed over as `KeyedFiles` (read file by file by the
-    writer) instead of a table."""
-    if is_flink_source(sp) and sp.job_kind(meta.identifier) == "sql":  # not yet: SQL keys need their own key-group hash
-        raise UnsupportedFormatError(
-            f"operator {meta.display_name!r} is a Flink SQL operator; statekit reads SQL state but does not write it "
-            "yet. Remove it from the write (remove=[...]) or keep the original savepoint for that job."
-        )
+    writer) instead of a table. `edit` (``(keyed, timers) -> (keyed, timers)``, tables with their ``key_group``
+    column) changes the state on the way (`statekit.savepoint.flink_repair`)."""
     carried = carried_serializers(sp, meta)
     py = pyflink_types(sp, meta, carried, pyflink)
     maxp = max_parallelism or meta.max_parallelism
@@ -371,10 +373,12 @@ def operator_data(sp: Savepoint, meta: OperatorMetadata, *, hints: TypeHints | N
         files = None
         # statekit's format keeps struct keys in its own key groups: Avro keys go back to Avro's record hash
         avro_key = carried is not None and carried.key is not None and carried.key.kind == "avro" and not is_flink_source(sp)
-        if stream and new_key is None and py is None and maxp == meta.max_parallelism and not avro_key:
+        if stream and new_key is None and py is None and maxp == meta.max_parallelism and not avro_key and edit is None:
             files = sp.keyed_stream(meta.identifier)  # the writer reads it file by file where it can
         keyed = sp.keyed_table(meta.identifier, with_key_group=True) if files is None else empty_table(pa.schema([]))
         key_type = meta.key_type
+        if edit is not None:
+            keyed, timers = edit(keyed, timers)
         if new_key is not None:
             keyed, timers, new_type = _rekeyed(sp, meta, new_key, new_key_type, keyed, timers)
             if carried is not None and new_type != key_type:  # the old key serializer no longer applies

@@ -41,11 +41,16 @@ __all__ = ["DeleteKeys", "Edit", "RemoveOperator", "RemoveState", "RenameOperato
 
 @dataclass(frozen=True)
 class SetValue:
-    """Set keyed state `state` of `key` to `value` (a Python value of the state's type; None clears it)."""
+    """Set keyed state `state` of `key` to `value` (a Python value of the state's type; None clears it).
+
+    On a Flink SQL operator `state` may also be a column of the query's result (``cnt``) when the savepoint is
+    opened with the job's compiled plan (`repair(plan=)`), and `namespace` names a pending window of a window
+    aggregate (its slice end, or ``{"start", "end"}``)."""
     op: OpLike
     key: Any
     state: str
     value: Any
+    namespace: Any = None
 
 
 @dataclass(frozen=True)
@@ -161,7 +166,8 @@ class _OperatorEdits:
 
 
 def repair(source: str | os.PathLike, target: str | os.PathLike, edits: Sequence[Edit], *,
-           dry_run: bool = False, to: OutputFormat | None = None, flink_version: str | None = None) -> TransformPlan:
+           dry_run: bool = False, to: OutputFormat | None = None, flink_version: str | None = None,
+           plan: str | os.PathLike | dict | None = None) -> TransformPlan:
     """Apply `edits` to the savepoint `source` and write the result to `target` in one pass.
 
     Every edit is checked against the source before anything is written (unknown operators or
@@ -171,13 +177,15 @@ def repair(source: str | os.PathLike, target: str | os.PathLike, edits: Sequence
     must not exist - a dry run says so too, since writing would fail. The output has the source's
     format (a Flink savepoint in, a Flink savepoint out that the same job restores, serializer snapshots
     carried; statekit in, statekit out) unless `to` ("statekit" or "flink") says otherwise; `flink_version`
-    is the Flink a Flink output is for (by default the one the state came from).
+    is the Flink a Flink output is for (by default the one the state came from). `plan` is a Flink SQL job's
+    compiled plan: `SetValue` then takes the query's result columns (see `SetValue`). A Flink savepoint with SQL
+    operators is written Flink to Flink (`statekit.savepoint.flink_repair`).
     """
     refuse_target_inside(source, target)
-    sp = Savepoint.open(as_path(source))
-    plan = TransformPlan(as_path(source), as_path(target))  # type: ignore[arg-type]
+    sp = Savepoint.open(as_path(source), plan=plan) if plan is not None else Savepoint.open(as_path(source))
+    result = TransformPlan(as_path(source), as_path(target))  # type: ignore[arg-type]
     fmt = output_format(sp, to)
-    plan.output = describe(fmt, sp, flink_version)
+    result.output = describe(fmt, sp, flink_version)
     if as_path(target).exists():
         raise SavepointExistsError(f"{target} already exists; savepoints are never overwritten, so this repair would "
                                    "fail. Choose a new target path.")
@@ -186,16 +194,27 @@ def repair(source: str | os.PathLike, target: str | os.PathLike, edits: Sequence
     for edit in edits:
         meta = sp.operator(edit.op)
         e = per_op.setdefault(meta.uid_hash, _OperatorEdits(meta))
-        _plan_edit(sp, e, edit, plan.changes, noops)
-    plan.noops = noops  # type: ignore[attr-defined]
-    if not plan.changes:
-        return plan
+        _plan_edit(sp, e, edit, result.changes, noops)
+    result.noops = noops  # type: ignore[attr-defined]
+    if not result.changes:
+        return result
     if dry_run:
-        return plan
-    renamed = {h: e.new_ident.uid_hash for h, e in per_op.items() if e.new_ident is not None}
-    write_as(fmt, sp, target, lambda path: _write(sp, path, per_op), flink_version=flink_version, renamed=renamed)
-    plan.written = True
-    return plan
+        return result
+    from statekit.savepoint import flink_repair
+
+    if flink_repair.has_sql(sp) and fmt == "statekit" and any(e.set_values for e in per_op.values()):
+        from statekit.errors import UnsupportedFormatError
+
+        raise UnsupportedFormatError(
+            "set on a Flink SQL operator is written as a Flink savepoint (its rows, windows and key groups stay "
+            "Flink's); drop to='statekit' (CLI --to), and convert the result to statekit's format afterwards.")
+    if fmt == "flink" and flink_repair.has_sql(sp):
+        flink_repair.write(sp, as_path(target), per_op, flink_version=flink_version)  # type: ignore[arg-type]
+    else:
+        renamed = {h: e.new_ident.uid_hash for h, e in per_op.items() if e.new_ident is not None}
+        write_as(fmt, sp, target, lambda path: _write(sp, path, per_op), flink_version=flink_version, renamed=renamed)
+    result.written = True
+    return result
 
 
 def _write(sp: Savepoint, target: Path, per_op: dict[str, _OperatorEdits]) -> None:
@@ -250,8 +269,11 @@ def _plan_edit(sp: Savepoint, e: _OperatorEdits, edit: Edit, changes: list[str],
         changes.append(f"operator {name}: remove state {edit.state!r}")
     elif isinstance(edit, DeleteKeys):
         _require_keyed(m, "it has no keys")
-        present = [k for k in edit.keys if _has_state(sp, m, k)]
-        for k in edit.keys:
+        from statekit.savepoint import flink_repair
+
+        keys = tuple(flink_repair.sql_key(m, k) for k in edit.keys) if flink_repair.is_sql(sp, m) else edit.keys
+        present = [k for k in keys if _has_state(sp, m, k)]
+        for k in keys:
             if k not in present:
                 noops.append(f"operator {name}: key {k!r} has no state")
         if present:
@@ -259,6 +281,13 @@ def _plan_edit(sp: Savepoint, e: _OperatorEdits, edit: Edit, changes: list[str],
             changes.append(f"operator {name}: delete key(s) {', '.join(repr(k) for k in present)} (state and timers)")
     elif isinstance(edit, SetValue):
         _require_keyed(m, "it has no keyed state")
+        from statekit.savepoint import flink_repair
+
+        if flink_repair.is_sql(sp, m):
+            flink_repair.plan_set(sp, e, edit, changes, noops)  # type: ignore[arg-type]
+            return
+        if edit.namespace is not None:
+            raise InvalidArgumentError(f"operator {name}: namespace= is for Flink SQL window operators.")
         if m.namespace_type is not None:
             # A window operator's value belongs to a (key, window) pair, kept live by the window's firing and
             # cleanup timers and read by the window function in its own accumulator shape: a value set for a
@@ -295,6 +324,10 @@ def _plan_edit(sp: Savepoint, e: _OperatorEdits, edit: Edit, changes: list[str],
 
 def _has_state(sp: Savepoint, m: OperatorMetadata, key: Any) -> bool:
     """Whether `key` has a row in `m`'s keyed table (in any window, for window operators) or a timer."""
+    from statekit.savepoint import flink_repair
+
+    if flink_repair.is_sql(sp, m):
+        return flink_repair.has_key(sp, m, key)  # type: ignore[arg-type]
     if m.namespace_type is None and sp.get(m.identifier, key) is not None:
         return True
     from statekit.keygroups import KeyGroupRange, assign_to_key_group

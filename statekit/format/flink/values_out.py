@@ -205,6 +205,10 @@ def encode(arr: pa.Array | pa.ChunkedArray, t: FlinkType, *, what: str = "a valu
         return Encoded.constant(b"\x00", n)
     if k == "string":
         return _strings(arr, what)
+    if k == "bytes" and t.form == "row":  # a Flink SQL BinaryRowData
+        from statekit.format.flink import sqlwrite  # here: DataStream writes never load the SQL encoders
+
+        return sqlwrite.encode_serialized(arr, t, what=what)
     if k in ("bytes", "binary"):
         arr = arr.cast(pa.large_binary())
         offs = np.frombuffer(arr.buffers()[1], np.int64, n + 1, arr.offset * 8).astype(np.int64)

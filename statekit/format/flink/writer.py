@@ -535,6 +535,9 @@ class OperatorData:
     operator_states: Sequence[OperatorStateOut] = ()
     #: the operator coordinator's state (a new-style source's split enumerator) as read, carried unchanged
     coordinator: bytes | None = None
+    #: state carried as it is (`statekit.savepoint.flink_repair.carried`): given the staging directory, the
+    #: operator's subtask handles with its files linked there; layout, tables and operator states unused
+    carry: Any = None
 
 
 def _by_key_group(table: pa.Table | None) -> tuple[pa.Table, np.ndarray] | None:
@@ -556,6 +559,9 @@ def _key_group_slice(t: tuple[pa.Table, np.ndarray] | None, rng: Any) -> pa.Tabl
 def write_operator(staging: FlinkStaging, op: OperatorData) -> OperatorOut:
     """Write one operator's state files into `staging` (one keyed file per subtask range) and describe them."""
     out = OperatorOut(op.uid, op.uid_hash, op.name, op.parallelism, op.max_parallelism, coordinator=op.coordinator)
+    if op.carry is not None:
+        out.subtasks.extend(op.carry(staging))
+        return out
     has_op_state = bool(op.operator_states)
     if op.layout is None and not has_op_state:
         return out  # stateless: listed, no subtask states
