@@ -30,6 +30,7 @@ from statekit.format.spark.tables import (
     TableShape,
     by_family,
     plain_rows,
+    sub_struct,
     to_rows,
     variable_rows,
     variable_shape,
@@ -226,8 +227,10 @@ class SparkCheckpoint(Savepoint):
 
     def _grouping_key(self, info: OperatorInfo) -> Struct:
         if self.is_tws(info.id):
-            fams = self._tws(info)["families"]
-            return fams["default"].key if "default" in fams else next(iter(self._tws(info)["vars"].values()))[1].key
+            for kind, cf in self._tws(info)["vars"].values():  # the grouping key: a value or list variable's key,
+                if kind in ("ValueState", "ListState"):  # or the ``key`` struct of a map or timer key
+                    return cf.key  # type: ignore[no-any-return]
+            return sub_struct(next(iter(self._tws(info)["vars"].values()))[1].key, "key")
         first = info.stores[0].name
         key = self.shape(info.id, first).key
         if first.endswith("keyWithIndexToValue"):
@@ -263,6 +266,24 @@ class SparkCheckpoint(Savepoint):
                     n += len(self.files_read(info.id, t, p))
         return n
 
+    # -- SQL names (DuckDB `statekit.query` and Spark `statekit.spark.streaming_state` use these) -------------
+    def sql_tables(self, prefix: str | None = None) -> dict[str, dict[str, tuple[Any, str, str | None]]]:
+        """Database -> table -> (operator metadata, ``"spark-state"``, store) for every table.
+
+        An operator's database is its name as an identifier (``stateStoreSave`` -> ``statestoresave``;
+        ``<name>_<id>`` when two share a name), after ``<prefix>_``; its tables are ``state`` (the
+        ``default`` store), a join's stores (``left_keytonumvalues``...), transformWithState
+        variables by name and ``registered_timers`` (``$timers``).
+        """
+        from statekit.query import table_name
+
+        names = [o.name for o in self.spark_operators]
+        out: dict[str, dict[str, tuple[Any, str, str | None]]] = {}
+        for o in self.spark_operators:
+            db = table_name((f"{prefix}_" if prefix else "") + (o.name if names.count(o.name) == 1 else f"{o.name}_{o.id}"))
+            out[db] = {sql_table_name(t): (self.operator(o.id), "spark-state", t) for t in self.tables(o.id)}
+        return out
+
     @property
     def metadata(self) -> dict[str, Any]:
         return {
@@ -275,6 +296,13 @@ class SparkCheckpoint(Savepoint):
                                       for t in self.tables(o.id)}}
                           for o in self.spark_operators],
         }
+
+
+def sql_table_name(store: str) -> str:
+    """The SQL table of a store or state variable (``default`` -> ``state``, ``$timers`` -> ``registered_timers``)."""
+    from statekit.query import table_name
+
+    return {"default": "state", TIMERS: "registered_timers"}.get(store) or table_name(store)
 
 
 def _same(a: Any, b: Any) -> bool:

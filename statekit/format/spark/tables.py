@@ -99,14 +99,15 @@ def _elements(v: bytes, where: str) -> list[bytes]:
 def variable_shape(kind: str, cf: ColumnFamily) -> TableShape:
     """The columns of a transformWithState variable: grouping key, [map user key], value (timers: the expiry)."""
     if kind == "MapState":
-        key, user = _sub(cf.key, "key"), _sub(cf.key, "userKey")
+        key, user = sub_struct(cf.key, "key"), sub_struct(cf.key, "userKey")
         return TableShape(Struct(key.fields + user.fields), cf.value)
     if kind == "TimerState":
-        return TableShape(_sub(cf.key, "key"), Struct((Field("expiration_timestamp_ms", "long", False),)))
+        return TableShape(sub_struct(cf.key, "key"), Struct((Field("expiration_timestamp_ms", "long", False),)))
     return TableShape(cf.key, cf.value)
 
 
-def _sub(s: Struct, name: str) -> Struct:
+def sub_struct(s: Struct, name: str) -> Struct:
+    """The struct field `name` of `s` (a transformWithState composite key)."""
     for f in s.fields:
         if f.name == name and isinstance(f.type, Struct):
             return f.type
