@@ -21,7 +21,7 @@ import pyarrow as pa
 from statekit.errors import InvalidArgumentError, UnknownOperatorError, UnknownStateError
 from statekit.format.manifest import Manifest, OperatorMetadata
 from statekit.format.spark import providers
-from statekit.format.spark.errors import MissingStateFileError
+from statekit.format.spark.errors import MissingStateFileError, UnsupportedStateFormatError
 from statekit.format.spark.layout import CheckpointLayout, OperatorInfo
 from statekit.format.spark.murmur import partition_ids
 from statekit.format.spark.schema import ColumnFamily, read_v2, read_v3
@@ -45,6 +45,15 @@ OpRef = int | str | OperatorIdentifier
 _INTERNAL = ("$rowCounter_", "$ttl_", "$eventTimers_timestampToKey", "$procTimers_timestampToKey", "$count_", "$min_")
 
 
+#: (operator names, offset-log conf, the state format versions statekit decodes)
+_STATE_FORMATS = (
+    (("stateStoreSave",), "spark.sql.streaming.aggregation.stateFormatVersion", {"2"}),
+    (("symmetricHashJoin",), "spark.sql.streaming.join.stateFormatVersion", {"2"}),
+    (("flatMapGroupsWithState", "applyInPandasWithState"), "spark.sql.streaming.flatMapGroupsWithState.stateFormatVersion",
+     {"2"}),
+)
+
+
 class SparkCheckpoint(Savepoint):
     """A Spark streaming checkpoint at one committed batch (`Savepoint.open` returns one for a checkpoint).
 
@@ -59,6 +68,19 @@ class SparkCheckpoint(Savepoint):
         self.spark_operators = [layout.operator(i, batch) for i in layout.operator_ids()]
         super().__init__(path, _manifest(layout, batch, self.spark_operators))
         self._schemas: dict[int, dict[str, Any]] = {}
+        self._check_formats()
+
+    def _check_formats(self) -> None:
+        """Refuse operators whose state format version statekit does not decode (offset log conf, per operator kind)."""
+        for o in self.spark_operators:
+            for names, conf, known in _STATE_FORMATS:
+                version = self.conf.get(conf, "2")
+                if o.name in names and version not in known:
+                    raise UnsupportedStateFormatError(
+                        f"{self.path}: operator {o.id} ({o.name}) keeps state format version {version} ({conf} in "
+                        f"offsets/{self.batch}); statekit decodes version {', '.join(sorted(known))} (Spark 3.x-4.1's "
+                        "default). Read it with Spark's statestore source."
+                    )
 
     @classmethod
     def open(cls, path: "str | os.PathLike[str] | Path", *, batch: int | None = None,  # type: ignore[override]

@@ -55,3 +55,39 @@ def test_earlier_batch_is_read_as_committed():
     for r in rows:
         counts[(r["k"], r["n"])] = counts.get((r["k"], r["n"]), 0) + 1
     assert first == counts
+
+
+@pytest.mark.parametrize("case,op_key,store", [
+    ("agg-rocksdb_changelog", {"k": "ü-straße", "n": -9223372036854775808}, "default"),
+    ("window_agg-hdfs", {"window": {"start": 160_000_000, "end": 170_000_000}, "k": "ü-straße"}, "default"),
+    ("tws-rocksdb", {"k": "a"}, "seen"),
+    ("join-hdfs", {"field0": "x"}, "left-keyWithIndexToValue"),
+])
+def test_get_reads_only_the_keys_partition(tmp_path, case, op_key, store):
+    """`get` finds the key with every other partition's state files removed: it read one partition."""
+    import datetime as dt
+
+    from spark_corpus import copy_case
+
+    key = dict(op_key)
+    if "window" in key:
+        key["window"] = {k: dt.datetime.fromtimestamp(v / 1e6, dt.timezone.utc) for k, v in key["window"].items()}
+    full = SparkCheckpoint.open(case_dir(case) / "checkpoint")
+    want = [r for r in full.keyed_table(0, store=store).to_pylist()
+            if all(r[f] == v for f, v in key.items())]
+    assert want
+    p = full.partition_of(0, key)
+    cp = copy_case(case, tmp_path)
+    import shutil
+
+    for d in (cp / "state/0").iterdir():
+        if d.name.isdigit() and int(d.name) != p:  # its state files go; the schema files (under partition 0) stay
+            for f in list(d.rglob("*")):
+                if f.is_file() and "_metadata" not in f.parts:
+                    f.unlink()
+            if not any(f.is_file() for f in d.rglob("*")):
+                shutil.rmtree(d)
+    sp = SparkCheckpoint.open(cp)
+    assert sp.get(0, key, store=store) == want
+    with pytest.raises(Exception):
+        sp.keyed_table(0, store=store)  # a full read needs the removed partitions

@@ -12,6 +12,7 @@ from __future__ import annotations
 import struct
 
 from statekit.errors import CorruptSavepointError, UnsupportedFormatError
+from statekit.format.spark.errors import TruncatedStateFileError
 
 MAGIC = b"LZ4Block"
 _HEADER = struct.Struct("<Biii")  # token, compressed length, original length, checksum
@@ -78,7 +79,7 @@ def lz4_block_decompress(data: bytes, where: str) -> bytes:
                 "written by Spark's lz4 codec; restore it from a copy of the checkpoint."
             )
         if pos + 8 + _HEADER.size > n:
-            raise CorruptSavepointError(f"{where}: truncated lz4 block header at byte {pos}; the file is cut short. "
+            raise TruncatedStateFileError(f"{where}: truncated lz4 block header at byte {pos}; the file is cut short. "
                                         "Restore it from a copy of the checkpoint.")
         token, clen, olen, check = _HEADER.unpack_from(data, pos + 8)
         pos += 8 + _HEADER.size
@@ -87,7 +88,10 @@ def lz4_block_decompress(data: bytes, where: str) -> bytes:
             ended = True
             continue  # the end frame of one stream; another may follow
         ended = False
-        if method not in (_RAW, _LZ4) or clen < 0 or olen < 0 or pos + clen > n:
+        if pos + clen > n:
+            raise TruncatedStateFileError(f"{where}: the lz4 block at byte {pos - 21} is cut short ({n - pos} of "
+                                          f"{clen} bytes); restore the file from a copy of the checkpoint.")
+        if method not in (_RAW, _LZ4) or clen < 0 or olen < 0:
             raise CorruptSavepointError(f"{where}: lz4 block at byte {pos - 21} is cut short or malformed "
                                         f"(method {method:#x}, {clen} of {n - pos} bytes); restore the file.")
         payload = data[pos:pos + clen]
@@ -104,7 +108,7 @@ def lz4_block_decompress(data: bytes, where: str) -> bytes:
                                         "Restore it from a copy of the checkpoint.")
         out += block
     if not ended:
-        raise CorruptSavepointError(f"{where}: the lz4 stream has no end frame; the file is cut short. "
+        raise TruncatedStateFileError(f"{where}: the lz4 stream has no end frame; the file is cut short. "
                                     "Restore it from a copy of the checkpoint.")
     return bytes(out)
 
