@@ -28,8 +28,12 @@ def test_duckdb_query_over_state():
     assert got == [{"n": 5}]
 
 
+#: one case per provider and kind of store in `make test` (all seventeen under `make test-extended`)
+_SPARK_CORE = ("agg-hdfs", "join-rocksdb", "tws-rocksdb_changelog")
+
+
 @pytest.mark.spark
-@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("case", [c if c in _SPARK_CORE else pytest.param(c, marks=pytest.mark.extended) for c in CASES])
 def test_spark_reads_expected_state(spark, case):
     from statekit.spark.streaming_state import StreamingStateReader
 
