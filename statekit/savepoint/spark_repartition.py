@@ -35,6 +35,7 @@ from statekit.format.spark.murmur import partition_ids
 from statekit.format.spark.schema import ColumnFamily
 from statekit.format.spark.types import Struct, arrow_type
 from statekit.format.spark.unsaferow import row_decoder
+from statekit.format.spark.vector import decode_columns
 from statekit.format.spark.writers import write_hdfs_snapshot, write_rocksdb_checkpoint
 from statekit.savepoint.spark_checkpoint import SparkCheckpoint
 
@@ -176,11 +177,16 @@ def _rewrite_store(sp: SparkCheckpoint, info: OperatorInfo, store: str, stage: P
             continue
         keys = list(data.entries)
         where = f"{sp.path}: operator {info.id} partition {p} store {store}"
-        grouping = _grouping_rows(sp, info, store, keys, data, where)
         schema = sp._grouping_key(info)
-        table = pa.Table.from_pylist(grouping, schema=pa.schema([pa.field(f.name, arrow_type(f.type))
-                                                                   for f in schema.fields]))
-        placed = partition_ids([table.column(i) for i in range(table.num_columns)], partitions)
+        columns = None
+        if not sp.is_tws(info.id):  # plain stores: the key's leading columns, decoded with numpy
+            columns = decode_columns(keys, sp.shape(info.id, store).key, skip=1 if sp.provider == "rocksdb" else 0)
+        if columns is None:
+            grouping = _grouping_rows(sp, info, store, keys, data, where)
+            table = pa.Table.from_pylist(grouping, schema=pa.schema([pa.field(f.name, arrow_type(f.type))
+                                                                       for f in schema.fields]))
+            columns = [table.column(i) for i in range(table.num_columns)]
+        placed = partition_ids(list(columns[:len(schema.fields)]), partitions)
         for k, q in zip(keys, placed.tolist()):
             targets[q][k] = data.entries[k]
     codec = sp.conf.get("spark.sql.streaming.stateStore.compression.codec", "lz4")
