@@ -20,6 +20,7 @@ from .conftest import EXECUTABLE
 
 FLINK = Path(__file__).resolve().parents[1] / "fixtures" / "flink" / "2.3.0" / "long-hashmap-canonical" / "savepoint"
 PAIRS = Path(__file__).resolve().parents[1] / "fixtures" / "flink" / "upgrade"
+SPARK = Path(__file__).resolve().parents[1] / "fixtures" / "spark" / "4.1.0" / "agg-hdfs" / "checkpoint"
 
 #: rich markup tags (`[bold]`, `[/]`, `[bold red]`, `[dim]`...) and ANSI escape sequences.
 MARKUP = re.compile(r"\[/[a-z ]*\]|\[(bold|dim|italic|red|green|yellow|blue|cyan|magenta|reverse|link)[^\]]*\]")
@@ -81,6 +82,8 @@ CASES: dict[str, list[list]] = {
     "clean": [["clean", "."]],
     "stats": [["stats", "sp", "--top", "3", "-p", "3"], ["stats", FLINK, "--top", "2"], ["stats", "sp", "-p", "999"]],
     "compat": [["compat", FLINK, FLINK], ["compat", "sp", FLINK], ["compat", "sp", "missing"]],
+    "repartition": [["repartition", SPARK, "sp-spark-3", "--partitions", "3"],
+                    ["repartition", SPARK, "sp-spark-3", "--partitions", "3"]],  # the second is refused: it exists
 }
 GENERAL = [[], ["--help"], ["inspect", "--help"], ["inspect", "sp", "--no-such-option"], ["no-such-command"]]
 
