@@ -50,13 +50,13 @@ def work(tmp_path_factory) -> Path:
 #: command -> invocations (each run in the module's work directory, which holds sp, data.parquet, plan.json).
 #: Answers, dry runs, writes, "not found" and errors: every kind of line a command prints.
 CASES: dict[str, list[list]] = {
-    "inspect": [["inspect", "sp"], ["inspect", FLINK], ["inspect", "missing"]],
+    "inspect": [["inspect", "sp"], ["inspect", FLINK], ["inspect", "missing"], ["inspect", SPARK]],
     "show": [["show", "sp", "--uid", "accounts", "--limit", "3"], ["show", "sp", "--uid", "accounts", "--key", "nobody"],
-             ["show", FLINK, "--uid", "counter", "--limit", "3", "--values"]],
+             ["show", FLINK, "--uid", "counter", "--limit", "3", "--values"], ["show", SPARK, "--values", "--limit", "3"]],
     "get": [["get", "sp", "--uid", "accounts", "--key", "user-00042"], ["get", FLINK, "--uid", "counter", "--key", "-1"],
-            ["get", "sp", "--uid", "accounts", "--key", "nobody"]],
-    "check": [["check", "sp"], ["check", FLINK], ["check", "sp", "--quick"]],
-    "diff": [["diff", "sp", "sp"], ["diff", "sp", FLINK]],
+            ["get", "sp", "--uid", "accounts", "--key", "nobody"], ["get", SPARK, "--key", '{"k": "a", "n": 1}']],
+    "check": [["check", "sp"], ["check", FLINK], ["check", "sp", "--quick"], ["check", SPARK]],
+    "diff": [["diff", "sp", "sp"], ["diff", "sp", FLINK], ["diff", SPARK, SPARK, "--batch", "0"]],
     "export": [["export", "sp", "exported", "--format", "csv"]],
     "query": [["query", "sp", "SELECT key, balance FROM accounts.keyed ORDER BY key LIMIT 3"],
               ["query", "sp", "SELECT nothing FROM nowhere"]],
@@ -80,7 +80,7 @@ CASES: dict[str, list[list]] = {
                  PAIRS / "classes-1.20.jar", "--uid", "profiles"],
                 ["upgrade", PAIRS / "hashmap-1.20" / "savepoint", "up-out-2", "--to-flink", "2.3"]],
     "clean": [["clean", "."]],
-    "stats": [["stats", "sp", "--top", "3", "-p", "3"], ["stats", FLINK, "--top", "2"], ["stats", "sp", "-p", "999"]],
+    "stats": [["stats", SPARK], ["stats", "sp", "--top", "3", "-p", "3"], ["stats", FLINK, "--top", "2"], ["stats", "sp", "-p", "999"]],
     "compat": [["compat", FLINK, FLINK], ["compat", "sp", FLINK], ["compat", "sp", "missing"]],
     "repartition": [["repartition", SPARK, "sp-spark-3", "--partitions", "3"],
                     ["repartition", SPARK, "sp-spark-3", "--partitions", "3"]],  # the second is refused: it exists
