@@ -77,7 +77,14 @@ def _spark(path: Path, sql: str, prefix: str | None, limit: int, plan: Optional[
         bar.update(task, description="registering the savepoint's tables")
         from pyspark.errors import AnalysisException, ParseException
 
-        databases = SavepointReader.read(spark, str(path), plan=plan).register(prefix)
+        from statekit_cli.spark_state import is_checkpoint
+
+        if is_checkpoint(path):  # a Spark streaming checkpoint: the names statekit.sql gives it
+            from statekit.spark.streaming_state import StreamingStateReader
+
+            databases = StreamingStateReader.read(spark, path).register(prefix)
+        else:
+            databases = SavepointReader.read(spark, str(path), plan=plan).register(prefix)
         bar.update(task, description="running the query")
         watcher = _SparkProgress(spark, bar, task)
         try:

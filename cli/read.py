@@ -25,13 +25,19 @@ from statekit_cli.common import (
     out,
     progress,
 )
+from statekit_cli.spark_state import BATCH, is_checkpoint
 
 STRUCTURAL = {"key_group", "key", "namespace", "subtask", "idx", "timestamp", "domain"}
 
 
-def inspect(path: Path = PATH, plan: Optional[Path] = PLAN, json: bool = JSON) -> None:
+def inspect(path: Path = PATH, plan: Optional[Path] = PLAN, json: bool = JSON, batch: Optional[int] = BATCH) -> None:
     """List the operators of a savepoint with their states, parallelism and sizes (reads only the manifest)."""
     from statekit_cli.render import dumps, emit_table, operator_rows, state_rows, summary_line
+
+    if is_checkpoint(path):  # a Spark streaming checkpoint (statekit_cli.spark_state)
+        from statekit_cli import spark_state
+
+        return spark_state.inspect(path, batch, json)
 
     sp = open_savepoint(path, plan)
     console = out()
@@ -58,11 +64,16 @@ def show(
     values: bool = typer.Option(False, "--values", help="Show state values (hidden by default)."),
     fmt: str = FORMAT,
     json: bool = JSON,
+    batch: Optional[int] = BATCH,
 ) -> None:
     """Show rows of one table of an operator; state values are masked unless --values is given."""
     from statekit_cli.render import emit_rows, parse_key
 
     fmt = "json" if json else check_format(fmt)
+    if is_checkpoint(path):  # a Spark streaming checkpoint: --table names a store or state variable
+        from statekit_cli import spark_state
+
+        return spark_state.show(path, uid, name, table, key, limit, values, fmt, batch)
     if logical:
         if table not in ("keyed", "logical"):
             fail("--logical shows the logical table; give it or --table, not both.")
@@ -140,9 +151,15 @@ def get(
     state: Optional[str] = typer.Option(None, "--state", help="Only this state's value."),
     plan: Optional[Path] = PLAN,
     json: bool = JSON,
+    batch: Optional[int] = BATCH,
 ) -> None:
     """One key's state (reads only the file of its key group). Exit 1 when the key has no state."""
     from statekit_cli.render import cell, dumps, emit_table, parse_key
+
+    if is_checkpoint(path):  # a Spark streaming checkpoint: reads only the key's partition; --state names the table
+        from statekit_cli import spark_state
+
+        return spark_state.get(path, uid, name, key, state, json, batch)
 
     sp = open_savepoint(path, plan)
     op = operator_id(uid, uid_hash, name=name)
@@ -170,10 +187,16 @@ def check(
     quick: bool = typer.Option(False, "--quick", help="Only sizes and checksums, not the rows inside."),
     plan: Optional[Path] = PLAN,
     json: bool = JSON,
+    batch: Optional[int] = BATCH,
 ) -> None:
     """Verify files, checksums, schemas, key groups and key uniqueness; exit 1 if anything is wrong."""
     from statekit.savepoint import check as run_check
     from statekit_cli.render import dumps, emit_table, problem_rows
+
+    if is_checkpoint(path):  # a Spark streaming checkpoint
+        from statekit_cli import spark_state
+
+        return spark_state.check(path, batch, json)
 
     with progress("checking files, checksums and rows"):
         report = run_check(path, deep=not quick, plan=plan)
@@ -207,10 +230,18 @@ def diff(
     show_keys: int = typer.Option(5, "--show", min=0, help="List up to N keys added, removed and changed."),
     plan: Optional[Path] = PLAN,
     json: bool = JSON,
+    batch: Optional[int] = BATCH,
+    to_batch: Optional[int] = typer.Option(None, "--to-batch", min=0, show_default=False,
+                                           help="Spark checkpoints: the batch of B (default: its latest)."),
 ) -> None:
     """What differs from A to B: operators, settings, states, keys, timers and operator state rows. Exit 1 if any."""
     from statekit.savepoint.diff import diff as run_diff
     from statekit_cli.render import cell, dumps, emit_table
+
+    if is_checkpoint(a):  # Spark streaming checkpoints (or one at two batches)
+        from statekit_cli import spark_state
+
+        return spark_state.diff(a, b, batch, to_batch, show_keys, json)
 
     with progress("comparing"):
         d = run_diff(a, b, op=operator_id(uid, uid_hash, required=False, name=name), examples=show_keys, plan=plan)

@@ -7,6 +7,7 @@ from typing import Optional
 import typer
 
 from statekit_cli.common import JSON, PATH, open_savepoint, out, progress
+from statekit_cli.spark_state import BATCH, is_checkpoint
 
 
 def stats(
@@ -17,11 +18,17 @@ def stats(
                                               help="Also show the bytes each subtask would hold at this parallelism."),
     html: Optional[Path] = typer.Option(None, "--html", help="Write a self-contained HTML report (charts) here."),
     json: bool = JSON,
+    batch: Optional[int] = BATCH,
 ) -> None:
     """Entries and bytes per operator, state, subtask and key group, the largest keys, and the skew at the
     current and a proposed --parallelism (from the files and key-group offsets; values are not decoded)."""
     from statekit.savepoint.stats import savepoint_stats
     from statekit_cli.render import dumps, emit_table, human_bytes
+
+    if is_checkpoint(path):  # a Spark streaming checkpoint: entries and bytes per table and state partition
+        from statekit_cli import spark_state
+
+        return spark_state.stats(path, batch, json)
 
     sp = open_savepoint(path)
     with progress("measuring"):

@@ -73,6 +73,8 @@ def database_names(sp, prefix: str | None = None) -> dict[str, str]:
 
 def tables(sp, prefix: str | None = None) -> dict[str, dict[str, tuple[Any, str, str | None]]]:
     """Database -> table -> (operator metadata, table kind, state name) for every table of `sp`."""
+    if hasattr(sp, "sql_tables"):  # a Spark streaming checkpoint names its own (statekit.savepoint.spark_checkpoint)
+        return sp.sql_tables(prefix)  # type: ignore[no-any-return]
     out: dict[str, dict[str, tuple[Any, str, str | None]]] = {}
     dbs = database_names(sp, prefix)
     for meta in sp.operators:
@@ -168,6 +170,8 @@ def _register(con, sp, qualified: str, meta, kind: str, state: str | None, keys:
             _register_parquet(con, sp, qualified, meta, kind, files, keys)
             return
         table = _arrow_keyed(sp, meta, kind, keys)
+    elif kind == "spark-state":
+        table = sp.keyed_table(meta.uid, store=state)
     elif kind == "logical":
         table = sp.logical_table(meta.identifier)
     elif kind == "broadcast":

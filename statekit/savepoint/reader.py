@@ -64,6 +64,10 @@ class Savepoint:
         plan, for named columns and logical tables. See `statekit.savepoint.flink.FlinkSavepoint.open`.
         """
         p = locate(path, storage_options=storage_options, filesystem=filesystem)
+        if not (p / "_metadata.json").is_file() and _is_spark(p):  # a Spark Structured Streaming checkpoint
+            from statekit.savepoint.spark_checkpoint import SparkCheckpoint
+
+            return SparkCheckpoint.open(cast(Path, p))
         if not (p / "_metadata.json").is_file() and holds_flink_metadata(p):  # a real Flink savepoint or checkpoint
             from statekit.savepoint.flink import FlinkSavepoint
 
@@ -437,3 +441,12 @@ def holds_flink_metadata(path: Path | StoragePath) -> bool:
     from statekit.format.flink.metadata import is_flink_metadata
 
     return is_flink_metadata(cast(Path, path))
+
+
+def _is_spark(path: Path | StoragePath) -> bool:
+    # Local checkpoints only: the Spark reader reads files in place (statekit.format.spark).
+    if not isinstance(path, Path):
+        return False
+    from statekit.format.spark.layout import is_spark_checkpoint
+
+    return is_spark_checkpoint(path)

@@ -21,6 +21,7 @@ from .conftest import EXECUTABLE
 FLINK = Path(__file__).resolve().parents[1] / "fixtures" / "flink" / "2.3.0" / "long-hashmap-canonical" / "savepoint"
 PAIRS = Path(__file__).resolve().parents[1] / "fixtures" / "flink" / "upgrade"
 KAFKA = Path(__file__).resolve().parents[1] / "fixtures" / "flink" / "kafka" / "kafka-source-2p"
+SPARK = Path(__file__).resolve().parents[1] / "fixtures" / "spark" / "4.1.0" / "agg-hdfs" / "checkpoint"
 
 #: rich markup tags (`[bold]`, `[/]`, `[bold red]`, `[dim]`...) and ANSI escape sequences.
 MARKUP = re.compile(r"\[/[a-z ]*\]|\[(bold|dim|italic|red|green|yellow|blue|cyan|magenta|reverse|link)[^\]]*\]")
@@ -50,13 +51,13 @@ def work(tmp_path_factory) -> Path:
 #: command -> invocations (each run in the module's work directory, which holds sp, data.parquet, plan.json).
 #: Answers, dry runs, writes, "not found" and errors: every kind of line a command prints.
 CASES: dict[str, list[list]] = {
-    "inspect": [["inspect", "sp"], ["inspect", FLINK], ["inspect", "missing"]],
+    "inspect": [["inspect", "sp"], ["inspect", FLINK], ["inspect", "missing"], ["inspect", SPARK]],
     "show": [["show", "sp", "--uid", "accounts", "--limit", "3"], ["show", "sp", "--uid", "accounts", "--key", "nobody"],
-             ["show", FLINK, "--uid", "counter", "--limit", "3", "--values"]],
+             ["show", FLINK, "--uid", "counter", "--limit", "3", "--values"], ["show", SPARK, "--values", "--limit", "3"]],
     "get": [["get", "sp", "--uid", "accounts", "--key", "user-00042"], ["get", FLINK, "--uid", "counter", "--key", "-1"],
-            ["get", "sp", "--uid", "accounts", "--key", "nobody"]],
-    "check": [["check", "sp"], ["check", FLINK], ["check", "sp", "--quick"]],
-    "diff": [["diff", "sp", "sp"], ["diff", "sp", FLINK]],
+            ["get", "sp", "--uid", "accounts", "--key", "nobody"], ["get", SPARK, "--key", '{"k": "a", "n": 1}']],
+    "check": [["check", "sp"], ["check", FLINK], ["check", "sp", "--quick"], ["check", SPARK]],
+    "diff": [["diff", "sp", "sp"], ["diff", "sp", FLINK], ["diff", SPARK, SPARK, "--batch", "0"]],
     "export": [["export", "sp", "exported", "--format", "csv"]],
     "query": [["query", "sp", "SELECT key, balance FROM accounts.keyed ORDER BY key LIMIT 3"],
               ["query", "sp", "SELECT nothing FROM nowhere"]],
@@ -80,7 +81,7 @@ CASES: dict[str, list[list]] = {
                  PAIRS / "classes-1.20.jar", "--uid", "profiles"],
                 ["upgrade", PAIRS / "hashmap-1.20" / "savepoint", "up-out-2", "--to-flink", "2.3"]],
     "clean": [["clean", "."]],
-    "stats": [["stats", "sp", "--top", "3", "-p", "3"], ["stats", FLINK, "--top", "2"], ["stats", "sp", "-p", "999"]],
+    "stats": [["stats", SPARK], ["stats", "sp", "--top", "3", "-p", "3"], ["stats", FLINK, "--top", "2"], ["stats", "sp", "-p", "999"]],
     "compat": [["compat", FLINK, FLINK], ["compat", "sp", FLINK], ["compat", "sp", "missing"]],
     "offsets": [["offsets", KAFKA], ["offsets", "sp"], ["offsets", KAFKA, "--uid", "emit"]],
     "set-offsets": [["set-offsets", KAFKA, "so-out", "--uid", "kafka-source", "--topic", "events", "--partition", "0",
@@ -89,6 +90,8 @@ CASES: dict[str, list[list]] = {
                      "--offset", "9", "--apply"],
                     ["set-offsets", KAFKA, "so-out-2", "--uid", "kafka-source", "--topic", "events", "--partition",
                      "7", "--shift", "1"]],
+    "repartition": [["repartition", SPARK, "sp-spark-3", "--partitions", "3"],
+                    ["repartition", SPARK, "sp-spark-3", "--partitions", "3"]],  # the second is refused: it exists
 }
 GENERAL = [[], ["--help"], ["inspect", "--help"], ["inspect", "sp", "--no-such-option"], ["no-such-command"]]
 

@@ -1,0 +1,95 @@
+"""UnsafeRows decoded column by column with numpy: many rows of one schema straight into Arrow arrays.
+
+The rows are concatenated into one buffer; each field's 8-byte word is gathered at ``start + bitset +
+8 * i`` for every row at once, null bits likewise, and variable-width values (strings, binary,
+nested structs) from their ``offset << 32 | size`` words. Types without a vector form here
+(decimals) make `decode_columns` return None, and the caller decodes row by row
+(`statekit.format.spark.unsaferow`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+
+from statekit.errors import CorruptSavepointError
+from statekit.format.spark.types import Struct, arrow_type
+
+_FIXED = {"long": np.int64, "timestamp": np.int64, "timestamp_ntz": np.int64, "integer": np.int32, "date": np.int32,
+          "short": np.int16, "byte": np.int8, "boolean": np.bool_, "float": np.float32, "double": np.float64}
+
+
+def supported(schema: Struct) -> bool:
+    """Whether every field of `schema` has a vector decoder here."""
+    for f in schema.fields:
+        if isinstance(f.type, Struct):
+            if not supported(f.type):
+                return False
+        elif f.type not in _FIXED and f.type not in ("string", "binary", "null", "void"):
+            return False
+    return True
+
+
+def _gather(buf: np.ndarray, at: np.ndarray, width: int) -> np.ndarray:
+    idx = at[:, None] + np.arange(width, dtype=np.int64)[None, :]
+    return buf[idx]
+
+
+def _words(buf: np.ndarray, at: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(_gather(buf, at, 8)).view("<i8").reshape(-1)
+
+
+def _columns(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, schema: Struct) -> list[pa.Array]:
+    n = len(schema.fields)
+    bitset = ((n + 63) // 64) * 8
+    if len(starts) and int(np.min(ends - starts)) < bitset + 8 * n:
+        raise CorruptSavepointError(f"an UnsafeRow is shorter than its schema's {bitset + 8 * n} bytes")
+    out = []
+    for i, f in enumerate(schema.fields):
+        null = (buf[starts + (i >> 3)] >> (i & 7)) & 1 == 1
+        at = starts + bitset + 8 * i
+        t = f.type
+        if isinstance(t, Struct):
+            w = _words(buf, at)
+            sub = starts + (w >> 32)
+            children = _columns(buf, np.where(null, starts, sub), np.where(null, ends, sub + (w & 0xFFFFFFFF)), t)
+            out.append(pa.StructArray.from_arrays(children, fields=[pa.field(c.name, arrow_type(c.type))
+                                                                    for c in t.fields], mask=pa.array(null)))
+        elif t in ("null", "void"):
+            out.append(pa.nulls(len(starts)))
+        elif t in ("string", "binary"):
+            w = _words(buf, at)
+            off = np.where(null, 0, starts + (w >> 32))
+            size = np.where(null, 0, w & 0xFFFFFFFF)
+            if len(off) and int(np.max(off + size)) > len(buf):
+                raise CorruptSavepointError("an UnsafeRow's variable-width value lies beyond its row")
+            offsets = np.zeros(len(size) + 1, np.int64)
+            np.cumsum(size, out=offsets[1:])
+            total = int(offsets[-1])
+            pos = np.repeat(off - offsets[:-1], size) + np.arange(total, dtype=np.int64)
+            data = buf[pos].tobytes()
+            typ = pa.large_string() if t == "string" else pa.large_binary()
+            arr = pa.Array.from_buffers(typ, len(size), [pa.py_buffer(np.packbits(~null, bitorder="little").tobytes()),
+                                                         pa.py_buffer(offsets.tobytes()), pa.py_buffer(data)])
+            out.append(arr.cast(pa.string() if t == "string" else pa.binary()))
+        else:
+            dt = np.dtype(_FIXED[t])
+            raw = np.ascontiguousarray(_gather(buf, at, dt.itemsize)).view("<" + dt.str[1:] if dt.itemsize > 1 else dt)
+            values = raw.reshape(-1).astype(dt) if t != "boolean" else (_gather(buf, at, 1).reshape(-1) != 0)
+            arr = pa.array(values, mask=null)
+            out.append(arr if t not in ("timestamp", "timestamp_ntz", "date") else arr.cast(arrow_type(t)))
+    return out
+
+
+def decode_columns(rows: list[bytes], schema: Struct, *, skip: int = 0) -> list[pa.Array] | None:
+    """One Arrow array per field of `schema` for `rows` (each after `skip` leading bytes), or None if unsupported."""
+    if not supported(schema):
+        return None
+    lengths = np.fromiter(map(len, rows), np.int64, len(rows))
+    ends = np.cumsum(lengths)
+    starts = ends - lengths + skip
+    buf = np.frombuffer(b"".join(rows) + b"\0" * 8, np.uint8)
+    try:
+        return _columns(buf, starts, ends, schema)
+    except IndexError:
+        raise CorruptSavepointError("an UnsafeRow's offsets point outside the row") from None

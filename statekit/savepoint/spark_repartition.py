@@ -1,0 +1,254 @@
+"""Offline repartitioning of a Spark Structured Streaming checkpoint: the same state in M partitions.
+
+Spark fixes a stateful query's state partitions at its first run (the offset log's
+``spark.sql.shuffle.partitions`` wins over the session's on every restart). `repartition` writes a
+new checkpoint whose every stateful operator holds the state of the latest committed batch ``b``
+as version ``b + 1`` in M partitions: each stored entry moves, byte for byte, to the partition
+Spark's hash gives its key (`statekit.format.spark.murmur`), written in the query's provider (an
+HDFS snapshot, or a RocksDB zip with fresh SSTs) with new ``.crc`` side files; the operator
+metadata says M, every offset log entry's ``spark.sql.shuffle.partitions`` is M, the commit log,
+sources and schemas are copied (transformWithState schema paths point into the new checkpoint).
+Restarted with ``spark.sql.shuffle.partitions=M`` the query continues from batch ``b + 1``.
+
+The source is never modified. A checkpoint whose offset log holds a batch beyond the last commit
+(a running query, or one stopped inside a batch) is refused: its next batch may still write state.
+The output appears atomically: written under a temporary sibling, renamed into place last.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import struct
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pyarrow as pa
+
+from statekit.errors import InvalidArgumentError, OutputExistsError
+from statekit.format.spark import providers
+from statekit.format.spark.errors import RunningQueryError, UnsupportedStateFormatError
+from statekit.format.spark.layout import SHUFFLE_PARTITIONS, CheckpointLayout, OperatorInfo, read_log
+from statekit.format.spark.murmur import partition_ids
+from statekit.format.spark.schema import ColumnFamily
+from statekit.format.spark.types import Struct, arrow_type
+from statekit.format.spark.unsaferow import row_decoder
+from statekit.format.spark.vector import decode_columns
+from statekit.format.spark.writers import write_hdfs_snapshot, write_rocksdb_checkpoint
+from statekit.savepoint.spark_checkpoint import SparkCheckpoint
+
+_I = struct.Struct("<i")
+
+
+@dataclass
+class RepartitionSummary:
+    """What `repartition` wrote: per operator and store, entries per new partition."""
+
+    source: str
+    target: str
+    batch: int
+    partitions_before: int
+    partitions: int
+    entries: dict[str, list[int]] = field(default_factory=dict)  # "<op>/<store>" -> entries per new partition
+
+    def lines(self) -> list[str]:
+        """The summary as text lines (the CLI prints these)."""
+        out = [f"{self.target}: batch {self.batch} state in {self.partitions} partitions (was "
+               f"{self.partitions_before}); restart the query on it with spark.sql.shuffle.partitions="
+               f"{self.partitions}"]
+        out += [f"  operator {k}: {sum(v)} entries, per partition {' / '.join(map(str, v))}"
+                for k, v in self.entries.items()]
+        return out
+
+
+def repartition(checkpoint: str | os.PathLike[str], target: str | os.PathLike[str], *,
+                partitions: int) -> RepartitionSummary:
+    """Write `target`: `checkpoint`'s latest committed state in `partitions` state partitions.
+
+    Examples
+    --------
+    >>> repartition("/chk/orders", "/chk/orders-16", partitions=16).partitions   # doctest: +SKIP
+    16
+    """
+    src, out = Path(checkpoint), Path(target)
+    if partitions < 1:
+        raise InvalidArgumentError(f"--partitions must be at least 1, not {partitions}.")
+    if out.exists():
+        raise OutputExistsError(f"{out} exists; repartition writes a new checkpoint. Choose a path that does not exist.")
+    layout = CheckpointLayout(src)
+    pending = layout.uncommitted()
+    if pending:
+        raise RunningQueryError(
+            f"{src}: batch {pending[0]} is in the offset log but not committed (offsets/{pending[0]} without "
+            f"commits/{pending[0]}): the query is running, or stopped inside that batch. Stop the query and let it "
+            "finish (or restart and stop it once) so that its last batch is committed, then repartition."
+        )
+    sp = SparkCheckpoint.open(src)
+    before = {o.num_partitions for o in sp.spark_operators}
+    summary = RepartitionSummary(str(src), str(out), sp.batch, max(before, default=0), partitions)
+    stage = out.with_name(f".{out.name}.statekit-{uuid.uuid4().hex[:8]}")
+    try:
+        _copy_logs(src, stage, partitions)
+        for info in sp.spark_operators:
+            _copy_operator_files(sp, info, stage, out, partitions)
+            if sp.is_tws(info.id):
+                counts = _rewrite_store(sp, info, "default", stage, partitions)
+                summary.entries[f"{info.id}/default"] = counts
+            else:
+                for s in info.stores:
+                    summary.entries[f"{info.id}/{s.name}"] = _rewrite_store(sp, info, s.name, stage, partitions)
+        os.rename(stage, out)
+    except BaseException:
+        shutil.rmtree(stage, ignore_errors=True)
+        raise
+    return summary
+
+
+def _copy_logs(src: Path, stage: Path, partitions: int) -> None:
+    """metadata, commits, sources as they are; offsets with ``spark.sql.shuffle.partitions`` = `partitions`."""
+    stage.mkdir(parents=True)
+    for entry in src.iterdir():
+        if entry.name == "state" or (entry.name.startswith(".") and entry.name.endswith(".crc")):
+            continue  # state is rewritten; Hadoop's local .crc files are optional and would not match rewrites
+        if entry.name == "offsets":
+            (stage / "offsets").mkdir()
+            for f in entry.iterdir():
+                if f.name.startswith("."):
+                    continue
+                lines = read_log(f, f"{src}: offsets/{f.name}")
+                meta = json.loads(lines[0])
+                meta.setdefault("conf", {})[SHUFFLE_PARTITIONS] = str(partitions)
+                text = "v1\n" + json.dumps(meta, separators=(",", ":")) + "".join("\n" + x for x in lines[1:])
+                (stage / "offsets" / f.name).write_text(text, "utf-8")
+        elif entry.is_dir():
+            shutil.copytree(entry, stage / entry.name, ignore=shutil.ignore_patterns(".*.crc"))
+        else:
+            shutil.copyfile(entry, stage / entry.name)
+
+
+def _copy_operator_files(sp: SparkCheckpoint, info: OperatorInfo, stage: Path, final: Path, partitions: int) -> None:
+    """Operator metadata (numPartitions = `partitions`), schema files; v2 metadata names the new schema paths."""
+    src_op = sp.path / "state" / str(info.id)
+    dst_op = stage / "state" / str(info.id)
+    dst_op.mkdir(parents=True)
+    if (src_op / "_stateSchema").is_dir():
+        shutil.copytree(src_op / "_stateSchema", dst_op / "_stateSchema", ignore=shutil.ignore_patterns(".*.crc"))
+    meta_dir = src_op / "_metadata"
+    for f in sorted(meta_dir.rglob("*")):
+        if f.is_dir() or f.name.startswith("."):
+            continue
+        rel = f.relative_to(src_op)
+        lines = read_log(f, str(f))
+        doc = json.loads(lines[0])
+        for store in doc.get("stateStoreInfo", []):
+            store["numPartitions"] = partitions
+            store["stateSchemaFilePaths"] = [
+                "file:" + str(final.resolve() / "state" / str(info.id) / "_stateSchema" / Path(p).parent.name / Path(p).name)
+                for p in store.get("stateSchemaFilePaths", [])] if "stateSchemaFilePaths" in store else None
+            if store["stateSchemaFilePaths"] is None:
+                del store["stateSchemaFilePaths"]
+        (dst_op / rel).parent.mkdir(parents=True, exist_ok=True)
+        (dst_op / rel).write_text(f"{f.read_text('utf-8').split(chr(10))[0]}\n" + json.dumps(doc, separators=(",", ":"))
+                                  + "".join("\n" + x for x in lines[1:]), "utf-8")
+    for s in info.stores:  # v2 store schemas live under partition 0 only
+        schema = sp.layout.store_dir(info.id, 0, s.name) / "_metadata" / "schema"
+        if schema.is_file():
+            dst = (dst_op / "0" / ("" if s.name == "default" else s.name) / "_metadata" / "schema")
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(schema, dst)
+
+
+def _rewrite_store(sp: SparkCheckpoint, info: OperatorInfo, store: str, stage: Path, partitions: int) -> list[int]:
+    """Every entry of `store` (all source partitions) written into `partitions` new partitions; entries per partition."""
+    targets: list[dict[bytes, bytes]] = [{} for _ in range(partitions)]
+    cf_meta: dict = {}
+    for p in range(info.num_partitions):
+        data = sp.load(info.id, p, store)
+        if data.rocks_metadata and data.column_families:
+            if cf_meta and cf_meta.get("columnFamilyMapping") != data.rocks_metadata.get("columnFamilyMapping"):
+                raise UnsupportedStateFormatError(
+                    f"{sp.path}: operator {info.id}'s partitions number their column families differently "
+                    f"({cf_meta.get('columnFamilyMapping')} vs {data.rocks_metadata.get('columnFamilyMapping')}); "
+                    "statekit cannot merge them into one partition.")
+            cf_meta = data.rocks_metadata
+        if not data.entries:
+            continue
+        keys = list(data.entries)
+        where = f"{sp.path}: operator {info.id} partition {p} store {store}"
+        schema = sp._grouping_key(info)
+        columns = None
+        if not sp.is_tws(info.id):  # plain stores: the key's leading columns, decoded with numpy
+            columns = decode_columns(keys, sp.shape(info.id, store).key, skip=1 if sp.provider == "rocksdb" else 0)
+        if columns is None:
+            grouping = _grouping_rows(sp, info, store, keys, data, where)
+            table = pa.Table.from_pylist(grouping, schema=pa.schema([pa.field(f.name, arrow_type(f.type))
+                                                                       for f in schema.fields]))
+            columns = [table.column(i) for i in range(table.num_columns)]
+        placed = partition_ids(list(columns[:len(schema.fields)]), partitions)
+        for k, q in zip(keys, placed.tolist()):
+            targets[q][k] = data.entries[k]
+    codec = sp.conf.get("spark.sql.streaming.stateStore.compression.codec", "lz4")
+    for q, entries in enumerate(targets):
+        directory = stage / "state" / str(info.id) / str(q) / ("" if store == "default" else store)
+        directory.mkdir(parents=True, exist_ok=True)
+        if sp.provider == "hdfs":
+            write_hdfs_snapshot(directory, sp.version, entries, codec)
+        else:
+            write_rocksdb_checkpoint(directory, sp.version, entries, cf_meta)
+    return [len(t) for t in targets]
+
+
+def _grouping_rows(sp: SparkCheckpoint, info: OperatorInfo, store: str, keys: list[bytes],
+                   data: providers.StoreData, where: str) -> list[dict]:
+    """The partitioning key of each stored key (grouping columns, join keys, dedup columns), as dicts."""
+    grouping = sp._grouping_key(info)
+    if not sp.is_tws(info.id):
+        dec = row_decoder(sp.shape(info.id, store).key)
+        skip = 1 if sp.provider == "rocksdb" else 0
+        n = len(grouping.fields)
+        out = []
+        for k in keys:
+            row = dec(k[skip:], 0, len(k) - skip)
+            out.append(dict(list(row.items())[:n]))
+        return out
+    families: dict[str, ColumnFamily] = sp._tws(info)["families"]
+    by_id = {i: families.get(name) for name, i in data.column_families.items()}
+    decoders: dict[int, object] = {}
+    out = []
+    for k in keys:
+        cf_id = int.from_bytes(k[:2], "little", signed=True)
+        cf = by_id.get(cf_id)
+        if cf is None or cf.name == "default":
+            raise UnsupportedStateFormatError(f"{where}: an entry of column family {cf_id} "
+                                              f"({cf.name if cf else 'not in the schema file'}) has no known "
+                                              "grouping key; statekit cannot place it.")
+        if cf_id not in decoders:
+            decoders[cf_id] = _tws_key_decoder(cf, grouping)
+        out.append(decoders[cf_id](k[2:]))  # type: ignore[operator]
+    return out
+
+
+def _tws_key_decoder(cf: ColumnFamily, grouping: Struct):
+    """A function from a column family's encoded key to its grouping key (dict)."""
+    def pick(row: dict) -> dict:
+        inner = row.get("key") if "key" in row and set(row) != set(grouping.names) else row
+        return dict(inner or {})
+
+    if cf.kind == "NoPrefixKeyStateEncoderSpec":
+        dec = row_decoder(cf.key)
+        return lambda k: pick(dec(k, 1, len(k) - 1))
+    if cf.kind == "PrefixKeyScanStateEncoderSpec":
+        pdec = row_decoder(Struct(cf.key.fields[:cf.prefix_columns]))
+        return lambda k: pick(pdec(k, 5, _I.unpack_from(k, 0)[0] - 1))
+    if cf.kind == "RangeKeyScanStateEncoderSpec":
+        ordinals = set(cf.encoder.get("orderingOrdinals", []))
+        rest = row_decoder(Struct(tuple(f for i, f in enumerate(cf.key.fields) if i not in ordinals)))
+
+        def ranged(k: bytes) -> dict:
+            n = _I.unpack_from(k, 0)[0]
+            return pick(rest(k, 4 + n + 1, len(k) - 4 - n - 1))
+        return ranged
+    raise UnsupportedStateFormatError(f"column family {cf.name!r} uses key encoder {cf.kind}; statekit places "
+                                      "NoPrefix, PrefixKeyScan and RangeKeyScan keys.")
