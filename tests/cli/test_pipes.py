@@ -21,6 +21,7 @@ from .conftest import EXECUTABLE
 FLINK = Path(__file__).resolve().parents[1] / "fixtures" / "flink" / "2.3.0" / "long-hashmap-canonical" / "savepoint"
 PAIRS = Path(__file__).resolve().parents[1] / "fixtures" / "flink" / "upgrade"
 KAFKA = Path(__file__).resolve().parents[1] / "fixtures" / "flink" / "kafka" / "kafka-source-2p"
+SQL_TTL = Path(__file__).resolve().parents[1] / "fixtures" / "flink" / "sql" / "2.3.0" / "default-hashmap-canonical-ttl" / "savepoint"
 SPARK = Path(__file__).resolve().parents[1] / "fixtures" / "spark" / "4.1.0" / "agg-hdfs" / "checkpoint"
 
 #: rich markup tags (`[bold]`, `[/]`, `[bold red]`, `[dim]`...) and ANSI escape sequences.
@@ -90,6 +91,9 @@ CASES: dict[str, list[list]] = {
                      "--offset", "9", "--apply"],
                     ["set-offsets", KAFKA, "so-out-2", "--uid", "kafka-source", "--topic", "events", "--partition",
                      "7", "--shift", "1"]],
+    "prune-expired": [["prune-expired", SQL_TTL, "pe-out", "--now", "2026-12-05T06:37:59.839Z", "--ttl", "1 d"],
+                      ["prune-expired", SQL_TTL, "pe-out", "--now", "2026-12-05T06:37:59.839Z", "--ttl", "1 d", "--apply"],
+                      ["prune-expired", SQL_TTL, "pe-out-2", "--now", "2026-12-04", "--ttl", "1 d"]],  # no time zone
     "repartition": [["repartition", SPARK, "sp-spark-3", "--partitions", "3"],
                     ["repartition", SPARK, "sp-spark-3", "--partitions", "3"]],  # the second is refused: it exists
 }
