@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 
-.PHONY: demo lint test test-quick test-versions bench
+.PHONY: demo lint test test-quick test-versions test-extended bench
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -28,7 +28,7 @@ lint: $(STAMP)
 # The whole suite, `slow` failure-injection runs included, after lint; the Flink lines between the
 # 1.20, 2.0 and 2.3 boundaries (`every_version`: four more JVM builds) run in `make test-versions`.
 test: lint
-	$(PY) -m pytest tests statekit -m 'not every_version'
+	$(PY) -m pytest tests statekit -m 'not every_version and not extended'
 
 # Real-Flink restores and Spark reads of the Flink lines 1.18, 1.19, 2.1 and 2.2 (what `make test` leaves out).
 test-versions: $(STAMP)
@@ -37,6 +37,10 @@ test-versions: $(STAMP)
 # Everything but the suites marked `slow` (pytest's default, see pyproject.toml), after lint.
 test-quick: lint
 	$(PY) -m pytest tests statekit
+
+# Heavier real-engine coverage left out of `make test` (marker `extended`): every corpus case through Spark on S3, ...
+test-extended: $(STAMP)
+	$(PY) -m pytest tests -m extended
 
 bench: $(STAMP)
 	for b in bench/*.py; do $(PY) $$b || exit 1; done
