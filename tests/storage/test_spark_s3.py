@@ -29,7 +29,7 @@ pytestmark = pytest.mark.spark
 
 #: one case per kind of state layout (and per Flink line of the fast set) for `make test`
 REPRESENTATIVE = {("2.3.0", "long-hashmap-canonical"), ("2.3.0", "string-rocksdb-native"),
-                  ("2.0.2", "tuple2-hashmap-canonical"), ("1.20.5", "long-rocksdb-canonical")}
+                  ("1.20.5", "long-rocksdb-canonical")}
 CASES = [pytest.param(v, c, marks=() if (v, c) in REPRESENTATIVE else pytest.mark.extended) for v, c in VERSION_CASES]
 
 
@@ -125,30 +125,33 @@ def test_wrong_credentials_through_spark_name_the_uri_only(spark, s3_server, sta
 
 
 def test_spark_writes_and_converts_to_s3(spark, s3_server, s3_prefix, statekit_on_s3, tmp_path):
-    """A Spark re-key of a savepoint on the server, written to the server (statekit's format and Flink's), and a
-    Flink corpus savepoint on the server rewritten by Spark to the server: each reads back as the same job on disk."""
+    """A savepoint on the server re-hashed by Spark tasks to 256 key groups and written to the server, and
+    converted by Spark to Flink's format on the server: both read back with the source's rows."""
     local, uri = statekit_on_s3
     opts = s3_server.options()
-    on_disk = (SavepointWriter.from_existing_savepoint(spark, str(local))
-               .with_max_parallelism("counter", 256).write(tmp_path / "disk"))
+    want = Savepoint.open(local)
     remote = (SavepointWriter.from_existing_savepoint(spark, uri, storage_options=opts)
               .with_max_parallelism("counter", 256))
     out = remote.write(f"{s3_prefix}/rehashed", storage_options=opts)
     assert str(out) == f"{s3_prefix}/rehashed"
     back = Savepoint.open(out, storage_options=opts)
-    want = Savepoint.open(on_disk)
     assert back.operator("counter").max_parallelism == 256
     assert back.keyed_table("counter").sort_by("key").equals(want.keyed_table("counter").sort_by("key"))
-    assert s3_server.keys(f"{s3_prefix.split('/', 3)[3]}/rehashed/")[-1].endswith("_metadata.json") or \
-        any(k.endswith("_metadata.json") for k in s3_server.keys(f"{s3_prefix.split('/', 3)[3]}/rehashed/"))
+    assert back.timers("counter").sort_by("key").equals(want.timers("counter").sort_by("key"))
     # to Flink's format on the server, from the statekit savepoint on the server
     flink = SavepointWriter.from_existing_savepoint(spark, uri, storage_options=opts).write(
         f"{s3_prefix}/as-flink", format="flink", storage_options=opts)
     got = Savepoint.open(flink, storage_options=opts)
     assert isinstance(got, FlinkSavepoint)
     assert got.keyed_table("counter").sort_by("key").select(["key", "count", "seen"]).equals(
-        Savepoint.open(local).keyed_table("counter").sort_by("key").select(["key", "count", "seen"]))
-    # a Flink savepoint on the server, converted by Spark (re-keyed to strings) back to the server as Flink
+        want.keyed_table("counter").sort_by("key").select(["key", "count", "seen"]))
+    assert not [k for k in s3_server.keys(s3_prefix.split("/", 3)[3]) if re.search(r"inprogress|statekit-", k)]
+
+
+@pytest.mark.extended
+def test_spark_rekeys_a_flink_savepoint_on_s3_to_s3(spark, s3_server, s3_prefix):
+    """A Flink corpus savepoint on the server, re-keyed (Long -> String) by Spark back to the server as Flink."""
+    opts = s3_server.options()
     case = savepoint("long-hashmap-canonical")
     src = s3_server.upload_dir(case, f"{s3_prefix.split('/', 3)[3]}/flink-src")
     target = f"{s3_prefix}/flink-rekeyed"
@@ -161,3 +164,61 @@ def test_spark_writes_and_converts_to_s3(spark, s3_server, s3_prefix, statekit_o
     assert after.schema.field("key").type == pa.string()
     assert sorted(after.column("key").to_pylist()) == sorted(str(k) for k in before.column("key").to_pylist())
     assert not [k for k in s3_server.keys(s3_prefix.split("/", 3)[3]) if re.search(r"inprogress|statekit-", k)]
+
+
+def test_s3a_settings_follow_pyspark_hadoop_and_the_endpoint():
+    from statekit.spark.session import _needs_s3a, hadoop_version, s3a_conf
+
+    conf = s3a_conf({"AWS_ENDPOINT_URL": "http://127.0.0.1:9000", "AWS_REGION": "eu-west-1",
+                     "AWS_SECRET_ACCESS_KEY": "never-in-conf"})
+    assert conf["spark.jars.packages"] == f"org.apache.hadoop:hadoop-aws:{hadoop_version()}"
+    assert hadoop_version().startswith("3.")
+    assert conf["spark.hadoop.fs.s3a.endpoint"] == "http://127.0.0.1:9000"
+    assert conf["spark.hadoop.fs.s3a.path.style.access"] == "true"
+    assert conf["spark.hadoop.fs.s3a.connection.ssl.enabled"] == "false"
+    assert conf["spark.hadoop.fs.s3a.endpoint.region"] == "eu-west-1"
+    assert "never-in-conf" not in repr(conf)
+    assert "spark.hadoop.fs.s3a.endpoint" not in s3a_conf({})
+    assert _needs_s3a(["/local", "s3a://b/sp"]) and _needs_s3a(["s3://b/sp"]) and not _needs_s3a(["/x", "gs://b/y"])
+
+
+_JVM_S3A = r"""
+import json, sys
+from statekit.spark import SavepointReader, spark_session
+uri, out = sys.argv[1], sys.argv[2]
+spark = spark_session(paths=[uri])
+# statekit's reader without storage options: the executors' environment has the credentials and endpoint
+reader = SavepointReader.read(spark, uri)
+keyed = sorted((r.key, r["count"]) for r in reader.read_keyed_state("counter").collect())
+# Spark's own Parquet reader and writer on s3a:// through hadoop-aws from the factory
+files = [f"{uri.replace('s3://', 's3a://')}/{e.path}" for e in reader.savepoint.operator("counter").files_of("keyed")]
+jvm = sorted((r.key, r["count"]) for r in spark.read.parquet(*files).select("key", "count").collect())
+spark.read.parquet(*files).select("key", "count").write.parquet(out)
+back = spark.read.parquet(out).count()
+print(json.dumps({"keyed": keyed, "jvm": jvm, "back": back}))
+"""
+
+
+@pytest.mark.extended
+def test_session_factory_adds_hadoop_aws_for_s3a(s3_server, statekit_on_s3, s3_prefix, tmp_path):
+    """A fresh session from `spark_session(paths=[s3 URI])`: credentials only in the environment (never in storage
+    options or the Spark configuration), Spark's JVM Parquet reader and writer reach the server through S3A."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    _, uri = statekit_on_s3
+    opts = s3_server.options()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "PYSPARK_", "SPARK_"))}
+    env.update(AWS_ACCESS_KEY_ID=opts["access_key"], AWS_SECRET_ACCESS_KEY=opts["secret_key"],
+               AWS_ENDPOINT_URL=opts["endpoint_url"], AWS_REGION=opts["region"])
+    script = tmp_path / "jvm_s3a.py"
+    script.write_text(_JVM_S3A)
+    out = f"{s3_prefix.replace('s3://', 's3a://')}/jvm-written"
+    run = subprocess.run([sys.executable, str(script), uri, out], env=env, capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stderr[-3000:]
+    got = json.loads(run.stdout.strip().splitlines()[-1])
+    want = [[k, k] for k in range(200)]
+    assert got["keyed"] == want and got["jvm"] == want and got["back"] == 200
+    assert opts["secret_key"] not in run.stdout + run.stderr
