@@ -286,6 +286,14 @@ class StoragePath:
             raise FileNotFoundError(2, "No such object", str(self))
         return _Stat(st_size=info.size or 0, st_mode=0o100644 if info.type == pafs.FileType.File else 0o040755)
 
+    def file_sizes(self) -> dict[str, int]:
+        """The size of every file under this prefix (recursively) by its path in the filesystem: one listing
+        (a LIST request per 1000 objects on S3) instead of a HEAD request per file."""
+        sel = pafs.FileSelector(self.path, recursive=True, allow_not_found=True)
+        with translated(self):
+            infos = self.fs.get_file_info(sel)
+        return {info.path: info.size or 0 for info in infos if info.type == pafs.FileType.File}
+
     def iter_files(self, *, limit: int | None = None) -> Iterator["StoragePath"]:
         """Every file under this prefix (recursively), as `StoragePath`s."""
         sel = pafs.FileSelector(self.path, recursive=True, allow_not_found=True)
