@@ -127,7 +127,7 @@ def locate(path: "str | os.PathLike[str] | StoragePath", *, storage_options: Map
                                    "refused (they would end up in logs). Give them as storage options or in the "
                                    "environment instead.")
     fs, inner = filesystem_for(scheme, parts.netloc, parts.path, dict(storage_options or {}))
-    return StoragePath(fs, inner, scheme)
+    return StoragePath(fs, inner, scheme, options=tuple(sorted((k, str(v)) for k, v in (storage_options or {}).items())))
 
 
 _handles: "OrderedDict[tuple[int, str], Any]" = OrderedDict()
@@ -203,17 +203,21 @@ class StoragePath:
     would open it as a local file fails loudly instead of reading the wrong thing.
     """
 
-    __slots__ = ("fs", "path", "scheme", "stats")
+    __slots__ = ("fs", "path", "scheme", "stats", "options")
 
-    def __init__(self, fs: pafs.FileSystem, path: str, scheme: str, stats: TransferStats | None = None) -> None:
+    def __init__(self, fs: pafs.FileSystem, path: str, scheme: str, stats: TransferStats | None = None,
+                 options: tuple[tuple[str, str], ...] = ()) -> None:
         self.fs = fs
         self.path = path
         self.scheme = scheme
         self.stats = stats if stats is not None else TransferStats()
+        #: the storage options it was located with (what another process, e.g. a Spark task, needs to open the
+        #: same URI); never part of its text
+        self.options = options
 
     def at(self, path: str) -> "StoragePath":
         """The path `path` (inside the filesystem, no scheme) on the same filesystem, sharing `stats`."""
-        return StoragePath(self.fs, path, self.scheme, self.stats)
+        return StoragePath(self.fs, path, self.scheme, self.stats, self.options)
 
     # -- Path-like -------------------------------------------------------------------------------
     def __str__(self) -> str:
@@ -281,6 +285,14 @@ class StoragePath:
         if info.type == pafs.FileType.NotFound:
             raise FileNotFoundError(2, "No such object", str(self))
         return _Stat(st_size=info.size or 0, st_mode=0o100644 if info.type == pafs.FileType.File else 0o040755)
+
+    def file_sizes(self) -> dict[str, int]:
+        """The size of every file under this prefix (recursively) by its path in the filesystem: one listing
+        (a LIST request per 1000 objects on S3) instead of a HEAD request per file."""
+        sel = pafs.FileSelector(self.path, recursive=True, allow_not_found=True)
+        with translated(self):
+            infos = self.fs.get_file_info(sel)
+        return {info.path: info.size or 0 for info in infos if info.type == pafs.FileType.File}
 
     def iter_files(self, *, limit: int | None = None) -> Iterator["StoragePath"]:
         """Every file under this prefix (recursively), as `StoragePath`s."""

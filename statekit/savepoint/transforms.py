@@ -130,7 +130,7 @@ def _ancestors(rel: str) -> list[str]:
     return ["/".join(parts[:i]) for i in range(1, len(parts))]
 
 
-def refuse_target_inside(source: str | os.PathLike, target: str | os.PathLike) -> None:
+def refuse_target_inside(source: "str | os.PathLike | StoragePath", target: "str | os.PathLike | StoragePath") -> None:
     """Refuse a write whose target is the source itself or inside it (symlinks resolved): it would
     write into the savepoint it reads."""
     a, b = as_path(source), as_path(target)
@@ -141,7 +141,7 @@ def refuse_target_inside(source: str | os.PathLike, target: str | os.PathLike) -
                                      "source. Choose a target outside it.")
         return
     try:
-        src, tgt = Path(source).resolve(), Path(target).resolve()
+        src, tgt = Path(a).resolve(), Path(b).resolve()
     except (RuntimeError, OSError) as exc:  # a symlink loop (RuntimeError before Python 3.13)
         raise InvalidTargetError(f"cannot resolve {source} or {target} ({exc}); choose another target.") from None
     if tgt == src or src in tgt.parents:

@@ -8,7 +8,11 @@ Options of ``statekit``
 ==============  ======  ==========  ===================================================================
 name            type    default     meaning
 ==============  ======  ==========  ===================================================================
-path            string  (required)  savepoint or checkpoint directory (the one holding _metadata.json)
+path            string  (required)  savepoint or checkpoint directory (the one holding _metadata.json), a
+                                    local path or a URI (``s3://``, ``s3a://``, ``gs://``, ...)
+storage.<name>  string  --          a storage option of a URI (``storage.endpoint_url``, ``storage.region``,
+                                    ``storage.profile``, ...; `statekit.format.stores.filesystem_for`).
+                                    Without them each task uses its executor's environment and profiles
 uid             string  --          operator uid; give this or ``uid_hash``
 uid_hash        string  --          operator uid hash, 32 hex chars (for operators without a uid)
 table           string  ``keyed``   ``keyed``, ``timers``, ``logical`` (a Flink SQL operator, with
@@ -20,7 +24,13 @@ plan            string  --          a Flink SQL job's compiled plan (JSON file):
                                     names, and the ``logical`` table
 ==============  ======  ==========  ===================================================================
 
-Options of ``statekit-metadata``: ``path`` only.
+Options of ``statekit-metadata``: ``path`` and ``storage.<name>``.
+
+Savepoints on object storage: each task opens the store itself (nothing passes through the driver), with
+the executors' credentials (``AWS_*`` variables, ``~/.aws`` profiles, instance roles; on a cluster e.g.
+``spark.executorEnv.AWS_PROFILE``) unless ``storage.*`` options are given. `SavepointReader` passes its
+``storage_options`` that way; Spark redacts option values whose names match ``spark.redaction.regex``
+(``secret``, ``token``, ``access.key``, ``url`` ...) from plans and the UI, and statekit's errors name the URI only.
 
 Tables: ``keyed`` has ``key``, [``namespace``] and one column per keyed state; ``timers`` has
 ``key``, [``namespace``], ``timestamp``, ``domain``; list state ``subtask``, ``idx``, ``value``;
@@ -58,7 +68,8 @@ from statekit.spark.filters import key_pruning
 from statekit.spark.metadata import METADATA_SCHEMA, metadata_table
 from statekit.spark.scan import ScanTask, TableSpec, plan_tasks, read_task, resolve_table, spark_ddl, table_schema
 
-__all__ = ["StatekitDataSource", "StatekitMetadataDataSource", "register_data_sources", "parse_options"]
+__all__ = ["StatekitDataSource", "StatekitMetadataDataSource", "register_data_sources", "parse_options", "storage_options",
+           "storage_source_options"]
 
 _TRUE = {"true", "1", "yes"}
 _FALSE = {"false", "0", "no"}
@@ -81,6 +92,20 @@ def _path(options: dict[str, str]) -> str:
     return path
 
 
+#: the data source options that carry storage options (``storage.endpoint_url`` -> ``endpoint_url``)
+STORAGE_PREFIX = "storage."
+
+
+def storage_options(options: dict[str, str]) -> dict[str, str]:
+    """The ``storage.<name>`` options of `options` (lower-cased keys) as storage options."""
+    return {k[len(STORAGE_PREFIX):]: v for k, v in options.items() if k.startswith(STORAGE_PREFIX)}
+
+
+def storage_source_options(storage: dict[str, str] | None) -> dict[str, str]:
+    """`storage` as data source options (the inverse of `storage_options`)."""
+    return {STORAGE_PREFIX + k: str(v) for k, v in (storage or {}).items()}
+
+
 def parse_options(options: dict[str, str]) -> tuple[Savepoint, OperatorMetadata, TableSpec]:
     """Open the savepoint named by data source `options` and resolve its operator and table.
 
@@ -94,7 +119,8 @@ def parse_options(options: dict[str, str]) -> tuple[Savepoint, OperatorMetadata,
         from pathlib import Path
 
         plan = str(Path(_path({"path": plan})).resolve())
-    sp = Savepoint.open(_path(options), trust_pickled=trust, plan=plan)
+    storage = storage_options(options)
+    sp = Savepoint.open(_path(options), trust_pickled=trust, plan=plan, storage_options=storage or None)
     uid, uid_hash = options.get("uid"), options.get("uid_hash")
     if (uid is None) == (uid_hash is None):
         have = ", ".join(f"{m.uid or '<no uid>'} ({m.uid_hash})" for m in sp.operators) or "no operators"
@@ -106,7 +132,8 @@ def parse_options(options: dict[str, str]) -> tuple[Savepoint, OperatorMetadata,
         ident = OperatorIdentifier.for_uid_hash(uid_hash)
     meta = sp.operator(ident)
     kind, state = resolve_table(meta, options.get("table", "keyed"))
-    spec = TableSpec(str(sp.path.resolve()), meta.uid_hash, kind, state, _flag(options, "with_key_group"), trust, plan)
+    spec = TableSpec(str(sp.path.resolve()), meta.uid_hash, kind, state, _flag(options, "with_key_group"), trust, plan,
+                     storage=tuple(sorted(storage.items())))
     return sp, meta, spec
 
 
@@ -163,14 +190,18 @@ class StatekitDataSource(DataSource):
 
 
 class _MetadataReader(DataSourceReader):
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, storage: dict[str, str]) -> None:
         self.path = path
+        self.storage = storage
+
+    def __repr__(self) -> str:  # the storage options stay out of any log
+        return f"_MetadataReader({self.path!r})"
 
     def partitions(self) -> Sequence[InputPartition]:
         return [InputPartition(0)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        yield from metadata_table(Savepoint.open(self.path)).to_batches()
+        yield from metadata_table(Savepoint.open(self.path, storage_options=self.storage or None)).to_batches()
 
 
 class StatekitMetadataDataSource(DataSource):
@@ -184,9 +215,10 @@ class StatekitMetadataDataSource(DataSource):
         return spark_ddl(METADATA_SCHEMA)
 
     def reader(self, schema: Any) -> DataSourceReader:
-        path = _path({k.lower(): v for k, v in self.options.items()})
-        sp = Savepoint.open(path)  # refuse a damaged or unknown-version manifest while planning
-        return _MetadataReader(str(sp.path.resolve()))
+        options = {k.lower(): v for k, v in self.options.items()}
+        storage = storage_options(options)
+        sp = Savepoint.open(_path(options), storage_options=storage or None)  # refuse a damaged manifest while planning
+        return _MetadataReader(str(sp.path.resolve()), storage)
 
 
 def register_data_sources(spark: Any) -> None:

@@ -32,6 +32,7 @@ from statekit.format.flink.writer import (
     write_keyed_file,
     write_operator_file,
 )
+from statekit.format.storage import StoragePath
 from statekit.identifiers import OperatorIdentifier
 from statekit.keygroups import key_group_range
 from statekit.savepoint.flink_out import (
@@ -85,11 +86,11 @@ def _task(source: str, staging: str, plans: list[_Plan], task: tuple[int, int, s
     return i, sub, kind, name, size, handle
 
 
-def write_flink_spark(spark: SparkSession, source: str | os.PathLike[str], target: str | os.PathLike[str], *,
+def write_flink_spark(spark: SparkSession, source: str | os.PathLike[str], target: "str | os.PathLike[str] | StoragePath", *,
                       types: TypeHints | None = None, carried: Mapping[str, Carried | None] | None = None,
                       names: Mapping[str, str] | None = None,
                       flink_version: str | FlinkVersion | None = None,
-                      coordinators: Mapping[str, bytes] | None = None) -> Path:
+                      coordinators: Mapping[str, bytes] | None = None) -> "Path | StoragePath":
     """Write statekit savepoint `source` as a Flink savepoint at `target` with one Spark task per state file.
 
     `carried` maps an operator's uid hash to the serializers it had in a Flink savepoint (reused

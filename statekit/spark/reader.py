@@ -15,8 +15,10 @@ from pyspark.sql.types import StructType
 from statekit.errors import InvalidArgumentError, UntrustedPicklePayloadError
 from statekit.format.files import check_present
 from statekit.format.keyed import CONTENTS
+from statekit.format.storage import StoragePath, is_remote
 from statekit.identifiers import OperatorIdentifier
 from statekit.savepoint import OperatorMetadata, Savepoint
+from statekit.spark.datasource import storage_source_options
 from statekit.spark.filters import RANGE_ENUMERATION_LIMIT
 from statekit.spark.pruning import LITERAL_PATHS, pruning_unavailable, relation_options
 from statekit.spark.reader_function import KeyedStateReaderFunction, iter_output, open_function, run_rows
@@ -55,15 +57,29 @@ class SavepointReader:
     >>> reader.read_keyed_state("counter").where("key = 42").show()          # doctest: +SKIP
     """
 
-    def __init__(self, spark: SparkSession, savepoint: Savepoint) -> None:
+    def __init__(self, spark: SparkSession, savepoint: Savepoint, *, storage_options: dict[str, str] | None = None) -> None:
         self.spark = spark
         self.savepoint = savepoint
-        self.path = str(Path(savepoint.path).resolve())
+        self.remote = is_remote(savepoint.path)
+        self.path = str(savepoint.path) if self.remote else str(Path(savepoint.path).resolve())
         self.plan: str | None = None  # the compiled plan's file, given to the data source (`read`)
+        # Explicit storage options (by default those the savepoint was opened with) travel to each task inside the
+        # data source's options (redacted by Spark) and `TableSpec`s (no repr); without them the executors' own
+        # environment and profiles apply.
+        if storage_options is None and isinstance(savepoint.path, StoragePath):
+            storage_options = dict(savepoint.path.options)
+        self._storage = {k: str(v) for k, v in (storage_options or {}).items()}
+
+    def __repr__(self) -> str:
+        return f"SavepointReader({self.path!r})"
+
+    def _spec(self, meta: OperatorMetadata, table: Any, **kw: Any) -> TableSpec:
+        return TableSpec(self.path, meta.uid_hash, table, storage=tuple(sorted(self._storage.items())), **kw)
 
     @classmethod
     def read(cls, spark: SparkSession, path: str | os.PathLike[str], *, trust_pickled: bool = False,
-             plan: str | os.PathLike[str] | None = None) -> "SavepointReader":
+             plan: str | os.PathLike[str] | None = None,
+             storage_options: dict[str, str] | None = None) -> "SavepointReader":
         """Open the savepoint at `path` for reading with `spark`.
 
         Parameters
@@ -71,13 +87,18 @@ class SavepointReader:
         spark
             Any session; statekit's data sources and settings are added to it.
         path
-            A savepoint or checkpoint directory.
+            A savepoint or checkpoint directory: a local path, or a URI (``s3://``, ``s3a://``, ``gs://``, ...)
+            that the driver and every executor task open themselves (no state passes through the driver).
         trust_pickled
             Let reader functions unpickle state declared ``PICKLED``. Unpickling runs arbitrary
             code: only for savepoints you trust. DataFrames show pickled columns as ``binary``.
         plan
             A Flink SQL job's compiled plan (JSON file): columns in the query's names, and
             `read_logical_table` / a ``logical`` table per SQL operator in `register`.
+        storage_options
+            Credentials and endpoint of a URI (`statekit.format.stores.filesystem_for`), used on the driver and
+            sent to the tasks (never shown in query plans, logs or errors). Without them the driver and each
+            executor use their own environment (``AWS_*`` variables, ``AWS_PROFILE``, ``~/.aws``, roles).
 
         Raises
         ------
@@ -85,7 +106,7 @@ class SavepointReader:
             From `statekit.savepoint.Savepoint.open`.
         """
         prepare_session(spark)
-        reader = cls(spark, Savepoint.open(path, trust_pickled=trust_pickled, plan=plan))
+        reader = cls(spark, Savepoint.open(path, trust_pickled=trust_pickled, plan=plan, storage_options=storage_options))
         reader.plan = str(Path(plan).resolve()) if plan is not None else None
         return reader
 
@@ -95,7 +116,7 @@ class SavepointReader:
         ``operator_uid_hash``, ``parallelism``, ``max_parallelism``, ``subtask_state_count``,
         ``total_size_bytes``, ``file_count``, ``keyed_rows``, ``key_type``, ``keyed_format`` and
         ``states`` (array of ``name``, ``kind``, ``type``)."""
-        return self.spark.read.format("statekit-metadata").load(self.path)
+        return self.spark.read.format("statekit-metadata").options(**storage_source_options(self._storage)).load(self.path)
 
     # -- tables ------------------------------------------------------------------------------------
     def _operator(self, op: OpLike) -> OperatorMetadata:
@@ -109,6 +130,7 @@ class SavepointReader:
             .option("with_key_group", str(with_key_group).lower())
             .option("trust_pickled", str(self.savepoint.trust_pickled).lower())
             .options(**({"plan": self.plan} if self.plan else {}))
+            .options(**storage_source_options(self._storage))
             .load(self.path)
         )
         if table in ("keyed", "timers"):
@@ -183,12 +205,18 @@ class SavepointReader:
         """Whether Spark's Parquet reader with statekit's rule serves `meta`'s keyed table fully
         (the rule prunes scalar keys and structs without float fields; the data source the rest)."""
         prunable = _jvm_prunable(parse_ddl(meta.keyed_key_type)) and not meta.stored_key_groups
+        if self.remote:  # the rule verifies files on local disk; on object storage each task reads and verifies
+            return False
         return meta.keyed_format == "parquet" and prunable and pruning_unavailable(self.spark) is None
 
     def _load_parquet(
         self, meta: OperatorMetadata, table: Literal["keyed", "timers"] = "keyed", *, with_key_group: bool
     ) -> DataFrame:
-        spec = TableSpec(self.path, meta.uid_hash, table, with_key_group=True)
+        if self.remote:
+            raise InvalidArgumentError(
+                f"engine='parquet' reads local savepoints; {self.path} is on object storage, where statekit's tasks "
+                "read (and verify) the files themselves: use engine='statekit' (or 'auto').")
+        spec = self._spec(meta, table, with_key_group=True)
         schema = spark_ddl(table_schema(meta, spec))
         files = meta.files_of(table)
         if meta.is_native or meta.keyed_format == "flink":
@@ -277,7 +305,7 @@ class SavepointReader:
         def rows_of(task: Any, sp: Savepoint, fn: Any = fn) -> Any:
             return iter_output(fn, meta, spec, task, sp)
 
-        spec = TableSpec(self.path, meta.uid_hash, "keyed", trust_pickled=self.savepoint.trust_pickled)
+        spec = self._spec(meta, "keyed", trust_pickled=self.savepoint.trust_pickled)
         return self._function_frame(spec, plan_tasks(meta, spec), rows_of, fn, output_schema)
 
     def read_window_state(
@@ -324,7 +352,7 @@ class SavepointReader:
             )
         if not isinstance(reader_function, WindowReaderFunction):
             raise InvalidArgumentError(f"{reader_function!r} is not a WindowReaderFunction.")
-        spec = TableSpec(self.path, meta.uid_hash, "keyed", trust_pickled=self.savepoint.trust_pickled)
+        spec = self._spec(meta, "keyed", trust_pickled=self.savepoint.trust_pickled)
         if meta.keyed_state(CONTENTS).pickled and not self.savepoint.trust_pickled:
             raise UntrustedPicklePayloadError(
                 f"operator {meta.display_name!r} keeps pickled window contents; unpickling runs arbitrary code. "
@@ -443,7 +471,7 @@ class SavepointReader:
         if not files or len(folders) != 1 or not self._rule_prunes(meta):
             return False
         paths = [check_present(self.savepoint.path, e) for e in files]
-        spec = TableSpec(self.path, meta.uid_hash, table)
+        spec = self._spec(meta, table)
         schema = struct_type(spark_ddl(table_schema(meta, spec)))
         options = relation_options(self.savepoint, meta, files, RANGE_ENUMERATION_LIMIT)
         # The folder may hold files the manifest does not list; the rule reads only listed ones.

@@ -284,7 +284,7 @@ def timers_in_range(sp: Savepoint, meta: OperatorMetadata, spec: TableSpec, lo: 
     files = tuple(f for f in meta.files_of("timers") if f.overlaps(lo, hi))
     if not files:
         return None
-    tspec = TableSpec(spec.path, spec.uid_hash, "timers", with_key_group=True)
+    tspec = spec.sibling("timers")
     table = read_task_table(sp, meta, tspec, ScanTask(files=files))
     kg = table.column("key_group")
     return table.filter(pc.and_(pc.greater_equal(kg, lo), pc.less_equal(kg, hi)))
@@ -323,7 +323,7 @@ def iter_output(
 ) -> Iterator[Any]:
     """Run `fn` over one task's keys and yield its raw output rows."""
     ctx = open_function(fn, meta, trust_pickled=spec.trust_pickled)
-    kspec = TableSpec(spec.path, spec.uid_hash, "keyed", with_key_group=True)
+    kspec = spec.sibling("keyed")
     table = read_task_table(sp, meta, kspec, task)
     names = list(ctx.registered)
     infos = [ctx.registered[n][0] for n in names]
@@ -377,7 +377,7 @@ def run_rows(
     batch_rows: int = 8192,
 ) -> Iterator[pa.RecordBatch]:
     """Executor side: the rows `rows_of(task, savepoint)` yields for the tasks `task_ids`, as batches of `arrow_schema`."""
-    sp = Savepoint.open(spec.path, trust_pickled=spec.trust_pickled)
+    sp = spec.open(plan=False)
     names = arrow_schema.names
     for tid in task_ids:
         rows: list[dict] = []

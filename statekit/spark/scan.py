@@ -7,7 +7,7 @@ file's size and checksum. Nothing here knows the file layout beyond the manifest
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Iterator, Literal
 
 import pyarrow as pa
@@ -43,6 +43,18 @@ class TableSpec:
     with_key_group: bool = False
     trust_pickled: bool = False
     plan: str | None = None  # a Flink SQL job's compiled plan (file), for named columns and ``logical``
+    #: explicit storage options of a URI savepoint (credentials: never in a repr, a plan or a log; each task
+    #: opens the store with them itself). Empty: the executors' own environment and profiles.
+    storage: tuple[tuple[str, str], ...] = field(default=(), repr=False, compare=False)
+
+    def open(self, *, plan: bool = True) -> Savepoint:
+        """The savepoint this table is in, opened where this runs (driver or executor) with the spec's options."""
+        return Savepoint.open(self.path, trust_pickled=self.trust_pickled, plan=self.plan if plan else None,
+                              storage_options=dict(self.storage) or None)
+
+    def sibling(self, kind: TableKind) -> "TableSpec":
+        """The spec of the same operator's `kind` table, with ``key_group`` (what reader functions combine)."""
+        return TableSpec(self.path, self.uid_hash, kind, with_key_group=True, storage=self.storage)
 
     @property
     def state_name(self) -> str:
@@ -100,7 +112,7 @@ def _require_keyed(meta: OperatorMetadata, what: str) -> None:
 def table_schema(meta: OperatorMetadata, spec: TableSpec) -> pa.Schema:
     """The Arrow schema of the table `spec` names (what `read_task` yields)."""
     if spec.kind == "logical":  # computed over no rows: the schema depends on the plan, not on the state
-        sp = Savepoint.open(spec.path, plan=spec.plan)
+        sp = Savepoint.open(spec.path, plan=spec.plan, storage_options=dict(spec.storage) or None)
         return sp.logical_table(meta.identifier, rows=False).schema
     if spec.kind == "keyed":
         schema = K.keyed_schema(meta.keyed_key_type, meta.keyed_states, namespace_type=meta.namespace_type)
@@ -264,7 +276,7 @@ def read_task_table(sp: Savepoint, meta: OperatorMetadata, spec: TableSpec, task
             kg = timers.column("key_group")
             return _restrict(timers.filter(pc.and_(pc.greater_equal(kg, rng.start), pc.less_equal(kg, rng.end))), task)
         return _restrict(sp.keyed_table(op, with_key_group=True, key_groups=rng), task)
-    full = TableSpec(spec.path, spec.uid_hash, spec.kind, with_key_group=True)
+    full = spec.sibling(spec.kind)
     expected = table_schema(meta, full)
     parts = [_restrict(_conform(sp, sp.read_file(e), expected, e), task) for e in task.files]
     return pa.concat_tables(parts) if parts else expected.empty_table()
@@ -299,7 +311,7 @@ def verified_keyed_paths(sp: Savepoint, meta: OperatorMetadata, table: Literal["
 
 def read_task(spec: TableSpec, task: ScanTask, *, batch_rows: int = 131072) -> Iterator[pa.RecordBatch]:
     """Executor side: open the savepoint and yield the task's rows as Arrow record batches."""
-    sp = Savepoint.open(spec.path, trust_pickled=spec.trust_pickled, plan=spec.plan)
+    sp = spec.open()
     meta = sp.operator(OperatorIdentifier.for_uid_hash(spec.uid_hash))
     table = read_task_table(sp, meta, spec, task)
     if spec.kind in ("keyed", "timers") and not spec.with_key_group:

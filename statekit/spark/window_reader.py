@@ -208,7 +208,7 @@ def iter_window_output(
     """Run `fn` over one task's windows and yield its raw output rows."""
     contents = check_window_operator(meta, aggregate_function)
     triggers = trigger_states(meta)
-    kspec = TableSpec(spec.path, spec.uid_hash, "keyed", with_key_group=True)
+    kspec = spec.sibling("keyed")
     table = read_task_table(sp, meta, kspec, task)
     ctx = WindowReaderContext(meta, trust_pickled=spec.trust_pickled)
     if table.num_rows:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import tempfile
 import uuid
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -15,6 +16,7 @@ from pyspark.sql import functions as F
 
 from statekit.errors import InvalidArgumentError, UnknownOperatorError
 from statekit.format.flink.versions import FlinkVersion
+from statekit.format.storage import StoragePath, locate
 from statekit.identifiers import OperatorIdentifier
 from statekit.keygroups import check_max_parallelism
 from statekit.savepoint import OperatorMetadata, Savepoint, SavepointBuilder
@@ -76,11 +78,13 @@ class SavepointWriter:
         return cls(spark, source=None, max_parallelism=max_parallelism)
 
     @classmethod
-    def from_existing_savepoint(cls, spark: SparkSession, path: str | os.PathLike[str]) -> "SavepointWriter":
+    def from_existing_savepoint(cls, spark: SparkSession, path: str | os.PathLike[str], *,
+                                storage_options: dict[str, str] | None = None) -> "SavepointWriter":
         """Start from the operators of the savepoint at `path` (new operators default to the largest
-        max parallelism found there, or 128)."""
+        max parallelism found there, or 128). `path` may be a URI (``s3://...``; `storage_options` as for
+        `SavepointReader.read`): the executors read the source's state from the store themselves."""
         prepare_session(spark)
-        source = Savepoint.open(path)
+        source = Savepoint.open(path, storage_options=storage_options)
         max_parallelism = max((m.max_parallelism for m in source.operators if m.key_type), default=128)
         return cls(spark, source=source, max_parallelism=max_parallelism)
 
@@ -349,17 +353,16 @@ class SavepointWriter:
         return expr if entry.new_key_type is None else expr.cast(entry.new_key_type)
 
     # -- writing -----------------------------------------------------------------------------------
-    def _write_from_flink(self, path: Path) -> Path:
+    def _write_from_flink(self, path: "Path | StoragePath") -> "Path | StoragePath":
         """A Flink source is first converted to statekit's format beside the target (its serializers carried
         in the manifest), so that every operator - changed or not - is written from statekit tables."""
-        from statekit.format.flink.writer import check_target
         from statekit.savepoint.convert import convert_to_statekit
 
-        check_target(path)
+        _check_new(path)
         source = self.source
         assert source is not None
         refuse_target_inside(source.path, path)
-        staged = path.parent / f".{path.name}.from-flink-{uuid.uuid4().hex[:12]}"
+        staged = _scratch(path, "from-flink")
         entries = dict(self._entries)
         try:
             converted = Savepoint.open(convert_to_statekit(source.path, staged, include_stateless=True))
@@ -371,9 +374,9 @@ class SavepointWriter:
             return self.write(path, format="statekit")
         finally:
             self.source, self._entries = source, entries
-            shutil.rmtree(staged, ignore_errors=True)
+            _remove_scratch(path, staged)
 
-    def _direct_flink(self, path: Path, types: TypeHints | None, version: FlinkVersion) -> Path | None:
+    def _direct_flink(self, path: "Path | StoragePath", types: TypeHints | None, version: FlinkVersion) -> Path | None:
         """Columnar bootstraps of fixed-width keys and values go straight to Flink's format (no statekit staging);
         None when the writer holds anything else."""
         from statekit.format.flink.versions import check_serializers
@@ -412,12 +415,12 @@ class SavepointWriter:
                     for kt, columns, layout, ident, par, jvm in plans]
             return staging.commit(metadata_bytes(0, outs, flink_version=version))
 
-    def _write_flink(self, path: Path, types: TypeHints | None, flink_version: str | FlinkVersion | None) -> Path:
-        from statekit.format.flink.writer import check_target
+    def _write_flink(self, path: "Path | StoragePath", types: TypeHints | None,
+                     flink_version: str | FlinkVersion | None) -> "Path | StoragePath":
         from statekit.savepoint.flink_out import target_version
         from statekit.spark.flink_writer import write_flink_spark
 
-        check_target(path)
+        _check_new(path)
         if self.source is not None:
             refuse_target_inside(self.source.path, path)
         version = target_version(self.source, flink_version)  # asked for, else where the state came from
@@ -426,7 +429,7 @@ class SavepointWriter:
             return direct
         # The statekit savepoint is staged beside the target (Parquet on the executors), then converted; state
         # that came from a Flink savepoint carries its serializers in the staged manifest (field `flink`).
-        staged = path.parent / f".{path.name}.statekit-{uuid.uuid4().hex[:12]}"
+        staged = _scratch(path, "statekit")
         # the staged copy keeps no coordinator state: a Flink source's (its sources' enumerators) is carried over,
         # following renamed operators
         from statekit.savepoint.flink_out import coordinator_states
@@ -438,10 +441,11 @@ class SavepointWriter:
             return write_flink_spark(self.spark, staged, path, types=types, flink_version=version,
                                      coordinators=coordinators)
         finally:
-            shutil.rmtree(staged, ignore_errors=True)
+            _remove_scratch(path, staged)
 
-    def write(self, path: str | os.PathLike[str], *, format: Literal["statekit", "flink"] | None = None,
-              types: TypeHints | None = None, flink_version: str | FlinkVersion | None = None) -> Path:
+    def write(self, path: "str | os.PathLike[str] | StoragePath", *, format: Literal["statekit", "flink"] | None = None,
+              types: TypeHints | None = None, flink_version: str | FlinkVersion | None = None,
+              storage_options: dict[str, str] | None = None) -> "Path | StoragePath":
         """Run the bootstrap jobs and publish the savepoint at `path`, atomically.
 
         ``format`` is by default the source's (`from_existing_savepoint` of a Flink savepoint writes a Flink
@@ -454,15 +458,20 @@ class SavepointWriter:
         from a Flink source are reused unchanged; new state maps DDL types to Flink's serializers
         (struct -> Row unless `types` gives ``{uid: {state: FlinkTuple() | FlinkPojo(cls, fields)}}``).
 
+        `path` may be a URI (``s3://bucket/sp``; `storage_options` as for `SavepointReader.read`): the new
+        savepoint is staged in ``$TMPDIR`` (the executors' parts, which therefore need a disk they share with
+        the driver: local mode) and published data files first, manifest last (`statekit.format.publish`).
+
         Raises `SavepointExistsError` (before any Spark job runs) if `path` exists. On any failure
         nothing is left at `path` nor beside it.
         """
+        path = locate(path, storage_options=storage_options)
         if format is None:
             from statekit.savepoint.output import output_format
 
             format = output_format(self.source, None) if self.source is not None else "statekit"
         if format == "flink":
-            return self._write_flink(Path(path), types, flink_version)
+            return self._write_flink(path, types, flink_version)
         if flink_version is not None:
             raise InvalidArgumentError("flink_version applies to format='flink' only.")
         if format != "statekit":
@@ -470,7 +479,7 @@ class SavepointWriter:
         from statekit.savepoint.flink import FlinkSavepoint
 
         if isinstance(self.source, FlinkSavepoint):
-            return self._write_from_flink(Path(path))
+            return self._write_from_flink(path)
         if not self._entries:
             raise InvalidArgumentError("the savepoint would have no operators; add one with with_operator().")
         entries = self._resolved()  # refuses clashing renames before any Spark job runs
@@ -501,5 +510,28 @@ class SavepointWriter:
                 else:
                     assert entry.transformation is not None
                     entry.transformation.write_into(builder, entry.ident, entry.max_parallelism or self.max_parallelism)
-        return Path(path)
+        return path
 
+
+def _check_new(path: "Path | StoragePath") -> None:
+    """Refuse an existing target before any Spark job runs (a local path also needs its parent directory)."""
+    if isinstance(path, StoragePath):
+        from statekit.format.publish import refuse_existing
+
+        refuse_existing(path)
+    else:
+        from statekit.format.flink.writer import check_target
+
+        check_target(path)
+
+
+def _scratch(path: "Path | StoragePath", what: str) -> Path:
+    """Where an intermediate savepoint is staged: hidden beside a local target (same filesystem), in a new
+    ``$TMPDIR`` directory for a URI target."""
+    if isinstance(path, StoragePath):
+        return Path(tempfile.mkdtemp(prefix="statekit-upload-")) / what
+    return path.parent / f".{path.name}.{what}-{uuid.uuid4().hex[:12]}"
+
+
+def _remove_scratch(path: "Path | StoragePath", staged: Path) -> None:
+    shutil.rmtree(staged.parent if isinstance(path, StoragePath) else staged, ignore_errors=True)

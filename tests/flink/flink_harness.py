@@ -140,10 +140,12 @@ def build(version: str = DEFAULT_VERSION) -> Path:
     return where
 
 
-def java_command(main_class: str, *args: str, heap: str = "2g", version: str = DEFAULT_VERSION) -> list[str]:
+def java_command(main_class: str, *args: str, heap: str = "2g", version: str = DEFAULT_VERSION,
+                 extra_classpath: tuple[Path, ...] = ()) -> list[str]:
     """The java command line running `main_class` of the harness built for Flink `version`."""
     where = build_dir(version)
-    classpath = f"{where / 'target' / 'classes'}:{(where / 'classpath.txt').read_text().strip()}"
+    classpath = ":".join([str(where / "target" / "classes"), (where / "classpath.txt").read_text().strip(),
+                          *map(str, extra_classpath)])
     return ["java", f"-Xmx{heap}", *ADD_OPENS, "-cp", classpath, main_class, *args]
 
 
@@ -152,17 +154,52 @@ def flink_version_of(version: str) -> str:
     return FLINK_VERSIONS[version][0]
 
 
-def _run_pairs(main_class: str, pairs: list[tuple[Path, dict]], timeout: float,
-               version: str = DEFAULT_VERSION) -> list[list[dict] | str]:
+def s3_filesystem_jar(version: str = DEFAULT_VERSION) -> Path:
+    """Flink's S3 filesystem (``flink-s3-fs-hadoop`` of the line's runtime version) from Maven Central via ~/.m2."""
+    runtime = FLINK_VERSIONS[version][0]
+    jar = (Path.home() / ".m2" / "repository" / "org" / "apache" / "flink" / "flink-s3-fs-hadoop" / runtime
+           / f"flink-s3-fs-hadoop-{runtime}.jar")
+    if not jar.is_file():
+        proc = subprocess.run(["mvn", "-q", "-B", "dependency:get", "-Dtransitive=false",
+                               f"-Dartifact=org.apache.flink:flink-s3-fs-hadoop:{runtime}"], capture_output=True, text=True)
+        if proc.returncode != 0 or not jar.is_file():
+            raise FlinkRunError(f"fetching flink-s3-fs-hadoop {runtime} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+    return jar
+
+
+@dataclass(frozen=True)
+class S3Access:
+    """How the harness's JVM reaches an S3 server: Flink's S3 filesystem on the classpath, the endpoint and region
+    in ``STATEKIT_S3_*`` and the credentials in the JVM's ``AWS_*`` environment (S3.java); never on a command line."""
+
+    endpoint: str
+    access_key: str = field(repr=False)
+    secret_key: str = field(repr=False)
+    region: str = "us-east-1"
+
+    def env(self) -> dict[str, str]:
+        base = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+        return {**base, "STATEKIT_S3_ENDPOINT": self.endpoint, "STATEKIT_S3_REGION": self.region,
+                "AWS_ACCESS_KEY_ID": self.access_key, "AWS_SECRET_ACCESS_KEY": self.secret_key}
+
+
+def _arg(savepoint: str | Path) -> str:
+    return str(savepoint) if "://" in str(savepoint) else str(Path(savepoint).resolve())
+
+
+def _run_pairs(main_class: str, pairs: list[tuple[Path | str, dict]], timeout: float,
+               version: str = DEFAULT_VERSION, s3: S3Access | None = None) -> list[list[dict] | str]:
     """Run one harness class over (savepoint, spec) pairs in one JVM: per pair its records or its error."""
     build(version)
+    extra = (s3_filesystem_jar(version),) if s3 is not None else ()
     with tempfile.TemporaryDirectory(prefix="statekit-flink-") as tmp:
         args: list[str] = []
         for i, (savepoint, spec) in enumerate(pairs):
             spec_file = Path(tmp) / f"spec-{i}.json"
             spec_file.write_text(json.dumps(spec))
-            args += [str(Path(savepoint).resolve()), str(spec_file)]
-        proc = subprocess.run(java_command(main_class, *args, version=version), capture_output=True, text=True, timeout=timeout)
+            args += [_arg(savepoint), str(spec_file)]
+        proc = subprocess.run(java_command(main_class, *args, version=version, extra_classpath=extra),
+                              capture_output=True, text=True, timeout=timeout, env=s3.env() if s3 else None)
     results: list[list[dict] | str | None] = [None] * len(pairs)
     current: int | None = None
     for line in proc.stdout.splitlines():
@@ -223,9 +260,25 @@ def _restored(records: list[dict]) -> Restored:
     return out
 
 
-def restore(savepoint: str | Path, spec: dict, *, timeout: float = 900, version: str = DEFAULT_VERSION) -> Restored:
-    """Restore `savepoint` into a Java job built from `spec` (see Restore.java) and collect its output."""
-    return _restored(_one(_run_pairs("statekit.flinktest.Restore", [(Path(savepoint), spec)], timeout, version)))
+def restore(savepoint: str | Path, spec: dict, *, timeout: float = 900, version: str = DEFAULT_VERSION,
+            s3: S3Access | None = None) -> Restored:
+    """Restore `savepoint` (a directory, or an ``s3://`` URI read by Flink's S3 filesystem with `s3`) into a Java
+    job built from `spec` (see Restore.java) and collect its output."""
+    return _restored(_one(_run_pairs("statekit.flinktest.Restore", [(savepoint, spec)], timeout, version, s3)))
+
+
+def run_s3_job(checkpoints: str, savepoints: str, s3: S3Access, *, timeout: float = 900,
+               version: str = DEFAULT_VERSION) -> dict[str, str]:
+    """Run S3Job.java: a real job checkpointing (retained) and savepointing straight to `checkpoints` /
+    `savepoints` (URIs); returns its ``checkpoint`` id, ``savepoint`` URI and ``job`` id."""
+    build(version)
+    proc = subprocess.run(java_command("statekit.flinktest.S3Job", checkpoints, savepoints, version=version,
+                                       extra_classpath=(s3_filesystem_jar(version),)),
+                          capture_output=True, text=True, timeout=timeout, env=s3.env())
+    out = dict(line.split(" ", 1) for line in proc.stdout.splitlines() if line.startswith(("checkpoint ", "savepoint ", "job ")))
+    if proc.returncode != 0 or len(out) != 3:
+        raise FlinkRunError(f"S3Job exited with {proc.returncode}:\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}")
+    return out
 
 
 def restore_many(pairs: list[tuple[str | Path, dict]], *, timeout: float = 1800,

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +41,10 @@ class StateFiles:
         self.scope = self.root.parent if _CHECKPOINT_DIR.fullmatch(self.root.name) else self.root
         # ...and, after a restore in CLAIM mode, at ../../<previous job id>/shared of the same checkpoint base
         self.base = self.scope.parent if self.scope != self.root and _JOB_ID.fullmatch(self.scope.name) else None
+        # on object storage: the sizes of the files under `root`, from one listing when first needed (a savepoint
+        # is immutable; a HEAD request per state file and per read was most of a one-key get's requests)
+        self._sizes: dict[str, int] | None = None
+        self._sizes_lock = threading.Lock()  # headers are fetched on several threads (reader.layout)
 
     def _inside(self, p: Any, shown: str, scope: Any = None) -> Any:
         full = p.resolve()
@@ -91,10 +96,21 @@ class StateFiles:
     def describe(self, h: StreamHandle) -> str:
         return f"inline state {h.path!r} of {self.root}/_metadata" if h.kind == "bytes" else f"state file {h.path}"
 
+    def _stat_size(self, p: Path | StoragePath) -> int:
+        if isinstance(p, StoragePath) and isinstance(self.root, StoragePath) and self.root in p.parents:
+            with self._sizes_lock:
+                if self._sizes is None:
+                    self._sizes = self.root.file_sizes()
+            size = self._sizes.get(p.path)
+            if size is None:
+                raise FileNotFoundError(2, "No such object", str(p))
+            return size
+        return p.stat().st_size
+
     def _open_checked(self, h: StreamHandle) -> tuple[Path | StoragePath, int]:
         p = self.path(h)
         try:
-            size = p.stat().st_size
+            size = self._stat_size(p)
         except FileNotFoundError:
             raise CorruptSavepointError(
                 f"{self.root}: state file {h.path!r} named by _metadata is missing. The savepoint is incomplete; "

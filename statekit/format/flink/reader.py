@@ -188,6 +188,10 @@ class FlinkStateReader:
         handles = self.keyed_handles(op)
         if not handles:
             return None
+        missing = [h for h in handles if id(h) not in self._proxies]
+        if self.files.remote and len(missing) > 1:  # each header is a request or two: sent together, not in turn
+            with ThreadPoolExecutor(min(4, len(missing)), thread_name_prefix="statekit-flink-headers") as pool:
+                list(pool.map(self.proxy, missing))
         return K.layout([self.proxy(h) for h in handles], op.max_parallelism, f"{self.root} operator {op.operator_id}")
 
     @property

@@ -199,7 +199,7 @@ public class Restore {
 
     @SuppressWarnings({"unchecked", "rawtypes"})
     static void runOne(String savepointDir, String specFile) throws Exception {
-        String savepoint = new File(savepointDir).getAbsoluteFile().toURI().toString();
+        String savepoint = S3.uri(savepointDir);  // a local directory or a URI (s3://... with S3.configure)
         JsonNode spec = Ddl.M.readTree(new File(specFile));
         int parallelism = spec.has("parallelism") ? spec.get("parallelism").asInt() : 2;
 
@@ -211,6 +211,7 @@ public class Restore {
         conf.setString("execution.savepoint.path", savepoint);  // its name before Flink 1.20
         conf.setString("restart-strategy.type", "none");
         if (spec.has("state_backend")) conf.setString("state.backend.type", spec.get("state_backend").asText());
+        S3.configure(conf);
         StreamExecutionEnvironment env = StreamExecutionEnvironment.createLocalEnvironment(parallelism, conf);
         if (spec.has("max_parallelism")) env.setMaxParallelism(spec.get("max_parallelism").asInt());
 
