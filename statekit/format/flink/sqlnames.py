@@ -267,5 +267,5 @@ class NamedSqlKind(SqlKind):
     def key_group(self, key: Any, lay: KeyedLayout, max_parallelism: int) -> int | None:
         return super().key_group(key, self.lay(lay), max_parallelism)
 
-    def key_groups(self, keys: list[Any], lay: KeyedLayout, max_parallelism: int) -> list[int]:
+    def key_groups(self, keys: list[Any], lay: KeyedLayout, max_parallelism: int) -> list[int] | None:
         return super().key_groups(keys, self.lay(lay), max_parallelism)
