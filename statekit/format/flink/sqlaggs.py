@@ -18,9 +18,8 @@ ListViews) are refused by name; their physical bytes stay readable.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import decimal
+from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.compute as pc
