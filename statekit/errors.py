@@ -18,6 +18,10 @@ class PlanMismatchError(InvalidArgumentError):
     """A Flink SQL job's compiled plan does not describe the savepoint's job (other operators, key types or states)."""
 
 
+class SqlCompileError(InvalidArgumentError):
+    """A Flink SQL job's statements (``--sql``) do not compile with Flink's planner; the message carries the planner's."""
+
+
 class ParallelismError(InvalidArgumentError):
     """Parallelism or max parallelism outside Flink's bounds."""
 
@@ -173,6 +177,10 @@ class RestoreError(StatekitError):
 
 class SourceError(StatekitError, ValueError):
     """A job's input cannot be read: not a Delta table, a Delta feature not supported, a damaged log."""
+
+
+class PlannerUnavailableError(StatekitError, RuntimeError):
+    """Compiling a SQL job's plan needs a JDK 17+ and Maven (Flink's planner), and one is missing; pass the plan instead."""
 
 
 class MissingExtraError(StatekitError, ImportError):

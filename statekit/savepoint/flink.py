@@ -93,7 +93,7 @@ class FlinkSavepoint(Savepoint):
     def open(cls, path: Any, *, trust_pickled: bool = False,  # a path, URI or StoragePath
              pyflink_types: dict[str, dict[str, str]] | None = None,
              plan: str | os.PathLike[str] | dict | None = None, storage_options: dict[str, Any] | None = None,
-             filesystem: Any = None) -> "FlinkSavepoint":
+             filesystem: Any = None, sql: str | os.PathLike[str] | None = None) -> "FlinkSavepoint":
         """``pyflink_types``: per operator (uid or uid hash) the PyFlink type of each Python state, e.g.
         ``{"counter": {"count": "LONG", "recent": "LIST(STRING)", "per_kind": "MAP(STRING, LONG)"}}``
         (`statekit.format.flink.pyflink.parse_type`); PyFlink keeps them in the job, not the savepoint.
@@ -101,9 +101,16 @@ class FlinkSavepoint(Savepoint):
         ``plan``: a Flink SQL job's compiled plan (``COMPILE PLAN``'s JSON file, or its parsed JSON): key
         columns and stored rows take the query's names, and `logical_table` gives each aggregate,
         window, deduplication and join in the query's terms; a plan of another job is refused
-        (`statekit.errors.PlanMismatchError`) naming the first mismatch."""
+        (`statekit.errors.PlanMismatchError`) naming the first mismatch. ``sql``: the job's statements
+        instead, compiled to its plan by Flink's planner (`statekit.format.flink.sqlcompile`)."""
         from statekit.format.storage import locate
 
+        if sql is not None:
+            if plan is not None:
+                raise InvalidArgumentError("give the SQL job's plan= or its sql=, not both (sql= is compiled to the plan).")
+            from statekit.format.flink.sqlcompile import compiled_plan_path
+
+            plan = compiled_plan_path(sql)
         where = locate(path, storage_options=storage_options, filesystem=filesystem)
         reader = FlinkStateReader(where)
         md = reader.metadata

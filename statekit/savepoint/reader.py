@@ -53,7 +53,7 @@ class Savepoint:
     def open(cls, path: "str | os.PathLike[str] | StoragePath", *, trust_pickled: bool = False,
              pyflink_types: dict[str, dict[str, str]] | None = None,
              plan: str | os.PathLike[str] | dict | None = None, storage_options: dict[str, Any] | None = None,
-             filesystem: Any = None) -> "Savepoint":
+             filesystem: Any = None, sql: str | os.PathLike[str] | None = None) -> "Savepoint":
         """Open and validate the savepoint at `path` (reads only the manifest).
 
         `path` is a local path or a URI (``s3://bucket/savepoints/sp-1``, ``gs://``, ``abfs://``, ``hdfs://``,
@@ -61,8 +61,16 @@ class Savepoint:
         hold them, ``filesystem`` a `pyarrow.fs` or fsspec filesystem to use instead
         (`statekit.format.storage.locate`). ``pyflink_types`` (Flink savepoints of PyFlink jobs only): the
         Python type of each state per operator; ``plan`` (Flink SQL jobs' savepoints only): the job's compiled
-        plan, for named columns and logical tables. See `statekit.savepoint.flink.FlinkSavepoint.open`.
+        plan, for named columns and logical tables; ``sql`` instead: the job's statements (text or a ``.sql`` file),
+        compiled to that plan by Flink's planner where a JDK and Maven are present
+        (`statekit.format.flink.sqlcompile`). See `statekit.savepoint.flink.FlinkSavepoint.open`.
         """
+        if sql is not None:
+            if plan is not None:
+                raise InvalidArgumentError("give the SQL job's plan= or its sql=, not both (sql= is compiled to the plan).")
+            from statekit.format.flink.sqlcompile import compiled_plan_path
+
+            plan = compiled_plan_path(sql)
         p = locate(path, storage_options=storage_options, filesystem=filesystem)
         if not (p / "_metadata.json").is_file() and _is_flink(p):  # a real Flink savepoint or checkpoint
             from statekit.savepoint.flink import FlinkSavepoint
