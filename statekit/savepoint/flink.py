@@ -310,6 +310,15 @@ class FlinkSavepoint(Savepoint):
                     yield table.cast(schema)
         return batches()
 
+    def key_group_of(self, op: OpLike, key: Any) -> int | None:
+        """The key group of `key` in `op` by its job kind's hash (a SQL key row's BinaryRowData hash); None where
+        it cannot be computed from the value (e.g. a SQL key with a TIMESTAMP(7..9) field)."""
+        meta = self.operator(op)
+        lay = self._layout(meta)
+        if lay is None:
+            return None
+        return self._kinds[meta.uid_hash].key_group(key, lay, meta.max_parallelism)
+
     def get(self, op: OpLike, key: Any, *, namespace: Any = None) -> dict[str, Any] | None:
         """The states of one key, reading only its key group's bytes (POJO and Row keys: every key group)."""
         meta = self.operator(op)

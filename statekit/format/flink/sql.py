@@ -115,7 +115,15 @@ class SqlKind:
         return key_groups_of_rows([row], max_parallelism)[0]
 
     def key_bytes(self, key: Any, lay: KeyedLayout) -> bytes | None:
-        return None  # the key group's table is filtered (a key group holds few keys)
+        """The key as `RowDataSerializer` stores it (i32 length, the BinaryRowData) for the one-key byte match.
+
+        None (the key group's table is built and filtered) for a global aggregate's empty key row and keys
+        whose bytes a decoded value cannot rebuild (TIMESTAMP(7..9) fields).
+        """
+        if lay.key_type.form != "row" or _sub_micros(lay.key_type.logical):
+            return None
+        row = encode_row(key_fields(key, lay.key_type), lay.key_type.logical)
+        return len(row).to_bytes(4, "big") + row
 
     def key_groups(self, keys: list[Any], lay: KeyedLayout, max_parallelism: int) -> list[int] | None:
         """The key groups of the keyed table's keys (`check` compares them with where each key is stored); None

@@ -267,5 +267,8 @@ class NamedSqlKind(SqlKind):
     def key_group(self, key: Any, lay: KeyedLayout, max_parallelism: int) -> int | None:
         return super().key_group(key, self.lay(lay), max_parallelism)
 
+    def key_bytes(self, key: Any, lay: KeyedLayout) -> bytes | None:
+        return None  # the one-key byte match decodes rows unnamed: the named table path answers
+
     def key_groups(self, keys: list[Any], lay: KeyedLayout, max_parallelism: int) -> list[int] | None:
         return super().key_groups(keys, self.lay(lay), max_parallelism)
