@@ -338,7 +338,8 @@ class FlinkSavepoint(Savepoint):
             rng = (kg, kg) if kg is not None else None
             key_bytes = kind.key_bytes(key, lay) if namespace is None and kg is not None else None
             if key_bytes is not None and kg is not None:  # the one-key path: key bytes matched in the key group, no table built
-                found = lookup(self.flink, fop, key_bytes, kg, self.stats)
+                named = kind.named_layout(lay) if hasattr(kind, "named_layout") else None
+                found = lookup(self.flink, fop, key_bytes, kg, self.stats, named)
                 if found is not NotImplemented:
                     if found is None:
                         return None

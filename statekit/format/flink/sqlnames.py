@@ -268,7 +268,11 @@ class NamedSqlKind(SqlKind):
         return super().key_group(key, self.lay(lay), max_parallelism)
 
     def key_bytes(self, key: Any, lay: KeyedLayout) -> bytes | None:
-        return None  # the one-key byte match decodes rows unnamed: the named table path answers
+        return super().key_bytes(key, self.lay(lay))
+
+    def named_layout(self, lay: KeyedLayout) -> KeyedLayout:
+        """`lay` with the plan's names (its row types decode the one-key path's values by those names)."""
+        return self.lay(lay)
 
     def key_groups(self, keys: list[Any], lay: KeyedLayout, max_parallelism: int) -> list[int] | None:
         return super().key_groups(keys, self.lay(lay), max_parallelism)
