@@ -193,10 +193,12 @@ class FlinkSavepoint(Savepoint):
 
         return isinstance(self._kinds.get(self.operator(op).uid_hash), NamedSqlKind)
 
-    def logical_table(self, op: OpLike, *, rows: bool = True) -> pa.Table:
+    def logical_table(self, op: OpLike, *, rows: bool = True, key_groups: KeyGroupRange | None = None) -> pa.Table:
         """`op`'s state in the query's terms (needs ``plan=``): key columns first, then per kind of operator a group
         aggregate's results per key, a window aggregate's pending windows, a deduplication's kept row, a join's rows
-        per input side (`statekit.format.flink.sqllogical`). ``rows=False``: no rows, only the schema (reads nothing)."""
+        per input side (`statekit.format.flink.sqllogical`). ``rows=False``: no rows, only the schema (reads nothing).
+        ``key_groups``: only the keys of those key groups (every logical row belongs to one key, so the tables of
+        disjoint ranges add up to the whole: how Spark reads it in parallel)."""
         from statekit.format.flink.sqllogical import logical_table
         from statekit.format.flink.sqlnames import NamedSqlKind
 
@@ -214,7 +216,13 @@ class FlinkSavepoint(Savepoint):
             return logical_table(kind.names, keyed, keyed.slice(0, 0), where)
         marks = [v for v in (self.union_state(op, "watermark").column("value").to_pylist()
                              if any(s.name == "watermark" for s in meta.operator_states) else []) if v is not None]
-        return logical_table(kind.names, self.keyed_table(op), self.timers(op), where,
+        timers = self.timers(op)
+        if key_groups is not None and "key_group" in timers.column_names and timers.num_rows:
+            import pyarrow.compute as pc
+
+            kg = timers.column("key_group")
+            timers = timers.filter(pc.and_(pc.greater_equal(kg, key_groups.start), pc.less_equal(kg, key_groups.end)))
+        return logical_table(kind.names, self.keyed_table(op, key_groups=key_groups), timers, where,
                              watermark=min(marks) if marks else None)
 
     def unsupported(self, op: OpLike) -> list[str]:

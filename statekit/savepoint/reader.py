@@ -300,7 +300,7 @@ class Savepoint:
         """Whether `op` has a logical table (a Flink SQL operator of a savepoint opened with its compiled plan)."""
         return False
 
-    def logical_table(self, op: OpLike, *, rows: bool = True) -> pa.Table:
+    def logical_table(self, op: OpLike, *, rows: bool = True, key_groups: KeyGroupRange | None = None) -> pa.Table:
         """A Flink SQL operator's state in the query's terms; Flink SQL savepoints opened with ``plan=`` only."""
         raise InvalidArgumentError(
             f"operator {self.operator(op).display_name!r} of statekit savepoint {self.path} has no logical table: "

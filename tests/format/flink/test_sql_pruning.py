@@ -34,3 +34,22 @@ def test_duckdb_reads_only_the_key_groups_of_a_sql_key_filter():
     # a filter on part of the key prunes nothing (every key group is read)
     con3 = connect(sp, 'SELECT * FROM "25_deduplicate".keyed WHERE key.user_name = \'bartholomew\'')
     assert len(con3.sql('SELECT * FROM "25_deduplicate".keyed').fetchall()) == len(rows)
+
+
+def test_spark_tasks_split_a_sql_operators_tables_by_key_group_ranges_and_add_up_to_the_whole():
+    from statekit.spark.scan import TASKS_PER_SUBTASK, TableSpec, plan_tasks, read_task_table
+
+    sp = Savepoint.open(CASE / "savepoint", plan=CASE / "plan.json")
+    for op in ("6_group-aggregate", "12_global-window-aggregate", "29_deduplicate", "43_join"):
+        meta = sp.operator(op)
+        for kind, whole in (("keyed", sp.keyed_table(op, with_key_group=True)), ("logical", sp.logical_table(op))):
+            spec = TableSpec(str(CASE / "savepoint"), meta.uid_hash, kind, plan=str(CASE / "plan.json"))
+            tasks = plan_tasks(meta, spec)
+            assert len(tasks) == meta.parallelism * TASKS_PER_SUBTASK > meta.parallelism
+            ranges = sorted(t.key_group_range for t in tasks)
+            assert ranges[0][0] == 0 and ranges[-1][1] == meta.max_parallelism - 1
+            assert all(a[1] + 1 == b[0] for a, b in zip(ranges, ranges[1:]))  # disjoint, covering every key group
+            parts = [read_task_table(sp, meta, spec, t) for t in tasks]
+            assert sorted(map(repr, (r for p in parts for r in p.to_pylist()))) == \
+                sorted(map(repr, whole.to_pylist())), (op, kind)
+            assert sum(p.num_rows > 0 for p in parts) > 1
