@@ -270,6 +270,13 @@ class NamedSqlKind(SqlKind):
     def key_bytes(self, key: Any, lay: KeyedLayout) -> bytes | None:
         return super().key_bytes(key, self.lay(lay))
 
+    def operator_kind(self, name: str, lay: KeyedLayout | None) -> str | None:
+        """As without a plan, but a semi or anti join (`StreamingSemiAntiJoinOperator`: its state is a left outer
+        join's) named by the plan's join type."""
+        kind = super().operator_kind(name, lay)
+        join = str(self.names.node.spec.get("joinSpec", {}).get("joinType", "")).upper()
+        return {"SEMI": "semi join", "ANTI": "anti join"}.get(join, kind) if kind == "regular join" else kind
+
     def named_layout(self, lay: KeyedLayout) -> KeyedLayout:
         """`lay` with the plan's names (its row types decode the one-key path's values by those names)."""
         return self.lay(lay)

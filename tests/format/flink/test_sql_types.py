@@ -133,6 +133,7 @@ def test_logical_views_hold_the_querys_results():
         assert got
     # semi and anti joins: left rows with their count (repeated) and right-row matches, right rows by count
     for label in ("semi", "anti"):
+        assert sp.operator_kind(UIDS[label]) == f"{label} join"  # named by the plan's join type
         table = sp.logical_table(UIDS[label])
         left, right = table.column_names[1], table.column_names[2]
         got = {json.dumps(r[table.column_names[0]]): r for r in table.to_pylist()}
