@@ -22,7 +22,6 @@ import decimal
 from dataclasses import dataclass
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from statekit.errors import UnsupportedFormatError
 
@@ -119,6 +118,8 @@ def _unique(names: list[str]) -> tuple[str, ...]:
 
 def result(agg: Agg, acc: pa.StructArray, where: str) -> pa.Array:
     """The aggregate's result per accumulator row (its ``getValue``), from the accumulator struct column."""
+    import pyarrow.compute as pc  # here: the layouts are read when a plan is opened, results only for logical tables
+
     if agg.buffers is None:
         raise UnsupportedFormatError(
             f"{where}: aggregate {agg.func} ({agg.name}) keeps an accumulator statekit does not evaluate (COUNT, SUM, "

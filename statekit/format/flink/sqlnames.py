@@ -14,7 +14,6 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from statekit.errors import PlanMismatchError
 from statekit.format.flink.keyed import KeyedLayout, KeyedResult, state_ddl
@@ -214,6 +213,8 @@ def rename_as(a: Any, t: pa.DataType) -> Any:
         return pa.chunked_array([rename_as(c, t) for c in a.chunks], t)
     if a.type == t:
         return a
+    import pyarrow.compute as pc  # here: opening with a plan needs no compute functions (their import is slow)
+
     mask = pc.is_null(a) if a.null_count else None
     if pa.types.is_struct(t):
         kids = [rename_as(c, t.field(i).type) for i, c in enumerate(a.flatten())]
