@@ -65,17 +65,13 @@ class Savepoint:
         compiled to that plan by Flink's planner where a JDK and Maven are present
         (`statekit.format.flink.sqlcompile`). See `statekit.savepoint.flink.FlinkSavepoint.open`.
         """
-        if sql is not None:
-            if plan is not None:
-                raise InvalidArgumentError("give the SQL job's plan= or its sql=, not both (sql= is compiled to the plan).")
-            from statekit.format.flink.sqlcompile import compiled_plan_path
-
-            plan = compiled_plan_path(sql)
         p = locate(path, storage_options=storage_options, filesystem=filesystem)
         if not (p / "_metadata.json").is_file() and _is_flink(p):  # a real Flink savepoint or checkpoint
             from statekit.savepoint.flink import FlinkSavepoint
 
-            return FlinkSavepoint.open(p, trust_pickled=trust_pickled, pyflink_types=pyflink_types, plan=plan)
+            return FlinkSavepoint.open(p, trust_pickled=trust_pickled, pyflink_types=pyflink_types, plan=plan, sql=sql)
+        if sql is not None:
+            raise InvalidArgumentError(f"{p} is a statekit savepoint; sql= names the state of Flink SQL jobs' savepoints.")
         if pyflink_types:
             raise InvalidArgumentError(f"{p} is a statekit savepoint; pyflink_types applies to Flink savepoints of PyFlink jobs.")
         if plan is not None:
