@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 
-.PHONY: demo lint test test-quick test-versions bench
+.PHONY: demo lint test test-quick test-versions test-extended bench
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -28,11 +28,15 @@ lint: $(STAMP)
 # The whole suite, `slow` failure-injection runs included, after lint; the Flink lines between the
 # 1.20, 2.0 and 2.3 boundaries (`every_version`: four more JVM builds) run in `make test-versions`.
 test: lint
-	$(PY) -m pytest tests statekit -m 'not every_version'
+	$(PY) -m pytest tests statekit -m 'not every_version and not extended'
 
 # Real-Flink restores and Spark reads of the Flink lines 1.18, 1.19, 2.1 and 2.2 (what `make test` leaves out).
 test-versions: $(STAMP)
 	$(PY) -m pytest tests -m every_version
+
+# Heavier coverage of what `make test` covers at its core (`extended`: e.g. every table of a fixture through Spark).
+test-extended: $(STAMP)
+	$(PY) -m pytest tests -m extended
 
 # Everything but the suites marked `slow` (pytest's default, see pyproject.toml), after lint.
 test-quick: lint

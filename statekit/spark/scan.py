@@ -190,9 +190,10 @@ def plan_tasks(meta: OperatorMetadata, spec: TableSpec, keys: frozenset | None =
     return [ScanTask(files=tuple(g), key_groups=kgs, keys=keys) for g in groups]
 
 
-#: a Flink savepoint's keyed and logical tables are read in this many tasks per subtask's key-group range (each
-#: reads only its key groups' bytes), so Spark scales out past the job's parallelism
-TASKS_PER_SUBTASK = 4
+#: a Flink savepoint's keyed and logical tables are read in this many tasks per subtask's key-group range, each
+#: reading only its key groups' bytes: raise it for state far larger than a task should hold (each task costs a
+#: Python worker's start; small state reads fastest in one task per subtask)
+TASKS_PER_SUBTASK = 1
 
 
 def _flink_ranges(meta: OperatorMetadata) -> list[tuple[int, int]]:
@@ -201,7 +202,7 @@ def _flink_ranges(meta: OperatorMetadata) -> list[tuple[int, int]]:
     for i in range(meta.parallelism):
         rng = key_group_range(meta.max_parallelism, meta.parallelism, i)
         n = rng.end - rng.start + 1
-        parts = max(1, min(TASKS_PER_SUBTASK, n))
+        parts = max(1, min(int(TASKS_PER_SUBTASK), n))
         bounds = [rng.start + n * j // parts for j in range(parts + 1)]
         out += [(bounds[j], bounds[j + 1] - 1) for j in range(parts)]
     return out

@@ -36,8 +36,11 @@ def test_duckdb_reads_only_the_key_groups_of_a_sql_key_filter():
     assert len(con3.sql('SELECT * FROM "25_deduplicate".keyed').fetchall()) == len(rows)
 
 
-def test_spark_tasks_split_a_sql_operators_tables_by_key_group_ranges_and_add_up_to_the_whole():
-    from statekit.spark.scan import TASKS_PER_SUBTASK, TableSpec, plan_tasks, read_task_table
+def test_spark_tasks_split_a_sql_operators_tables_by_key_group_ranges_and_add_up_to_the_whole(monkeypatch):
+    import statekit.spark.scan as scan
+    from statekit.spark.scan import TableSpec, plan_tasks, read_task_table
+
+    monkeypatch.setattr(scan, "TASKS_PER_SUBTASK", 4)  # default 1: one task per subtask; here each cut in four
 
     sp = Savepoint.open(CASE / "savepoint", plan=CASE / "plan.json")
     for op in ("6_group-aggregate", "12_global-window-aggregate", "29_deduplicate", "43_join"):
@@ -45,7 +48,7 @@ def test_spark_tasks_split_a_sql_operators_tables_by_key_group_ranges_and_add_up
         for kind, whole in (("keyed", sp.keyed_table(op, with_key_group=True)), ("logical", sp.logical_table(op))):
             spec = TableSpec(str(CASE / "savepoint"), meta.uid_hash, kind, plan=str(CASE / "plan.json"))
             tasks = plan_tasks(meta, spec)
-            assert len(tasks) == meta.parallelism * TASKS_PER_SUBTASK > meta.parallelism
+            assert len(tasks) == meta.parallelism * 4
             ranges = sorted(t.key_group_range for t in tasks)
             assert ranges[0][0] == 0 and ranges[-1][1] == meta.max_parallelism - 1
             assert all(a[1] + 1 == b[0] for a, b in zip(ranges, ranges[1:]))  # disjoint, covering every key group
