@@ -129,6 +129,9 @@ NAME = typer.Option(None, "--name", metavar="NAME", show_default=False,
 PLAN = typer.Option(None, "--plan", metavar="PLAN.JSON", show_default=False,
                     help="A Flink SQL job's compiled plan (COMPILE PLAN's JSON): columns in the query's names, "
                          "and a logical table per SQL operator.")
+SQL = typer.Option(None, "--sql", metavar="JOB.SQL", show_default=False,
+                   help="A Flink SQL job's statements (CREATE TABLE ... and its INSERTs), compiled to its plan by "
+                        "Flink's planner (needs a JDK 17+ and Maven; cached), instead of --plan.")
 KEY = typer.Option(..., "--key", help="The key, parsed as the operator's key type (JSON for struct keys).")
 JSON = typer.Option(False, "--json", help="Print the answer as JSON (what the library returns).")
 FORMAT = typer.Option("table", "--format", help="table, json or csv.", case_sensitive=False)
@@ -156,6 +159,17 @@ def operator_id(uid: Optional[str], uid_hash: Optional[str], *, required: bool =
             fail(f"name the operator: {uid_option} UID, or {hash_option} HASH (its 32-hex uid hash).")
         return None
     return OperatorIdentifier.for_uid_hash(uid_hash) if uid_hash is not None else OperatorIdentifier.for_uid(uid)
+
+
+def plan_of(plan: Optional[Path], sql: Optional[Path]) -> Optional[Path]:
+    """The compiled plan named by ``--plan`` or, compiled from the job's statements, by ``--sql`` (one of them)."""
+    if sql is None:
+        return plan
+    if plan is not None:
+        fail("give the SQL job's --plan or its --sql, not both.")
+    from statekit.format.flink.sqlcompile import compiled_plan_path
+
+    return compiled_plan_path(sql)
 
 
 def open_savepoint(path: Path, plan: Optional[Path] = None):

@@ -7,7 +7,20 @@ from typing import Optional
 
 import typer
 
-from statekit_cli.common import FORMAT, JSON, PATH, PLAN, check_format, debug_enabled, err, fail, out, progress
+from statekit_cli.common import (
+    FORMAT,
+    JSON,
+    PATH,
+    PLAN,
+    SQL,
+    check_format,
+    debug_enabled,
+    err,
+    fail,
+    out,
+    plan_of,
+    progress,
+)
 
 HELP = """Run SQL over a savepoint: each operator is a database named after its uid, holding the tables
 keyed (key, a window's namespace if any, one column per keyed state), timers (key, namespace if any,
@@ -28,10 +41,12 @@ def query(
     prefix: Optional[str] = typer.Option(None, "--prefix", help="Prefix of the database names (<prefix>_<uid>)."),
     limit: int = typer.Option(1000, "--limit", min=0, help="Print at most this many rows."),
     plan: Optional[Path] = PLAN,
+    job_sql: Optional[Path] = SQL,
     fmt: str = FORMAT,
     json: bool = JSON,
 ) -> None:
     """Run SQL over a savepoint's tables."""
+    plan = plan_of(plan, job_sql)
     fmt = "json" if json else check_format(fmt)
     engine = engine.lower()
     if engine == "duckdb":

@@ -16,6 +16,7 @@ from statekit_cli.common import (
     OPTIONAL_UID,
     PATH,
     PLAN,
+    SQL,
     UID,
     check_format,
     err,
@@ -23,6 +24,7 @@ from statekit_cli.common import (
     open_savepoint,
     operator_id,
     out,
+    plan_of,
     progress,
 )
 from statekit_cli.spark_state import BATCH, is_checkpoint
@@ -30,8 +32,10 @@ from statekit_cli.spark_state import BATCH, is_checkpoint
 STRUCTURAL = {"key_group", "key", "namespace", "subtask", "idx", "timestamp", "domain"}
 
 
-def inspect(path: Path = PATH, plan: Optional[Path] = PLAN, json: bool = JSON, batch: Optional[int] = BATCH) -> None:
+def inspect(path: Path = PATH, plan: Optional[Path] = PLAN, job_sql: Optional[Path] = SQL,
+            json: bool = JSON, batch: Optional[int] = BATCH) -> None:
     """List the operators of a savepoint with their states, parallelism and sizes (reads only the manifest)."""
+    plan = plan_of(plan, job_sql)
     from statekit_cli.render import dumps, emit_table, operator_rows, state_rows, summary_line
 
     if is_checkpoint(path):  # a Spark streaming checkpoint (statekit_cli.spark_state)
@@ -59,6 +63,7 @@ def show(
     table: str = typer.Option("keyed", "--table", help="keyed, timers, logical (with --plan), or an operator state name."),
     logical: bool = typer.Option(False, "--logical", help="The SQL operator's logical table (same as --table logical)."),
     plan: Optional[Path] = PLAN,
+    job_sql: Optional[Path] = SQL,
     key: Optional[str] = typer.Option(None, "--key", help="Only this key (parsed as the key type)."),
     limit: int = typer.Option(20, "--limit", min=0, help="At most this many rows."),
     values: bool = typer.Option(False, "--values", help="Show state values (hidden by default)."),
@@ -67,6 +72,7 @@ def show(
     batch: Optional[int] = BATCH,
 ) -> None:
     """Show rows of one table of an operator; state values are masked unless --values is given."""
+    plan = plan_of(plan, job_sql)
     from statekit_cli.render import emit_rows, parse_key
 
     fmt = "json" if json else check_format(fmt)
@@ -150,10 +156,12 @@ def get(
     key: str = KEY,
     state: Optional[str] = typer.Option(None, "--state", help="Only this state's value."),
     plan: Optional[Path] = PLAN,
+    job_sql: Optional[Path] = SQL,
     json: bool = JSON,
     batch: Optional[int] = BATCH,
 ) -> None:
     """One key's state (reads only the file of its key group). Exit 1 when the key has no state."""
+    plan = plan_of(plan, job_sql)
     from statekit_cli.render import cell, dumps, emit_table, parse_key
 
     if is_checkpoint(path):  # a Spark streaming checkpoint: reads only the key's partition; --state names the table
@@ -186,10 +194,12 @@ def check(
     path: Path = PATH,
     quick: bool = typer.Option(False, "--quick", help="Only sizes and checksums, not the rows inside."),
     plan: Optional[Path] = PLAN,
+    job_sql: Optional[Path] = SQL,
     json: bool = JSON,
     batch: Optional[int] = BATCH,
 ) -> None:
     """Verify files, checksums, schemas, key groups and key uniqueness; exit 1 if anything is wrong."""
+    plan = plan_of(plan, job_sql)
     from statekit.savepoint import check as run_check
     from statekit_cli.render import dumps, emit_table, problem_rows
 
@@ -229,12 +239,14 @@ def diff(
     name: Optional[str] = NAME,
     show_keys: int = typer.Option(5, "--show", min=0, help="List up to N keys added, removed and changed."),
     plan: Optional[Path] = PLAN,
+    job_sql: Optional[Path] = SQL,
     json: bool = JSON,
     batch: Optional[int] = BATCH,
     to_batch: Optional[int] = typer.Option(None, "--to-batch", min=0, show_default=False,
                                            help="Spark checkpoints: the batch of B (default: its latest)."),
 ) -> None:
     """What differs from A to B: operators, settings, states, keys, timers and operator state rows. Exit 1 if any."""
+    plan = plan_of(plan, job_sql)
     from statekit.savepoint.diff import diff as run_diff
     from statekit_cli.render import cell, dumps, emit_table
 
@@ -284,8 +296,10 @@ def export(
     uid_hash: Optional[str] = HASH,
     name: Optional[str] = NAME,
     plan: Optional[Path] = PLAN,
+    job_sql: Optional[Path] = SQL,
 ) -> None:
     """Copy every table of a savepoint (or one operator's) out as Parquet, CSV or Delta tables."""
+    plan = plan_of(plan, job_sql)
     from statekit.export import export as run_export
 
     fmt = check_format(fmt, ("parquet", "csv", "delta"))

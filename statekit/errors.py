@@ -23,6 +23,10 @@ class AmbiguousEditError(InvalidArgumentError):
     a COUNT DISTINCT's map, a RAW accumulator); the message names the fields behind it."""
 
 
+class SqlCompileError(InvalidArgumentError):
+    """A Flink SQL job's statements (``--sql``) do not compile with Flink's planner; the message carries the planner's."""
+
+
 class ParallelismError(InvalidArgumentError):
     """Parallelism or max parallelism outside Flink's bounds."""
 
@@ -186,6 +190,10 @@ class RestoreError(StatekitError):
 
 class SourceError(StatekitError, ValueError):
     """A job's input cannot be read: not a Delta table, a Delta feature not supported, a damaged log."""
+
+
+class PlannerUnavailableError(StatekitError, RuntimeError):
+    """Compiling a SQL job's plan needs a JDK 17+ and Maven (Flink's planner), and one is missing; pass the plan instead."""
 
 
 class MissingExtraError(StatekitError, ImportError):

@@ -105,7 +105,7 @@ def _connect(path, query: str | None, prefix: str | None, connection, plan=None)
     sp = path if hasattr(path, "operators") else Savepoint.open(path, plan=plan)
     con = connection if connection is not None else duckdb.connect()
     catalog = tables(sp, prefix)
-    wanted, prunes = _analyse(con, query, catalog) if query is not None else (None, {})
+    wanted, prunes = _analyse(con, query, catalog, sp) if query is not None else (None, {})
     for db, names in catalog.items():
         for name, (meta, kind, state) in names.items():
             if wanted is not None and (db, name) not in wanted:
@@ -228,14 +228,21 @@ def _arrow_keyed(sp, meta, kind: str, keys: list | None) -> pa.Table:
         return table.drop_columns(["key_group"]) if "key_group" in table.column_names else table
     if keys is None or meta.stored_key_groups:  # stored key groups come from user code: no pruning by key
         return sp.keyed_table(meta.identifier, with_key_group=False)
+    if keys and isinstance(keys[0], dict):  # a Flink SQL key row: its own key-group hash (None: not computable)
+        found = [sp.key_group_of(meta.identifier, k) for k in keys]
+        if any(g is None for g in found):
+            return sp.keyed_table(meta.identifier, with_key_group=False)
+        groups = set(found)
+    else:
+        groups = {assign_to_key_group(k, meta.max_parallelism, meta.key_type) for k in keys}
     parts = []
-    for g in sorted({assign_to_key_group(k, meta.max_parallelism, meta.key_type) for k in keys}):
+    for g in sorted(groups):
         parts.append(sp.keyed_table(meta.identifier, key_groups=KeyGroupRange(g, g), with_key_group=False))
     return pa.concat_tables(parts) if parts else sp.keyed_table(meta.identifier, with_key_group=False).slice(0, 0)
 
 
 # -- which tables a query names, and which keys it filters on ---------------------------------------
-def _analyse(con, query: str, catalog) -> tuple[set | None, dict]:
+def _analyse(con, query: str, catalog, sp=None) -> tuple[set | None, dict]:
     """(the (database, table) pairs `query` names, {pair: keys it is restricted to}); None if unparsable."""
     try:
         tree = json.loads(con.execute("SELECT json_serialize_sql(?)", [query]).fetchone()[0])
@@ -258,10 +265,45 @@ def _analyse(con, query: str, catalog) -> tuple[set | None, dict]:
             continue
         meta = catalog[pair[0]][pair[1]][0]
         qualifiers = {"", pair[1], (ref.get("alias") or "").lower()}
-        keys = _key_constants(node["where_clause"], qualifiers, meta.key_type)
+        if meta.key_type and meta.key_type.startswith("struct<") and hasattr(sp, "key_group_of"):
+            keys = _row_key_constants(node["where_clause"], qualifiers, meta.key_type)
+        else:
+            keys = _key_constants(node["where_clause"], qualifiers, meta.key_type)
         if keys is not None:
             prunes[pair] = keys
     return wanted, prunes
+
+
+def _row_key_constants(where: dict, qualifiers: set, key_type: str) -> list | None:
+    """SQL key rows a WHERE clause restricts a struct ``key`` to: ``key.<field> = constant`` for every field of
+    the key (top-level conjuncts; one field may be ``IN (...)``), as ``{field: value}`` dicts; else None."""
+    from statekit.types import parse_ddl
+
+    struct = parse_ddl(key_type)
+    fields = {f.name.lower(): f for f in struct}
+    found: dict[str, list] = {}
+    for conjunct in _conjuncts(where):
+        for name, f in fields.items():
+            if name in found:
+                continue
+            vals = _disjunct_keys(conjunct, qualifiers, _ddl_of(f.type), field=name)
+            if vals is not None:
+                found[name] = vals
+    if set(found) != set(fields) or sum(len(v) > 1 for v in found.values()) > 1:
+        return None
+    out: list[dict] = [{}]
+    for name, f in fields.items():
+        out = [{**o, f.name: v} for o in out for v in found[name]]
+    return out
+
+
+def _ddl_of(t: pa.DataType) -> str | None:
+    from statekit.types import to_ddl
+
+    try:
+        return to_ddl(t)
+    except Exception:  # noqa: BLE001 - a type no constant is compared with: no pruning
+        return None
 
 
 def _walk(node: Any, refs: list, selects: list) -> None:
@@ -294,25 +336,25 @@ def _conjuncts(node: dict) -> Iterable[dict]:
         yield node
 
 
-def _disjunct_keys(node: dict, qualifiers: set, key_type: str | None) -> list | None:
+def _disjunct_keys(node: dict, qualifiers: set, key_type: str | None, field: str | None = None) -> list | None:
     if node.get("type") == "CONJUNCTION_OR":
         out: list = []
         for c in node.get("children", []):
-            keys = _disjunct_keys(c, qualifiers, key_type)
+            keys = _disjunct_keys(c, qualifiers, key_type, field)
             if keys is None:
                 return None
             out += keys
         return out
     if node.get("type") == "COMPARE_EQUAL":
         left, right = node.get("left"), node.get("right")
-        if _is_key(right, qualifiers):
+        if _is_key(right, qualifiers, field):
             left, right = right, left
-        if _is_key(left, qualifiers):
+        if _is_key(left, qualifiers, field):
             value = _constant(right, key_type)
             return None if value is None else value
     if node.get("type") == "COMPARE_IN":
         children = node.get("children", [])
-        if children and _is_key(children[0], qualifiers):
+        if children and _is_key(children[0], qualifiers, field):
             out = []
             for c in children[1:]:
                 value = _constant(c, key_type)
@@ -323,10 +365,15 @@ def _disjunct_keys(node: dict, qualifiers: set, key_type: str | None) -> list | 
     return None
 
 
-def _is_key(node: Any, qualifiers: set) -> bool:
+def _is_key(node: Any, qualifiers: set, field: str | None = None) -> bool:
+    """Whether `node` is the column ``key`` (or, given `field`, ``key.<field>`` of a struct key), maybe qualified."""
     if not isinstance(node, dict) or node.get("class") != "COLUMN_REF":
         return False
     names = [n.lower() for n in node.get("column_names", [])]
+    if field is not None:
+        if names[-2:] != ["key", field]:
+            return False
+        names = names[:-1]
     return names[-1:] == ["key"] and (len(names) == 1 or (len(names) == 2 and names[0] in qualifiers))
 
 

@@ -93,7 +93,7 @@ class FlinkSavepoint(Savepoint):
     def open(cls, path: Any, *, trust_pickled: bool = False,  # a path, URI or StoragePath
              pyflink_types: dict[str, dict[str, str]] | None = None,
              plan: str | os.PathLike[str] | dict | None = None, storage_options: dict[str, Any] | None = None,
-             filesystem: Any = None) -> "FlinkSavepoint":
+             filesystem: Any = None, sql: str | os.PathLike[str] | None = None) -> "FlinkSavepoint":
         """``pyflink_types``: per operator (uid or uid hash) the PyFlink type of each Python state, e.g.
         ``{"counter": {"count": "LONG", "recent": "LIST(STRING)", "per_kind": "MAP(STRING, LONG)"}}``
         (`statekit.format.flink.pyflink.parse_type`); PyFlink keeps them in the job, not the savepoint.
@@ -101,9 +101,16 @@ class FlinkSavepoint(Savepoint):
         ``plan``: a Flink SQL job's compiled plan (``COMPILE PLAN``'s JSON file, or its parsed JSON): key
         columns and stored rows take the query's names, and `logical_table` gives each aggregate,
         window, deduplication and join in the query's terms; a plan of another job is refused
-        (`statekit.errors.PlanMismatchError`) naming the first mismatch."""
+        (`statekit.errors.PlanMismatchError`) naming the first mismatch. ``sql``: the job's statements
+        instead, compiled to its plan by Flink's planner (`statekit.format.flink.sqlcompile`)."""
         from statekit.format.storage import locate
 
+        if sql is not None:
+            if plan is not None:
+                raise InvalidArgumentError("give the SQL job's plan= or its sql=, not both (sql= is compiled to the plan).")
+            from statekit.format.flink.sqlcompile import compiled_plan_path
+
+            plan = compiled_plan_path(sql)
         where = locate(path, storage_options=storage_options, filesystem=filesystem)
         reader = FlinkStateReader(where)
         md = reader.metadata
@@ -194,10 +201,12 @@ class FlinkSavepoint(Savepoint):
 
         return isinstance(self._kinds.get(self.operator(op).uid_hash), NamedSqlKind)
 
-    def logical_table(self, op: OpLike, *, rows: bool = True) -> pa.Table:
+    def logical_table(self, op: OpLike, *, rows: bool = True, key_groups: KeyGroupRange | None = None) -> pa.Table:
         """`op`'s state in the query's terms (needs ``plan=``): key columns first, then per kind of operator a group
         aggregate's results per key, a window aggregate's pending windows, a deduplication's kept row, a join's rows
-        per input side (`statekit.format.flink.sqllogical`). ``rows=False``: no rows, only the schema (reads nothing)."""
+        per input side (`statekit.format.flink.sqllogical`). ``rows=False``: no rows, only the schema (reads nothing).
+        ``key_groups``: only the keys of those key groups (every logical row belongs to one key, so the tables of
+        disjoint ranges add up to the whole: how Spark reads it in parallel)."""
         from statekit.format.flink.sqllogical import logical_table
         from statekit.format.flink.sqlnames import NamedSqlKind
 
@@ -215,7 +224,13 @@ class FlinkSavepoint(Savepoint):
             return logical_table(kind.names, keyed, keyed.slice(0, 0), where)
         marks = [v for v in (self.union_state(op, "watermark").column("value").to_pylist()
                              if any(s.name == "watermark" for s in meta.operator_states) else []) if v is not None]
-        return logical_table(kind.names, self.keyed_table(op), self.timers(op), where,
+        timers = self.timers(op)
+        if key_groups is not None and "key_group" in timers.column_names and timers.num_rows:
+            import pyarrow.compute as pc
+
+            kg = timers.column("key_group")
+            timers = timers.filter(pc.and_(pc.greater_equal(kg, key_groups.start), pc.less_equal(kg, key_groups.end)))
+        return logical_table(kind.names, self.keyed_table(op, key_groups=key_groups), timers, where,
                              watermark=min(marks) if marks else None)
 
     def unsupported(self, op: OpLike) -> list[str]:
@@ -311,6 +326,15 @@ class FlinkSavepoint(Savepoint):
                     yield table.cast(schema)
         return batches()
 
+    def key_group_of(self, op: OpLike, key: Any) -> int | None:
+        """The key group of `key` in `op` by its job kind's hash (a SQL key row's BinaryRowData hash); None where
+        it cannot be computed from the value (e.g. a SQL key with a TIMESTAMP(7..9) field)."""
+        meta = self.operator(op)
+        lay = self._layout(meta)
+        if lay is None:
+            return None
+        return self._kinds[meta.uid_hash].key_group(key, lay, meta.max_parallelism)
+
     def get(self, op: OpLike, key: Any, *, namespace: Any = None) -> dict[str, Any] | None:
         """The states of one key, reading only its key group's bytes (POJO and Row keys: every key group)."""
         meta = self.operator(op)
@@ -330,7 +354,8 @@ class FlinkSavepoint(Savepoint):
             rng = (kg, kg) if kg is not None else None
             key_bytes = kind.key_bytes(key, lay) if namespace is None and kg is not None else None
             if key_bytes is not None and kg is not None:  # the one-key path: key bytes matched in the key group, no table built
-                found = lookup(self.flink, fop, key_bytes, kg, self.stats)
+                named = kind.named_layout(lay) if hasattr(kind, "named_layout") else None
+                found = lookup(self.flink, fop, key_bytes, kg, self.stats, named)
                 if found is not NotImplemented:
                     if found is None:
                         return None

@@ -53,7 +53,7 @@ class Savepoint:
     def open(cls, path: "str | os.PathLike[str] | StoragePath", *, trust_pickled: bool = False,
              pyflink_types: dict[str, dict[str, str]] | None = None,
              plan: str | os.PathLike[str] | dict | None = None, storage_options: dict[str, Any] | None = None,
-             filesystem: Any = None) -> "Savepoint":
+             filesystem: Any = None, sql: str | os.PathLike[str] | None = None) -> "Savepoint":
         """Open and validate the savepoint at `path` (reads only the manifest).
 
         `path` is a local path or a URI (``s3://bucket/savepoints/sp-1``, ``gs://``, ``abfs://``, ``hdfs://``,
@@ -61,7 +61,9 @@ class Savepoint:
         hold them, ``filesystem`` a `pyarrow.fs` or fsspec filesystem to use instead
         (`statekit.format.storage.locate`). ``pyflink_types`` (Flink savepoints of PyFlink jobs only): the
         Python type of each state per operator; ``plan`` (Flink SQL jobs' savepoints only): the job's compiled
-        plan, for named columns and logical tables. See `statekit.savepoint.flink.FlinkSavepoint.open`.
+        plan, for named columns and logical tables; ``sql`` instead: the job's statements (text or a ``.sql`` file),
+        compiled to that plan by Flink's planner where a JDK and Maven are present
+        (`statekit.format.flink.sqlcompile`). See `statekit.savepoint.flink.FlinkSavepoint.open`.
         """
         p = locate(path, storage_options=storage_options, filesystem=filesystem)
         if not (p / "_metadata.json").is_file() and _is_spark(p):  # a Spark Structured Streaming checkpoint
@@ -71,7 +73,9 @@ class Savepoint:
         if not (p / "_metadata.json").is_file() and holds_flink_metadata(p):  # a real Flink savepoint or checkpoint
             from statekit.savepoint.flink import FlinkSavepoint
 
-            return FlinkSavepoint.open(p, trust_pickled=trust_pickled, pyflink_types=pyflink_types, plan=plan)
+            return FlinkSavepoint.open(p, trust_pickled=trust_pickled, pyflink_types=pyflink_types, plan=plan, sql=sql)
+        if sql is not None:
+            raise InvalidArgumentError(f"{p} is a statekit savepoint; sql= names the state of Flink SQL jobs' savepoints.")
         if pyflink_types:
             raise InvalidArgumentError(f"{p} is a statekit savepoint; pyflink_types applies to Flink savepoints of PyFlink jobs.")
         if plan is not None:
@@ -303,7 +307,7 @@ class Savepoint:
         """Whether `op` has a logical table (a Flink SQL operator of a savepoint opened with its compiled plan)."""
         return False
 
-    def logical_table(self, op: OpLike, *, rows: bool = True) -> pa.Table:
+    def logical_table(self, op: OpLike, *, rows: bool = True, key_groups: KeyGroupRange | None = None) -> pa.Table:
         """A Flink SQL operator's state in the query's terms; Flink SQL savepoints opened with ``plan=`` only."""
         raise InvalidArgumentError(
             f"operator {self.operator(op).display_name!r} of statekit savepoint {self.path} has no logical table: "

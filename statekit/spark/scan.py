@@ -168,7 +168,9 @@ def plan_tasks(meta: OperatorMetadata, spec: TableSpec, keys: frozenset | None =
     With ``keys`` only files (or subtasks) covering those keys' key groups are read, and only rows
     with those keys are returned.
     """
-    if spec.kind in ("split", "union", "broadcast", "logical"):
+    if spec.kind == "logical":  # per key: split by key-group ranges, every task a part of the table
+        return [ScanTask(key_group_range=r) for r in _flink_ranges(meta)]
+    if spec.kind in ("split", "union", "broadcast"):
         return [ScanTask(whole_table=True)]
     wanted = None
     if keys is not None and not meta.stored_key_groups:  # stored key groups come from user code: rows filtered only
@@ -178,6 +180,8 @@ def plan_tasks(meta: OperatorMetadata, spec: TableSpec, keys: frozenset | None =
         # native RocksDB state and Flink savepoints: one task per subtask's key-group range (a Flink
         # subtask's handle is one file), read through `Savepoint.keyed_table` / `timers`
         tasks = []
+        if wanted is None and meta.keyed_format == "flink":  # a Flink savepoint: key-group ranges read in parallel
+            return [ScanTask(key_group_range=r, keys=keys) for r in _flink_ranges(meta)]
         for i in range(meta.parallelism):
             rng = key_group_range(meta.max_parallelism, meta.parallelism, i)
             if wanted is None:
@@ -196,6 +200,24 @@ def plan_tasks(meta: OperatorMetadata, spec: TableSpec, keys: frozenset | None =
         groups = _merged(files)
     kgs = None if wanted is None else frozenset(wanted)
     return [ScanTask(files=tuple(g), key_groups=kgs, keys=keys) for g in groups]
+
+
+#: a Flink savepoint's keyed and logical tables are read in this many tasks per subtask's key-group range, each
+#: reading only its key groups' bytes: raise it for state far larger than a task should hold (each task costs a
+#: Python worker's start; small state reads fastest in one task per subtask)
+TASKS_PER_SUBTASK = 1
+
+
+def _flink_ranges(meta: OperatorMetadata) -> list[tuple[int, int]]:
+    """Key-group ranges of a Flink operator's tasks: each subtask's range cut into `TASKS_PER_SUBTASK` parts."""
+    out = []
+    for i in range(meta.parallelism):
+        rng = key_group_range(meta.max_parallelism, meta.parallelism, i)
+        n = rng.end - rng.start + 1
+        parts = max(1, min(int(TASKS_PER_SUBTASK), n))
+        bounds = [rng.start + n * j // parts for j in range(parts + 1)]
+        out += [(bounds[j], bounds[j + 1] - 1) for j in range(parts)]
+    return out
 
 
 def task_range(task: ScanTask) -> tuple[int, int]:
@@ -271,6 +293,8 @@ def read_task_table(sp: Savepoint, meta: OperatorMetadata, spec: TableSpec, task
         return sp.broadcast_state(op, spec.state_name)
     if task.key_group_range is not None:
         rng = KeyGroupRange(*task.key_group_range)
+        if spec.kind == "logical":
+            return sp.logical_table(op, key_groups=rng)
         if spec.kind == "timers":
             timers = sp.timers(op)
             kg = timers.column("key_group")

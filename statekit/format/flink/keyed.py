@@ -451,13 +451,24 @@ def _rows(buf: np.ndarray, row_keys: list) -> tuple[np.ndarray, int, np.ndarray]
     data = gather_ranges(buf, starts, ln)
     offsets = np.zeros(len(ln) + 1, np.int64)
     np.cumsum(ln, out=offsets[1:])
-    raw = pa.Array.from_buffers(pa.large_binary(), len(ln), [None, copy_buffer(offsets), copy_buffer(data)])
-    enc = raw.dictionary_encode()
-    rowid = enc.indices.to_numpy(zero_copy_only=False).astype(np.int64)
-    nrows = len(enc.dictionary)
+    if len(ln) <= _SMALL:  # a key group or two (a one-key get): no Arrow compute call, whose first use imports pandas
+        seen: dict[bytes, int] = {}
+        blob = data.tobytes()
+        rowid = np.fromiter((seen.setdefault(blob[a:b], len(seen)) for a, b in zip(offsets[:-1], offsets[1:])),
+                            np.int64, len(ln))
+        nrows = len(seen)
+    else:
+        raw = pa.Array.from_buffers(pa.large_binary(), len(ln), [None, copy_buffer(offsets), copy_buffer(data)])
+        enc = raw.dictionary_encode()
+        rowid = enc.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+        nrows = len(enc.dictionary)
     firsts = np.empty(nrows, np.int64)
     firsts[rowid[::-1]] = np.arange(len(rowid) - 1, -1, -1)
     return rowid, nrows, firsts
+
+
+#: up to this many stored rows, rows are matched across states in Python (see `_rows`)
+_SMALL = 4096
 
 
 def _column_type(meta: StateMeta) -> pa.DataType:

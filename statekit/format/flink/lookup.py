@@ -20,9 +20,13 @@ from statekit.format.flink.metadata import KeyGroupsHandle, OperatorState
 from statekit.format.flink.values import FIXED_DTYPES, reader
 
 
-def lookup(fr: Any, op: OperatorState, key_bytes: bytes, kg: int, stats: DecodeStats) -> Any:
-    """``{state: value}`` of the key whose serialized form is `key_bytes` in key group `kg`; None if absent."""
+def lookup(fr: Any, op: OperatorState, key_bytes: bytes, kg: int, stats: DecodeStats, named: Any = None) -> Any:
+    """``{state: value}`` of the key whose serialized form is `key_bytes` in key group `kg`; None if absent.
+
+    `named`: the operator's layout with a job kind's names (a SQL plan's), whose state types decode the values.
+    """
     lay = fr.layout(op)
+    typed = {s.name: s for s in (named.states if named is not None else ())}
     handles = [h for h in fr.keyed_handles(op) if h.start <= kg <= h.end]
     if lay is None or lay.namespace_type is not None or len(handles) != 1 or not isinstance(handles[0], KeyGroupsHandle):
         return NotImplemented
@@ -78,7 +82,7 @@ def lookup(fr: Any, op: OperatorState, key_bytes: bytes, kg: int, stats: DecodeS
         if not len(e):
             continue
         found = True
-        t = meta.value_type
+        t = typed[name].value_type if name in typed else meta.value_type
         if is_map:
             kt, vt = t.children if t.kind == "map" else (t, t)
             kr, vr = _reader_or_bytes(kt), _reader_or_bytes(vt)

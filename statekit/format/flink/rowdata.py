@@ -30,6 +30,8 @@ __all__ = ["ROW_KINDS", "decode_row", "decode_rows", "encode_row", "header_bytes
 ROW_KINDS = ("+I", "-U", "+U", "-D")
 _EPOCH = dt.datetime(1970, 1, 1)
 _EPOCH_UTC = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+#: DECIMAL(38) and wider need more than the default context's 28 digits: scaling must never round
+_EXACT = decimal.Context(prec=80)
 _STRINGS = ("CHAR", "VARCHAR")
 _BYTES = ("BINARY", "VARBINARY", "RAW", "SYMBOL")
 _INT_WIDTH = {"BOOLEAN": ("<u1", 1), "TINYINT": ("<i1", 1), "SMALLINT": ("<i2", 2), "INTEGER": ("<i4", 4),
@@ -208,7 +210,7 @@ def _slot_value(data: Any, base: int, end: int, slot: int, t: LogicalType) -> An
         else:
             s, ln = _part(data, base, end, slot)
             unscaled = int.from_bytes(data[s : s + ln], "big", signed=True)
-        return decimal.Decimal(unscaled).scaleb(-(t.scale or 0))
+        return decimal.Decimal(unscaled).scaleb(-(t.scale or 0), _EXACT)
     s, ln = _part(data, base, end, slot)
     if r in _STRINGS:
         return bytes(data[s : s + ln]).decode("utf-8")
@@ -270,25 +272,105 @@ def _array(data: Any, base: int, end: int, t: LogicalType) -> list[Any]:
 def encode_row(values: Sequence[Any], types: Sequence[LogicalType]) -> bytes:
     """A key row as Flink's `BinaryRowWriter` writes it (RowKind +I), for the key's key group and byte match.
 
+    Nested ARRAY/MAP/MULTISET/ROW fields are written as `BinaryArrayWriter`/`BinaryMapData` lay them out;
+    a NULL DECIMAL(p > 18) or TIMESTAMP(p > 3) keeps its reserved bytes in the variable part, as Flink's
+    generated projections write it (`writeDecimal(i, null, p)`), so such keys hash as Flink's do.
+
     Raises
     ------
     InvalidArgumentError
-        If a value does not fit its field's type, or the type is one statekit does not encode (nested).
+        If a value does not fit its field's type, or the type is one statekit does not encode (RAW).
     """
     if len(values) != len(types):
         raise InvalidArgumentError(f"the key has {len(types)} field(s) ({', '.join(map(str, types))}); got "
                                    f"{len(values)} value(s)")
+    return _encode_struct(values, types, top=True)
+
+
+def _round8(n: int) -> int:
+    return (n + 7) // 8 * 8
+
+
+def _encode_struct(values: Sequence[Any], types: Sequence[LogicalType], *, top: bool = False) -> bytes:
+    """A `BinaryRowData` (RowKind +I): header with null bits, one 8-byte slot per field, the variable part.
+
+    `top`: a key row written by the planner's generated projection, where a NULL DECIMAL(p > 18) or
+    TIMESTAMP(p > 3) keeps its bytes; nested rows are written by `RowDataSerializer.toBinaryRow`
+    (`setNullAt`: a zeroed slot, nothing reserved).
+    """
     hb = header_bytes(len(types))
     head = bytearray(hb)
     slots = bytearray(8 * len(types))
     var = bytearray()
+    fixed = hb + 8 * len(types)
     for i, (v, t) in enumerate(zip(values, types)):
         if v is None:
             head[(8 + i) // 8] |= 1 << ((8 + i) % 8)
-            continue
-        slots[8 * i : 8 * i + 8], extra = _encode_field(v, t, hb + 8 * len(types) + len(var))
+        slots[8 * i : 8 * i + 8], extra = _encode_slot(v, t, fixed + len(var), reserve=top)
         var += extra
     return bytes(head + slots + var)
+
+
+def _encode_slot(v: Any, t: LogicalType, offset: int, *, reserve: bool = False) -> tuple[bytes, bytes]:
+    """(8-byte slot, variable-part bytes) of one value at variable-part `offset` of its structure (None: NULL)."""
+    r = t.root
+    reserved = 16 if r == "DECIMAL" and not t.fixed else 8 if r.startswith("TIMESTAMP") and not t.fixed else 0
+    reserved = reserved if reserve else 0
+    if v is None:  # a non-compact NULL still takes its bytes (AbstractBinaryWriter.writeDecimal/writeTimestamp)
+        return ((offset << 32).to_bytes(8, "little") if reserved else bytes(8)), bytes(reserved)
+    if r == "DECIMAL" and not t.fixed:
+        try:
+            unscaled = int(decimal.Decimal(v).scaleb(t.scale or 0, _EXACT).to_integral_exact(context=_EXACT))
+        except (TypeError, ValueError, decimal.InvalidOperation):
+            raise InvalidArgumentError(f"key field value {v!r} does not fit its SQL type {t}; give a Decimal") from None
+        b = unscaled.to_bytes((unscaled if unscaled >= 0 else ~unscaled).bit_length() // 8 + 1, "big", signed=True)
+        return ((offset << 32) | len(b)).to_bytes(8, "little"), b.ljust(16, b"\0")
+    if r in ("ARRAY", "MAP", "MULTISET", "ROW"):
+        b = _encode_nested(v, t)
+        return ((offset << 32) | len(b)).to_bytes(8, "little"), b.ljust(_round8(len(b)), b"\0")
+    return _encode_field(v, t, offset)
+
+
+def _encode_nested(v: Any, t: LogicalType) -> bytes:
+    r = t.root
+    try:
+        if r == "ROW":
+            vals = [v.get(n) for n in t.field_names] if isinstance(v, dict) else list(v)
+            if len(vals) != len(t.children):
+                raise TypeError
+            return _encode_struct(vals, t.children)
+        if r == "ARRAY":
+            if isinstance(v, (str, bytes, dict)):
+                raise TypeError
+            return _encode_array(list(v), t.children[0])
+        pairs = list(v.items()) if isinstance(v, dict) else [tuple(p) for p in v]
+        kt = t.children[0]
+        vt = t.children[1] if r == "MAP" else LogicalType("INTEGER", False)
+        keys = _encode_array([p[0] for p in pairs], kt)
+        return len(keys).to_bytes(4, "little", signed=True) + keys + _encode_array([p[1] for p in pairs], vt)
+    except (TypeError, ValueError, IndexError):
+        raise InvalidArgumentError(f"key field value {v!r} does not fit its SQL type {t}") from None
+
+
+def _encode_array(values: list[Any], t: LogicalType) -> bytes:
+    """A `BinaryArrayData` as `BinaryArrayWriter` writes it: i32 count, null bits in 4-byte words, fixed part
+    rounded to 8 bytes, then the variable part (offsets from the array's start)."""
+    n = len(values)
+    w = _element_size(t)
+    head = 4 + (n + 31) // 32 * 4
+    fixed = _round8(head + w * n)
+    out = bytearray(fixed)
+    out[0:4] = n.to_bytes(4, "little", signed=True)
+    var = bytearray()
+    for i, v in enumerate(values):
+        at = head + i * w
+        if v is None:  # BinaryArrayWriter.setNullAt: the bit and a zeroed element
+            out[4 + i // 8] |= 1 << (i % 8)
+            continue
+        slot, extra = _encode_slot(v, t, fixed + len(var))
+        out[at : at + w] = slot[:w]
+        var += extra
+    return bytes(out + var)
 
 
 def _encode_field(v: Any, t: LogicalType, offset: int) -> tuple[bytes, bytes]:

@@ -73,6 +73,13 @@ _SQL_COMPOSITES = {
 TIMESTAMP_SNAPSHOT = _TR + "TimestampDataSerializer$TimestampDataSerializerSnapshot"
 DECIMAL_SNAPSHOT = _TR + "DecimalDataSerializer$DecimalSerializerSnapshot"
 BINARY_ROW_SNAPSHOT = _TR + "BinaryRowDataSerializer$BinaryRowDataSerializerSnapshot"
+#: ARRAY/MULTISET/MAP values' serializers: their snapshots are Java-serialized objects (the element type(s), then
+#: the element serializer object(s), `InstantiationUtil.serializeObject`), parsed and passed, never run
+_JAVA_OBJECT_SNAPSHOTS = {
+    _TR + "ArrayDataSerializer$ArrayDataSerializerSnapshot": ("the element type", "the element serializer"),
+    _TR + "MapDataSerializer$MapDataSerializerSnapshot": ("the key type", "the value type", "the key serializer",
+                                                           "the value serializer"),
+}
 
 _WIDTH = {k: w for k, w in SIMPLE.values() if w is not None}
 _WIDTH["enum"] = 4
@@ -184,6 +191,10 @@ def read_versioned(inp: DataInput, what: str) -> FlinkType:
         p = inp.i32("the precision of a decimal serializer")
         inp.i32("the scale of a decimal serializer")
         return FlinkType("long" if p <= 18 else "bytes", cls, version, bytes(inp.data[start : inp.pos]))
+    if cls in _JAVA_OBJECT_SNAPSHOTS:  # only inside rows, whose own LogicalTypes say how values decode
+        for part in _JAVA_OBJECT_SNAPSHOTS[cls]:
+            read_object(inp, f"{part} of {cls}")
+        return FlinkType("bytes", cls, version, bytes(inp.data[start : inp.pos]))
     if cls == BINARY_ROW_SNAPSHOT:  # a row without field types: its bytes
         inp.i32("the arity of a binary row serializer")
         return FlinkType("bytes", cls, version, bytes(inp.data[start : inp.pos]))

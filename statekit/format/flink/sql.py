@@ -78,6 +78,11 @@ def key_fields(key: Any, t: FlinkType) -> list[Any]:
     return [key]
 
 
+def _sub_micros(types: Any) -> bool:
+    """Whether a row of `types` has a TIMESTAMP(7..9) field anywhere (decoded to microseconds: not invertible)."""
+    return any((t.root.startswith("TIMESTAMP") and (t.precision or 0) > 6) or _sub_micros(t.children) for t in types)
+
+
 class SqlKind:
     """Flink SQL operators (see the module docstring)."""
 
@@ -104,16 +109,30 @@ class SqlKind:
         if lay.key_type.form == "empty_row":  # any key given: there is only the one
             return key_groups_of_rows([EMPTY_ROW], max_parallelism)[0]
         self._need_types(lay)
+        if _sub_micros(lay.key_type.logical):  # None: every key group is read and the key matched by value
+            return None
         row = encode_row(key_fields(key, lay.key_type), lay.key_type.logical)
         return key_groups_of_rows([row], max_parallelism)[0]
 
     def key_bytes(self, key: Any, lay: KeyedLayout) -> bytes | None:
-        return None  # the key group's table is filtered (a key group holds few keys)
+        """The key as `RowDataSerializer` stores it (i32 length, the BinaryRowData) for the one-key byte match.
 
-    def key_groups(self, keys: list[Any], lay: KeyedLayout, max_parallelism: int) -> list[int]:
-        """The key groups of the keyed table's keys (`check` compares them with where each key is stored)."""
+        None (the key group's table is built and filtered) for a global aggregate's empty key row and keys
+        whose bytes a decoded value cannot rebuild (TIMESTAMP(7..9) fields).
+        """
+        if lay.key_type.form != "row" or _sub_micros(lay.key_type.logical):
+            return None
+        row = encode_row(key_fields(key, lay.key_type), lay.key_type.logical)
+        return len(row).to_bytes(4, "big") + row
+
+    def key_groups(self, keys: list[Any], lay: KeyedLayout, max_parallelism: int) -> list[int] | None:
+        """The key groups of the keyed table's keys (`check` compares them with where each key is stored); None
+        where the table's keys do not hold all the key bytes (a TIMESTAMP(7..9) field: its nanoseconds beyond
+        the microsecond are not in the column, so the key row cannot be rebuilt)."""
         if lay.key_type.form != "row":  # undecoded keys (and a global aggregate's) are the row bytes themselves
             return key_groups_of_rows(list(keys), max_parallelism)
+        if _sub_micros(lay.key_type.logical):
+            return None
         return key_groups_of_rows([encode_row(key_fields(k, lay.key_type), lay.key_type.logical) for k in keys],
                                   max_parallelism)
 

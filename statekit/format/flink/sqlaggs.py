@@ -5,18 +5,23 @@ each aggregate call's buffer fields in call order, the hidden ``COUNT(*)`` the p
 the input retracts and the query has none, then one MapView placeholder per DISTINCT argument
 list. Buffers of the declarative functions (`flink-table-planner` ``functions/aggfunctions``):
 ``COUNT(*)`` count1; ``COUNT(x)`` count; ``SUM`` sum (with retraction: sum, count); ``SUM0`` sum;
-``AVG`` sum, count; ``MIN``/``MAX`` min/max, over retractions one structured field
-(``MinWithRetractAccumulator``: min, mapSize; its values live in the state ``agg<i>$map``). Other
-functions' accumulators (FIRST_VALUE, LISTAGG, user-defined ones) are not evaluated: their
-logical column is refused by name, their physical bytes stay readable.
+``AVG`` sum, count (over DECIMAL: sum / count rounded half-up to the result's scale, as
+``DecimalAvgAggFunction`` casts it); ``MIN``/``MAX`` min/max, over retractions one structured field
+(``MinWithRetractAccumulator``: min, mapSize; its values live in the state ``agg<i>$map``);
+``FIRST_VALUE``/``LAST_VALUE`` one structured field (firstValue|lastValue and its order; with
+retraction also MapViews), the result its value; ``LISTAGG`` over append-only input delimiter,
+concatenation (the result). A user-defined aggregate keeps one accumulator field: its logical
+column is that accumulator as stored (a RAW accumulator stays its serialized bytes, named by the
+function), never an error. Other functions (LISTAGG over retractions, whose values live in
+ListViews) are refused by name; their physical bytes stay readable.
 """
 
 from __future__ import annotations
 
+import decimal
 from dataclasses import dataclass
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from statekit.errors import UnsupportedFormatError
 
@@ -28,7 +33,7 @@ class Agg:
     """One aggregate call of a plan node (``hidden``: the planner's own ``COUNT(*)``)."""
 
     index: int
-    func: str  # COUNT, SUM, SUM0, AVG, MIN, MAX, ...
+    func: str  # COUNT, SUM, SUM0, AVG, MIN, MAX, ...; a user-defined function: UDF:<its name>
     args: tuple[int, ...]
     distinct: bool
     retract: bool
@@ -59,6 +64,12 @@ def _buffers(func: str, nargs: int, retract: bool) -> tuple[str, ...] | None:
         return ("sum", "count")
     if func in ("MIN", "MAX"):  # over retractions: one structured field (min|max, mapSize; the values in agg<i>$map)
         return (func.lower(),)
+    if func in ("FIRST_VALUE", "LAST_VALUE"):  # one structured field: (value, order[, MapViews])
+        return (func.lower(),)
+    if func == "LISTAGG" and not retract:  # ListAggFunction / ListAggWsWithRetract's append-only sibling
+        return ("delimiter", "listagg")
+    if func.startswith("UDF:"):  # a user-defined aggregate: its accumulator, one field
+        return (func[4:],)
     return None
 
 
@@ -69,6 +80,8 @@ def layout(spec: dict, *, retracting: bool) -> Layout:
     aggs: list[Agg] = []
     for i, c in enumerate(calls):
         func = str(c.get("internalName", "")).strip("$").split("$")[0].upper()
+        if not func and (c.get("systemName") or c.get("catalogName")):  # a user-defined aggregate function
+            func = "UDF:" + str(c.get("systemName") or c.get("catalogName")).split(".")[-1].strip("`")
         args = tuple(int(a) for a in c.get("argList", []))
         aggs.append(Agg(i, func, args, bool(c.get("distinct")), bool(needs[i]) if i < len(needs) else False,
                         str(c.get("name")), str(c.get("type", "")), buffers=_buffers(func, len(args), bool(needs[i]) if i < len(needs) else False)))
@@ -105,22 +118,31 @@ def _unique(names: list[str]) -> tuple[str, ...]:
 
 def result(agg: Agg, acc: pa.StructArray, where: str) -> pa.Array:
     """The aggregate's result per accumulator row (its ``getValue``), from the accumulator struct column."""
+    import pyarrow.compute as pc  # here: the layouts are read when a plan is opened, results only for logical tables
+
     if agg.buffers is None:
         raise UnsupportedFormatError(
-            f"{where}: aggregate {agg.func} ({agg.name}) keeps an accumulator statekit does not evaluate (only COUNT, "
-            "SUM, SUM0, AVG and MIN/MAX over append-only input are); its accumulator stays in the physical table."
+            f"{where}: aggregate {agg.func} ({agg.name}) keeps an accumulator statekit does not evaluate (COUNT, SUM, "
+            "SUM0, AVG, MIN/MAX, FIRST_VALUE/LAST_VALUE and append-only LISTAGG it does); its accumulator stays in the "
+            "physical table."
         )
     f = [acc.field(agg.first + i) for i in range(len(agg.buffers))]
     if agg.func in ("MIN", "MAX") and pa.types.is_struct(f[0].type):  # Min/MaxWithRetractAccumulator
         name = agg.func.lower()
         return f[0].field(name) if f[0].type.get_field_index(name) >= 0 else f[0].field(0)
+    if agg.func in ("FIRST_VALUE", "LAST_VALUE"):  # FirstValueAccumulator / its retracting sibling: the value
+        name = "firstValue" if agg.func == "FIRST_VALUE" else "lastValue"
+        return f[0].field(name) if pa.types.is_struct(f[0].type) and f[0].type.get_field_index(name) >= 0 else f[0]
+    if agg.func == "LISTAGG":
+        return f[1]
+    if agg.func.startswith("UDF:"):  # its accumulator as stored (RAW: the serialized bytes)
+        return f[0]
     if agg.func == "SUM" and agg.retract:  # SumWithRetractAggFunction: no rows left -> NULL
         return pc.if_else(pc.equal(f[1], 0), pa.scalar(None, f[0].type), f[0])
     if agg.func == "AVG":
         total, count = f
         if pa.types.is_decimal(total.type):
-            raise UnsupportedFormatError(f"{where}: AVG over DECIMAL ({agg.name}) is not evaluated by statekit; its "
-                                         "sum and count are in the physical table.")
+            return _decimal_avg(total, count, agg.type)
         zero = pc.equal(count, 0)
         safe = pc.if_else(zero, pa.scalar(1, count.type), count)
         if pa.types.is_integer(total.type):  # Java integer division: truncates toward zero
@@ -130,3 +152,16 @@ def result(agg: Agg, acc: pa.StructArray, where: str) -> pa.Array:
             q = pc.divide(total, pc.cast(safe, total.type))
         return pc.if_else(zero, pa.scalar(None, q.type), q)
     return f[0]
+
+
+def _decimal_avg(total: pa.Array, count: pa.Array, result_type: str) -> pa.Array:
+    """`DecimalAvgAggFunction`: NULL for no rows, else sum / count cast to the result DECIMAL(p, s) (half-up)."""
+    import re
+
+    m = re.match(r"DECIMAL\((\d+),\s*(\d+)\)", result_type.upper())
+    p, sc = (int(m.group(1)), int(m.group(2))) if m else (38, max(6, total.type.scale))
+    q = decimal.Decimal(1).scaleb(-sc)
+    ctx = decimal.Context(prec=80)
+    out = [None if t is None or not c else (t / decimal.Decimal(c)).quantize(q, decimal.ROUND_HALF_UP, ctx)
+           for t, c in zip(total.to_pylist(), count.to_pylist())]
+    return pa.array(out, pa.decimal128(p, sc))

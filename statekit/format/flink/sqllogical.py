@@ -71,6 +71,8 @@ def _as_type(a: Any, plan_type: str | None, zone: str) -> Any:
         return pc.local_timestamp(a.cast(pa.timestamp(at.unit, zone)))
     simple = {"BIGINT": pa.int64(), "INTEGER": pa.int32(), "SMALLINT": pa.int16(), "TINYINT": pa.int8(),
               "DOUBLE": pa.float64(), "FLOAT": pa.float32(), "VARCHAR": pa.string(), "BOOLEAN": pa.bool_()}
+    if pa.types.is_binary(at):  # a RAW accumulator (user-defined aggregate): its bytes, never decoded as text
+        return a
     if root in simple and at != simple[root]:
         try:
             return a.cast(simple[root])

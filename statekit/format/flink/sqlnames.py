@@ -14,7 +14,6 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from statekit.errors import PlanMismatchError
 from statekit.format.flink.keyed import KeyedLayout, KeyedResult, state_ddl
@@ -214,6 +213,8 @@ def rename_as(a: Any, t: pa.DataType) -> Any:
         return pa.chunked_array([rename_as(c, t) for c in a.chunks], t)
     if a.type == t:
         return a
+    import pyarrow.compute as pc  # here: opening with a plan needs no compute functions (their import is slow)
+
     mask = pc.is_null(a) if a.null_count else None
     if pa.types.is_struct(t):
         kids = [rename_as(c, t.field(i).type) for i, c in enumerate(a.flatten())]
@@ -267,5 +268,19 @@ class NamedSqlKind(SqlKind):
     def key_group(self, key: Any, lay: KeyedLayout, max_parallelism: int) -> int | None:
         return super().key_group(key, self.lay(lay), max_parallelism)
 
-    def key_groups(self, keys: list[Any], lay: KeyedLayout, max_parallelism: int) -> list[int]:
+    def key_bytes(self, key: Any, lay: KeyedLayout) -> bytes | None:
+        return super().key_bytes(key, self.lay(lay))
+
+    def operator_kind(self, name: str, lay: KeyedLayout | None) -> str | None:
+        """As without a plan, but a semi or anti join (`StreamingSemiAntiJoinOperator`: its state is a left outer
+        join's) named by the plan's join type."""
+        kind = super().operator_kind(name, lay)
+        join = str(self.names.node.spec.get("joinSpec", {}).get("joinType", "")).upper()
+        return {"SEMI": "semi join", "ANTI": "anti join"}.get(join, kind) if kind == "regular join" else kind
+
+    def named_layout(self, lay: KeyedLayout) -> KeyedLayout:
+        """`lay` with the plan's names (its row types decode the one-key path's values by those names)."""
+        return self.lay(lay)
+
+    def key_groups(self, keys: list[Any], lay: KeyedLayout, max_parallelism: int) -> list[int] | None:
         return super().key_groups(keys, self.lay(lay), max_parallelism)

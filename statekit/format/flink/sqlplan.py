@@ -39,7 +39,7 @@ _ROOTS = [  # type text prefix -> Flink LogicalTypeRoot (longest prefixes first 
     ("BIGINT", "BIGINT"), ("FLOAT", "FLOAT"), ("DOUBLE", "DOUBLE"), ("DECIMAL", "DECIMAL"),
     ("DATE", "DATE"), ("TIME", "TIME_WITHOUT_TIME_ZONE"), ("VARBINARY", "VARBINARY"), ("BYTES", "VARBINARY"),
     ("BINARY", "BINARY"), ("ARRAY", "ARRAY"), ("MULTISET", "MULTISET"), ("MAP", "MAP"), ("ROW", "ROW"),
-    ("RAW", "RAW"), ("INTERVAL", "INTERVAL"), ("NULL", "NULL"),
+    ("RAW", "RAW"), ("NULL", "NULL"),
 ]
 
 
@@ -72,6 +72,9 @@ def type_root(t: Any) -> tuple[str, int | None]:
         prec = int(m.group(1)) if m and m.group(1) else (6 if "(" not in text.split()[0] else None)
         ltz = "LOCAL TIME ZONE" in text or text.startswith("TIMESTAMP_LTZ")
         return ("TIMESTAMP_WITH_LOCAL_TIME_ZONE" if ltz else "TIMESTAMP_WITHOUT_TIME_ZONE"), prec
+    if text.startswith("INTERVAL"):  # INTERVAL YEAR(2) TO MONTH is written INTERVAL MONTH, DAY TO SECOND(3) SECOND(3)
+        unit = text.split("(")[0].split()
+        return ("INTERVAL_YEAR_MONTH" if {"YEAR", "MONTH"} & set(unit) else "INTERVAL_DAY_TIME"), None
     for prefix, root in _ROOTS:
         if text.startswith(prefix) and not text[len(prefix):len(prefix) + 1].isalpha():
             return root, None
