@@ -44,9 +44,5 @@ test-extended: $(STAMP)
 test-quick: lint
 	$(PY) -m pytest tests statekit
 
-# Heavier real-engine coverage left out of `make test` (marker `extended`): every corpus case through Spark on S3, ...
-test-extended: $(STAMP)
-	$(PY) -m pytest tests -m extended
-
 bench: $(STAMP)
 	for b in bench/*.py; do $(PY) $$b || exit 1; done
