@@ -15,7 +15,10 @@ Measured per savepoint (Long keys, String keys "key-" + k):
 * one-key `get`: the bytes it transferred (`StoragePath.stats`) against its key group's bytes (target < 2x),
   in-process and as a whole process with the credentials in the environment (target < 1 s)
 
-    python bench/object_store.py [--keys N] [--only long|string]
+    python bench/object_store.py [--keys N] [--only long|string] [--server moto|s3proxy]
+
+``--server s3proxy`` runs the same measurements against S3Proxy (`bench/s3proxy_server.py`, from Maven Central):
+moto copies a whole object for every request, which dominates whole-process timings of small ranged reads.
 
 The machine is shared (2 cores; the S3 server runs on them too): numbers move with load, printed with them.
 """
@@ -31,6 +34,7 @@ import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 from processes import installed_env  # bench/ is on sys.path when run as a script
 
@@ -85,7 +89,7 @@ def best(f, repeat: int = 3):
     return min(times), out
 
 
-def bench_one(server: S3Server, kind: str, n: int) -> None:
+def bench_one(server: Any, kind: str, n: int) -> None:
     import pyarrow.fs as pafs
 
     from statekit.format.storage import locate
@@ -95,14 +99,15 @@ def bench_one(server: S3Server, kind: str, n: int) -> None:
 
     local = savepoint(kind, n)
     size = sum(p.stat().st_size for p in local.iterdir())
+    bucket = getattr(server, "bucket", BUCKET)
     prefix = f"bench/{kind}-{n}"
     if not server.keys(prefix + "/"):
         t0 = time.perf_counter()
-        remote = locate(f"s3://{BUCKET}/{prefix}", storage_options=server.options())
+        remote = locate(f"s3://{bucket}/{prefix}", storage_options=server.options())
         for p in sorted(local.iterdir()):
             (remote / p.name).upload(p)
         print(f"uploaded in {time.perf_counter() - t0:.1f} s")
-    uri = f"s3://{BUCKET}/{prefix}"
+    uri = f"s3://{bucket}/{prefix}"
     opts = server.options()
     k = min(4242424, n - 1)
     key = k if kind == "long" else f"key-{k}"
@@ -115,12 +120,12 @@ def bench_one(server: S3Server, kind: str, n: int) -> None:
             dst = Path(tmp) / f"copy-{time.monotonic_ns()}"
             dst.mkdir()
             # 64 MB reads: each read of an S3 stream is one ranged request (Arrow's default chunk is 1 MB)
-            pafs.copy_files(f"{BUCKET}/{prefix}", str(dst), source_filesystem=fs,
+            pafs.copy_files(f"{bucket}/{prefix}", str(dst), source_filesystem=fs,
                             destination_filesystem=pafs.LocalFileSystem(), chunk_size=64 << 20, use_threads=True)
             shutil.rmtree(dst)
 
         t_copy, _ = best(copy, 2)
-    objects = [i.path for i in fs.get_file_info(pafs.FileSelector(f"{BUCKET}/{prefix}")) if i.type == pafs.FileType.File]
+    objects = [i.path for i in fs.get_file_info(pafs.FileSelector(f"{bucket}/{prefix}")) if i.type == pafs.FileType.File]
 
     def into_memory():
         def one(p):  # one request per object (a stream's plain read() asks in 256 KB ranges)
@@ -157,7 +162,7 @@ def bench_one(server: S3Server, kind: str, n: int) -> None:
         t0 = time.perf_counter()
         convert_to_statekit(local, Path(tmp) / "from-local", uids=["bench"])
         t_conv_local = time.perf_counter() - t0
-    out = locate(f"s3://{BUCKET}/bench/converted-{kind}-{time.monotonic_ns()}", storage_options=opts)
+    out = locate(f"s3://{bucket}/bench/converted-{kind}-{time.monotonic_ns()}", storage_options=opts)
     t0 = time.perf_counter()
     convert_to_statekit(locate(uri, storage_options=opts), out, uids=["bench"])
     t_conv_s3 = time.perf_counter() - t0
@@ -204,14 +209,22 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--keys", type=int, default=10_000_000)
     ap.add_argument("--only", choices=KINDS)
+    ap.add_argument("--server", choices=("moto", "s3proxy"), default="moto")
     args = ap.parse_args()
     kinds = [args.only] if args.only else list(KINDS)
     for k in kinds:
         savepoint(k, args.keys)
     print(f"load average at start: {os.getloadavg()}", flush=True)
-    server = S3Server()
+    if args.server == "s3proxy":
+        from s3proxy_server import BUCKET as PROXY_BUCKET
+        from s3proxy_server import S3ProxyServer
+
+        server: Any = S3ProxyServer()
+        server.bucket = PROXY_BUCKET
+    else:
+        server = S3Server()
     try:
-        print(f"S3 server: moto_server pid {server.proc.pid} at {server.endpoint}")
+        print(f"S3 server: {args.server} pid {server.proc.pid} at {server.endpoint}")
         for k in kinds:
             bench_one(server, k, args.keys)
     finally:
