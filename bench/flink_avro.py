@@ -18,11 +18,11 @@ The machine is shared: numbers move with load, which is printed with them.
 from __future__ import annotations
 
 import argparse
-import time
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+from common import best, load  # bench/ is on sys.path when run as a script
 
 from statekit.format.flink import avro_out, avro_values
 from statekit.format.flink.binary import DataInput
@@ -30,19 +30,6 @@ from statekit.savepoint import Savepoint
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURE = ROOT / "tests" / "fixtures" / "flink" / "avro" / "hashmap-canonical" / "savepoint"
-
-
-def load() -> str:
-    return Path("/proc/loadavg").read_text().split()[0] if Path("/proc/loadavg").exists() else "?"
-
-
-def best(fn, runs: int = 3) -> tuple[float, object]:
-    out, times = None, []
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        out = fn()
-        times.append(time.perf_counter() - t0)
-    return min(times), out
 
 
 def main() -> None:
@@ -68,11 +55,11 @@ def main() -> None:
     def per_record() -> pa.Array:
         return avro_values.to_arrow([reader(DataInput(mv, "bench", pos=s)) for s in starts.tolist()], schema)
 
-    t_loop, arr2 = best(per_record, runs=1 if n > 500_000 else 3)
+    t_loop, arr2 = best(per_record, repeat=1 if n > 500_000 else 3)
     assert arr.equals(arr2)
     t_enc, col = best(lambda: avro_out.encode_column(arr, schema))
     assert np.array_equal(col.lengths, lengths) and np.array_equal(col.data, buf)
-    t_enc1, _ = best(lambda: avro_out.encode(arr, schema), runs=1)
+    t_enc1, _ = best(lambda: avro_out.encode(arr, schema), repeat=1)
     for what, secs in (("bulk decode", t_bulk), ("per-record decode (Python loop)", t_loop),
                        ("bulk encode", t_enc), ("per-record encode (Python loop)", t_enc1)):
         print(f"{what:34s} {secs:7.3f} s  {n / secs / 1e3:8.0f} k values/s")

@@ -25,13 +25,11 @@ import tempfile
 import time
 from pathlib import Path
 
+from common import load  # bench/ is on sys.path when run as a script
+
 ROOT = Path(__file__).resolve().parents[1]
 GENERATOR = ROOT / "tests" / "fixtures" / "flink" / "generator"
 CACHE = Path(os.environ.get("STATEKIT_FLINK_NATIVE_BENCH_DIR", Path.home() / ".cache" / "statekit" / "flink-native-bench"))
-
-
-def load() -> str:
-    return Path("/proc/loadavg").read_text().split()[0] if Path("/proc/loadavg").exists() else "?"
 
 
 def checkpoint(n: int) -> Path:

@@ -30,7 +30,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from processes import installed_env  # bench/ is on sys.path when run as a script
+from common import best, load, private_copy  # bench/ is on sys.path when run as a script
+from processes import installed_env
 
 # Shared material lives beside the checkout (`../shared/`), wherever the checkout is.
 GENERATOR = Path(os.environ.get("STATEKIT_FLINK_GENERATOR")
@@ -40,20 +41,10 @@ JAVA_OPTS = os.environ.get("BENCH_JAVA_OPTS", "-Xmx6g")
 KINDS = {"long": ("Bench", 4242424), "string": ("BenchStr", "key-4242424")}
 
 
-def load() -> str:
-    return Path("/proc/loadavg").read_text().split()[0] if Path("/proc/loadavg").exists() else "?"
-
-
 def generator() -> Path:
     """A private copy of the generator (never build inside the shared, read-only one)."""
     dst = CACHE / "generator"
-    if not (dst / "pom.xml").exists():
-        if dst.exists():
-            shutil.rmtree(dst)
-        shutil.copytree(GENERATOR, dst, ignore=shutil.ignore_patterns("target"))
-        for p in dst.rglob("*"):
-            p.chmod(0o755 if p.is_dir() or p.suffix == ".sh" else 0o644)
-        dst.chmod(0o755)
+    private_copy(GENERATOR, dst)
     return dst
 
 
@@ -111,15 +102,6 @@ def evict(sp_path: Path) -> None:
             os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
         finally:
             os.close(fd)
-
-
-def best(f, repeat: int = 3) -> tuple[float, object]:
-    times, out = [], None
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        out = f()
-        times.append(time.perf_counter() - t0)
-    return min(times), out
 
 
 def bench_one(kind: str, n: int, *, java: bool, spark: bool, cold: bool = False) -> None:

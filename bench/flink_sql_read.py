@@ -34,25 +34,18 @@ import tempfile
 import time
 from pathlib import Path
 
+from common import best, load, private_copy  # bench/ is on sys.path when run as a script
+
 ROOT = Path(__file__).resolve().parents[1]
 GENERATOR = Path(os.environ.get("STATEKIT_FLINK_SQL_GENERATOR") or ROOT.parent / "shared" / "flink" / "sql" / "generator")
 CACHE = Path(os.environ.get("STATEKIT_FLINK_SQL_BENCH_DIR", Path.home() / ".cache" / "statekit" / "flink-sql-bench"))
 JAVA_OPTS = os.environ.get("BENCH_JAVA_OPTS", "-Xmx3g")
 
 
-def load() -> str:
-    return Path("/proc/loadavg").read_text().split()[0] if Path("/proc/loadavg").exists() else "?"
-
-
 def generator() -> Path:
     """A private copy of the SQL generator with the bench job added (the shared one is never built in)."""
     dst = CACHE / "generator"
-    if not (dst / "pom.xml").exists():
-        if dst.exists():
-            shutil.rmtree(dst)
-        shutil.copytree(GENERATOR, dst, ignore=shutil.ignore_patterns("target"))
-        for p in dst.rglob("*"):
-            p.chmod(0o755 if p.is_dir() or p.suffix == ".sh" else 0o644)
+    if private_copy(GENERATOR, dst):
         services = dst / "src" / "main" / "resources" / "META-INF" / "services" / "org.apache.flink.table.factories.Factory"
         services.write_text(services.read_text().rstrip("\n") + "\nstatekit.flinksql.BenchJob$Factory\n")
     for job in sorted((ROOT / "bench" / "flink_sql").glob("*.java")):
@@ -88,15 +81,6 @@ def savepoint(rows: int, backend: str) -> Path:
         print(f"made {case} with real Flink in {time.perf_counter() - t0:.0f} s: "
               f"{[ln for ln in out.splitlines() if 'rows ' in ln]}")
     return case
-
-
-def best(fn, repeat: int = 3) -> tuple[float, object]:
-    times, result = [], None
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        result = fn()
-        times.append(time.perf_counter() - t0)
-    return min(times), result
 
 
 def main() -> None:

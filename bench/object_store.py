@@ -36,7 +36,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from processes import installed_env  # bench/ is on sys.path when run as a script
+from common import best, load  # bench/ is on sys.path when run as a script
+from processes import installed_env
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "storage"))
@@ -44,10 +45,6 @@ from s3_server import BUCKET, S3Server  # noqa: E402
 
 CACHE = Path(os.environ.get("STATEKIT_FLINK_BENCH_DIR", Path.home() / ".cache" / "statekit" / "flink-bench"))
 KINDS = ("long", "string")  # the key looked up: 4242424 (or "key-4242424"), or the last one of fewer keys
-
-
-def load() -> str:
-    return Path("/proc/loadavg").read_text().split()[0] if Path("/proc/loadavg").exists() else "?"
 
 
 def savepoint(kind: str, n: int) -> Path:
@@ -78,15 +75,6 @@ def savepoint(kind: str, n: int) -> Path:
         write_flink(Path(tmp) / "sk", Path(tmp) / "flink")
         (Path(tmp) / "flink").rename(own)
     return own
-
-
-def best(f, repeat: int = 3):
-    times, out = [], None
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        out = f()
-        times.append(time.perf_counter() - t0)
-    return min(times), out
 
 
 def bench_one(server: Any, kind: str, n: int) -> None:
