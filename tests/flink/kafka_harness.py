@@ -19,6 +19,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 from flink_harness import ADD_OPENS, BUILD_ROOT, FlinkRunError
 
@@ -206,30 +207,14 @@ class JobRun:
 def run_jobs(bootstrap: str, topic: str, partitions: int, runs: list[JobSpec], *,
              timeout: float = 600) -> list[JobRun | str]:
     """Run the Kafka job once per spec, one after another in one JVM: per run what it did, or its failure text."""
-    build()
-    proc = subprocess.run(["java", "-Xmx1g", *ADD_OPENS, "-cp", _classpath("job"), "statekit.kafkatest.OffsetsJob",
-                           bootstrap, topic, str(partitions), *(r.arg() for r in runs)],
-                          capture_output=True, text=True, timeout=timeout)
-    results: list[JobRun | str | None] = [None] * len(runs)
-    current: JobRun | None = None
-    for line in proc.stdout.splitlines():
-        if line.startswith("BEGIN "):
-            current = JobRun()
-            results[int(line.split()[1])] = current
-        elif line.startswith("END "):
-            current = None
-        elif line.startswith("ERROR "):
-            _, idx, text = line.split(" ", 2)
-            results[int(idx)] = text
-            current = None
-        elif line.startswith(("REC ", "PRODUCED ")) and current is not None:
+
+    def record(run: JobRun, line: str) -> None:
+        if line.startswith(("REC ", "PRODUCED ")):
             kind, p, o, v = line.split(" ", 3)
-            (current.records if kind == "REC" else current.produced).append((int(p), int(o), v))
-        elif line.startswith("SAVEPOINT ") and current is not None:
-            current.savepoint = Path(line.split(" ", 1)[1].removeprefix("file:"))
-    if any(r is None for r in results):
-        raise FlinkRunError(f"OffsetsJob exited with {proc.returncode}:\n{proc.stderr[-6000:]}")
-    return results  # type: ignore[return-value]
+            (run.records if kind == "REC" else run.produced).append((int(p), int(o), v))
+
+    return _run_job("statekit.kafkatest.OffsetsJob", [bootstrap, topic, str(partitions), *(r.arg() for r in runs)],
+                    len(runs), record, timeout)
 
 
 def run_file_jobs(directory: Path, runs: list[tuple[Path | str | None, int, Path | None, int]], *,
@@ -238,11 +223,24 @@ def run_file_jobs(directory: Path, runs: list[tuple[Path | str | None, int, Path
     run before -, lines to wait for, savepoint directory or None, microseconds to wait per line), one after another
     in one JVM: per run the lines it emitted before its savepoint (as ``records`` values) and the savepoint, or its
     failure text."""
+
+    def record(run: JobRun, line: str) -> None:
+        if line.startswith("REC "):
+            run.records.append((-1, -1, line[4:]))
+
+    return _run_job("statekit.kafkatest.FileOffsetsJob",
+                    [str(directory), *(f"{r or '-'},{n},{d or '-'},{t}" for r, n, d, t in runs)],
+                    len(runs), record, timeout)
+
+
+def _run_job(job_class: str, args: list[str], n_runs: int, record: Callable[[JobRun, str], None],
+             timeout: float) -> list[JobRun | str]:
+    """Run `job_class` of the job jar and read its protocol: ``BEGIN i`` / ``END i`` around run i, ``ERROR i text``,
+    ``SAVEPOINT path``, and the job's own lines, handed to `record(run, line)`."""
     build()
-    proc = subprocess.run(["java", "-Xmx1g", *ADD_OPENS, "-cp", _classpath("job"), "statekit.kafkatest.FileOffsetsJob",
-                           str(directory), *(f"{r or '-'},{n},{d or '-'},{t}" for r, n, d, t in runs)],
+    proc = subprocess.run(["java", "-Xmx1g", *ADD_OPENS, "-cp", _classpath("job"), job_class, *args],
                           capture_output=True, text=True, timeout=timeout)
-    results: list[JobRun | str | None] = [None] * len(runs)
+    results: list[JobRun | str | None] = [None] * n_runs
     current: JobRun | None = None
     for line in proc.stdout.splitlines():
         if line.startswith("BEGIN "):
@@ -254,10 +252,10 @@ def run_file_jobs(directory: Path, runs: list[tuple[Path | str | None, int, Path
             _, idx, text = line.split(" ", 2)
             results[int(idx)] = text
             current = None
-        elif line.startswith("REC ") and current is not None:
-            current.records.append((-1, -1, line[4:]))
         elif line.startswith("SAVEPOINT ") and current is not None:
             current.savepoint = Path(line.split(" ", 1)[1].removeprefix("file:"))
+        elif current is not None:
+            record(current, line)
     if any(r is None for r in results):
-        raise FlinkRunError(f"FileOffsetsJob exited with {proc.returncode}:\n{proc.stderr[-6000:]}")
+        raise FlinkRunError(f"{job_class.rsplit('.', 1)[-1]} exited with {proc.returncode}:\n{proc.stderr[-6000:]}")
     return results  # type: ignore[return-value]
