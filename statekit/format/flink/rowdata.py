@@ -22,7 +22,7 @@ import pyarrow as pa
 
 from statekit.errors import InvalidArgumentError
 from statekit.format.flink.logical import LogicalType
-from statekit.format.flink.values import binary_array, gather_fixed
+from statekit.format.flink.values import binary_array, gather_fixed, gather_values
 from statekit.types import parse_ddl
 
 __all__ = ["ROW_KINDS", "decode_row", "decode_rows", "encode_row", "header_bytes"]
@@ -63,19 +63,34 @@ def decode_rows(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray, types:
     if n and (lengths < hb + 8 * len(types)).any():
         raise RowFault(f"a row is shorter than the {hb + 8 * len(types)} bytes of its {len(types)} fields")
     arrays = []
+    null_bytes: dict[int, np.ndarray] = {}  # header byte -> that byte of every row (gathered once for 8 fields)
     for i, t in enumerate(types):
         slot_at = starts + hb + 8 * i
         bit = 8 + i
-        isnull = (buf[starts + bit // 8] >> (bit % 8)) & 1 == 1 if n else np.zeros(0, bool)
+        if bit // 8 not in null_bytes:
+            null_bytes[bit // 8] = buf[starts + bit // 8] if n else np.zeros(0, np.uint8)
+        isnull = (null_bytes[bit // 8] & np.uint8(1 << (bit % 8))) != 0
         arrays.append(_column(buf, starts, lengths, slot_at, isnull, t))
     fields = list(names)
     if row_kind:
         kinds = buf[starts] if n else np.zeros(0, np.uint8)
         if n and kinds.max() > 3:
             raise RowFault(f"a row's RowKind byte is {int(kinds.max())}, not one of 0..3")
-        arrays.append(pa.array(np.array(ROW_KINDS, dtype=object)[kinds], pa.string()))
+        arrays.append(_row_kinds(kinds))
         fields.append("row_kind")
     return pa.StructArray.from_arrays(arrays, fields)
+
+
+#: every RowKind's 2-character name, one 2-byte item each
+_KIND_NAMES = np.frombuffer("".join(ROW_KINDS).encode(), np.dtype("V2"))
+
+
+def _row_kinds(kinds: np.ndarray) -> pa.Array:
+    """RowKind bytes (0..3) as their names ('+I', ...), built as Arrow buffers (no Python string per row)."""
+    n = len(kinds)
+    offsets = np.arange(0, 2 * n + 1, 2, dtype=np.int32)
+    data = _KIND_NAMES[kinds].tobytes()
+    return pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
 
 
 def _slots(buf: np.ndarray, at: np.ndarray) -> np.ndarray:
@@ -98,10 +113,9 @@ def _column(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray, slot_at: n
         return pa.nulls(n, pa.string())
     if r in _INT_WIDTH:
         code, w = _INT_WIDTH[r]
-        raw = gather_fixed(buf, slot_at, w).reshape(-1).view(code) if n else np.zeros(0, code)
-        if r == "BOOLEAN":
-            return pa.array(raw != 0, mask=isnull)
-        arr = pa.array(raw.astype(np.dtype(code).newbyteorder("=")), mask=isnull)
+        raw = gather_values(buf, slot_at, code)
+        mask = isnull if isnull.any() else None  # no validity buffer to build when nothing is NULL
+        arr = pa.array(raw != 0 if r == "BOOLEAN" else raw, mask=mask)
         return arr.view(pa.date32()) if r == "DATE" else arr
     if r in ("TIMESTAMP_WITHOUT_TIME_ZONE", "TIMESTAMP_WITH_LOCAL_TIME_ZONE", "TIMESTAMP_WITH_TIME_ZONE"):
         target = parse_ddl(t.ddl())
