@@ -39,7 +39,9 @@ union state one copy as ``idx``, ``value``; broadcast state ``key``, ``value``.
 Partitions follow the manifest: one per group of keyed files with disjoint key-group ranges (one
 per subtask for native RocksDB checkpoints); each yields Arrow record batches read and verified by
 `statekit.savepoint.Savepoint`. Filters on ``key`` prune files (see `statekit.spark.filters` for
-the rule): ``key = 42`` reads only the files covering key 42's key group.
+the rule): ``key = 42`` reads only the files covering key 42's key group; on a Flink SQL operator,
+``key.user_name = 'alice'`` (keyed table) or ``user_name = 'alice'`` (logical table) fixing every
+field of the key reads only that key row's key group.
 
 PySpark 4.1 caveat: a scan that pushes no filter reuses the plan of the last scan of the same
 relation that did (PySpark keeps it on the relation; fixed in later Spark). So after
@@ -64,9 +66,10 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from statekit.errors import InvalidArgumentError
 from statekit.identifiers import OperatorIdentifier
 from statekit.savepoint import OperatorMetadata, Savepoint
-from statekit.spark.filters import key_pruning
+from statekit.spark.filters import key_pruning, struct_key_rows
 from statekit.spark.metadata import METADATA_SCHEMA, metadata_table
 from statekit.spark.scan import ScanTask, TableSpec, plan_tasks, read_task, resolve_table, spark_ddl, table_schema
+from statekit.types import parse_ddl
 
 __all__ = ["StatekitDataSource", "StatekitMetadataDataSource", "register_data_sources", "parse_options", "storage_options",
            "storage_source_options"]
@@ -148,12 +151,18 @@ class StatekitReader(DataSourceReader):
         self.meta = meta
         self.spec = spec
         self.keys: frozenset | None = None
+        self.key_groups: frozenset[int] | None = None
 
     def pushFilters(self, filters: Sequence[Any]) -> Iterator[Any]:
         # Reset first: the reader object may be reused from an earlier query (see module docstring).
         self.keys = None
-        if self.spec.kind not in ("keyed", "timers"):
+        self.key_groups = None
+        if self.spec.kind not in ("keyed", "timers", "logical"):
             yield from filters
+            return
+        self.key_groups = self._row_key_groups(filters)
+        if self.spec.kind == "logical":
+            yield from filters  # only key groups are pruned: Spark applies every filter to the rows
             return
         pruning = key_pruning(filters, self.meta.key_type)
         self.keys = pruning.keys
@@ -161,8 +170,28 @@ class StatekitReader(DataSourceReader):
             if i not in pruning.handled:
                 yield f
 
+    def _row_key_groups(self, filters: Sequence[Any]) -> frozenset[int] | None:
+        """A Flink SQL operator's struct key fixed by the filters: the key groups of its key rows (else None)."""
+        meta = self.meta
+        if meta.keyed_format != "flink" or meta.stored_key_groups or self.spec.kind == "timers":
+            return None
+        key_type = meta.key_type or ""
+        if not key_type.startswith("struct<"):
+            return None
+        fields = [f.name for f in parse_ddl(key_type)]
+        rows = struct_key_rows(filters, fields, ("key",) if self.spec.kind == "keyed" else ())
+        if rows is None:
+            return None
+        from statekit.savepoint.flink import FlinkSavepoint  # here: only Flink operators get this far
+
+        sp = self.spec.open()
+        if not isinstance(sp, FlinkSavepoint):
+            return None
+        groups = {sp.key_group_of(meta.identifier, row) for row in rows}
+        return None if None in groups else frozenset(g for g in groups if g is not None)
+
     def partitions(self) -> Sequence[InputPartition]:
-        tasks = plan_tasks(self.meta, self.spec, self.keys)
+        tasks = plan_tasks(self.meta, self.spec, self.keys, key_groups=self.key_groups)
         return [_TaskPartition(t) for t in tasks] or [_TaskPartition(ScanTask())]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:

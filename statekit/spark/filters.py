@@ -7,8 +7,12 @@ Pruning rule
 ``key >= a AND key < b``, ...) is enumerated when it holds at most `RANGE_ENUMERATION_LIMIT` keys.
 Several such filters intersect. The named keys are hashed to their key groups with the operator's
 declared key type (statekit.keygroups, Flink's hash) and only files covering those key groups are
-read. Anything else (open ranges, string ranges, struct keys, LIKE, OR) reads every file and is
-left to Spark.
+read. Anything else (open ranges, string ranges, LIKE, OR) reads every file and is left to Spark.
+
+Struct keys of Flink SQL operators (and their logical tables' key columns) are pruned by
+`struct_key_rows`: when equality or IN filters fix every field of the key, the named key rows are
+hashed by the savepoint (`FlinkSavepoint.key_group_of`: the BinaryRowData hash) and only their key
+groups are read; Spark still applies the filters to the rows.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from typing import Any, Iterable, Sequence
 from statekit.errors import StatekitError
 from statekit.keygroups import assign_to_key_group
 
-__all__ = ["RANGE_ENUMERATION_LIMIT", "KeyPruning", "key_pruning", "key_groups_of"]
+__all__ = ["RANGE_ENUMERATION_LIMIT", "KeyPruning", "key_pruning", "key_groups_of", "struct_key_rows"]
 
 #: A closed integer range on ``key`` with at most this many values is enumerated for pruning.
 RANGE_ENUMERATION_LIMIT = 4096
@@ -126,3 +130,50 @@ def key_groups_of(keys: Iterable[Any], max_parallelism: int, key_type: str) -> d
                 continue  # e.g. a value outside the key type's range: no stored key can equal it
             out.setdefault(kg, set()).add(variant)
     return out
+
+
+def struct_key_rows(filters: Sequence[Any], fields: Sequence[str], prefix: tuple[str, ...]) -> list[dict] | None:
+    """The key rows (``{field: value}``) that equality and IN filters on every field of a struct key allow.
+
+    Parameters
+    ----------
+    filters
+        The pushed filters (an AND of all of them).
+    fields
+        The key's field names, in order.
+    prefix
+        The column path of the key's fields: ``("key",)`` in a keyed table (``key.user_name``),
+        ``()`` in a logical table, whose key fields are top-level columns.
+
+    Returns
+    -------
+    list of dict or None
+        Every combination of the allowed values (at most `RANGE_ENUMERATION_LIMIT`), or None when a
+        field is not fixed (no pruning).
+    """
+    from pyspark.sql.datasource import EqualNullSafe, EqualTo, In
+
+    allowed: dict[str, set] = {}
+    for f in filters:
+        path = tuple(getattr(f, "attribute", ()))
+        if len(path) != len(prefix) + 1 or path[: len(prefix)] != prefix or path[-1] not in fields:
+            continue
+        if isinstance(f, (EqualTo, EqualNullSafe)) and f.value is not None and not isinstance(f.value, list):
+            found = {f.value}
+        elif isinstance(f, In):
+            found = {v for v in f.value if v is not None}
+        else:
+            continue
+        name = path[-1]
+        allowed[name] = found if name not in allowed else allowed[name] & found
+    if set(allowed) != set(fields):
+        return None
+    count = 1
+    for name in fields:
+        count *= len(allowed[name])
+    if count > RANGE_ENUMERATION_LIMIT:
+        return None
+    rows: list[dict] = [{}]
+    for name in fields:
+        rows = [{**r, name: v} for r in rows for v in allowed[name]]
+    return rows

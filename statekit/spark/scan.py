@@ -8,6 +8,7 @@ file's size and checksum. Nothing here knows the file layout beyond the manifest
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import TYPE_CHECKING, Iterator, Literal
 
 import pyarrow as pa
@@ -162,12 +163,23 @@ def _merged(files: list[FileEntry]) -> list[list[FileEntry]]:
     return groups
 
 
-def plan_tasks(meta: OperatorMetadata, spec: TableSpec, keys: frozenset | None = None) -> list[ScanTask]:
+def plan_tasks(meta: OperatorMetadata, spec: TableSpec, keys: frozenset | None = None, *,
+               key_groups: frozenset[int] | None = None) -> list[ScanTask]:
     """Partitions for `spec`: one per group of keyed files (or per native subtask), pruned to `keys`.
 
     With ``keys`` only files (or subtasks) covering those keys' key groups are read, and only rows
-    with those keys are returned.
+    with those keys are returned. ``key_groups`` (a Flink savepoint's keyed or logical table: the
+    key groups of SQL key rows its filters fix) reads only those key groups, one task per subtask
+    that holds any.
     """
+    if key_groups is not None and spec.kind in ("keyed", "logical") and meta.keyed_format == "flink":
+        tasks = []
+        for i in range(meta.parallelism):
+            rng = key_group_range(meta.max_parallelism, meta.parallelism, i)
+            mine = sorted(kg for kg in key_groups if kg in rng)
+            if mine:
+                tasks.append(ScanTask(key_group_range=(mine[0], mine[-1]), key_groups=frozenset(mine), keys=keys))
+        return tasks
     if spec.kind == "logical":  # per key: split by key-group ranges, every task a part of the table
         return [ScanTask(key_group_range=r) for r in _flink_ranges(meta)]
     if spec.kind in ("split", "union", "broadcast"):
@@ -291,6 +303,12 @@ def read_task_table(sp: Savepoint, meta: OperatorMetadata, spec: TableSpec, task
         if spec.kind == "logical":
             return sp.logical_table(op)
         return sp.broadcast_state(op, spec.state_name)
+    if task.key_group_range is not None and task.key_groups is not None and meta.keyed_format == "flink" \
+            and spec.kind in ("keyed", "logical"):  # a few key groups: read each alone, not the span between them
+        read = sp.logical_table if spec.kind == "logical" else partial(sp.keyed_table, with_key_group=True)
+        parts = [read(op, key_groups=KeyGroupRange(kg, kg)) for kg in sorted(task.key_groups)]
+        table = pa.concat_tables(parts)
+        return table if spec.kind == "logical" else _restrict(table, task)
     if task.key_group_range is not None:
         rng = KeyGroupRange(*task.key_group_range)
         if spec.kind == "logical":

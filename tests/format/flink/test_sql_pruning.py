@@ -56,3 +56,41 @@ def test_spark_tasks_split_a_sql_operators_tables_by_key_group_ranges_and_add_up
             assert sorted(map(repr, (r for p in parts for r in p.to_pylist()))) == \
                 sorted(map(repr, whole.to_pylist())), (op, kind)
             assert sum(p.num_rows > 0 for p in parts) > 1
+
+
+def test_spark_filters_fixing_a_sql_key_read_only_its_key_groups():
+    from pyspark.sql.datasource import EqualTo, GreaterThan, In, IsNotNull
+
+    from statekit.spark.datasource import StatekitReader
+    from statekit.spark.scan import TableSpec, read_task_table
+
+    sp = Savepoint.open(CASE / "savepoint", plan=CASE / "plan.json")
+
+    def scan(op: str, kind: str, filters: list) -> tuple[list, list, list]:
+        meta = sp.operator(op)
+        reader = StatekitReader(meta, TableSpec(str(CASE / "savepoint"), meta.uid_hash, kind, plan=str(CASE / "plan.json")))
+        left = list(reader.pushFilters(filters))
+        tasks = [p.value for p in reader.partitions()]
+        rows = [r for t in tasks for r in read_task_table(sp, meta, reader.spec, t).to_pylist()]
+        return left, tasks, rows
+
+    whole = sp.keyed_table("6_group-aggregate", with_key_group=True).to_pylist()
+    alice = sp.key_group_of("6_group-aggregate", {"user_name": "alice"})
+    for kind, path in (("keyed", ("key", "user_name")), ("logical", ("user_name",))):
+        filters = [IsNotNull(("key",)), EqualTo(path, "alice")]
+        left, tasks, rows = scan("6_group-aggregate", kind, filters)
+        assert EqualTo(path, "alice") in left  # Spark still filters the rows: only the key groups are pruned
+        assert [t.key_groups for t in tasks] == [frozenset({alice})], kind
+        name = (lambda r: r["key"]["user_name"]) if kind == "keyed" else (lambda r: r["user_name"])
+        assert "alice" in {name(r) for r in rows}
+        assert len(rows) == sum(r["key_group"] == alice for r in whole) < len(whole)
+    # two-field key fixed by = and IN: both rows' key groups; the logical table's rows all come from them
+    rows2 = [{"user_name": "bartholomew", "device": d} for d in (1, 2)]
+    groups = frozenset(sp.key_group_of("25_deduplicate", r) for r in rows2)
+    _, tasks, rows = scan("25_deduplicate", "logical", [EqualTo(("user_name",), "bartholomew"), In(("device",), (1, 2))])
+    assert frozenset().union(*(t.key_groups for t in tasks)) == groups
+    assert {(r["user_name"], r["device"]) for r in rows} >= {("bartholomew", 1), ("bartholomew", 2)}
+    # a field left open, or a range: every key group (no pruning)
+    for filters in ([EqualTo(("key", "user_name"), "bartholomew")], [GreaterThan(("key", "user_name"), "a")]):
+        _, tasks, _ = scan("25_deduplicate", "keyed", filters)
+        assert all(t.key_groups is None for t in tasks) and len(tasks) == sp.operator("25_deduplicate").parallelism
