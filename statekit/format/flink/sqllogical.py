@@ -394,6 +394,15 @@ def logical_table(names: OperatorNames, table: pa.Table, timers: pa.Table, where
             f"{where}: aggregate {', '.join(unknown)} keeps an accumulator statekit does not evaluate (it evaluates "
             "COUNT, SUM, SUM0, AVG, and MIN/MAX over append-only input); read the physical table (its accumulator row)."
         )
+    zone = _local_zone(names)
     if build is _window_aggregate:
-        return _window_aggregate(names, table, _local_zone(names), watermark)
-    return build(names, table, _local_zone(names))
+        return _window_aggregate(names, table, zone, watermark)
+    if table.num_rows and table.column(0).num_chunks > 1:
+        # every output row comes from one stored row: built batch by batch, the decoded columns are never
+        # copied into one chunk (combine_chunks of 2M keys' struct columns costs more than the decoding)
+        parts = [build(names, pa.Table.from_batches([b]), zone) for b in table.to_batches() if b.num_rows]
+        try:
+            return pa.concat_tables(parts)
+        except pa.ArrowInvalid:  # a batch where a column came out with another type (e.g. all NULL)
+            return build(names, table, zone)
+    return build(names, table, zone)
