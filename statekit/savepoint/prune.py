@@ -108,10 +108,18 @@ class PruneReport:
         return "\n".join([head, *lines] if lines else [head, "  nothing expired"])
 
 
-def _ttl_states(meta: OperatorMetadata) -> list[tuple[str, str]]:
-    """(state, value|map) of `meta`'s keyed states whose values are TTL-wrapped (SQL: ``struct<last_access,value>``)."""
+def _ttl_states(sp: Any, meta: OperatorMetadata) -> list[tuple[str, str]]:
+    """(state, value|map) of `meta`'s keyed states whose values are TTL-wrapped.
+
+    SQL state shows them as ``struct<last_access,value>``; DataStream and PyFlink state as the
+    TtlValue's bytes (``binary``: the last access time's 8 bytes, then the value's), recognised by
+    the serializer snapshot the savepoint holds (`TtlSerializerSnapshot`).
+    """
+    from statekit.format.flink.serializers import is_ttl_bytes
+    from statekit.savepoint.flink_out import carried_serializers
     from statekit.types import parse_ddl
 
+    carried = None
     out = []
     for s in meta.keyed_states:
         t = parse_ddl(s.type)
@@ -120,8 +128,18 @@ def _ttl_states(meta: OperatorMetadata) -> list[tuple[str, str]]:
             kind = "map"
         else:
             kind = s.kind
-        if pa.types.is_struct(t) and [f.name for f in t] == TTL_FIELDS and kind in ("value", "map"):
+        if kind not in ("value", "map"):
+            continue
+        if pa.types.is_struct(t) and [f.name for f in t] == TTL_FIELDS:
             out.append((s.name, kind))
+        elif pa.types.is_binary(t):
+            carried = carried or carried_serializers(sp, meta)
+            got = carried.states.get(s.name) if carried is not None else None
+            vt = got.value_type if got is not None else None
+            if vt is not None and kind == "map":
+                vt = vt.children[1] if len(vt.children) == 2 else None
+            if is_ttl_bytes(vt):
+                out.append((s.name, kind))
     return out
 
 
@@ -160,6 +178,8 @@ def _value_bytes(sp: Any, meta: OperatorMetadata, state: str, kind: str, removed
 
     if not len(removed):
         return 0
+    if pa.types.is_binary(removed.type):  # TtlValues shown as their bytes (DataStream, PyFlink): what Flink stored
+        return int(pc.sum(pc.binary_length(removed)).as_py() or 0)
     carried = carried_serializers(sp, meta)
     got = carried.states.get(state) if carried is not None else None
     if got is None:
@@ -168,16 +188,51 @@ def _value_bytes(sp: Any, meta: OperatorMetadata, state: str, kind: str, removed
     return int(encode(removed, t, what=f"state {state!r}").lengths.sum())
 
 
+def _binary_parts(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """A binary array's value offsets (n + 1, int64, into the returned data) and its data bytes."""
+    offsets = np.frombuffer(arr.buffers()[1], np.int32)[arr.offset : arr.offset + len(arr) + 1].astype(np.int64)
+    data = arr.buffers()[2]
+    return offsets, np.frombuffer(data, np.uint8) if data is not None else np.zeros(0, np.uint8)
+
+
+#: a TtlValue's bytes (`TtlSerializer`): the last access time (big-endian i64), then the value's
+_STAMP = 8
+
+
+def _last_access(wrapped: pa.Array) -> np.ndarray:
+    """Each TTL-wrapped value's last access time (ms; +inf for nulls): a struct's field, or a TtlValue's first 8 bytes."""
+    valid = wrapped.is_valid().to_numpy(zero_copy_only=False)
+    if pa.types.is_binary(wrapped.type):
+        offsets, data = _binary_parts(wrapped)
+        ok = valid & (np.diff(offsets) >= _STAMP)
+        last = np.full(len(wrapped), np.inf)
+        if ok.any():
+            every = np.ndarray((len(data) - _STAMP + 1,), ">i8", buffer=data, strides=(1,))  # an i64 at every byte
+            last[ok] = every[offsets[:-1][ok]].astype(np.float64)
+        return last
+    last = pc.struct_field(wrapped, "last_access").to_numpy(zero_copy_only=False)
+    return np.where(valid, np.nan_to_num(np.asarray(last, np.float64), nan=np.inf), np.inf)
+
+
 def _expired(wrapped: pa.Array, now: int, ttl: int) -> np.ndarray:
     """Which TTL-wrapped values expired at `now` (null values: not)."""
-    last = pc.struct_field(wrapped, "last_access").to_numpy(zero_copy_only=False)
-    valid = wrapped.is_valid().to_numpy(zero_copy_only=False)
-    last = np.where(valid, np.nan_to_num(np.asarray(last, np.float64), nan=np.inf), np.inf)
-    return valid & (last + ttl <= now)
+    return _last_access(wrapped) + ttl <= now
 
 
 def _touched(wrapped: pa.Array, touch: int) -> pa.Array:
     """TTL-wrapped values with their last access set to `touch` (nulls stay null)."""
+    if pa.types.is_binary(wrapped.type):  # each TtlValue's timestamp bytes rewritten in a copy of the data
+        offsets, data = _binary_parts(wrapped)
+        data = data[offsets[0] : offsets[-1]].copy()
+        offsets = offsets - offsets[0]
+        ok = wrapped.is_valid().to_numpy(zero_copy_only=False) & (np.diff(offsets) >= _STAMP)
+        at = offsets[:-1][ok]
+        stamp = np.frombuffer(int(touch).to_bytes(_STAMP, "big", signed=True), np.uint8)
+        data[(at[:, None] + np.arange(_STAMP)).ravel()] = np.tile(stamp, len(at))
+        validity = None if not wrapped.null_count else pa.py_buffer(
+            np.packbits(wrapped.is_valid().to_numpy(zero_copy_only=False), bitorder="little"))
+        return pa.Array.from_buffers(pa.binary(), len(wrapped), [validity, pa.py_buffer(offsets.astype(np.int32)),
+                                                                 pa.py_buffer(data)])
     value = pc.struct_field(wrapped, "value")
     last = pa.array(np.full(len(wrapped), touch, np.int64), wrapped.type.field("last_access").type)
     mask = None if not wrapped.null_count else pc.invert(wrapped.is_valid())
@@ -186,7 +241,7 @@ def _touched(wrapped: pa.Array, touch: int) -> pa.Array:
 
 def _prune_table(sp: Any, meta: OperatorMetadata, keyed: pa.Table, now: int, ttl: Any, touch: int | None,
                  report: list[StatePruned]) -> pa.Table:
-    for state, kind in _ttl_states(meta):
+    for state, kind in _ttl_states(sp, meta):
         ms = _ttl_for(ttl, sp, meta, state)
         col = keyed.column(state)
         col = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
@@ -252,7 +307,7 @@ def prune_expired(source: str | os.PathLike[str] | Savepoint, target: str | os.P
     touch_ms = _instant_ms(touch) if touch is not None else None
     edits: dict[str, Any] = {}
     for meta in sp.operators:
-        if meta.key_type is None or not _ttl_states(meta) or (wanted is not None and meta.uid_hash not in wanted):
+        if meta.key_type is None or not _ttl_states(sp, meta) or (wanted is not None and meta.uid_hash not in wanted):
             continue
         before = len(report.states)
         pruned = _prune_table(sp, meta, sp.keyed_table(meta.identifier, with_key_group=True), report.now, ttl,

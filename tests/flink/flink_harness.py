@@ -58,6 +58,8 @@ API_BEFORE_1_19: tuple[tuple[str, str], ...] = (
     ("org.apache.flink.streaming.api.functions.sink.v2.DiscardingSink",
      "org.apache.flink.streaming.api.functions.sink.DiscardingSink"),
     (".sinkTo(new DiscardingSink<>())", ".addSink(new DiscardingSink<>())"),
+    # StateTtlConfig.newBuilder(Duration) arrived in 1.19
+    ("StateTtlConfig.newBuilder(java.time.Duration.ofDays(", "StateTtlConfig.newBuilder(org.apache.flink.api.common.time.Time.days("),
 )
 
 

@@ -318,6 +318,12 @@ def _sql_composite(inp: DataInput, start: int, cls: str, version: int, kind: str
     return FlinkType("tuple", cls, version, raw, children, ("last_access", "value"), form="ttl")
 
 
+def is_ttl_bytes(t: FlinkType | None) -> bool:
+    """Whether `t` is a TTL-wrapped value shown as its bytes (`without_ttl`): the last access time's 8 big-endian
+    bytes, then the value's (`TtlSerializer`)."""
+    return t is not None and t.form is None and t.kind == "binary" and _SQL_COMPOSITES.get(t.snapshot_class) == "ttl"
+
+
 def without_ttl(t: FlinkType) -> FlinkType:
     """`t` with TTL-wrapped parts as opaque bytes: how DataStream and PyFlink TTL state is presented (only SQL
     state shows its last-access times, `keyed.layout`)."""

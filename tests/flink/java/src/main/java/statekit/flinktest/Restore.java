@@ -35,7 +35,7 @@ import java.util.*;
  * {"parallelism": 2, "max_parallelism": 256,            (job-wide env.setMaxParallelism; optional)
  *  "operators": [
  *   {"uid": "counter", "kind": "keyed", "key_type": "string", "parallelism": 2, "max_parallelism": 256,
- *    "states": [{"name": "count", "kind": "value", "type": "bigint"},
+ *    "states": [{"name": "count", "kind": "value", "type": "bigint"},      (optional "ttl_days": N: a TTL state)
  *               {"name": "per_kind", "kind": "map", "key_type": "string", "type": "bigint"}, ...]},
  *   {"uid": "buffer", "kind": "operator", "states": [{"name": "buffered", "kind": "list", "type": "string"},
  *                                                   {"name": "seen", "kind": "union", "type": "bigint"}]},
@@ -63,13 +63,18 @@ public class Restore {
         String name = s.get("name").asText();
         String kind = s.get("kind").asText();
         TypeInformation t = Ddl.type(s.get("type").asText());
+        StateDescriptor<?, ?> d;
         switch (kind) {
-            case "value": return new ValueStateDescriptor<>(name, t);
-            case "list": case "union": return new ListStateDescriptor<>(name, t);
-            case "map": return new MapStateDescriptor<>(name, Ddl.type(s.get("key_type").asText()), t);
-            case "reducing": return new ReducingStateDescriptor<>(name, Ddl.reducer(s.get("type").asText()), t);
+            case "value": d = new ValueStateDescriptor<>(name, t); break;
+            case "list": case "union": d = new ListStateDescriptor<>(name, t); break;
+            case "map": d = new MapStateDescriptor<>(name, Ddl.type(s.get("key_type").asText()), t); break;
+            case "reducing": d = new ReducingStateDescriptor<>(name, Ddl.reducer(s.get("type").asText()), t); break;
             default: throw new IllegalArgumentException("state kind " + kind);
         }
+        if (s.has("ttl_days")) {  // TTL state (its values stored as TtlValue): restored only by a TTL descriptor
+            d.enableTimeToLive(StateTtlConfig.newBuilder(java.time.Duration.ofDays(s.get("ttl_days").asLong())).build());
+        }
+        return d;
     }
 
     /** The JSON of a keyed state's current value (empty list/map = null, as "not set"). */
