@@ -223,9 +223,10 @@ def _logical(sp: "FlinkSavepoint", m: OperatorMetadata, key: tuple, column: str,
             f"'distinctAcc_{i}' (and field {fields[len(names.acc.fields or ()) - len(names.acc.distinct) + i]!r}); a count cannot "
             "be set without naming the values. Edit distinctAcc_{i} instead.".replace("{i}", str(i)))
     ftype = acc_t.field(mine[0]).type
-    if pa.types.is_struct(ftype):  # Min/MaxWithRetractAccumulator: the values live in agg<i>$map
+    if pa.types.is_struct(ftype):  # Min/MaxWithRetractAccumulator: values in agg<i>$map; ListAgg's: agg<i>$list
+        view = f"list state 'agg{agg.index}$list'" if agg.func == "LISTAGG" else f"map state 'agg{agg.index}$map'"
         raise AmbiguousEditError(f"operator {name}: {column!r} is {agg.func} over retractions; its value comes from "
-                                 f"field {mine[0]!r} and map state 'agg{agg.index}$map', which statekit does not edit.")
+                                 f"field {mine[0]!r} and {view}, which statekit does not edit.")
     v = _fit(value, ftype, f"{column!r} of operator {name}")
     new = dict(acc)
     what += f": {acc[mine[0]]!r} -> {v!r}"

@@ -10,10 +10,13 @@ list. Buffers of the declarative functions (`flink-table-planner` ``functions/ag
 (``MinWithRetractAccumulator``: min, mapSize; its values live in the state ``agg<i>$map``);
 ``FIRST_VALUE``/``LAST_VALUE`` one structured field (firstValue|lastValue and its order; with
 retraction also MapViews), the result its value; ``LISTAGG`` over append-only input delimiter,
-concatenation (the result). A user-defined aggregate keeps one accumulator field: its logical
-column is that accumulator as stored (a RAW accumulator stays its serialized bytes, named by the
-function), never an error. Other functions (LISTAGG over retractions, whose values live in
-ListViews) are refused by name; their physical bytes stay readable.
+concatenation (the result); over retractions one structured field (``ListAggWithRetractAccumulator``:
+list, retractList, and with a separator argument delimiter) whose values live in the ListView state
+``agg<i>$list``: the result is those values joined by the delimiter (``,`` by default), NULL when
+none is left (`ListAggWithRetractAggFunction.getValue`). A user-defined aggregate keeps one
+accumulator field: its logical column is that accumulator as stored (a RAW accumulator stays its
+serialized bytes, named by the function), never an error. Other functions are refused by name; their
+physical bytes stay readable.
 """
 
 from __future__ import annotations
@@ -68,6 +71,8 @@ def _buffers(func: str, nargs: int, retract: bool) -> tuple[str, ...] | None:
         return (func.lower(),)
     if func == "LISTAGG" and not retract:  # ListAggFunction / ListAggWsWithRetract's append-only sibling
         return ("delimiter", "listagg")
+    if func == "LISTAGG":  # ListAgg(Ws)WithRetractAccumulator: one structured field; the values in state agg<i>$list
+        return ("listagg",)
     if func.startswith("UDF:"):  # a user-defined aggregate: its accumulator, one field
         return (func[4:],)
     return None
@@ -116,14 +121,15 @@ def _unique(names: list[str]) -> tuple[str, ...]:
     return tuple(out)
 
 
-def result(agg: Agg, acc: pa.StructArray, where: str) -> pa.Array:
-    """The aggregate's result per accumulator row (its ``getValue``), from the accumulator struct column."""
+def result(agg: Agg, acc: pa.StructArray, where: str, views: dict[str, pa.Array] | None = None) -> pa.Array:
+    """The aggregate's result per accumulator row (its ``getValue``), from the accumulator struct column and, for
+    the functions keeping their values in ListView/MapView states, those states' columns (`views`, by state name)."""
     import pyarrow.compute as pc  # here: the layouts are read when a plan is opened, results only for logical tables
 
     if agg.buffers is None:
         raise UnsupportedFormatError(
             f"{where}: aggregate {agg.func} ({agg.name}) keeps an accumulator statekit does not evaluate (COUNT, SUM, "
-            "SUM0, AVG, MIN/MAX, FIRST_VALUE/LAST_VALUE and append-only LISTAGG it does); its accumulator stays in the "
+            "SUM0, AVG, MIN/MAX, FIRST_VALUE/LAST_VALUE and LISTAGG it does); its accumulator stays in the "
             "physical table."
         )
     f = [acc.field(agg.first + i) for i in range(len(agg.buffers))]
@@ -133,6 +139,8 @@ def result(agg: Agg, acc: pa.StructArray, where: str) -> pa.Array:
     if agg.func in ("FIRST_VALUE", "LAST_VALUE"):  # FirstValueAccumulator / its retracting sibling: the value
         name = "firstValue" if agg.func == "FIRST_VALUE" else "lastValue"
         return f[0].field(name) if pa.types.is_struct(f[0].type) and f[0].type.get_field_index(name) >= 0 else f[0]
+    if agg.func == "LISTAGG" and agg.retract:
+        return _listagg_retract(agg, f[0], (views or {}).get(f"agg{agg.index}$list"), where)
     if agg.func == "LISTAGG":
         return f[1]
     if agg.func.startswith("UDF:"):  # its accumulator as stored (RAW: the serialized bytes)
@@ -165,3 +173,21 @@ def _decimal_avg(total: pa.Array, count: pa.Array, result_type: str) -> pa.Array
     out = [None if t is None or not c else (t / decimal.Decimal(c)).quantize(q, decimal.ROUND_HALF_UP, ctx)
            for t, c in zip(total.to_pylist(), count.to_pylist())]
     return pa.array(out, pa.decimal128(p, sc))
+
+
+def _listagg_retract(agg: Agg, acc: pa.Array, values: pa.Array | None, where: str) -> pa.Array:
+    """`ListAgg(Ws)WithRetractAggFunction.getValue`: the ListView's strings joined by the delimiter; NULL if none."""
+    import pyarrow.compute as pc
+
+    if values is None:
+        raise UnsupportedFormatError(
+            f"{where}: aggregate LISTAGG ({agg.name}) keeps its values in the state agg{agg.index}$list, which this "
+            "savepoint does not hold; its accumulator stays in the physical table.")
+    if pa.types.is_struct(acc.type) and acc.type.get_field_index("delimiter") >= 0:
+        sep = pc.fill_null(acc.field("delimiter"), ",")
+    else:
+        sep = pa.scalar(",")
+    values = values.cast(pa.list_(pa.string()))
+    joined = pc.binary_join(values, sep)
+    empty = pc.fill_null(pc.equal(pc.list_value_length(values), 0), True)
+    return pc.if_else(empty, pa.scalar(None, pa.string()), joined)

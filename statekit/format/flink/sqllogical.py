@@ -137,9 +137,10 @@ def _aggregate(names: OperatorNames, table: pa.Table, zone: str) -> tuple[dict[i
     acc = _unwrap(_combine(table.column(names.acc_state)))
     ngroup = len(names.key)
     out: dict[int, pa.Array] = {}
+    views = {c: _combine(table.column(c)) for c in table.column_names if c.startswith("agg") and "$" in c}
     for agg in names.acc.aggs:
         if not agg.hidden:
-            out[ngroup + agg.index] = result(agg, acc, f"{names.node.uid}")
+            out[ngroup + agg.index] = result(agg, acc, f"{names.node.uid}", views)
     return out, table
 
 
@@ -392,7 +393,7 @@ def logical_table(names: OperatorNames, table: pa.Table, timers: pa.Table, where
         unknown = [a.func for a in names.acc.aggs if a.buffers is None]
         raise UnsupportedFormatError(
             f"{where}: aggregate {', '.join(unknown)} keeps an accumulator statekit does not evaluate (it evaluates "
-            "COUNT, SUM, SUM0, AVG, and MIN/MAX over append-only input); read the physical table (its accumulator row)."
+            "COUNT, SUM, SUM0, AVG, MIN/MAX, FIRST_VALUE/LAST_VALUE and LISTAGG); read the physical table (its accumulator row)."
         )
     zone = _local_zone(names)
     if build is _window_aggregate:

@@ -165,3 +165,24 @@ def test_the_logical_schema_without_rows_is_the_logical_tables():
     assert len(ops) == 7
     for op in ops:
         assert sp.logical_table(op, rows=False).schema == sp.logical_table(op).schema, op
+
+
+LISTAGG = CASE.parent / "plan-hashmap-listagg"  # tests/fixtures/flink/sql/listagg/make.sh
+
+
+def test_listagg_over_retractions_is_what_flinks_own_sink_materialized():
+    """LISTAGG(user_name), LISTAGG(kind, ';') over a keep-last deduplication: the values live in the ListView
+    states agg<i>$list (NULL kinds are skipped; a list left empty gives NULL); Flink's changelog, applied, is the
+    logical table."""
+    rows: Counter = Counter()
+    for change in json.loads((LISTAGG / "sinks.json").read_text("utf-8"))["names_out"]:
+        rows[change[3:-1]] += 1 if change[:2] in ("+I", "+U") else -1
+    sp = Savepoint.open(LISTAGG / "savepoint", plan=LISTAGG / "plan.json")
+    (uid,) = [m.uid for m in sp.operators if sp.operator_kind(m.identifier) == "group aggregate"]
+    table = sp.logical_table(uid)
+    assert table.column_names == ["device", "users", "kinds", "cnt"]
+    mine = Counter(", ".join("null" if v is None else str(v) for v in r.values()) for r in table.to_pylist())
+    assert +rows == mine and len(mine) == 2
+    states = {s.name for s in sp.operator(uid).keyed_states}
+    assert {"agg0$list", "agg0$retractList", "agg1$list", "agg1$retractList"} <= states
+    assert check(LISTAGG / "savepoint", plan=LISTAGG / "plan.json").ok
