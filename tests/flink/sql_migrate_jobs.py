@@ -1,0 +1,213 @@
+"""Versions of a Flink SQL job for the migrate-sql tests: their statements, the Python model of their results, and
+real Flink 2.3.0 runs of them (`sql/SqlMigrate.java`, built in the private generator copy of `sql_restore`).
+
+Every version reads the SQL corpus input (`Model.java`'s orders, batches 1 and 2) and runs from its compiled plan.
+`python -m tests.flink.sql_migrate_jobs` (or `tests/flink/make_sql_migrate_fixtures.sh`) regenerates the committed
+fixtures under tests/fixtures/flink/sql/migrate/: the old job's savepoint after batch 1, and per new version its
+compiled plan and a template savepoint (the new job's own savepoint after batch 1: migrate-sql replaces every
+keyed state in it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import sql_restore  # noqa: E402
+
+FIXTURES = HERE.parent / "fixtures" / "flink" / "sql" / "migrate"
+
+AGG_BASE = "SELECT user_name, COUNT(*), SUM(amount) FROM orders GROUP BY user_name"
+LAST = ("SELECT {cols} FROM (\n  SELECT *, ROW_NUMBER() OVER (PARTITION BY user_name, device ORDER BY ts DESC) AS rn "
+        "FROM orders)\nWHERE rn = 1")
+LAST_COLS = "order_id, user_name, device, amount"
+LAST_SINK = "order_id BIGINT, user_name STRING, device BIGINT, amount BIGINT"
+
+# name -> (sink DDL columns per sink, INSERT statements in job order)
+VERSIONS: dict[str, tuple[dict[str, str], list[str]]] = {
+    "base": ({"agg_out": "user_name STRING, cnt BIGINT, total BIGINT", "last_out": LAST_SINK},
+             [f"INSERT INTO agg_out {AGG_BASE}", f"INSERT INTO last_out {LAST.format(cols=LAST_COLS)}"]),
+    # an aggregate call added to the group aggregate
+    "agg_added": ({"agg_out": "user_name STRING, cnt BIGINT, total BIGINT, top BIGINT", "last_out": LAST_SINK},
+                  ["INSERT INTO agg_out SELECT user_name, COUNT(*), SUM(amount), MAX(amount) FROM orders GROUP BY user_name",
+                   f"INSERT INTO last_out {LAST.format(cols=LAST_COLS)}"]),
+    # one removed
+    "agg_removed": ({"agg_out": "user_name STRING, cnt BIGINT", "last_out": LAST_SINK},
+                    ["INSERT INTO agg_out SELECT user_name, COUNT(*) FROM orders GROUP BY user_name",
+                     f"INSERT INTO last_out {LAST.format(cols=LAST_COLS)}"]),
+    # a column added to the deduplicated row
+    "dedup_column": ({"agg_out": "user_name STRING, cnt BIGINT, total BIGINT",
+                      "last_out": LAST_SINK + ", kind STRING"},
+                     [f"INSERT INTO agg_out {AGG_BASE}", f"INSERT INTO last_out {LAST.format(cols=LAST_COLS + ', kind')}"]),
+    # the same queries in the other order: other ExecNode ids, so other uids and operator ids
+    "reordered": ({"last_out": LAST_SINK, "agg_out": "user_name STRING, cnt BIGINT, total BIGINT"},
+                  [f"INSERT INTO last_out {LAST.format(cols=LAST_COLS)}", f"INSERT INTO agg_out {AGG_BASE}"]),
+    # GROUP BY keys changed: refused
+    "keys_changed": ({"agg_out": "user_name STRING, device BIGINT, cnt BIGINT, total BIGINT", "last_out": LAST_SINK},
+                     ["INSERT INTO agg_out SELECT user_name, device, COUNT(*), SUM(amount) FROM orders "
+                      "GROUP BY user_name, device",
+                      f"INSERT INTO last_out {LAST.format(cols=LAST_COLS)}"]),
+}
+
+
+# -- the model -----------------------------------------------------------------------------------------------------
+def _s(v: Any) -> str:
+    return "null" if v is None else str(v)
+
+
+def row(*fields: Any) -> str:
+    """A materialized row as the corpus sinks render it (``Row.toString`` without its kind)."""
+    return "[" + ", ".join(_s(f) for f in fields) + "]"
+
+
+def _agg(orders: list[dict]) -> dict[Any, dict]:
+    out: dict[Any, dict] = {}
+    for o in orders:
+        a = out.setdefault(o["user_name"], {"cnt": 0, "total": None, "top": None})
+        a["cnt"] += 1
+        if o["amount"] is not None:
+            a["total"] = o["amount"] if a["total"] is None else a["total"] + o["amount"]
+            a["top"] = o["amount"] if a["top"] is None else max(a["top"], o["amount"])
+    return out
+
+
+def _last(orders: list[dict]) -> dict[Any, dict]:
+    out: dict[Any, dict] = {}
+    for o in orders:
+        k = (o["user_name"], o["device"])
+        if k not in out or out[k]["ts"] <= o["ts"]:
+            out[k] = o
+    return out
+
+
+def results(version: str, orders: list[dict], *, carried: dict[Any, dict] | None = None,
+            carried_last: dict[Any, dict] | None = None) -> dict[str, list[str]]:
+    """The materialized sinks of `version` after `orders`; `carried`: group accumulators the job starts from (a
+    migrated state: counts and totals of the old job, the added MAX empty), `carried_last`: kept rows it starts from."""
+    agg = {k: dict(v) for k, v in (carried or {}).items()}
+    for k, v in _agg(orders).items():
+        a = agg.setdefault(k, {"cnt": 0, "total": None, "top": None})
+        a["cnt"] += v["cnt"]
+        for f, op in (("total", lambda x, y: x + y), ("top", max)):
+            if v[f] is not None:
+                a[f] = v[f] if a[f] is None else op(a[f], v[f])
+    last = dict(carried_last or {})
+    for k, o in _last(orders).items():
+        if k not in last or last[k]["ts"] <= o["ts"]:
+            last[k] = o
+    cols = {"agg_added": ("cnt", "total", "top"), "agg_removed": ("cnt",)}.get(version, ("cnt", "total"))
+    if version == "keys_changed":
+        agg_rows = []
+        for (name, device), v in _agg_by_device(orders).items():
+            agg_rows.append(row(name, device, v["cnt"], v["total"]))
+    else:
+        agg_rows = [row(k, *(a[c] for c in cols)) for k, a in agg.items()]
+    with_kind = version == "dedup_column"
+    last_rows = [row(o["order_id"], o["user_name"], o["device"], o["amount"], *([o.get("kind")] if with_kind else []))
+                 for o in last.values()]
+    return {"agg_out": sorted(agg_rows), "last_out": sorted(last_rows)}
+
+
+def _agg_by_device(orders: list[dict]) -> dict[Any, dict]:
+    out: dict[Any, dict] = {}
+    for o in orders:
+        out.setdefault((o["user_name"], o["device"]), []).append(o)
+    return {k: _agg(v)[k[0]] for k, v in out.items()}
+
+
+def migrated_start(new: str, orders1: list[dict]) -> tuple[dict, dict]:
+    """What the new job holds after migrate-sql of the base job's batch-1 state: the group accumulators (an added
+    MAX empty) and the kept rows (an added column NULL)."""
+    agg = {k: {**v, "top": None} for k, v in _agg(orders1).items()}
+    last = {k: ({**o, "kind": None} if new == "dedup_column" else o) for k, o in _last(orders1).items()}
+    return agg, last
+
+
+def input_rows(work: Path) -> dict[str, list[dict]]:
+    """The corpus input (orders of batches 1 and 2), as Model.java makes it."""
+    got = run([{"action": "input"}], work)
+    return json.loads(got[0].read_text())
+
+
+# -- real Flink ----------------------------------------------------------------------------------------------------
+def run(tasks: list[dict[str, Any]], work: Path) -> list[Path]:
+    """Run the tasks of `SqlMigrate.java` in one JVM; returns each task's output path."""
+    gen = sql_restore.build()
+    work.mkdir(parents=True, exist_ok=True)
+    outs = []
+    spec = []
+    for i, t in enumerate(tasks):
+        out = work / f"task-{i}" if t["action"] == "make" else work / f"task-{i}.json"
+        outs.append(Path(t.get("out", out)))
+        spec.append({**t, "out": str(outs[-1])})
+    (work / "migrate-tasks.json").write_text(json.dumps(spec))
+    env = dict(os.environ, FLINKBUILD_DIR=str(sql_restore.WORK / "build"), SKIP_BUILD="1", JAVA_OPTS="-Xmx1g")
+    done = subprocess.run(["bash", str(gen / "run.sh"), "SqlMigrate", str(work / "migrate-tasks.json")], env=env,
+                          capture_output=True, text=True)
+    if done.returncode:
+        raise RuntimeError(f"SqlMigrate failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
+    return outs
+
+
+def restore_task(version: str, savepoint: Path, plan: Path) -> dict[str, Any]:
+    sinks, _ = VERSIONS[version]
+    return {"action": "restore", "savepoint": str(Path(savepoint).resolve()), "plan": str(Path(plan).resolve()),
+            "sinks": sinks}
+
+
+def restored(path: Path) -> dict[str, Any]:
+    return json.loads(Path(path).read_text())
+
+
+def apply_changelog(start: dict[str, list[str]], changelog: dict[str, list[str]]) -> tuple[dict, dict]:
+    """`start` with the changelog applied; retractions of rows not there are returned apart."""
+    out, missing = {}, {}
+    for sink, rows in start.items():
+        table = list(rows)
+        for change in changelog.get(sink, []):
+            r = change[2:]
+            if change.startswith("+"):
+                table.append(r)
+            elif r in table:
+                table.remove(r)
+            else:
+                missing.setdefault(sink, []).append(change)
+        out[sink] = sorted(table)
+    return out, missing
+
+
+def make_fixtures(dest: Path = FIXTURES) -> None:
+    """Regenerate the committed fixtures with real Flink (about a minute)."""
+    work = Path(os.environ.get("TMPDIR", "/tmp")) / "statekit-sql-migrate-make"
+    shutil.rmtree(work, ignore_errors=True)
+    inp = input_rows(work)
+    for name, (sinks, inserts) in VERSIONS.items():
+        # one JVM per version: the planner numbers ExecNodes (and so the uids) from a JVM-wide counter, so a plan
+        # compiled after another would get other uids than the same job compiled on its own
+        run([{"action": "make", "sinks": sinks, "inserts": inserts, "expect": results(name, inp["orders1"]),
+              "out": str(work / name)}], work / f"jvm-{name}")
+    dest.mkdir(parents=True, exist_ok=True)
+    for name in VERSIONS:
+        shutil.rmtree(dest / name, ignore_errors=True)
+        shutil.copytree(work / name, dest / name)
+        for p in (dest / name).rglob("*"):
+            p.chmod(0o755 if p.is_dir() else 0o644)
+    (dest / "input.json").write_text(json.dumps(inp))
+    (dest / "versions.json").write_text(json.dumps(VERSIONS, indent=1))
+
+
+if __name__ == "__main__":
+    make_fixtures()
+
+
+def input_rows_cached() -> dict[str, list[dict]]:
+    """The committed input rows (made with the fixtures from Model.java)."""
+    return json.loads((FIXTURES / "input.json").read_text())

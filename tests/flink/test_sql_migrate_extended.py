@@ -1,0 +1,29 @@
+"""migrate-sql against real Flink 2.3.0, the pairs `make test` leaves out (`make test-extended`): an aggregate call
+removed from the group aggregate, and the queries reordered so that every operator id changes."""
+
+from __future__ import annotations
+
+import pytest
+from test_sql_migrate import check_pair, migrate_and_restore
+
+pytestmark = [pytest.mark.flink, pytest.mark.extended]
+
+PAIRS = ("agg_removed", "reordered")
+
+
+@pytest.fixture(scope="module")
+def restored(tmp_path_factory):
+    return migrate_and_restore(PAIRS, tmp_path_factory.mktemp("sql-migrate-extended"))
+
+
+@pytest.mark.parametrize("new", PAIRS)
+def test_migrated_state_restores_and_continues(restored, new) -> None:
+    flink_own, migrated, _ = restored[new]
+    check_pair(new, flink_own, migrated)
+
+
+def test_reordered_operators_get_the_new_ids(restored) -> None:
+    flink_own, _, report = restored["reordered"]
+    assert "Cannot map checkpoint/savepoint state" in flink_own["error"], flink_own["error"]
+    moved = [m for m in report.operators if m.old is not None and m.old.uid_hash != m.new.uid_hash]
+    assert len(moved) == 2 and "operator id" in str(report)
