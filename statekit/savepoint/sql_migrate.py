@@ -115,7 +115,7 @@ def _sql_ops(sp: Any) -> list[_Op]:
             continue
         stored = carried_serializers(sp, m)
         key = stored.key if stored is not None else None
-        roots = tuple(str(t.ddl()) for t in key.logical) if key is not None and key.form == "row" else (str(m.key_type),)
+        roots = tuple(str(t.ddl()).upper() for t in key.logical) if key is not None and key.form == "row" else (str(m.key_type).upper(),)
         kind = sp.operator_kind(m.identifier) or "other"
         out.append(_Op(m, kind, _family(kind), roots, sp.plan_names(m.identifier)))
     return out

@@ -2,10 +2,11 @@
 real Flink 2.3.0 runs of them (`sql/SqlMigrate.java`, built in the private generator copy of `sql_restore`).
 
 Every version reads the SQL corpus input (`Model.java`'s orders, batches 1 and 2) and runs from its compiled plan.
-`python -m tests.flink.sql_migrate_jobs` (or `tests/flink/make_sql_migrate_fixtures.sh`) regenerates the committed
-fixtures under tests/fixtures/flink/sql/migrate/: the old job's savepoint after batch 1, and per new version its
-compiled plan and a template savepoint (the new job's own savepoint after batch 1: migrate-sql replaces every
-keyed state in it).
+`.venv/bin/python tests/flink/sql_migrate_jobs.py [VERSION ...]` (JDK 17 + Maven; set STATEKIT_FLINKBUILD as for
+the other Flink tests) regenerates the committed fixtures under tests/fixtures/flink/sql/migrate/ (all versions, or
+the named ones): per version its compiled plan and its savepoint after batch 1 -- the old job's state for `base` and
+`win_base`, the template of the new job for the others (migrate-sql replaces every keyed SQL state in it) -- plus
+the input rows (input.json) the model reads.
 """
 
 from __future__ import annotations
@@ -31,6 +32,10 @@ LAST = ("SELECT {cols} FROM (\n  SELECT *, ROW_NUMBER() OVER (PARTITION BY user_
 LAST_COLS = "order_id, user_name, device, amount"
 LAST_SINK = "order_id BIGINT, user_name STRING, device BIGINT, amount BIGINT"
 
+WIN = ("INSERT INTO win_out SELECT user_id, COUNT(*), SUM(amount)\n"
+       "FROM TABLE(TUMBLE(TABLE orders, DESCRIPTOR(ts), INTERVAL '{size}' SECOND))\nGROUP BY user_id, window_start, window_end")
+WM_DELAY = 15_000
+
 # name -> (sink DDL columns per sink, INSERT statements in job order)
 VERSIONS: dict[str, tuple[dict[str, str], list[str]]] = {
     "base": ({"agg_out": "user_name STRING, cnt BIGINT, total BIGINT", "last_out": LAST_SINK},
@@ -55,6 +60,14 @@ VERSIONS: dict[str, tuple[dict[str, str], list[str]]] = {
                      ["INSERT INTO agg_out SELECT user_name, device, COUNT(*), SUM(amount) FROM orders "
                       "GROUP BY user_name, device",
                       f"INSERT INTO last_out {LAST.format(cols=LAST_COLS)}"]),
+    # a DISTINCT added: refused
+    "distinct_added": ({"agg_out": "user_name STRING, cnt BIGINT, total BIGINT, kinds BIGINT", "last_out": LAST_SINK},
+                       ["INSERT INTO agg_out SELECT user_name, COUNT(*), SUM(amount), COUNT(DISTINCT kind) FROM orders "
+                        "GROUP BY user_name",
+                        f"INSERT INTO last_out {LAST.format(cols=LAST_COLS)}"]),
+    # a window TVF aggregate, and the same with another window size: refused
+    "win_base": ({"win_out": "user_id BIGINT, cnt BIGINT, total BIGINT"}, [WIN.format(size=10)]),
+    "win_changed": ({"win_out": "user_id BIGINT, cnt BIGINT, total BIGINT"}, [WIN.format(size=20)]),
 }
 
 
@@ -103,6 +116,20 @@ def results(version: str, orders: list[dict], *, carried: dict[Any, dict] | None
     for k, o in _last(orders).items():
         if k not in last or last[k]["ts"] <= o["ts"]:
             last[k] = o
+    if version.startswith("win"):
+        size = 1000 * (20 if version == "win_changed" else 10)
+        wm = max(o["ts"] for o in orders) - WM_DELAY
+        wins: dict[Any, list[dict]] = {}
+        for o in orders:
+            wins.setdefault((o["user_id"], o["ts"] - o["ts"] % size), []).append(o)
+        fired = [(k, v) for k, v in wins.items() if k[1] + size - 1 <= wm]
+        return {"win_out": sorted(row(k[0], len(v), _total(v)) for k, v in fired)}
+    if version == "distinct_added":
+        kinds: dict[Any, set] = {}
+        for o in orders:
+            kinds.setdefault(o["user_name"], set()).update([o["kind"]] if o["kind"] is not None else [])
+        return {"agg_out": sorted(row(k, a["cnt"], a["total"], len(kinds[k])) for k, a in _agg(orders).items()),
+                "last_out": results("base", orders)["last_out"]}
     cols = {"agg_added": ("cnt", "total", "top"), "agg_removed": ("cnt",)}.get(version, ("cnt", "total"))
     if version == "keys_changed":
         agg_rows = []
@@ -114,6 +141,11 @@ def results(version: str, orders: list[dict], *, carried: dict[Any, dict] | None
     last_rows = [row(o["order_id"], o["user_name"], o["device"], o["amount"], *([o.get("kind")] if with_kind else []))
                  for o in last.values()]
     return {"agg_out": sorted(agg_rows), "last_out": sorted(last_rows)}
+
+
+def _total(orders: list[dict]) -> int | None:
+    amounts = [o["amount"] for o in orders if o["amount"] is not None]
+    return sum(amounts) if amounts else None
 
 
 def _agg_by_device(orders: list[dict]) -> dict[Any, dict]:
@@ -184,18 +216,21 @@ def apply_changelog(start: dict[str, list[str]], changelog: dict[str, list[str]]
     return out, missing
 
 
-def make_fixtures(dest: Path = FIXTURES) -> None:
-    """Regenerate the committed fixtures with real Flink (about a minute)."""
+def make_fixtures(dest: Path = FIXTURES, names: list[str] | None = None) -> None:
+    """Regenerate the committed fixtures (`names`: only those versions) with real Flink, one JVM per version
+    (about 30 s each on an idle machine)."""
     work = Path(os.environ.get("TMPDIR", "/tmp")) / "statekit-sql-migrate-make"
     shutil.rmtree(work, ignore_errors=True)
     inp = input_rows(work)
-    for name, (sinks, inserts) in VERSIONS.items():
+    names = names or list(VERSIONS)
+    for name in names:
+        sinks, inserts = VERSIONS[name]
         # one JVM per version: the planner numbers ExecNodes (and so the uids) from a JVM-wide counter, so a plan
         # compiled after another would get other uids than the same job compiled on its own
         run([{"action": "make", "sinks": sinks, "inserts": inserts, "expect": results(name, inp["orders1"]),
               "out": str(work / name)}], work / f"jvm-{name}")
     dest.mkdir(parents=True, exist_ok=True)
-    for name in VERSIONS:
+    for name in names:
         shutil.rmtree(dest / name, ignore_errors=True)
         shutil.copytree(work / name, dest / name)
         for p in (dest / name).rglob("*"):
@@ -205,7 +240,7 @@ def make_fixtures(dest: Path = FIXTURES) -> None:
 
 
 if __name__ == "__main__":
-    make_fixtures()
+    make_fixtures(names=sys.argv[1:] or None)
 
 
 def input_rows_cached() -> dict[str, list[dict]]:
