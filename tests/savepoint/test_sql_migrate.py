@@ -135,7 +135,7 @@ def test_cli_dry_run_apply_and_refusal(tmp_path) -> None:
 
 
 def test_a_distinct_added_is_refused(tmp_path) -> None:
-    with pytest.raises(MigrationRefusedError, match=r"a DISTINCT added \(EXPR\$4 COUNT\(DISTINCT kind\)\): the distinct "
+    with pytest.raises(MigrationRefusedError, match=r"a DISTINCT added \(EXPR\$3 COUNT\(DISTINCT kind\)\): the distinct "
                                                     r"values seen so far are not in the old state"):
         _migrate("distinct_added", tmp_path / "out")
     assert not (tmp_path / "out").exists()
