@@ -35,6 +35,9 @@ LAST_SINK = "order_id BIGINT, user_name STRING, device BIGINT, amount BIGINT"
 WIN = ("INSERT INTO win_out SELECT user_id, COUNT(*), SUM(amount)\n"
        "FROM TABLE(TUMBLE(TABLE orders, DESCRIPTOR(ts), INTERVAL '{size}' SECOND))\nGROUP BY user_id, window_start, window_end")
 WM_DELAY = 15_000
+JOIN = ("INSERT INTO join_out SELECT o.order_id, o.user_name, p.pay_method{cols}\n"
+        "FROM orders o JOIN payments p ON o.order_id = p.order_id")
+JOIN_SINK = "order_id BIGINT, user_name STRING, pay_method STRING"
 
 # name -> (sink DDL columns per sink, INSERT statements in job order)
 VERSIONS: dict[str, tuple[dict[str, str], list[str]]] = {
@@ -68,6 +71,9 @@ VERSIONS: dict[str, tuple[dict[str, str], list[str]]] = {
     # a window TVF aggregate, and the same with another window size: refused
     "win_base": ({"win_out": "user_id BIGINT, cnt BIGINT, total BIGINT"}, [WIN.format(size=10)]),
     "win_changed": ({"win_out": "user_id BIGINT, cnt BIGINT, total BIGINT"}, [WIN.format(size=20)]),
+    # a regular join, and the same with a column added to its left rows
+    "join_base": ({"join_out": JOIN_SINK}, [JOIN.format(cols="")]),
+    "join_column": ({"join_out": JOIN_SINK + ", amount BIGINT"}, [JOIN.format(cols=", o.amount")]),
 }
 
 
@@ -101,8 +107,19 @@ def _last(orders: list[dict]) -> dict[Any, dict]:
     return out
 
 
+def join_rows(version: str, orders: list[dict], payments: list[dict]) -> list[str]:
+    """The rows of the join of `version` over these orders and payments."""
+    out = []
+    for o in orders:
+        for p in payments:
+            if o["order_id"] == p["order_id"]:
+                extra = [o["amount"]] if version == "join_column" else []
+                out.append(row(o["order_id"], o["user_name"], p["pay_method"], *extra))
+    return sorted(out)
+
+
 def results(version: str, orders: list[dict], *, carried: dict[Any, dict] | None = None,
-            carried_last: dict[Any, dict] | None = None) -> dict[str, list[str]]:
+            carried_last: dict[Any, dict] | None = None, payments: list[dict] | None = None) -> dict[str, list[str]]:
     """The materialized sinks of `version` after `orders`; `carried`: group accumulators the job starts from (a
     migrated state: counts and totals of the old job, the added MAX empty), `carried_last`: kept rows it starts from."""
     agg = {k: dict(v) for k, v in (carried or {}).items()}
@@ -124,6 +141,8 @@ def results(version: str, orders: list[dict], *, carried: dict[Any, dict] | None
             wins.setdefault((o["user_id"], o["ts"] - o["ts"] % size), []).append(o)
         fired = [(k, v) for k, v in wins.items() if k[1] + size - 1 <= wm]
         return {"win_out": sorted(row(k[0], len(v), _total(v)) for k, v in fired)}
+    if version.startswith("join"):
+        return {"join_out": join_rows(version, orders, payments or [])}
     if version == "distinct_added":
         kinds: dict[Any, set] = {}
         for o in orders:
@@ -161,6 +180,19 @@ def migrated_start(new: str, orders1: list[dict]) -> tuple[dict, dict]:
     agg = {k: {**v, "top": None} for k, v in _agg(orders1).items()}
     last = {k: ({**o, "kind": None} if new == "dedup_column" else o) for k, o in _last(orders1).items()}
     return agg, last
+
+
+def expected_after_migration(new: str, inp: dict[str, list[dict]]) -> tuple[dict, dict]:
+    """(what the new job's sinks would hold from the migrated state, the model's sinks after batch 2 on top of it)
+    for the new version `new` of a migration from `base` (or `join_base` for the join versions)."""
+    if new.startswith("join"):
+        old_orders = [{**o, "amount": None} for o in inp["orders1"]]  # carried left rows: the added column NULL
+        pays = inp["payments1"] + inp["payments2"]
+        return ({"join_out": join_rows(new, old_orders, inp["payments1"])},
+                {"join_out": join_rows(new, old_orders + inp["orders2"], pays)})
+    agg, last = migrated_start(new, inp["orders1"])
+    return (results(new, [], carried=agg, carried_last=last),
+            results(new, inp["orders2"], carried=agg, carried_last=last))
 
 
 def input_rows(work: Path) -> dict[str, list[dict]]:
@@ -227,7 +259,8 @@ def make_fixtures(dest: Path = FIXTURES, names: list[str] | None = None) -> None
         sinks, inserts = VERSIONS[name]
         # one JVM per version: the planner numbers ExecNodes (and so the uids) from a JVM-wide counter, so a plan
         # compiled after another would get other uids than the same job compiled on its own
-        run([{"action": "make", "sinks": sinks, "inserts": inserts, "expect": results(name, inp["orders1"]),
+        run([{"action": "make", "sinks": sinks, "inserts": inserts,
+              "expect": results(name, inp["orders1"], payments=inp["payments1"]),
               "out": str(work / name)}], work / f"jvm-{name}")
     dest.mkdir(parents=True, exist_ok=True)
     for name in names:

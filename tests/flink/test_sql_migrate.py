@@ -31,9 +31,10 @@ def migrate_and_restore(pairs: tuple[str, ...], work: Path) -> dict[str, tuple]:
         pytest.skip(why)
     tasks, reports = [], {}
     for new in pairs:
-        reports[new] = migrate_sql(FIX / "base" / "savepoint", work / f"migrated-{new}", plan=FIX / new / "plan.json",
-                                   template=FIX / new / "savepoint", old_plan=FIX / "base" / "plan.json")
-        tasks.append(J.restore_task(new, FIX / "base" / "savepoint", FIX / new / "plan.json"))
+        old = FIX / ("join_base" if new.startswith("join") else "base")
+        reports[new] = migrate_sql(old / "savepoint", work / f"migrated-{new}", plan=FIX / new / "plan.json",
+                                   template=FIX / new / "savepoint", old_plan=old / "plan.json")
+        tasks.append(J.restore_task(new, old / "savepoint", FIX / new / "plan.json"))
         tasks.append(J.restore_task(new, work / f"migrated-{new}", FIX / new / "plan.json"))
     outs = [J.restored(p) for p in J.run(tasks, work / "jvm")]
     return {new: (outs[2 * i], outs[2 * i + 1], reports[new]) for i, new in enumerate(pairs)}
@@ -44,10 +45,7 @@ def check_pair(new: str, flink_own: dict, migrated: dict) -> None:
     assert "error" in flink_own, f"Flink restored the old savepoint into {new} by itself: no migration needed?"
     assert "migrated" not in flink_own["error"]
     assert "error" not in migrated, migrated.get("error")
-    inp = J.input_rows_cached()
-    agg, last = J.migrated_start(new, inp["orders1"])
-    start = J.results(new, [], carried=agg, carried_last=last)  # what the new job holds before batch 2
-    want = J.results(new, inp["orders2"], carried=agg, carried_last=last)
+    start, want = J.expected_after_migration(new, J.input_rows_cached())
     final, missing = J.apply_changelog(start, migrated["changelog"])
     assert missing == {}, missing
     assert final == want

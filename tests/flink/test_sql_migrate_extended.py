@@ -1,5 +1,6 @@
 """migrate-sql against real Flink 2.3.0, the pairs `make test` leaves out (`make test-extended`): an aggregate call
-removed from the group aggregate, and the queries reordered so that every operator id changes."""
+removed from the group aggregate, the queries reordered so that every operator id changes, and a column added to a
+regular join's left rows."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from test_sql_migrate import check_pair, migrate_and_restore
 
 pytestmark = [pytest.mark.flink, pytest.mark.extended]
 
-PAIRS = ("agg_removed", "reordered")
+PAIRS = ("agg_removed", "reordered", "join_column")
 
 
 @pytest.fixture(scope="module")
@@ -27,3 +28,8 @@ def test_reordered_operators_get_the_new_ids(restored) -> None:
     assert "Cannot map checkpoint/savepoint state" in flink_own["error"], flink_own["error"]
     moved = [m for m in report.operators if m.old is not None and m.old.uid_hash != m.new.uid_hash]
     assert len(moved) == 2 and "operator id" in str(report)
+
+
+def test_the_join_rows_get_the_added_column_as_null(restored) -> None:
+    text = str(restored["join_column"][2])
+    assert "left-records: column(s) amount added: NULL in the carried rows" in text, text

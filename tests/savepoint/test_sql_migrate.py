@@ -157,3 +157,23 @@ def test_a_changed_window_definition_is_refused(tmp_path) -> None:
     op = report.operators[0].new.identifier
     assert sorted(map(str, got.keyed_table(op).to_pylist())) == sorted(map(str, want.keyed_table(op).to_pylist()))
     assert got.timers(op).num_rows == want.timers(op).num_rows > 0
+
+
+def test_a_column_added_to_a_joined_row_is_null(tmp_path) -> None:
+    old = FIX / "join_base"
+    report = migrate_sql(old / "savepoint", tmp_path / "out", plan=FIX / "join_column" / "plan.json",
+                         template=FIX / "join_column" / "savepoint", old_plan=old / "plan.json")
+    assert "left-records: column(s) amount added: NULL in the carried rows" in str(report)
+
+    def sides(path: Path, plan: Path) -> tuple[list, list]:
+        sp = FlinkSavepoint.open(path, plan=plan)
+        (m,) = [m for m in sp.operators if m.key_type is not None]
+        rows = sp.keyed_table(m.identifier).to_pylist()
+        left = sorted(str((k, n)) for r in rows for k, n in (r["left-records"] or []))
+        right = sorted(str((k, n)) for r in rows for k, n in (r["right-records"] or []))
+        return left, right
+
+    left, right = sides(tmp_path / "out", FIX / "join_column" / "plan.json")
+    old_left, old_right = sides(old / "savepoint", old / "plan.json")
+    assert right == old_right and len(left) == len(old_left) > 0
+    assert sorted(x.replace(", 'amount': None", "") for x in left) == old_left

@@ -26,7 +26,8 @@ import java.util.concurrent.TimeUnit;
  * always runs from its compiled plan (uids {@code <ExecNode id>_<transformation>}). One JVM runs every task of
  * TASKS.json:
  * <ul>
- *   <li>{@code {"action": "input", "out"}}: the model's input rows (orders and payments of batches 1 and 2) as JSON,
+ *   <li>{@code {"action": "input", "out"}}: the model's input rows (orders, and payments' order ids and methods, of
+ *       batches 1 and 2) as JSON,
  *       for the Python model of the tests;</li>
  *   <li>{@code {"action": "make", "sinks", "inserts", "expect", "out"}}: compiles the plan, runs batch 1 until every
  *       sink's materialized result equals {@code expect} (the Python model's), takes a canonical savepoint (hashmap)
@@ -74,6 +75,11 @@ public class SqlMigrate {
                 ObjectNode r = orders.addObject();
                 r.put("order_id", o.orderId); r.put("user_name", o.userName); r.put("user_id", o.userId);
                 r.put("device", o.device); r.put("kind", o.kind); r.put("amount", o.amount); r.put("ts", o.ts);
+            }
+            ArrayNode pays = n.putArray("payments" + b);
+            for (Model.Payment p : Model.payments(b)) {
+                ObjectNode r = pays.addObject();
+                r.put("order_id", p.orderId); r.put("pay_method", p.method);
             }
         }
         return n;
