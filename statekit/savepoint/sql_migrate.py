@@ -518,6 +518,10 @@ def migrate_sql(old: Any, target: str | os.PathLike[str] | Any, *, plan: Any, te
             + ". Nothing was written.")
     dropped = [f"{o.meta.display_name} ({o.kind}, keyed by {o.shown_key()}): not in the new job, its state is not "
                "carried" for o in olds if o.meta.uid_hash not in taken]
+    keyed_sql = {o.meta.uid_hash for o in olds}
+    dropped += [f"{m.display_name}: its operator state ({', '.join(s.name for s in m.operator_states)}) is not "
+                "carried; the new job's comes from the template" for m in old_sp.operators
+                if m.operator_states and m.uid_hash not in keyed_sql]
     edits = {}
     for m in plans:
         keyed, timers = _new_tables(old_sp, tmpl, m)
