@@ -161,8 +161,16 @@ def _pair(new: _Op, olds: list[_Op], taken: set[str]) -> tuple[_Op | None, str |
 
 
 # -- accumulators ------------------------------------------------------------------------------------------------
+def _agg_input(names: Any) -> list:
+    """The columns an aggregate call's arguments index: a two-phase global aggregate's are the local phase's input."""
+    from statekit.format.flink.sqlplan import row_columns
+
+    local = names.node.spec.get("localAggInputRowType")
+    return row_columns(local, f"{names.plan.source} node {names.node.id}") if local else names.plan.input(names.node, 0)
+
+
 def _agg_sig(names: Any, agg: Any) -> tuple:
-    cols = names.plan.input(names.node, 0)
+    cols = _agg_input(names)
     calls = names.node.spec.get("aggCalls") or []
     filt = int(calls[agg.index].get("filterArg", -1)) if agg.index < len(calls) and not agg.hidden else -1
     return (agg.func, tuple(cols[a].name for a in agg.args), agg.distinct, filt if filt < 0 else cols[filt].name,
@@ -170,7 +178,7 @@ def _agg_sig(names: Any, agg: Any) -> tuple:
 
 
 def _shown_agg(names: Any, agg: Any) -> str:
-    cols = names.plan.input(names.node, 0)
+    cols = _agg_input(names)
     args = ", ".join(cols[a].name for a in agg.args) or "*"
     return f"{agg.name} {agg.func}({'DISTINCT ' if agg.distinct else ''}{args})"
 
@@ -228,10 +236,10 @@ def _plan_acc(m: OperatorMigration, old: _Op, new: _Op) -> None:
     states = {s.name for s in m.new.keyed_states}
     carries = []
     for j, args in enumerate(nlay.distinct):
-        names_j = tuple(nn.plan.input(nn.node, 0)[x].name for x in args)
+        names_j = tuple(_agg_input(nn)[x].name for x in args)
         calls_j = [_agg_sig(nn, a) for a in nlay.aggs if a.distinct and a.args == args]
         i = next((i for i, oargs in enumerate(olay.distinct)
-                  if tuple(on.plan.input(on.node, 0)[x].name for x in oargs) == names_j
+                  if tuple(_agg_input(on)[x].name for x in oargs) == names_j
                   and [_agg_sig(on, b) for b in olay.aggs if b.distinct and b.args == oargs] == calls_j), None)
         if i is None:
             m.refused = f"the DISTINCT calls over ({', '.join(names_j)}) changed: their bit sets cannot be carried"

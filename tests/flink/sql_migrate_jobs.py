@@ -32,7 +32,7 @@ LAST = ("SELECT {cols} FROM (\n  SELECT *, ROW_NUMBER() OVER (PARTITION BY user_
 LAST_COLS = "order_id, user_name, device, amount"
 LAST_SINK = "order_id BIGINT, user_name STRING, device BIGINT, amount BIGINT"
 
-WIN = ("INSERT INTO win_out SELECT user_id, COUNT(*), SUM(amount)\n"
+WIN = ("INSERT INTO win_out SELECT user_id, COUNT(*), SUM(amount){extra}\n"
        "FROM TABLE(TUMBLE(TABLE orders, DESCRIPTOR(ts), INTERVAL '{size}' SECOND))\nGROUP BY user_id, window_start, window_end")
 WM_DELAY = 15_000
 JOIN = ("INSERT INTO join_out SELECT o.order_id, o.user_name, p.pay_method{cols}\n"
@@ -69,8 +69,11 @@ VERSIONS: dict[str, tuple[dict[str, str], list[str]]] = {
                         "GROUP BY user_name",
                         f"INSERT INTO last_out {LAST.format(cols=LAST_COLS)}"]),
     # a window TVF aggregate, and the same with another window size: refused
-    "win_base": ({"win_out": "user_id BIGINT, cnt BIGINT, total BIGINT"}, [WIN.format(size=10)]),
-    "win_changed": ({"win_out": "user_id BIGINT, cnt BIGINT, total BIGINT"}, [WIN.format(size=20)]),
+    "win_base": ({"win_out": "user_id BIGINT, cnt BIGINT, total BIGINT"}, [WIN.format(size=10, extra="")]),
+    "win_changed": ({"win_out": "user_id BIGINT, cnt BIGINT, total BIGINT"}, [WIN.format(size=20, extra="")]),
+    # an aggregate call added to the window aggregate: its pending windows carried, the added MAX empty
+    "win_added": ({"win_out": "user_id BIGINT, cnt BIGINT, total BIGINT, top BIGINT"},
+                  [WIN.format(size=10, extra=", MAX(amount)")]),
     # a regular join, and the same with a column added to its left rows
     "join_base": ({"join_out": JOIN_SINK}, [JOIN.format(cols="")]),
     "join_column": ({"join_out": JOIN_SINK + ", amount BIGINT"}, [JOIN.format(cols=", o.amount")]),
@@ -140,7 +143,8 @@ def results(version: str, orders: list[dict], *, carried: dict[Any, dict] | None
         for o in orders:
             wins.setdefault((o["user_id"], o["ts"] - o["ts"] % size), []).append(o)
         fired = [(k, v) for k, v in wins.items() if k[1] + size - 1 <= wm]
-        return {"win_out": sorted(row(k[0], len(v), _total(v)) for k, v in fired)}
+        return {"win_out": sorted(row(k[0], len(v), _total(v), *([_top(v)] if version == "win_added" else []))
+                                  for k, v in fired)}
     if version.startswith("join"):
         return {"join_out": join_rows(version, orders, payments or [])}
     if version == "distinct_added":
@@ -167,6 +171,11 @@ def _total(orders: list[dict]) -> int | None:
     return sum(amounts) if amounts else None
 
 
+def _top(orders: list[dict]) -> int | None:
+    amounts = [o["amount"] for o in orders if o["amount"] is not None]
+    return max(amounts) if amounts else None
+
+
 def _agg_by_device(orders: list[dict]) -> dict[Any, dict]:
     out: dict[Any, dict] = {}
     for o in orders:
@@ -185,6 +194,15 @@ def migrated_start(new: str, orders1: list[dict]) -> tuple[dict, dict]:
 def expected_after_migration(new: str, inp: dict[str, list[dict]]) -> tuple[dict, dict]:
     """(what the new job's sinks would hold from the migrated state, the model's sinks after batch 2 on top of it)
     for the new version `new` of a migration from `base` (or `join_base` for the join versions)."""
+    if new == "win_added":  # insert-only: batch 2 emits every window still pending at the savepoint, and new ones
+        wm1 = max(o["ts"] for o in inp["orders1"]) - WM_DELAY
+        wins: dict[Any, list[dict]] = {}
+        for b in (1, 2):
+            for o in inp[f"orders{b}"]:
+                wins.setdefault((o["user_id"], o["ts"] - o["ts"] % 10_000), []).append({**o, "batch": b})
+        return ({"win_out": []}, {"win_out": sorted(
+            row(k[0], len(v), _total(v), _top([o for o in v if o["batch"] == 2]))
+            for k, v in wins.items() if not k[1] + 10_000 - 1 <= wm1)})
     if new.startswith("join"):
         old_orders = [{**o, "amount": None} for o in inp["orders1"]]  # carried left rows: the added column NULL
         pays = inp["payments1"] + inp["payments2"]

@@ -31,7 +31,7 @@ def migrate_and_restore(pairs: tuple[str, ...], work: Path) -> dict[str, tuple]:
         pytest.skip(why)
     tasks, reports = [], {}
     for new in pairs:
-        old = FIX / ("join_base" if new.startswith("join") else "base")
+        old = FIX / {"join": "join_base", "win_": "win_base"}.get(new[:4], "base")
         reports[new] = migrate_sql(old / "savepoint", work / f"migrated-{new}", plan=FIX / new / "plan.json",
                                    template=FIX / new / "savepoint", old_plan=old / "plan.json")
         tasks.append(J.restore_task(new, old / "savepoint", FIX / new / "plan.json"))

@@ -1,6 +1,7 @@
 """migrate-sql against real Flink 2.3.0, the pairs `make test` leaves out (`make test-extended`): an aggregate call
 removed from the group aggregate, the queries reordered so that every operator id changes, and a column added to a
-regular join's left rows."""
+regular join's left rows, and an aggregate call added to a window TVF aggregate (its pending windows and timers
+carried)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from test_sql_migrate import check_pair, migrate_and_restore
 
 pytestmark = [pytest.mark.flink, pytest.mark.extended]
 
-PAIRS = ("agg_removed", "reordered", "join_column")
+PAIRS = ("agg_removed", "reordered", "join_column", "win_added")
 
 
 @pytest.fixture(scope="module")

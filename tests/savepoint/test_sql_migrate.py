@@ -177,3 +177,12 @@ def test_a_column_added_to_a_joined_row_is_null(tmp_path) -> None:
     old_left, old_right = sides(old / "savepoint", old / "plan.json")
     assert right == old_right and len(left) == len(old_left) > 0
     assert sorted(x.replace(", 'amount': None", "") for x in left) == old_left
+
+
+def test_a_call_added_to_a_window_aggregate_is_named_by_its_input_column(tmp_path) -> None:
+    """The global phase's calls index the local phase's input (amount), not its own input (count1$0, sum$1)."""
+    old = FIX / "win_base"
+    report = migrate_sql(old / "savepoint", tmp_path / "out", plan=FIX / "win_added" / "plan.json",
+                         template=FIX / "win_added" / "savepoint", old_plan=old / "plan.json", dry_run=True)
+    assert "added EXPR$3 MAX(amount): its accumulator starts empty (max = NULL)" in str(report), str(report)
+    assert "12 keys, 18 rows carried" in str(report) and not (tmp_path / "out").exists()
