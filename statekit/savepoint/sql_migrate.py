@@ -272,9 +272,27 @@ def json_norm(v: Any) -> str:
     return json.dumps(v, sort_keys=True)
 
 
+def _not_null(sp: Any, meta: Any, types: dict[str, pa.DataType]) -> dict[str, set[str]]:
+    """Per row-valued state, its NOT NULL columns (from the serializer snapshot's logical types)."""
+    from statekit.savepoint.flink_out import carried_serializers
+
+    stored = carried_serializers(sp, meta)
+    out: dict[str, set[str]] = {}
+    for name, st in (stored.states.items() if stored is not None else ()):
+        t = st.value_type
+        t = t.children[1] if t.form == "ttl" else t
+        t = t.children[0] if t.kind == "map" else t
+        row = _row_type(types.get(name, pa.null()))
+        if t.form == "row" and row is not None:
+            cols = [f.name for f in row if f.name != "row_kind"]
+            out[name] = {c for c, lt in zip(cols, t.logical) if not lt.nullable}
+    return out
+
+
 def _plan_rows(m: OperatorMigration, old: _Op, new: _Op, ntypes: dict[str, pa.DataType],
-               otypes: dict[str, pa.DataType]) -> None:
-    """Carry a deduplication's or join's stored rows column by column (by name; an added column NULL)."""
+               otypes: dict[str, pa.DataType], not_null: dict[str, set[str]]) -> None:
+    """Carry a deduplication's or join's stored rows column by column (by name; an added column NULL, refused where
+    the new row declares it NOT NULL)."""
     for s in m.new.keyed_states:
         if s.name not in otypes:
             m.notes.append(f"state {s.name!r} is new: it starts empty")
@@ -303,6 +321,11 @@ def _plan_rows(m: OperatorMigration, old: _Op, new: _Op, ntypes: dict[str, pa.Da
                 return
             fields[f.name] = f.name
         added = [f for f, v in fields.items() if v is None and f != "row_kind"]
+        strict = [f for f in added if f in not_null.get(s.name, ())]
+        if strict:
+            m.refused = (f"column(s) {', '.join(strict)} added to the rows in {s.name!r} are NOT NULL: the carried rows "
+                         "have no value for them")
+            return
         gone = [f.name for f in ot if f.name not in fields]
         if added:
             m.notes.append(f"{s.name}: column(s) {', '.join(added)} added: NULL in the carried rows")
@@ -517,7 +540,7 @@ def migrate_sql(old: Any, target: str | os.PathLike[str] | Any, *, plan: Any, te
                     if not any(c.state == s for c in m.carries):
                         m.carries.append(Carry(s, s if s in otypes and _same_shape(ntypes[s], otypes[s]) else None))
         else:
-            _plan_rows(m, o, new, ntypes, otypes)
+            _plan_rows(m, o, new, ntypes, otypes, _not_null(tmpl, new.meta, ntypes))
     refused = [m for m in plans if m.refused]
     if refused:
         raise MigrationRefusedError(
