@@ -137,14 +137,18 @@ def _sinks(names: Any) -> set[str]:
     return out
 
 
-def _pair(new: _Op, olds: list[_Op], taken: set[str]) -> tuple[_Op | None, str | None]:
-    """The old operator `new` carries from (or None), and why none can be taken when one should."""
+def _pair(new: _Op, olds: list[_Op], taken: set[str], *, exact: bool = False) -> tuple[_Op | None, str | None]:
+    """The old operator `new` carries from (or None), and why none can be taken when one should (`exact`: only an
+    unambiguous operator of the same kind and keys, no reasons: the first pass, so that an unchanged operator is
+    paired before a changed one of its kind is judged)."""
     same = [o for o in olds if o.kind == new.kind and o.meta.uid_hash not in taken]
     keyed = [o for o in same if o.key_types == new.key_types
              and (o.key_names is None or new.key_names is None or o.key_names == new.key_names)]
     if len(keyed) > 1:
         by_sink = [o for o in keyed if _sinks(o.names) & _sinks(new.names)]
         keyed = by_sink if len(by_sink) == 1 else keyed
+    if exact:
+        return (keyed[0] if len(keyed) == 1 else None), None
     if len(keyed) > 1:
         return None, (f"{len(keyed)} operators of the old job are {new.kind}s keyed by {new.shown_key()} "
                       f"({', '.join(o.meta.display_name for o in keyed)}) and their sinks do not tell which one this "
@@ -509,10 +513,16 @@ def migrate_sql(old: Any, target: str | os.PathLike[str] | Any, *, plan: Any, te
         raise InvalidArgumentError(f"{old} holds no Flink SQL keyed state: nothing to migrate.")
     taken: set[str] = set()
     plans: list[OperatorMigration] = []
+    first: dict[str, _Op] = {}
+    for new in news:
+        o, _ = _pair(new, olds, taken, exact=True)
+        if o is not None:
+            first[new.meta.uid_hash] = o
+            taken.add(o.meta.uid_hash)
     for new in news:
         m = OperatorMigration(new.meta, new.kind)
         plans.append(m)
-        o, why = _pair(new, olds, taken)
+        o, why = (first[new.meta.uid_hash], None) if new.meta.uid_hash in first else _pair(new, olds, taken)
         if why is not None:
             m.refused = why
             continue

@@ -186,3 +186,18 @@ def test_a_call_added_to_a_window_aggregate_is_named_by_its_input_column(tmp_pat
                          template=FIX / "win_added" / "savepoint", old_plan=old / "plan.json", dry_run=True)
     assert "added EXPR$3 MAX(amount): its accumulator starts empty (max = NULL)" in str(report), str(report)
     assert "12 keys, 18 rows carried" in str(report) and not (tmp_path / "out").exists()
+
+
+def test_operators_without_counterparts_start_empty_or_are_dropped(tmp_path) -> None:
+    """The base job (group aggregate, deduplication) into the join job: no operator pairs, the join starts empty
+    (the template's state is not kept), the old operators are reported dropped."""
+    report = migrate_sql(OLD, tmp_path / "out", plan=FIX / "join_column" / "plan.json",
+                         template=FIX / "join_column" / "savepoint", old_plan=OLD_PLAN)
+    text = str(report)
+    assert "(regular join): no counterpart in the old job: starts empty" in text
+    assert "dropped: 6_group-aggregate (group aggregate, keyed by (user_name STRING))" in text
+    assert "dropped: 12_deduplicate (deduplication keep-last" in text
+    got = FlinkSavepoint.open(tmp_path / "out")
+    (m,) = [m for m in got.operators if m.key_type is not None]
+    assert got.keyed_table(m.identifier).num_rows == 0
+    assert FlinkSavepoint.open(FIX / "join_column" / "savepoint").keyed_table(m.identifier).num_rows > 0
