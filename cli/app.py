@@ -35,6 +35,7 @@ COMMAND_MODULES = (
     "statekit_cli.stats",    # stats (where the bytes are: operators, states, subtasks, key groups, largest keys)
     "statekit_cli.offsets",  # offsets, set-offsets (where Kafka sources resume; moving one partition)
     "statekit_cli.clean",    # clean (leftovers of killed writers and jobs)
+    "statekit_cli.migrate",  # migrate-sql (a Flink SQL job's state across a query change)
     "statekit_cli.spark_state",  # repartition (Spark streaming checkpoints; their read commands are hooked in read)
 )
 

@@ -200,4 +200,8 @@ class MissingExtraError(StatekitError, ImportError):
     """A call needs an optional engine that is not installed (`statekit[spark]`, `statekit[rocksdb]`)."""
 
 
+class MigrationRefusedError(StatekitError):
+    """A query change whose state cannot be carried into the new job (keys, window or DISTINCT calls changed)."""
+
+
 __all__ = [name for name, obj in globals().items() if isinstance(obj, type) and issubclass(obj, StatekitError)]

@@ -22,6 +22,7 @@ FLINK = Path(__file__).resolve().parents[1] / "fixtures" / "flink" / "2.3.0" / "
 PAIRS = Path(__file__).resolve().parents[1] / "fixtures" / "flink" / "upgrade"
 KAFKA = Path(__file__).resolve().parents[1] / "fixtures" / "flink" / "kafka" / "kafka-source-2p"
 SQL_TTL = Path(__file__).resolve().parents[1] / "fixtures" / "flink" / "sql" / "2.3.0" / "default-hashmap-canonical-ttl" / "savepoint"
+MIGRATE = Path(__file__).resolve().parents[1] / "fixtures" / "flink" / "sql" / "migrate"
 SPARK = Path(__file__).resolve().parents[1] / "fixtures" / "spark" / "4.1.0" / "agg-hdfs" / "checkpoint"
 
 #: rich markup tags (`[bold]`, `[/]`, `[bold red]`, `[dim]`...) and ANSI escape sequences.
@@ -94,6 +95,10 @@ CASES: dict[str, list[list]] = {
     "prune-expired": [["prune-expired", SQL_TTL, "pe-out", "--now", "2026-12-05T06:37:59.839Z", "--ttl", "1 d"],
                       ["prune-expired", SQL_TTL, "pe-out", "--now", "2026-12-05T06:37:59.839Z", "--ttl", "1 d", "--apply"],
                       ["prune-expired", SQL_TTL, "pe-out-2", "--now", "2026-12-04", "--ttl", "1 d"]],  # no time zone
+    "migrate-sql": [["migrate-sql", MIGRATE / "base" / "savepoint", "mig-out", "--plan", MIGRATE / "agg_added" / "plan.json",
+                     "--template", MIGRATE / "agg_added" / "savepoint", "--old-plan", MIGRATE / "base" / "plan.json"],
+                    ["migrate-sql", MIGRATE / "base" / "savepoint", "mig-out", "--plan",
+                     MIGRATE / "keys_changed" / "plan.json", "--template", MIGRATE / "keys_changed" / "savepoint"]],
     "repartition": [["repartition", SPARK, "sp-spark-3", "--partitions", "3"],
                     ["repartition", SPARK, "sp-spark-3", "--partitions", "3"]],  # the second is refused: it exists
 }
