@@ -75,16 +75,32 @@ def set_offsets(
                                          "read is this one)."),
     shift: Optional[int] = typer.Option(None, "--shift", help="Move by this many records from where the source "
                                         "stands: +1 skips one (a poison record), -3 reads three again."),
+    timestamp: Optional[str] = typer.Option(None, "--timestamp", metavar="T", help="Resume at the first record at or "
+                                            "after this time (epoch milliseconds or ISO-8601, e.g. "
+                                            "2026-12-04T10:00:00Z; the partition's end when there is none); the "
+                                            "broker resolves it, so --bootstrap-servers is needed."),
+    bootstrap_servers: Optional[str] = typer.Option(None, "--bootstrap-servers", metavar="HOST:PORT[,...]",
+                                                    help="The Kafka broker(s) that resolve --timestamp."),
+    kafka_property: Optional[list[str]] = typer.Option(None, "--kafka-property", metavar="KEY=VALUE",
+                                                       help="A Kafka client property for --bootstrap-servers "
+                                                       "(security.protocol=SSL, sasl.mechanism=...); repeatable."),
     apply: bool = APPLY,
 ) -> None:
     """Move where a Kafka source resumes one partition: its reader split and its enumerator's entry, in a new Flink
     savepoint (everything else carried byte for byte)."""
     from statekit.savepoint.offsets import set_offsets as run
 
-    if (offset is None) == (shift is None):
-        fail("give exactly one of --offset N and --shift K.")
+    if sum(x is not None for x in (offset, shift, timestamp)) != 1:
+        fail("give exactly one of --offset N, --shift K and --timestamp T.")
+    config = {}
+    for prop in kafka_property or []:
+        key, eq, value = prop.partition("=")
+        if not eq or not key:
+            fail(f"--kafka-property takes KEY=VALUE; got one without '=' (key {key!r}).")
+        config[key.strip()] = value
     plan = run(source, target, op=operator_id(uid, uid_hash), topic=topic, partition=partition, offset=offset,
-               shift=shift, dry_run=not apply)
+               shift=shift, timestamp=timestamp, bootstrap_servers=bootstrap_servers, kafka_config=config,
+               dry_run=not apply)
     out().print(str(plan), markup=False)
     if not apply:
         err().print("dry run: nothing written; pass --apply to write the new savepoint", markup=False)

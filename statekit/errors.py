@@ -169,6 +169,14 @@ class UnknownPartitionError(SavepointError, LookupError):
     """A source's state holds no split of that topic and partition."""
 
 
+class BrokerRequiredError(InvalidArgumentError):
+    """A timestamp was given for a Kafka source without a broker to resolve it (split state holds offsets only)."""
+
+
+class BrokerError(StatekitError, RuntimeError):
+    """The Kafka broker asked to resolve a timestamp did not answer, or refused the request."""
+
+
 class UntrustedPicklePayloadError(UntrustedPickleError, SavepointError):
     """A savepoint column holds pickled values and the reader was not told to trust them."""
 

@@ -5,20 +5,24 @@ their positions out as one Arrow table (`source_offsets`, `Savepoint.source_offs
 partition's position (`set_offsets`). The rewrite keeps the rule of `statekit.savepoint.output` (Flink in,
 Flink out) in the only way that keeps the enumerator consistent: it splices the source operator's new
 record into the original `_metadata`, every other byte and state file carried unchanged, and writes the
-new savepoint atomically (`FlinkStaging`). statekit's own format keeps no coordinator state, so its
-savepoints show their reader splits but are not rewritten here.
+new savepoint atomically (`FlinkStaging`). statekit's own format keeps a Flink operator's coordinator state in its
+manifest (``flink.coordinator``), so its savepoints show both, but they are not rewritten here (`set_offsets`
+edits the Flink savepoint a job restores).
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Literal
 
 import pyarrow as pa
 
 from statekit.errors import (
+    BrokerRequiredError,
     CorruptSavepointError,
     InvalidArgumentError,
     NoSourceStateError,
@@ -154,10 +158,13 @@ def _flink_state(sp: "FlinkSavepoint", meta: "OperatorMetadata") -> _SourceState
 
 
 def _statekit_state(sp: "Savepoint", meta: "OperatorMetadata") -> _SourceState | None:
-    if not any(s.name == READER_STATE for s in meta.operator_states):
+    has_reader_state = any(s.name == READER_STATE for s in meta.operator_states)
+    coordinator = meta.flink.coordinator if meta.flink is not None else None  # kept by `convert` from Flink
+    if not has_reader_state and coordinator is None:
         return None
-    rows = sp.list_state(meta.identifier, READER_STATE).to_pylist()
-    return _state(meta, [(r["subtask"], -1, r["value"]) for r in rows], True, None, f"{sp.path}, operator {_name(meta)}")
+    rows = sp.list_state(meta.identifier, READER_STATE).to_pylist() if has_reader_state else []
+    return _state(meta, [(r["subtask"], -1, r["value"]) for r in rows], has_reader_state, coordinator,
+                  f"{sp.path}, operator {_name(meta)}")
 
 
 def _sources(sp: "Savepoint", op: Any = None) -> list[_SourceState]:
@@ -186,8 +193,8 @@ def source_offsets(savepoint: "str | os.PathLike[str] | Savepoint", op: Any = No
     and the reader's checkpointed position in it. Enumerator rows are what the source's `SplitEnumerator`
     keeps: Kafka's partitions (`assigned` to a reader, or discovered and `unassigned`; from enumerator state
     version 3, flink-connector-kafka 5.x, with the offset it would assign them from), the file source's
-    `pending` splits and `processed` paths. A statekit savepoint has reader rows only (its format keeps no
-    coordinator state). A source whose splits statekit does not decode shows as `unknown`, one row per split.
+    `pending` splits and `processed` paths. A statekit savepoint converted from Flink shows both (its manifest
+    keeps the coordinator state). A source whose splits statekit does not decode shows as `unknown`, one row per split.
 
     Examples
     --------
@@ -269,19 +276,26 @@ class OffsetsPlan:
     operator: str
     changes: list[OffsetChange] = field(default_factory=list)
     written: bool = False
+    #: how the new offset was found, when the broker resolved a timestamp
+    resolved: str | None = None
 
     def __str__(self) -> str:
         head = (f"wrote {self.target} as a Flink savepoint from {self.source}:" if self.written
                 else f"would write {self.target} as a Flink savepoint from {self.source}:")
-        return "\n".join([head, f"operator {self.operator}: source offsets", *map(str, self.changes)])
+        what = f"operator {self.operator}: source offsets" + (f" ({self.resolved})" if self.resolved else "")
+        return "\n".join([head, what, *map(str, self.changes)])
 
 
 def set_offsets(source: "str | os.PathLike[str]", target: "str | os.PathLike[str]", *, op: Any, topic: str,
                 partition: int, offset: int | None = None, shift: int | None = None,
-                dry_run: bool = True) -> OffsetsPlan:
-    """Move where Kafka source `op` resumes reading `topic`/`partition`: to `offset`, or by `shift` records from
-    where it stands (``shift=1`` skips a poison record). Both the reader split that holds the partition and the
-    enumerator's entry of it are rewritten, so the restored job resumes there whichever of them it uses.
+                timestamp: "str | int | datetime | None" = None, bootstrap_servers: str | None = None,
+                kafka_config: Mapping[str, str] | None = None, dry_run: bool = True) -> OffsetsPlan:
+    """Move where Kafka source `op` resumes reading `topic`/`partition`: to `offset`, by `shift` records from
+    where it stands (``shift=1`` skips a poison record), or to the first record at or after `timestamp` (epoch ms
+    or ISO-8601; the partition's end when there is none, as `OffsetsInitializer.timestamp` starts a job), which
+    the broker at `bootstrap_servers` resolves (`kafka_config`: client properties such as ``security.protocol``).
+    Both the reader split that holds the partition and the enumerator's entry of it are rewritten, so the restored
+    job resumes there whichever of them it uses.
 
     Writes the new Flink savepoint `target` (only with ``dry_run=False``; the source is never modified): the
     source operator's record spliced into the original `_metadata`, everything else carried byte for byte.
@@ -293,19 +307,31 @@ def set_offsets(source: "str | os.PathLike[str]", target: "str | os.PathLike[str
     UnknownPartitionError
         Neither a reader nor the enumerator holds `topic`/`partition`.
     InvalidArgumentError
-        Neither or both of `offset` and `shift`; a negative result; a shift from a marker (``earliest``...).
+        Not exactly one of `offset`, `shift` and `timestamp`; a negative result; a shift from a marker
+        (``earliest``...); a timestamp that is not one.
+    BrokerRequiredError
+        `timestamp` without `bootstrap_servers` (the split state holds offsets only).
+    BrokerError
+        The broker did not answer or refused (`statekit.savepoint.kafka_times`).
     UnsupportedFormatError
-        `source` is a statekit savepoint (its format keeps no enumerator state).
+        `source` is a statekit savepoint (set-offsets edits the Flink savepoint a job restores).
     """
     from statekit.savepoint.flink_out import is_flink_source
+    from statekit.savepoint.kafka_times import BROKER_NEEDED, offsets_for_time, parse_timestamp
 
-    if (offset is None) == (shift is None):
-        raise InvalidArgumentError("give exactly one of --offset N (an absolute offset) and --shift K (records to move).")
+    if sum(x is not None for x in (offset, shift, timestamp)) != 1:
+        raise InvalidArgumentError("give exactly one of --offset N (an absolute offset), --shift K (records to move) "
+                                   "and --timestamp T (the first record at or after a time).")
+    at_ms = parse_timestamp(timestamp) if timestamp is not None else None
+    if at_ms is not None and not bootstrap_servers:
+        raise BrokerRequiredError(
+            f"--timestamp needs --bootstrap-servers: {BROKER_NEEDED}. Give the broker the job reads from, or find the "
+            "offset yourself (kafka-get-offsets.sh --time T) and pass --offset N.")
     sp = _open(source)
     if not is_flink_source(sp):
         raise UnsupportedFormatError(
-            f"{source} is a statekit savepoint; its format keeps no coordinator (enumerator) state, so set-offsets "
-            "cannot keep the source consistent there. Run set-offsets on the Flink savepoint the job wrote.")
+            f"{source} is a statekit savepoint; set-offsets edits the Flink savepoint a job restores. Run it on the "
+            "Flink savepoint the job wrote, or on `statekit convert --to flink` of this one.")
     meta = sp.operator(op)
     state = _flink_state(sp, meta)
     if state is None or state.kind == "unknown":
@@ -325,7 +351,10 @@ def set_offsets(source: "str | os.PathLike[str]", target: "str | os.PathLike[str
         raise UnknownPartitionError(
             f"operator {_name(meta)} of {source} holds no split of {topic}/{partition}; it holds "
             f"{', '.join(f'{t}/{p}' for t, p in known) or 'none'}. Give one of those (`statekit offsets` lists them).")
-    if offset is None:
+    if at_ms is not None:
+        assert bootstrap_servers is not None
+        new = offsets_for_time(bootstrap_servers, topic, [partition], at_ms, config=kafka_config)[partition]
+    elif offset is None:
         assert shift is not None
         enum_splits = [kafka_enum.partitions[i].split for i in enum_idx] if kafka_enum else []
         bases = [_kafka(r).offset for r in readers] or [sp_.offset for sp_ in enum_splits if sp_ is not None]
@@ -343,6 +372,9 @@ def set_offsets(source: "str | os.PathLike[str]", target: "str | os.PathLike[str
     if new < 0:
         raise InvalidArgumentError(f"the new offset of {topic}/{partition} would be {new}; offsets are >= 0.")
     plan = OffsetsPlan(str(source), str(target), _name(meta))
+    if at_ms is not None:
+        when = datetime.fromtimestamp(at_ms / 1000, tz=timezone.utc).isoformat(timespec="milliseconds")
+        plan.resolved = f"timestamp {at_ms} ({when}) is offset {new}, resolved by the broker at {bootstrap_servers}"
     for r in readers:
         plan.changes.append(OffsetChange("reader", r.subtask, topic, partition, _kafka(r).offset, new))
     enum = kafka_enum

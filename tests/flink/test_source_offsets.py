@@ -2,7 +2,8 @@
 job reading a 2-partition topic with flink-connector-kafka's KafkaSource. `statekit offsets` shows exactly where the job
 stood when its savepoint was taken (per partition the offset after the last record it emitted), and the job restored
 from `statekit set-offsets --shift +1` resumes exactly one record later per partition, while the unmodified savepoint
-resumes where it stood. The file source (`extended`): a continuously monitoring FileSource's savepoint taken
+resumes where it stood; `set-offsets --timestamp` (resolved by the broker) resumes exactly at the first record at or
+after the time; a copy taken through statekit's own format and back keeps the enumerator state (no re-read). The file source (`extended`): a continuously monitoring FileSource's savepoint taken
 while a large file is being read shows the reader's position in it and the enumerator's processed paths, and the
 restored job resumes exactly at that position."""
 
@@ -10,11 +11,15 @@ from __future__ import annotations
 
 import json
 import sys
+import time
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
+from statekit.errors import UnknownPartitionError
+from statekit.savepoint.kafka_times import offsets_for_time
 from statekit.savepoint.offsets import source_offsets
 from statekit_cli.app import app
 
@@ -28,6 +33,8 @@ pytestmark = pytest.mark.flink
 TOPIC = "events"
 FIRST = {0: 5, 1: 7}  # records in the topic when the job runs and takes its savepoint
 LATER = {0: 3, 1: 4}  # records appended after the savepoint
+T0 = int(time.time() * 1000) - 3_600_000  # record j of FIRST has timestamp T0 + j s (per partition)
+T1 = T0 + 100_000  # record j of LATER has timestamp T1 + j s
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +56,8 @@ def _cli(*args: str) -> str:
 
 def test_offsets_of_a_running_kafka_job_and_a_shift_by_one(broker, tmp_path):
     (first,) = kafka_harness.run_jobs(broker.bootstrap, TOPIC, 2, [kafka_harness.JobSpec(
-        None, sum(FIRST.values()), tmp_path / "savepoints", before=FIRST, after=LATER)])
+        None, sum(FIRST.values()), tmp_path / "savepoints", before={p: (n, T0) for p, n in FIRST.items()},
+        after={p: (n, T1) for p, n in LATER.items()})])
     assert not isinstance(first, str), first
     assert first.savepoint is not None
     # the job emitted every record the topic held, in order per partition
@@ -91,18 +99,48 @@ def test_offsets_of_a_running_kafka_job_and_a_shift_by_one(broker, tmp_path):
     _cli("convert", first.savepoint, repaired, "--to", "flink")
     assert source_offsets(repaired) == table, source_offsets(repaired).to_pylist()
 
-    # restored: the shifted savepoint resumes one record later per partition; the original and the repaired one
-    # where the job stood (each record once: a reader split and the enumerator agree)
-    resumed, control, carried = kafka_harness.run_jobs(broker.bootstrap, TOPIC, 2, [
+    # through statekit's own format and back: the manifest keeps the enumerator's coordinator state
+    round_trip = tmp_path / "round-trip"
+    _cli("convert", first.savepoint, tmp_path / "as-statekit")
+    assert source_offsets(tmp_path / "as-statekit") == table
+    _cli("convert", tmp_path / "as-statekit", round_trip, "--to", "flink")
+    assert source_offsets(round_trip) == table
+
+    # set-offsets --timestamp: the broker resolves a time to the first record at or after it (partition 0: back to
+    # record 2 of FIRST, given as ISO-8601; partition 1: T1 + 2.5 s lies between LATER's records 2 and 3, whose
+    # offset is 7 + 3 = 10, given as epoch ms); past the last record, the partition's end
+    iso = datetime.fromtimestamp((T0 + 2000) / 1000, tz=timezone.utc).isoformat()
+    by_time_0 = tmp_path / "by-time-0"
+    out = _cli("set-offsets", first.savepoint, by_time_0, "--uid", "kafka-source", "--topic", TOPIC, "--partition",
+               "0", "--timestamp", iso, "--bootstrap-servers", broker.bootstrap, "--apply")
+    assert "is offset 2, resolved by the broker" in out, out
+    by_time = tmp_path / "by-time"
+    _cli("set-offsets", by_time_0, by_time, "--uid", "kafka-source", "--topic", TOPIC, "--partition", "1",
+         "--timestamp", str(T1 + 2500), "--bootstrap-servers", broker.bootstrap, "--apply")
+    assert {(r["holder"], r["partition"]): r["offset"] for r in source_offsets(by_time).to_pylist()} == {
+        ("reader", 0): 2, ("reader", 1): 10, ("enumerator", 0): 2, ("enumerator", 1): 10}
+    assert offsets_for_time(broker.bootstrap, TOPIC, [0, 1], T1 + 60_000) == {
+        p: n + LATER[p] for p, n in FIRST.items()}
+    with pytest.raises(UnknownPartitionError, match="no partition"):
+        offsets_for_time(broker.bootstrap, TOPIC, [5], T0)
+
+    # restored: the shifted savepoint resumes one record later per partition; the original, the repaired one and the
+    # statekit round trip where the job stood (each record once: a reader split and the enumerator agree); the one
+    # moved by time exactly at the resolved offsets
+    resumed, control, carried, through_statekit, timed = kafka_harness.run_jobs(broker.bootstrap, TOPIC, 2, [
         kafka_harness.JobSpec(shifted, sum(LATER.values()) - 2),
         kafka_harness.JobSpec(first.savepoint, sum(LATER.values())),
         kafka_harness.JobSpec(repaired, sum(LATER.values())),
+        kafka_harness.JobSpec(round_trip, sum(LATER.values())),
+        kafka_harness.JobSpec(by_time, (FIRST[0] + LATER[0] - 2) + 1),
     ])
-    for run in (resumed, control, carried):
+    for run in (resumed, control, carried, through_statekit, timed):
         assert not isinstance(run, str), run
     assert control.offsets() == {p: list(range(n, n + LATER[p])) for p, n in FIRST.items()}
     assert carried.offsets() == control.offsets()
+    assert through_statekit.offsets() == control.offsets()
     assert resumed.offsets() == {p: list(range(n + 1, n + LATER[p])) for p, n in FIRST.items()}
+    assert timed.offsets() == {0: list(range(2, FIRST[0] + LATER[0])), 1: [10]}
 
 
 LINE = 13  # bytes of "line-0000000\n"
