@@ -1,4 +1,4 @@
-"""A time as Kafka offsets, asked of a reachable broker (the `kafka` extra: kafka-python), for `set-offsets --timestamp`.
+"""A time as Kafka offsets, asked of a reachable broker (the `kafka` extra: kafka-python 3), for `set-offsets --timestamp`.
 
 A Kafka source's split state holds offsets only, so no savepoint knows which offset a time is; the broker does
 (ListOffsets by timestamp). The rule is `OffsetsInitializer.timestamp(t)`'s, the one a Flink job started "from a
@@ -77,13 +77,17 @@ def offsets_for_time(bootstrap_servers: str, topic: str, partitions: list[int], 
 
     require("kafka", "set-offsets --timestamp")
     from kafka import KafkaConsumer, TopicPartition
-    from kafka.errors import KafkaError
+    from kafka.errors import KafkaConfigurationError, KafkaError
 
     timeout_ms = int(timeout_s * 1000)
     try:
         consumer = KafkaConsumer(bootstrap_servers=bootstrap_servers, client_id="statekit-set-offsets",
-                                 enable_auto_commit=False, request_timeout_ms=max(timeout_ms, 1000) + 500,
-                                 api_version_auto_timeout_ms=timeout_ms, **_client_config(config))
+                                 enable_auto_commit=False, bootstrap_timeout_ms=timeout_ms,
+                                 **_client_config(config))
+    except KafkaConfigurationError:
+        raise InvalidArgumentError("the Kafka client properties are not a valid configuration (their values are not "
+                                   "shown); give properties as Kafka names them (security.protocol=SSL, "
+                                   "sasl.mechanism=PLAIN...).") from None
     except KafkaError as e:
         raise BrokerError(f"no Kafka broker answered at {bootstrap_servers} ({type(e).__name__}); {BROKER_NEEDED}. "
                           "Check --bootstrap-servers (and the client properties), or give --offset N.") from None

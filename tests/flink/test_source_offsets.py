@@ -1,11 +1,12 @@
-"""Issue 25 part 4 with real engines: a Kafka broker (KRaft, the Apache Kafka jars) started here on 127.0.0.1, a Flink 2.3.0
-job reading a 2-partition topic with flink-connector-kafka's KafkaSource. `statekit offsets` shows exactly where the job
-stood when its savepoint was taken (per partition the offset after the last record it emitted), and the job restored
-from `statekit set-offsets --shift +1` resumes exactly one record later per partition, while the unmodified savepoint
-resumes where it stood; `set-offsets --timestamp` (resolved by the broker) resumes exactly at the first record at or
-after the time; a copy taken through statekit's own format and back keeps the enumerator state (no re-read). The file source (`extended`): a continuously monitoring FileSource's savepoint taken
-while a large file is being read shows the reader's position in it and the enumerator's processed paths, and the
-restored job resumes exactly at that position."""
+"""Issue 25 part 4 with real engines: a Kafka broker (KRaft, the Apache Kafka jars) started here on 127.0.0.1, a Flink
+2.3.0 job reading a 2-partition topic with flink-connector-kafka's KafkaSource. `statekit offsets` shows exactly where
+the job stood when its savepoint was taken (per partition the offset after the last record it emitted), and the job
+restored from `statekit set-offsets --shift +1` resumes exactly one record later per partition, while the unmodified
+savepoint resumes where it stood; `set-offsets --timestamp` (resolved by the broker) resumes exactly at the first record
+at or after the time; a copy taken through statekit's own format and back keeps the enumerator state (no re-read).
+File sources: a monitoring FileSource's reader moved by `set-offsets --path` resumes exactly there, and a file re-added
+or skipped is read again or never; (`extended`) a savepoint taken while a large file is being read shows the reader's
+position in it and the enumerator's processed paths, and the restored job resumes exactly at that position."""
 
 from __future__ import annotations
 
@@ -178,3 +179,52 @@ def test_file_source_position_and_processed_paths(tmp_path):
     lines = [v for _, _, v in resumed.records]
     assert lines[0] == f"line-{at:07d}"
     assert lines == [f"line-{i:07d}" for i in range(at, at + len(lines))]
+
+
+def test_file_source_set_offsets_restores(tmp_path):
+    """`set-offsets --path` on a monitoring FileSource's savepoint taken mid-file: the reader moved 1000 lines on and a
+    processed file taken off the enumerator's list restore as exactly those lines and that file again; a skipped file
+    is never read."""
+    why = flink_harness.missing_tools()
+    if why:
+        pytest.skip(why)
+    src = tmp_path / "in"
+    src.mkdir()
+    n_big = 40_000
+    big, small = src / "big.txt", src / "small.txt"
+    big.write_text("".join(f"big-{i:07d}\n" for i in range(n_big)))  # 12 bytes a line
+    small.write_text("".join(f"small-{i}\n" for i in range(3)))
+    (first,) = kafka_harness.run_file_jobs(src, [(None, 300, tmp_path / "savepoints", 100)])
+    assert not isinstance(first, str), first
+    assert first.savepoint is not None
+    # the premise: small.txt was read whole, big.txt is held by a reader mid-file
+    assert sorted(v for _, _, v in first.records if v.startswith("small")) == ["small-0", "small-1", "small-2"]
+    rows = source_offsets(first.savepoint).to_pylist()
+    (reader,) = [r for r in rows if r["holder"] == "reader"]
+    assert reader["path"] == f"file:{big}"
+    at = max(reader["position"], 0) // 12 + reader["records_to_skip"]
+    assert at + 1000 < n_big
+
+    moved, skipped = tmp_path / "moved", tmp_path / "skipped"
+    _cli("set-offsets", first.savepoint, tmp_path / "moved-0", "--uid", "file-source", "--path", big, "--shift",
+         "+1000", "--apply")
+    _cli("set-offsets", tmp_path / "moved-0", moved, "--uid", "file-source", "--path", f"file:{small}", "--reread",
+         "--apply")
+    out = _cli("set-offsets", first.savepoint, tmp_path / "skipped-0", "--uid", "file-source", "--path", big,
+               "--skip-file", "--apply")
+    assert "dropped" in out
+    _cli("set-offsets", tmp_path / "skipped-0", skipped, "--uid", "file-source", "--path", small, "--reread", "--apply")
+    shown = {(r["holder"], r["path"], r["status"]): r["records_to_skip"] for r in source_offsets(moved).to_pylist()}
+    assert shown == {("reader", f"file:{big}", None): reader["records_to_skip"] + 1000,
+                     ("enumerator", f"file:{big}", "processed"): None}
+    assert [r["holder"] for r in source_offsets(skipped).to_pylist()] == ["enumerator"]
+
+    # restored (no throttle: each run waits 2 s after its lines, so a line too many shows)
+    rest = n_big - at - 1000
+    resumed, only_small = kafka_harness.run_file_jobs(src, [(moved, rest + 3, None, 0), (skipped, 3, None, 0)])
+    assert not isinstance(resumed, str), resumed
+    assert not isinstance(only_small, str), only_small
+    lines = [v for _, _, v in resumed.records]
+    assert [v for v in lines if v.startswith("big")] == [f"big-{i:07d}" for i in range(at + 1000, n_big)]
+    assert sorted(v for v in lines if v.startswith("small")) == ["small-0", "small-1", "small-2"]
+    assert sorted(v for _, _, v in only_small.records) == ["small-0", "small-1", "small-2"]

@@ -277,12 +277,78 @@ def test_file_source_offsets():
     assert reader["topic"] is None and reader["partition"] is None
     (enum,) = [r for r in rows if r["holder"] == "enumerator"]
     assert (enum["path"], enum["status"], enum["offset"]) == (reader["path"], "processed", None)
-    # set-offsets moves Kafka partitions only: refused by name, nothing written
+    # Kafka's options on a file source: refused by name, nothing written
     with pytest.raises(UnsupportedFormatError, match="file source"):
         set_offsets(FILES, FILES.parent / "never", op="file-source", topic="t", partition=0, offset=1, dry_run=False)
     assert not (FILES.parent / "never").exists()
     r = CliRunner().invoke(app, ["offsets", str(FILES)])
     assert r.exit_code == 0 and "+1763 records" in r.output and "enumerator (processed)" in r.output
+
+
+def test_file_source_set_offsets(tmp_path):
+    """A file source's reader moved (--shift, --records), a file skipped and read again: each a new savepoint whose
+    `_metadata` differs from the source's only in the source operator's record, decoded back as asked (the restores
+    are tests/flink/test_source_offsets.py)."""
+    from statekit.format.flink.sources import FileEnumeratorState, file_enumerator
+    from statekit.savepoint.offsets import set_file_offsets
+
+    big = next(r["path"] for r in source_offsets(FILES).to_pylist() if r["holder"] == "reader")
+    md = read_metadata(FILES)
+    fop = next(o for o in md.operators if o.uid == "file-source")
+    enum = file_enumerator(fop.coordinator.data, "x")
+    assert FileEnumeratorState(enum.pending, enum.processed).encode() == CoordinatorState.decode(
+        fop.coordinator.data, "x").enumerator  # the encoder gives back Flink's bytes
+
+    def rows(path):
+        return [(r["holder"], r["path"], r["status"], r["position"], r["records_to_skip"])
+                for r in source_offsets(path).to_pylist()]
+
+    before = (FILES / "_metadata").read_bytes()
+    plan = set_file_offsets(FILES, tmp_path / "dry", op="file-source", path=big, shift=1)
+    assert not (tmp_path / "dry").exists() and "+1763 records -> the split's start +1764 records" in str(plan)
+    set_file_offsets(FILES, tmp_path / "shift", op="file-source", path=big, shift=1, dry_run=False)
+    assert rows(tmp_path / "shift") == [("reader", big, None, -1, 1764), ("enumerator", big, "processed", None, None)]
+    after = (tmp_path / "shift" / "_metadata").read_bytes()
+    start, end = fop.span
+    assert after[:start] == before[:start] and after[len(after) - (len(before) - end):] == before[end:]
+    set_file_offsets(FILES, tmp_path / "records", op="file-source", path=big, records=0, dry_run=False)
+    assert rows(tmp_path / "records")[0] == ("reader", big, None, -1, 0)
+    set_file_offsets(FILES, tmp_path / "skip", op="file-source", path=big, skip_file=True, dry_run=False)
+    assert rows(tmp_path / "skip") == [("enumerator", big, "processed", None, None)]
+    set_file_offsets(tmp_path / "skip", tmp_path / "reread", op="file-source", path=big, reread=True, dry_run=False)
+    assert rows(tmp_path / "reread") == []
+    # the CLI, by local path (the fixture's file need not exist)
+    r = CliRunner().invoke(app, ["set-offsets", str(FILES), str(tmp_path / "cli"), "--uid", "file-source", "--path",
+                                 big.removeprefix("file:"), "--shift", "+1", "--apply"])
+    assert r.exit_code == 0, r.output
+    assert rows(tmp_path / "cli") == rows(tmp_path / "shift")
+    assert (FILES / "_metadata").read_bytes() == before
+
+
+@pytest.mark.parametrize("kwargs, error, match", [
+    ({"path": "file:/nowhere.txt", "shift": 1}, UnknownPartitionError, "no split of file:/nowhere.txt"),
+    ({"path": "BIG", "reread": True}, InvalidArgumentError, "still being read"),
+    ({"path": "file:/nowhere.txt", "reread": True}, UnknownPartitionError, "has not processed"),
+    ({"path": "BIG", "shift": 1, "skip_file": True}, InvalidArgumentError, "exactly one"),
+    ({"path": "BIG"}, InvalidArgumentError, "exactly one"),
+    ({"path": "BIG", "records": -1}, InvalidArgumentError, ">= 0"),
+    ({"path": "BIG", "shift": -1764}, InvalidArgumentError, "would stand -1 records"),
+    ({"path": "BIG", "shift": 1, "op": "emit"}, NoSourceStateError, "emit"),
+    ({"path": "BIG", "shift": 1, "src": "kafka"}, UnsupportedFormatError, "kafka source"),
+])
+def test_file_source_bad_input_writes_nothing(tmp_path, kwargs, error, match):
+    from statekit.savepoint.offsets import set_file_offsets
+
+    big = next(r["path"] for r in source_offsets(FILES).to_pylist() if r["holder"] == "reader")
+    kwargs = {"op": "file-source", **kwargs, "path": big if kwargs["path"] == "BIG" else kwargs["path"]}
+    src = KAFKA if kwargs.pop("src", None) == "kafka" else FILES
+    if src is KAFKA:
+        kwargs["op"] = "kafka-source"
+    before = (src / "_metadata").read_bytes()
+    with pytest.raises(error, match=match):
+        set_file_offsets(src, tmp_path / "out", dry_run=False, **kwargs)
+    assert list(tmp_path.iterdir()) == []
+    assert (src / "_metadata").read_bytes() == before
 
 
 def _with_enumerator(tmp_path, enum: KafkaEnumeratorState) -> Path:
@@ -348,7 +414,7 @@ def test_timestamps_parse_and_an_unreachable_broker_is_a_typed_error(tmp_path):
     with socket.socket() as s:  # a port nothing listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    with pytest.raises(BrokerError, match=f"127.0.0.1:{port}"):
+    with pytest.raises(BrokerError, match=f"no Kafka broker answered at 127.0.0.1:{port}"):
         offsets_for_time(f"127.0.0.1:{port}", "events", [0], 0, timeout_s=2)
     before = (KAFKA / "_metadata").read_bytes()
     r = CliRunner().invoke(app, ["set-offsets", str(KAFKA), str(tmp_path / "out"), "--uid", "kafka-source", "--topic",
