@@ -162,11 +162,11 @@ class UnknownStateError(SavepointError, LookupError):
 
 
 class NoSourceStateError(SavepointError, LookupError):
-    """The operator holds no source state statekit decodes (no Kafka reader splits, no Kafka enumerator state)."""
+    """The operator holds no source state statekit decodes (no Kafka or file reader splits, no enumerator state)."""
 
 
 class UnknownPartitionError(SavepointError, LookupError):
-    """A source's state holds no split of that topic and partition."""
+    """A source's state (or its broker) holds no split of that topic and partition, or of that file."""
 
 
 class BrokerRequiredError(InvalidArgumentError):

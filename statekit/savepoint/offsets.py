@@ -1,13 +1,14 @@
-"""Source offsets: where each Kafka source of a savepoint resumes (reader splits and enumerator), and moving one partition.
+"""Source offsets: where each Kafka and file source of a savepoint resumes (reader splits and enumerator), and moving it.
 
 Boundary: the bytes are `statekit.format.flink.sources`'; this module finds the source operators, lays
 their positions out as one Arrow table (`source_offsets`, `Savepoint.source_offsets`) and rewrites one
-partition's position (`set_offsets`). The rewrite keeps the rule of `statekit.savepoint.output` (Flink in,
-Flink out) in the only way that keeps the enumerator consistent: it splices the source operator's new
-record into the original `_metadata`, every other byte and state file carried unchanged, and writes the
-new savepoint atomically (`FlinkStaging`). statekit's own format keeps a Flink operator's coordinator state in its
-manifest (``flink.coordinator``), so its savepoints show both, but they are not rewritten here (`set_offsets`
-edits the Flink savepoint a job restores).
+Kafka partition's position (`set_offsets`; a timestamp is resolved by `statekit.savepoint.kafka_times`) or one
+file's (`set_file_offsets`: a reader's position, a file skipped or read again). The rewrite keeps the rule of
+`statekit.savepoint.output` (Flink in, Flink out) in the only way that keeps the enumerator consistent: it splices
+the source operator's new record into the original `_metadata`, every other byte and state file carried unchanged,
+and writes the new savepoint atomically (`FlinkStaging`). statekit's own format keeps a Flink operator's coordinator
+state in its manifest (``flink.coordinator``), so its savepoints show both, but they are not rewritten here (the
+edits are of the Flink savepoint a job restores).
 """
 
 from __future__ import annotations
@@ -244,8 +245,9 @@ def _split_row(split: KafkaSplit | FileSplit | None) -> dict[str, Any]:
 
 
 def _no_source(sp: "Savepoint", meta: "OperatorMetadata") -> str:
-    return (f"operator {meta.display_name} of {sp.path} holds no Kafka source state (no {READER_STATE} splits, no "
-            "Kafka enumerator state); give the uid of the job's KafkaSource (`statekit offsets` lists them).")
+    return (f"operator {meta.display_name} of {sp.path} holds no source state statekit decodes (no {READER_STATE} "
+            "splits, no Kafka or file enumerator state); give the uid of the job's KafkaSource or FileSource "
+            "(`statekit offsets` lists them).")
 
 
 # -- set-offsets ----------------------------------------------------------------------------------------
