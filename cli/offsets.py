@@ -1,4 +1,5 @@
-"""`statekit offsets` and `statekit set-offsets`: where a job's sources resume (Kafka, files), and moving a Kafka partition."""
+"""`statekit offsets` and `statekit set-offsets`: where a job's sources resume (Kafka, files), and moving a Kafka partition
+or a file source's reader."""
 
 # No `from __future__ import annotations`: see statekit_cli.app (typer's start-up cost).
 from pathlib import Path
@@ -69,22 +70,61 @@ def _split_cells(r: dict) -> list:
 
 def set_offsets(
     source: Path = SOURCE, target: Path = TARGET, uid: Optional[str] = UID, uid_hash: Optional[str] = HASH,
-    topic: str = typer.Option(..., "--topic", help="The Kafka topic."),
-    partition: int = typer.Option(..., "--partition", min=0, help="The partition of --topic."),
+    topic: Optional[str] = typer.Option(None, "--topic", help="Kafka: the topic."),
+    partition: Optional[int] = typer.Option(None, "--partition", min=0, help="Kafka: the partition of --topic."),
+    path: Optional[str] = typer.Option(None, "--path", help="File source: the file (as `statekit offsets` shows it, "
+                                       "or a local path)."),
     offset: Optional[int] = typer.Option(None, "--offset", min=0, help="The offset to resume from (the next record "
                                          "read is this one)."),
     shift: Optional[int] = typer.Option(None, "--shift", help="Move by this many records from where the source "
                                         "stands: +1 skips one (a poison record), -3 reads three again."),
+    records: Optional[int] = typer.Option(None, "--records", min=0, help="File source: resume --path this many "
+                                          "records after its split's start."),
+    skip_file: bool = typer.Option(False, "--skip-file", help="File source: drop --path (its reader split and pending "
+                                   "split); a monitoring source counts it as processed and never reads it."),
+    reread: bool = typer.Option(False, "--reread", help="File source: take the processed --path off the "
+                                "enumerator's list, so a monitoring source reads it again from its start."),
+    timestamp: Optional[str] = typer.Option(None, "--timestamp", metavar="T", help="Resume at the first record at or "
+                                            "after this time (epoch milliseconds or ISO-8601, e.g. "
+                                            "2026-12-04T10:00:00Z; the partition's end when there is none); the "
+                                            "broker resolves it, so --bootstrap-servers is needed."),
+    bootstrap_servers: Optional[str] = typer.Option(None, "--bootstrap-servers", metavar="HOST:PORT[,...]",
+                                                    help="The Kafka broker(s) that resolve --timestamp."),
+    kafka_property: Optional[list[str]] = typer.Option(None, "--kafka-property", metavar="KEY=VALUE",
+                                                       help="A Kafka client property for --bootstrap-servers "
+                                                       "(security.protocol=SSL, sasl.mechanism=...); repeatable."),
     apply: bool = APPLY,
 ) -> None:
-    """Move where a Kafka source resumes one partition: its reader split and its enumerator's entry, in a new Flink
-    savepoint (everything else carried byte for byte)."""
+    """Move where a source resumes, in a new Flink savepoint (everything else carried byte for byte): a Kafka
+    partition (--topic, --partition: its reader split and its enumerator's entry) or a file (--path: its reader's
+    position, or the file skipped or read again)."""
+    from statekit.savepoint.offsets import set_file_offsets
     from statekit.savepoint.offsets import set_offsets as run
 
-    if (offset is None) == (shift is None):
-        fail("give exactly one of --offset N and --shift K.")
-    plan = run(source, target, op=operator_id(uid, uid_hash), topic=topic, partition=partition, offset=offset,
-               shift=shift, dry_run=not apply)
+    if path is not None:
+        if topic is not None or partition is not None or offset is not None or timestamp is not None:
+            fail("--path edits a file source: give --records N, --shift K, --skip-file or --reread with it, not "
+                 "--topic/--partition/--offset/--timestamp.")
+        _report(set_file_offsets(source, target, op=operator_id(uid, uid_hash), path=path, records=records,
+                                 shift=shift, skip_file=skip_file, reread=reread, dry_run=not apply), apply)
+        return
+    if topic is None or partition is None or records is not None or skip_file or reread:
+        fail("give --topic T --partition P for a Kafka source (or --path for a file source's --records, --skip-file, "
+             "--reread).")
+    if sum(x is not None for x in (offset, shift, timestamp)) != 1:
+        fail("give exactly one of --offset N, --shift K and --timestamp T.")
+    config = {}
+    for prop in kafka_property or []:
+        key, eq, value = prop.partition("=")
+        if not eq or not key:
+            fail(f"--kafka-property takes KEY=VALUE; got one without '=' (key {key!r}).")
+        config[key.strip()] = value
+    _report(run(source, target, op=operator_id(uid, uid_hash), topic=topic, partition=partition, offset=offset,
+                shift=shift, timestamp=timestamp, bootstrap_servers=bootstrap_servers, kafka_config=config,
+                dry_run=not apply), apply)
+
+
+def _report(plan: object, apply: bool) -> None:
     out().print(str(plan), markup=False)
     if not apply:
         err().print("dry run: nothing written; pass --apply to write the new savepoint", markup=False)

@@ -162,11 +162,19 @@ class UnknownStateError(SavepointError, LookupError):
 
 
 class NoSourceStateError(SavepointError, LookupError):
-    """The operator holds no source state statekit decodes (no Kafka reader splits, no Kafka enumerator state)."""
+    """The operator holds no source state statekit decodes (no Kafka or file reader splits, no enumerator state)."""
 
 
 class UnknownPartitionError(SavepointError, LookupError):
-    """A source's state holds no split of that topic and partition."""
+    """A source's state (or its broker) holds no split of that topic and partition, or of that file."""
+
+
+class BrokerRequiredError(InvalidArgumentError):
+    """A timestamp was given for a Kafka source without a broker to resolve it (split state holds offsets only)."""
+
+
+class BrokerError(StatekitError, RuntimeError):
+    """The Kafka broker asked to resolve a timestamp did not answer, or refused the request."""
 
 
 class UntrustedPicklePayloadError(UntrustedPickleError, SavepointError):

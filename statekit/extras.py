@@ -1,4 +1,4 @@
-"""Optional engines (`statekit[spark]`, `statekit[rocksdb]`): a call needing a missing one names what to install."""
+"""Optional engines (`statekit[spark]`, `statekit[rocksdb]`, `statekit[kafka]`): a call needing a missing one names what to install."""
 
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ from statekit.errors import MissingExtraError
 EXTRAS = {
     "spark": ("pyspark", "delta"),
     "rocksdb": ("rocksdict",),
+    # set-offsets --timestamp asks a Kafka broker which offset a time is (statekit.savepoint.kafka_times)
+    "kafka": ("kafka",),
 }
 
 

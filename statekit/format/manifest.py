@@ -123,10 +123,14 @@ class FlinkSerializers:
     #: the Flink version line the snapshots came from ("1.20"; `versions.FlinkVersion`), the default
     #: target when the state is written back to Flink; None in manifests written before it was recorded
     flink_version: str | None = None
+    #: the operator coordinator's state as `_metadata` held it (a new-style source's split enumerator: Kafka's
+    #: partitions, a file source's processed paths), written back with the operator (`flink_out.write_flink`):
+    #: without it a restored source starts its enumerator afresh and reads its input again
+    coordinator: bytes | None = None
 
     def without_key(self) -> "FlinkSerializers":
         """The same without what depends on the key type (after a re-key to another type)."""
-        return FlinkSerializers(None, self.states, (), self.operator_states, self.flink_version)
+        return FlinkSerializers(None, self.states, (), self.operator_states, self.flink_version, self.coordinator)
 
     def to_json(self) -> dict[str, Any]:
         b64 = lambda b: base64.b64encode(b).decode("ascii")  # noqa: E731
@@ -136,6 +140,8 @@ class FlinkSerializers:
                                "operator_states": {n: b64(b) for n, b in self.operator_states}}
         if self.flink_version is not None:
             out["flink_version"] = self.flink_version
+        if self.coordinator is not None:
+            out["coordinator"] = b64(self.coordinator)
         return out
 
     @classmethod
@@ -145,7 +151,8 @@ class FlinkSerializers:
                    tuple((n, dec(v)) for n, v in d.get("states", {}).items()),
                    tuple(dec(v) for v in d.get("timers", [])),
                    tuple((n, dec(v)) for n, v in d.get("operator_states", {}).items()),
-                   d.get("flink_version"))
+                   d.get("flink_version"),
+                   dec(d["coordinator"]) if d.get("coordinator") is not None else None)
 
 
 @dataclass(frozen=True)
@@ -496,7 +503,8 @@ def _check_ddl(path: Path, ddl: Any, where: str) -> "pa.DataType":
 
 
 def _check_flink_json(d: Any, where: str, path: Path) -> None:
-    """The manifest field ``flink``: base64 strings under ``key``, ``states``, ``timers``, ``operator_states``."""
+    """The manifest field ``flink``: base64 strings under ``key``, ``states``, ``timers``, ``operator_states``,
+    ``coordinator``."""
     def b64(v: Any, at: str) -> None:
         try:
             if not isinstance(v, str):
@@ -507,8 +515,9 @@ def _check_flink_json(d: Any, where: str, path: Path) -> None:
 
     if not isinstance(d, dict):
         raise _fail(path, f"field {where!r} is not an object")
-    if d.get("key") is not None:
-        b64(d["key"], f"{where}.key")
+    for name in ("key", "coordinator"):
+        if d.get(name) is not None:
+            b64(d[name], f"{where}.{name}")
     for name in ("states", "operator_states"):
         if not isinstance(d.get(name, {}), dict):
             raise _fail(path, f"field {where}.{name!r} is not an object")

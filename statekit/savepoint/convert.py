@@ -108,21 +108,23 @@ def write_flink_operator(b: SavepointBuilder, sp: FlinkSavepoint, meta: Operator
 
 
 def flink_serializers(sp: FlinkSavepoint, meta: OperatorMetadata) -> FlinkSerializers:
-    """The operator's Flink serializer snapshots, byte for byte, for the manifest (`write_flink` reuses them)."""
+    """The operator's Flink serializer snapshots and its coordinator's state, byte for byte, for the manifest
+    (`write_flink` reuses them)."""
     fop = sp.flink_operator(meta.identifier)
     lay = sp.flink.layout(fop)
     known = {s.name for s in meta.operator_states}
     ops = tuple((n, m.raw) for n, m in sp.flink.operator_states(fop).items() if n in known)
     version = str(sp.flink_version)
+    coordinator = sp.flink.files.read(fop.coordinator) if fop.coordinator is not None else None
     if lay is None:
-        return FlinkSerializers(operator_states=ops, flink_version=version)
+        return FlinkSerializers(operator_states=ops, flink_version=version, coordinator=coordinator)
     # only states statekit lists, under their stored names (PyFlink's python-state-<name>: `write_flink` writes
     # them back in PyFlink's layout)
     names = {s.name for s in meta.keyed_states}
     if sp.is_pyflink(meta.identifier):
         names = {pyflink.PREFIX + n for n in names} | names
     return FlinkSerializers(lay.key_type.raw, tuple((s.name, s.raw) for s in lay.states if s.name in names),
-                            tuple(t.raw for t in lay.timers), ops, version)
+                            tuple(t.raw for t in lay.timers), ops, version, coordinator)
 
 
 def _check_key_type(meta: OperatorMetadata) -> None:

@@ -480,10 +480,12 @@ def write_flink(source: str | os.PathLike[str] | Savepoint, target: str | os.Pat
 
 
 def coordinator_states(sp: Savepoint) -> dict[str, bytes]:
-    """The operator coordinators' states of a Flink savepoint by uid hash (a new-style source's split enumerator);
-    none for a statekit savepoint (its format keeps no coordinator state)."""
+    """The operator coordinators' states of a savepoint by uid hash (a new-style source's split enumerator): a Flink
+    savepoint's from its `_metadata`, a statekit savepoint's from its manifest (the ``flink.coordinator`` of an
+    operator converted from Flink)."""
     if not is_flink_source(sp):
-        return {}
+        return {m.uid_hash: m.flink.coordinator for m in sp.operators
+                if m.flink is not None and m.flink.coordinator is not None}
     return {op.operator_id: sp.flink.files.read(op.coordinator) for op in sp.flink.metadata.operators
             if op.coordinator is not None}
 

@@ -151,10 +151,11 @@ class Broker:
                 self.proc.wait()
         self._out.close()
 
-    def produce(self, topic: str, partitions: int, counts: dict[int, int], prefix: str = "r") -> list[tuple[int, int, str]]:
-        """Create `topic` (if new) with `partitions` and append ``counts[p]`` records to partition p:
-        the (partition, offset, value) the broker acknowledged."""
-        args = [f"{p}={n}:{prefix}" for p, n in sorted(counts.items())]
+    def produce(self, topic: str, partitions: int, counts: dict[int, Count], prefix: str = "r") -> list[tuple[int, int, str]]:
+        """Create `topic` (if new) with `partitions` and append ``counts[p]`` records to partition p (a count, or
+        (count, timestamp of the first in epoch ms; each next one 1 s later)): the (partition, offset, value) the
+        broker acknowledged."""
+        args = [f"{p}={_count(n)}:{prefix}" for p, n in sorted(counts.items())]
         proc = subprocess.run(["java", "-Xmx256m", "-cp", _classpath("job"), "statekit.kafkatest.KafkaTool",
                                self.bootstrap, topic, str(partitions), *args],
                               capture_output=True, text=True, timeout=180)
@@ -168,22 +169,30 @@ class Broker:
         return out
 
 
+#: records to append to one partition: a count, or (count, timestamp of the first in epoch ms, each next 1 s later)
+Count = int | tuple[int, int]
+
+
+def _count(n: Count) -> str:
+    return f"{n[0]}@{n[1]}" if isinstance(n, tuple) else str(n)
+
+
 @dataclass
 class JobSpec:
     """One run of the Kafka job: restore `restore` (None: start from the earliest offsets), wait for `expect`
     records, take a savepoint of the running job into `savepoint_dir` (None: none); `before` / `after` append
-    records (partition -> count) before the job starts and after its savepoint."""
+    records (partition -> `Count`) before the job starts and after its savepoint."""
 
     restore: Path | None
     expect: int
     savepoint_dir: Path | None = None
-    before: dict[int, int] = field(default_factory=dict)
-    after: dict[int, int] = field(default_factory=dict)
+    before: dict[int, Count] = field(default_factory=dict)
+    after: dict[int, Count] = field(default_factory=dict)
     prefix: str = "r"
 
     def arg(self) -> str:
-        def counts(c: dict[int, int]) -> str:
-            return ";".join(f"{p}={n}:{self.prefix}" for p, n in sorted(c.items())) or "-"
+        def counts(c: dict[int, Count]) -> str:
+            return ";".join(f"{p}={_count(n)}:{self.prefix}" for p, n in sorted(c.items())) or "-"
 
         return f"{self.restore or '-'},{self.expect},{self.savepoint_dir or '-'},{counts(self.before)},{counts(self.after)}"
 

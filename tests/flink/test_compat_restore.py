@@ -1,7 +1,8 @@
 """Issue 25 part 3: `compat OLD NEW` agrees with real Flink 2.3.0 restores. OLD is the corpus savepoint; each NEW is the
 savepoint of a new job version (the corpus job with one change), written with that version's serializers (the
 corpus's own snapshots for what did not change, Flink's serializers for the new types); the truth is a real restore of
-OLD into that job version (all in one JVM)."""
+OLD into that job version (all in one JVM). The Kryo <-> POJO pairs are two savepoints Flink wrote of the same POJO
+class, once with its KryoSerializer and once with its PojoSerializer (tests/fixtures/flink/kryo-pojo)."""
 
 from __future__ import annotations
 
@@ -172,6 +173,22 @@ def _old_pairs(tmp: Path) -> list[tuple[str, Path, dict]]:
     ]
 
 
+KRYO_POJO = Path(__file__).resolve().parents[1] / "fixtures" / "flink" / "kryo-pojo"
+
+
+def _kryo_pojo_pairs() -> list[tuple[str, Path, Path, dict]]:
+    """`ValuePojo` state written by Flink with its KryoSerializer (a generic type, as with ``enableForceKryo()``) and
+    with its PojoSerializer (tests/fixtures/flink/kryo-pojo, `KryoPojoWrite`), restored into the other version."""
+    def job(t: str) -> dict:
+        return {"parallelism": 2, "operators": [{"uid": "pojo-state", "kind": "keyed", "key_type": "bigint",
+                                                 "states": [{"name": "v", "kind": "value", "type": t}]}]}
+
+    kryo, pojo = KRYO_POJO / "kryo", KRYO_POJO / "pojo"
+    return [("Kryo -> POJO", kryo, pojo, job(f"pojo<{VALUE_POJO}>")),
+            ("POJO -> Kryo", pojo, kryo, job(f"generic<{VALUE_POJO}>")),
+            ("Kryo -> Kryo (same class)", kryo, kryo, job(f"generic<{VALUE_POJO}>"))]
+
+
 def _cause(failure: str) -> str:
     """The root cause of a Flink failure (the harness reports the cause chain, one exception per line)."""
     return [ln for ln in failure.splitlines() if ln.strip()][-1][:400]
@@ -187,6 +204,7 @@ REASONS = {"operator-missing": ("allowNonRestoredState", "Cannot map"), "max-par
 def test_compat_agrees_with_real_restores(flink, tmp_path):
     pairs = [(name, OLD, new, job) for name, new, job in _pairs(tmp_path)]
     pairs += [(name, old, OLD, job) for name, old, job in _old_pairs(tmp_path)]
+    pairs += _kryo_pojo_pairs()
     truth = flink.restore_many([(old, job) for _, old, _, job in pairs])
     table = []
     for (name, old, new, _), real in zip(pairs, truth):
@@ -200,7 +218,12 @@ def test_compat_agrees_with_real_restores(flink, tmp_path):
         if fails:  # and Flink failed for the reason compat gives
             assert any(w in why for w in REASONS[fails[0]]), (name, fails, why)
     assert len(table) >= 12 and sum(1 for t in table if not t[1]) >= 6  # failing and restoring pairs both
-    migrated = compat(pairs[-3][1], OLD)
+    by_name = {t[0]: t for t in table}
+    assert not by_name["Kryo -> POJO"][1] and not by_name["POJO -> Kryo"][1] and by_name["Kryo -> Kryo (same class)"][1]
+    restored_kryo = truth[[p[0] for p in pairs].index("Kryo -> Kryo (same class)")]
+    assert not isinstance(restored_kryo, str)
+    assert restored_kryo.keyed["pojo-state"] == {k: {"v": {"label": f"v-{k}", "total": 10 * k}} for k in range(10)}
+    migrated = compat(next(p[1] for p in pairs if p[0] == "POJO field added"), OLD)
     assert [f.change for f in migrated.findings] == ["serializer-migrated"] and migrated.restores
 
 

@@ -11,9 +11,12 @@ import pytest
 from typer.testing import CliRunner
 
 from statekit.errors import (
+    BrokerError,
+    BrokerRequiredError,
     CorruptSavepointError,
     InvalidArgumentError,
     NoSourceStateError,
+    UnknownOperatorError,
     UnknownPartitionError,
     UnsupportedFormatError,
 )
@@ -122,6 +125,14 @@ def test_rewritten_stream_files_are_new_files(tmp_path):
     ({"op": "kafka-source", "topic": "events", "partition": 0}, InvalidArgumentError, "exactly one"),
     ({"op": "kafka-source", "topic": "events", "partition": 0, "shift": 1, "offset": 3}, InvalidArgumentError, "exactly one"),
     ({"op": "kafka-source", "topic": "events", "partition": 0, "shift": -6}, InvalidArgumentError, "would be -1"),
+    ({"op": "kafka-source", "topic": "events", "partition": 0, "offset": -1}, InvalidArgumentError, "would be -1"),
+    ({"op": "kafka-source", "topic": "events", "partition": 0, "timestamp": "2026-12-04T10:00:00Z"},
+     BrokerRequiredError, "offsets only"),
+    ({"op": "kafka-source", "topic": "events", "partition": 0, "timestamp": "yesterday",
+      "bootstrap_servers": "127.0.0.1:9"}, InvalidArgumentError, "ISO-8601"),
+    ({"op": "kafka-source", "topic": "events", "partition": 0, "timestamp": 5, "offset": 3}, InvalidArgumentError,
+     "exactly one"),
+    ({"op": "no-such-uid", "topic": "events", "partition": 0, "offset": 3}, UnknownOperatorError, "no-such-uid"),
 ])
 def test_bad_input_writes_nothing(tmp_path, kwargs, error, match):
     before = (KAFKA / "_metadata").read_bytes()
@@ -131,14 +142,30 @@ def test_bad_input_writes_nothing(tmp_path, kwargs, error, match):
     assert (KAFKA / "_metadata").read_bytes() == before
 
 
-def test_statekit_savepoints_show_reader_splits_and_are_not_rewritten(tmp_path):
+def test_statekit_savepoints_keep_the_enumerator_state_and_are_not_rewritten(tmp_path):
+    """`convert` keeps each operator's coordinator state in the manifest (``flink.coordinator``): the statekit copy
+    shows what the Flink savepoint shows, a statekit repair carries it, and Flink -> statekit -> Flink gives it back
+    byte for byte (tests/flink/test_source_offsets.py restores such a round trip: no re-read)."""
+    from statekit.format.manifest import load_manifest
     from statekit.savepoint.convert import convert_to_statekit
+    from statekit.savepoint.flink_out import write_flink
+    from statekit.savepoint.transforms import change_operator_identifier
 
     converted = tmp_path / "converted"
     convert_to_statekit(KAFKA, converted)
-    rows = source_offsets(converted).to_pylist()
-    assert [(r["holder"], r["partition"], r["offset"]) for r in rows] == [("reader", 0, 5), ("reader", 1, 7)]
-    with pytest.raises(UnsupportedFormatError, match="no coordinator"):
+    assert source_offsets(converted) == source_offsets(KAFKA)
+    (op,) = [m for m in load_manifest(converted).operators if m.uid == "kafka-source"]
+    original = next(o for o in read_metadata(KAFKA).operators if o.uid == "kafka-source").coordinator.data
+    assert op.flink is not None and op.flink.coordinator == original
+    back = write_flink(converted, tmp_path / "back")
+    assert next(o for o in read_metadata(back).operators if o.uid == "kafka-source").coordinator.data == original
+    assert source_offsets(back) == source_offsets(KAFKA)
+    # a statekit -> statekit repair (rename) carries it with the operator
+    renamed = change_operator_identifier(converted, tmp_path / "renamed", "kafka-source", "kafka-source-2",
+                                         dry_run=False).target
+    (op2,) = [m for m in load_manifest(renamed).operators if m.uid == "kafka-source-2"]
+    assert op2.flink is not None and op2.flink.coordinator == original
+    with pytest.raises(UnsupportedFormatError, match="statekit savepoint"):
         set_offsets(converted, tmp_path / "out", op="kafka-source", topic="events", partition=0, shift=1, dry_run=False)
     assert not (tmp_path / "out").exists()
 
@@ -250,12 +277,78 @@ def test_file_source_offsets():
     assert reader["topic"] is None and reader["partition"] is None
     (enum,) = [r for r in rows if r["holder"] == "enumerator"]
     assert (enum["path"], enum["status"], enum["offset"]) == (reader["path"], "processed", None)
-    # set-offsets moves Kafka partitions only: refused by name, nothing written
+    # Kafka's options on a file source: refused by name, nothing written
     with pytest.raises(UnsupportedFormatError, match="file source"):
         set_offsets(FILES, FILES.parent / "never", op="file-source", topic="t", partition=0, offset=1, dry_run=False)
     assert not (FILES.parent / "never").exists()
     r = CliRunner().invoke(app, ["offsets", str(FILES)])
     assert r.exit_code == 0 and "+1763 records" in r.output and "enumerator (processed)" in r.output
+
+
+def test_file_source_set_offsets(tmp_path):
+    """A file source's reader moved (--shift, --records), a file skipped and read again: each a new savepoint whose
+    `_metadata` differs from the source's only in the source operator's record, decoded back as asked (the restores
+    are tests/flink/test_source_offsets.py)."""
+    from statekit.format.flink.sources import FileEnumeratorState, file_enumerator
+    from statekit.savepoint.offsets import set_file_offsets
+
+    big = next(r["path"] for r in source_offsets(FILES).to_pylist() if r["holder"] == "reader")
+    md = read_metadata(FILES)
+    fop = next(o for o in md.operators if o.uid == "file-source")
+    enum = file_enumerator(fop.coordinator.data, "x")
+    assert FileEnumeratorState(enum.pending, enum.processed).encode() == CoordinatorState.decode(
+        fop.coordinator.data, "x").enumerator  # the encoder gives back Flink's bytes
+
+    def rows(path):
+        return [(r["holder"], r["path"], r["status"], r["position"], r["records_to_skip"])
+                for r in source_offsets(path).to_pylist()]
+
+    before = (FILES / "_metadata").read_bytes()
+    plan = set_file_offsets(FILES, tmp_path / "dry", op="file-source", path=big, shift=1)
+    assert not (tmp_path / "dry").exists() and "+1763 records -> the split's start +1764 records" in str(plan)
+    set_file_offsets(FILES, tmp_path / "shift", op="file-source", path=big, shift=1, dry_run=False)
+    assert rows(tmp_path / "shift") == [("reader", big, None, -1, 1764), ("enumerator", big, "processed", None, None)]
+    after = (tmp_path / "shift" / "_metadata").read_bytes()
+    start, end = fop.span
+    assert after[:start] == before[:start] and after[len(after) - (len(before) - end):] == before[end:]
+    set_file_offsets(FILES, tmp_path / "records", op="file-source", path=big, records=0, dry_run=False)
+    assert rows(tmp_path / "records")[0] == ("reader", big, None, -1, 0)
+    set_file_offsets(FILES, tmp_path / "skip", op="file-source", path=big, skip_file=True, dry_run=False)
+    assert rows(tmp_path / "skip") == [("enumerator", big, "processed", None, None)]
+    set_file_offsets(tmp_path / "skip", tmp_path / "reread", op="file-source", path=big, reread=True, dry_run=False)
+    assert rows(tmp_path / "reread") == []
+    # the CLI, by local path (the fixture's file need not exist)
+    r = CliRunner().invoke(app, ["set-offsets", str(FILES), str(tmp_path / "cli"), "--uid", "file-source", "--path",
+                                 big.removeprefix("file:"), "--shift", "+1", "--apply"])
+    assert r.exit_code == 0, r.output
+    assert rows(tmp_path / "cli") == rows(tmp_path / "shift")
+    assert (FILES / "_metadata").read_bytes() == before
+
+
+@pytest.mark.parametrize("kwargs, error, match", [
+    ({"path": "file:/nowhere.txt", "shift": 1}, UnknownPartitionError, "no split of file:/nowhere.txt"),
+    ({"path": "BIG", "reread": True}, InvalidArgumentError, "still being read"),
+    ({"path": "file:/nowhere.txt", "reread": True}, UnknownPartitionError, "has not processed"),
+    ({"path": "BIG", "shift": 1, "skip_file": True}, InvalidArgumentError, "exactly one"),
+    ({"path": "BIG"}, InvalidArgumentError, "exactly one"),
+    ({"path": "BIG", "records": -1}, InvalidArgumentError, ">= 0"),
+    ({"path": "BIG", "shift": -1764}, InvalidArgumentError, "would stand -1 records"),
+    ({"path": "BIG", "shift": 1, "op": "emit"}, NoSourceStateError, "emit"),
+    ({"path": "BIG", "shift": 1, "src": "kafka"}, UnsupportedFormatError, "kafka source"),
+])
+def test_file_source_bad_input_writes_nothing(tmp_path, kwargs, error, match):
+    from statekit.savepoint.offsets import set_file_offsets
+
+    big = next(r["path"] for r in source_offsets(FILES).to_pylist() if r["holder"] == "reader")
+    kwargs = {"op": "file-source", **kwargs, "path": big if kwargs["path"] == "BIG" else kwargs["path"]}
+    src = KAFKA if kwargs.pop("src", None) == "kafka" else FILES
+    if src is KAFKA:
+        kwargs["op"] = "kafka-source"
+    before = (src / "_metadata").read_bytes()
+    with pytest.raises(error, match=match):
+        set_file_offsets(src, tmp_path / "out", dry_run=False, **kwargs)
+    assert list(tmp_path.iterdir()) == []
+    assert (src / "_metadata").read_bytes() == before
 
 
 def _with_enumerator(tmp_path, enum: KafkaEnumeratorState) -> Path:
@@ -306,3 +399,25 @@ def test_enumerator_state_without_offsets(tmp_path):
     coordinator = [o.coordinator.data for o in read_metadata(tmp_path / "out").operators if o.uid == "kafka-source"]
     assert coordinator == [o.coordinator.data for o in read_metadata(src).operators if o.uid == "kafka-source"]
     assert _positions(tmp_path / "out") == {("events", 0): 6, ("events", 1): 7}
+
+
+def test_timestamps_parse_and_an_unreachable_broker_is_a_typed_error(tmp_path):
+    """The time -> offset resolution against a live broker is tests/flink/test_source_offsets.py; here the parts that
+    need none: the forms a timestamp takes, and a broker that does not answer (nothing written, source untouched)."""
+    import socket
+
+    from statekit.savepoint.kafka_times import offsets_for_time, parse_timestamp
+
+    assert parse_timestamp("1733306400000") == parse_timestamp(1733306400000) == 1733306400000
+    assert parse_timestamp("2024-12-04T10:00:00Z") == parse_timestamp("2024-12-04T10:00:00") == 1733306400000
+    assert parse_timestamp("2024-12-04T11:00:00+01:00") == 1733306400000
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with pytest.raises(BrokerError, match=f"no Kafka broker answered at 127.0.0.1:{port}"):
+        offsets_for_time(f"127.0.0.1:{port}", "events", [0], 0, timeout_s=2)
+    before = (KAFKA / "_metadata").read_bytes()
+    r = CliRunner().invoke(app, ["set-offsets", str(KAFKA), str(tmp_path / "out"), "--uid", "kafka-source", "--topic",
+                                 "events", "--partition", "0", "--timestamp", "2024-12-04T10:00:00Z", "--apply"])
+    assert r.exit_code == 2 and "BrokerRequiredError" in r.output and "--bootstrap-servers" in r.output, r.output
+    assert not (tmp_path / "out").exists() and (KAFKA / "_metadata").read_bytes() == before

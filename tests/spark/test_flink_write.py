@@ -77,3 +77,10 @@ def test_spark_writes_of_a_flink_source_carry_the_enumerator_state(spark, tmp_pa
     strip = lambda t: [{k: v for k, v in r.items() if k not in ("operator", "uid_hash")} for r in t.to_pylist()]  # noqa: E731
     assert strip(source_offsets(out, "kafka-in")) == strip(source_offsets(kafka, "kafka-source"))
     assert any(r["holder"] == "enumerator" for r in source_offsets(out).to_pylist())
+    # from statekit's format (whose manifest keeps the coordinator state) to a Flink savepoint, renamed too
+    from statekit.savepoint.convert import convert_to_statekit
+
+    converted = convert_to_statekit(kafka, tmp_path / "sk")
+    out = (SavepointWriter.from_existing_savepoint(spark, converted).change_operator_identifier("kafka-source", "kafka-in")
+           .write(tmp_path / "from-sk", format="flink"))
+    assert strip(source_offsets(out, "kafka-in")) == strip(source_offsets(kafka, "kafka-source"))

@@ -17,7 +17,7 @@ of `_metadata` back, so a rewrite of a source operator splices it into the origi
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from statekit.errors import CorruptSavepointError, UnsupportedFormatError
@@ -132,6 +132,9 @@ class FileSplit:
     file_size: int
     hosts: tuple[str, ...]
     position: tuple[int, int] | None
+    #: the split's bytes up to its position (id, path, range, file, hosts), kept as read: `encode` writes them back
+    #: unchanged (a `Path` is not rebuilt from its URI text), followed by the position
+    head: bytes = field(default=b"", repr=False, compare=False)
 
     @staticmethod
     def decode(data: bytes, where: str) -> "FileSplit":
@@ -141,12 +144,22 @@ class FileSplit:
         offset, length = inp.i64("a split offset"), inp.i64("a split length")
         mtime, size = inp.i64("a modification time"), inp.i64("a file size")
         hosts = tuple(inp.utf("a host name") for _ in range(inp.count("the number of hosts", limit=1 << 16)))
+        head = data[:inp.pos]
         position = (inp.i64("a reader offset"), inp.i64("records to skip")) if inp.bool("a position flag") else None
         if inp.remaining():
             raise inp.fail(f"{inp.remaining()} byte(s) follow a file split")
         if offset < 0 or length < 0:
             raise inp.fail(f"offset {offset} / length {length} is not a file split's")
-        return FileSplit(split_id, path, offset, length, mtime, size, hosts, position)
+        return FileSplit(split_id, path, offset, length, mtime, size, hosts, position, head)
+
+    def encode(self) -> bytes:
+        """`FileSourceSplitSerializer` version 1's bytes (of a decoded split: `head` as read, then the position)."""
+        if not self.head:
+            raise ValueError("only a decoded file split is encoded (its path is kept as Flink wrote it)")
+        out = DataOutput().raw(self.head).bool(self.position is not None)
+        if self.position is not None:
+            out.i64(self.position[0]).i64(self.position[1])
+        return bytes(out.buf)
 
 
 def _flink_path(inp: DataInput) -> str:
@@ -167,6 +180,11 @@ def _flink_path(inp: DataInput) -> str:
     text += path or ""
     text += f"?{query}" if query is not None else ""
     return text + (f"#{fragment}" if fragment is not None else "")
+
+
+def encode_file_reader_split(split: FileSplit) -> bytes:
+    """One `SourceReaderState` element holding the file split `split`."""
+    return encode_versioned(_FILE_SPLIT_VERSION, split.encode())
 
 
 def decode_file_reader_split(element: bytes, where: str) -> FileSplit:
@@ -214,6 +232,21 @@ class FileEnumeratorState:
         if inp.remaining():
             raise inp.fail(f"{inp.remaining()} byte(s) follow the file enumerator state")
         return FileEnumeratorState(pending, tuple(processed))
+
+    def encode(self) -> bytes:
+        """Version 1's bytes (`PendingSplitsCheckpointSerializer`: little-endian counts and lengths)."""
+        def le32(v: int) -> bytes:
+            return v.to_bytes(4, "little", signed=True)
+
+        parts = [le32(0xDEADBEEF - (1 << 32)), le32(_FILE_SPLIT_VERSION), le32(len(self.pending)),
+                 le32(len(self.processed))]
+        for split in self.pending:
+            b = split.encode()
+            parts += [le32(len(b)), b]
+        for path in self.processed:
+            b = path.encode("utf-8")
+            parts += [le32(len(b)), b]
+        return b"".join(parts)
 
 
 def file_enumerator(coordinator: bytes, where: str) -> FileEnumeratorState:

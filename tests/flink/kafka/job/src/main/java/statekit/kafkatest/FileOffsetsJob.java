@@ -69,7 +69,7 @@ public class FileOffsetsJob {
         long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(120);
         while (OffsetsJob.EMITTED.size() < expect) {
             if (System.nanoTime() > deadline) {
-                client.cancel().get(60, TimeUnit.SECONDS);
+                OffsetsJob.cancel(client);
                 throw new IllegalStateException("only " + OffsetsJob.EMITTED.size() + " of " + expect + " lines");
             }
             Thread.sleep(50);
@@ -81,7 +81,7 @@ public class FileOffsetsJob {
             savepoint = client.triggerSavepoint(Paths.get(savepointDir).toUri().toString(), SavepointFormatType.CANONICAL)
                     .get(120, TimeUnit.SECONDS);
         }
-        client.cancel().get(60, TimeUnit.SECONDS);
+        OffsetsJob.cancel(client);
         for (String r : before) System.out.println("REC " + r);
         if (savepoint != null) System.out.println("SAVEPOINT " + savepoint);
         previous = savepoint == null ? null : Paths.get(new java.net.URI(savepoint)).toString();

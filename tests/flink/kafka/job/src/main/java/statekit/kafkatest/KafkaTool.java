@@ -17,8 +17,9 @@ import java.util.concurrent.TimeUnit;
 /**
  * Creates a topic on the test broker (when it does not exist yet) and appends records to its partitions.
  *
- * <p>Args: BOOTSTRAP TOPIC PARTITIONS (P=N[:PREFIX])... - N records with values "PREFIX-P-i" (i = 0..N-1 counted
- * from the partition's current end) to partition P, each sent synchronously. Prints one line per record,
+ * <p>Args: BOOTSTRAP TOPIC PARTITIONS (P=N[@TS][:PREFIX])... - N records with values "PREFIX-P-i" (i = 0..N-1 counted
+ * from the partition's current end) to partition P, each sent synchronously; with @TS record i carries the timestamp
+ * TS + 1000 * i (epoch milliseconds; else the producer's clock). Prints one line per record,
  * "PRODUCED partition offset value", so the test knows every offset the broker gave.
  */
 public class KafkaTool {
@@ -50,11 +51,14 @@ public class KafkaTool {
                 String[] pn = spec.split("=", 2);
                 int partition = Integer.parseInt(pn[0]);
                 String[] np = pn[1].split(":", 2);
-                int n = Integer.parseInt(np[0]);
+                String[] nt = np[0].split("@", 2);
+                int n = Integer.parseInt(nt[0]);
+                Long base = nt.length > 1 ? Long.parseLong(nt[1]) : null;
                 String prefix = np.length > 1 ? np[1] : "r";
                 for (int j = 0; j < n; j++) {
                     String value = prefix + "-" + partition + "-" + j;
-                    RecordMetadata md = producer.send(new ProducerRecord<>(topic, partition, null, value))
+                    Long ts = base == null ? null : base + 1000L * j;
+                    RecordMetadata md = producer.send(new ProducerRecord<>(topic, partition, ts, null, value))
                             .get(60, TimeUnit.SECONDS);
                     System.out.println("PRODUCED " + md.partition() + " " + md.offset() + " " + value);
                 }

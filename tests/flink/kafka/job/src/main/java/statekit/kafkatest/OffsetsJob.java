@@ -61,6 +61,20 @@ public class OffsetsJob {
         }
     }
 
+    /**
+     * Cancel the job and wait until it has stopped: the cancel future completes when the request is acknowledged,
+     * while the tasks may still emit a few records, which would land in the next run's {@link #EMITTED}.
+     */
+    static void cancel(JobClient client) throws Exception {
+        java.util.concurrent.CompletableFuture<?> done = client.getJobExecutionResult();  // before the job is gone
+        client.cancel().get(60, TimeUnit.SECONDS);
+        try {
+            done.get(60, TimeUnit.SECONDS);
+        } catch (java.util.concurrent.ExecutionException cancelled) {
+            // the result of a cancelled job: it has stopped
+        }
+    }
+
     static List<String> counts(String spec) {
         return spec.equals("-") ? List.of() : List.of(spec.split(";"));
     }
@@ -94,7 +108,7 @@ public class OffsetsJob {
         long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(120);
         while (EMITTED.size() < expect) {
             if (System.nanoTime() > deadline) {
-                client.cancel().get(60, TimeUnit.SECONDS);
+                cancel(client);
                 throw new IllegalStateException("only " + EMITTED.size() + " of " + expect + " records in 120 s: "
                         + EMITTED);
             }
@@ -112,7 +126,7 @@ public class OffsetsJob {
         }
         // records appended now reach the running job after its savepoint; only a restore sees them again
         if (!counts(spec[4]).isEmpty()) KafkaTool.produce(bootstrap, topic, partitions, counts(spec[4]));
-        client.cancel().get(60, TimeUnit.SECONDS);
+        cancel(client);
         for (String r : before) System.out.println("REC " + r);
         if (savepoint != null) System.out.println("SAVEPOINT " + savepoint);
     }
