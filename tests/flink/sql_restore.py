@@ -108,3 +108,17 @@ def restore(tasks: list[dict[str, Any]], work: Path) -> list[Restored]:
             raise RuntimeError(f"Flink did not restore {s['savepoint']}:\n{r['error']}")
         results.append(Restored(r["changelog"], r["results1"], r["results_all"], r["results2"], r["orders2"]))
     return results
+
+
+def template(out: Path, mode: str, plan: Path | None = None) -> Path:
+    """A bootstrap template of the corpus job at `out`: the job (``mode`` default|plan, from `plan` in plan mode)
+    run with sources that emit nothing, and a canonical savepoint of it (`SqlTemplate.java`)."""
+    gen = build()
+    env = dict(os.environ, FLINKBUILD_DIR=str(WORK / "build"), SKIP_BUILD="1", JAVA_OPTS="-Xmx1g")
+    args = ["bash", str(gen / "run.sh"), "SqlTemplate", str(Path(out).resolve()), mode]
+    if plan is not None:
+        args.append(str(Path(plan).resolve()))
+    done = subprocess.run(args, env=env, capture_output=True, text=True)
+    if done.returncode or not (Path(out) / "_metadata").exists():
+        raise RuntimeError(f"SqlTemplate failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
+    return Path(out)
