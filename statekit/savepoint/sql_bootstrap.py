@@ -171,12 +171,17 @@ def _family(t: pa.DataType) -> str:
     return next((name for name, test in _FAMILIES if test(t)), str(t))
 
 
+def check_type(have_t: pa.DataType, want: pa.DataType, what: str) -> None:
+    """Refuse (`StateTypeError`) a column of type `have_t` for state of type `want` unless only widening separates them."""
+    have, need = _family(have_t), _family(want)
+    if have != need and (have, need) not in _WIDENS and (have, "*") not in _WIDENS:
+        raise StateTypeError(f"{what}: the column is {have_t}, the job's state holds {want}; give the column "
+                             f"that type (cast it in the DataFrame).")
+
+
 def fit(col: pa.Array, want: pa.DataType, what: str) -> pa.Array:
     """`col` as type `want`, refusing (`StateTypeError`) a column of another kind of type or a value that does not fit."""
-    have, need = _family(col.type), _family(want)
-    if have != need and (have, need) not in _WIDENS and (have, "*") not in _WIDENS:
-        raise StateTypeError(f"{what}: the column is {col.type}, the job's state holds {want}; give the column "
-                             f"that type (cast it in the DataFrame).")
+    check_type(col.type, want, what)
     if col.type == want:
         return col
     try:
@@ -218,6 +223,7 @@ def accumulators(spec: BootstrapSpec, table: pa.Table) -> tuple[pa.Table, int]:
     One pyarrow ``group_by`` computes every buffer; DISTINCT aggregates run over each key's distinct values.
     """
     rows = table.num_rows
+    acc_t = spec.schema.field(spec.acc_state).type
     missing = [c for c in spec.need() if c not in table.column_names]
     if missing:
         raise InvalidArgumentError(f"operator {spec.label}: the input has no column(s) {missing}; it needs the "
@@ -239,7 +245,9 @@ def accumulators(spec: BootstrapSpec, table: pa.Table) -> tuple[pa.Table, int]:
         work[f"_a{j}"] = _combine(table.column(spec.input_names[a.args[0]]))
         c = f"_a{j}"
         outs = []
-        for b in a.buffers:
+        for k, b in enumerate(a.buffers):  # checked before pyarrow aggregates: a string SUM fails there, unnamed
+            if b not in ("count", "count1"):
+                check_type(work[c].type, acc_t.field(a.first + k).type, _what(spec, a))
             if b in ("count", "count1"):
                 aggs.append((c, "count", pc.CountOptions("only_valid")))
                 outs.append(f"{c}_count")
@@ -254,11 +262,14 @@ def accumulators(spec: BootstrapSpec, table: pa.Table) -> tuple[pa.Table, int]:
     for i, args in enumerate(spec.distinct):
         c = f"_d{i}"
         work[c] = _combine(table.column(spec.input_names[args[0]]))
+        check_type(work[c].type, spec.schema.field(f"distinctAcc_{i}").type.key_type,
+                   f"DISTINCT column {spec.input_names[args[0]]!r} of {spec.label}")
         aggs += [(c, "distinct", pc.CountOptions("only_valid")), (c, "count", pc.CountOptions("only_null"))]
         dcols[args] = i
+    for i, c in enumerate(keys):
+        check_type(work[f"_k{i}"].type, spec.schema.field("key").type.field(i).type, f"key column {c!r}")
     grouped = pa.table(work).group_by([f"_k{i}" for i in range(len(keys))], use_threads=False).aggregate(aggs)
     n = grouped.num_rows
-    acc_t = spec.schema.field(spec.acc_state).type
     fields: list[pa.Array | None] = [None] * acc_t.num_fields
     distinct_values: dict[int, tuple[pa.Array, np.ndarray]] = {}
     for i, args in enumerate(spec.distinct):
@@ -268,7 +279,7 @@ def accumulators(spec: BootstrapSpec, table: pa.Table) -> tuple[pa.Table, int]:
         for j, b in enumerate(a.buffers):
             pos = a.first + j
             want = acc_t.field(pos).type
-            what = f"aggregate {a.func}({', '.join(spec.input_names[x] for x in a.args) or '*'}) of {spec.label}"
+            what = _what(spec, a)
             if not a.distinct:
                 fields[pos] = fit(_combine(grouped.column(outs[j])), want, what)
                 continue
@@ -298,6 +309,10 @@ def accumulators(spec: BootstrapSpec, table: pa.Table) -> tuple[pa.Table, int]:
             cols[name] = pa.array(np.where(nulls > 0, bits, 0), spec.schema.field(name).type,
                                   mask=nulls == 0)
     return _physical(spec, cols, n), rows
+
+
+def _what(spec: BootstrapSpec, a: Any) -> str:
+    return f"aggregate {a.func}({', '.join(spec.input_names[x] for x in a.args) or '*'}) of {spec.label}"
 
 
 def _per_parent(values: pa.Array, parent: np.ndarray, n: int, buffer: str, func: str) -> pa.Array:
@@ -362,7 +377,8 @@ def _as_table(data: Any) -> pa.Table:
     if type(data).__module__.startswith("pandas"):
         return pa.Table.from_pandas(data, preserve_index=False)
     if type(data).__module__.startswith("duckdb"):
-        return data.arrow()
+        got = data.arrow()
+        return got.read_all() if isinstance(got, pa.RecordBatchReader) else got
     raise InvalidArgumentError(f"bootstrap data of type {type(data).__name__}: give a pyarrow Table, a pandas or "
                                "Spark DataFrame, a DuckDB relation, or a Parquet/CSV/JSON-lines file or Delta table.")
 
