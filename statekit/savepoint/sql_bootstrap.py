@@ -41,7 +41,7 @@ __all__ = ["BootstrapSpec", "SqlBootstrapReport", "bootstrap_sql", "plan_bootstr
 
 _SUPPORTED = ("COUNT", "SUM", "SUM0", "MIN", "MAX", "AVG")
 #: the byte a DISTINCT group's MapView placeholder holds in the accumulator row (RAW with NullSerializer)
-_MAPVIEW_PLACEHOLDER = b"\x00"
+MAPVIEW_PLACEHOLDER = b"\x00"
 
 
 @dataclass
@@ -194,14 +194,14 @@ def _combine(a: Any) -> pa.Array:
     return a.combine_chunks() if isinstance(a, pa.ChunkedArray) else a
 
 
-def _struct(fields: list[pa.Array], t: pa.StructType) -> pa.StructArray:
+def struct_of(fields: list[pa.Array], t: pa.StructType) -> pa.StructArray:
     return pa.StructArray.from_arrays(fields, fields=[t.field(i) for i in range(t.num_fields)])
 
 
 def key_column(spec: BootstrapSpec, columns: dict[str, pa.Array]) -> pa.StructArray:
     """The key struct column from the grouped key columns, in the template's key types."""
     kt = spec.schema.field("key").type
-    return _struct([fit(_combine(columns[c]), kt.field(i).type, f"key column {c!r}")
+    return struct_of([fit(_combine(columns[c]), kt.field(i).type, f"key column {c!r}")
                     for i, c in enumerate(spec.key_columns)], kt)
 
 
@@ -287,7 +287,7 @@ def accumulators(spec: BootstrapSpec, table: pa.Table) -> tuple[pa.Table, int]:
             fields[pos] = fit(_per_parent(values, parent, n, b, a.func), want, what)
     for i, args in enumerate(spec.distinct):
         pos = sum(len(a.buffers) for a in spec.aggs) + i
-        fields[pos] = pa.array([_MAPVIEW_PLACEHOLDER] * n, acc_t.field(pos).type)
+        fields[pos] = pa.array([MAPVIEW_PLACEHOLDER] * n, acc_t.field(pos).type)
     names = [acc_t.field(i).name for i in range(acc_t.num_fields)]
     if "row_kind" in names:
         fields[names.index("row_kind")] = pa.array(["+I"] * n, acc_t.field(names.index("row_kind")).type)
@@ -295,7 +295,7 @@ def accumulators(spec: BootstrapSpec, table: pa.Table) -> tuple[pa.Table, int]:
         raise PlanMismatchError(f"operator {spec.label}: the template's accumulator row {names} does not match the "
                                 "plan's aggregate calls; is the template a savepoint of this job?")
     cols: dict[str, pa.Array] = {"key": key_column(spec, {c: grouped.column(f"_k{i}") for i, c in enumerate(keys)}),
-                                 spec.acc_state: _struct(fields, acc_t)}  # type: ignore[arg-type]
+                                 spec.acc_state: struct_of(fields, acc_t)}  # type: ignore[arg-type]
     for i, args in enumerate(spec.distinct):
         shared = [a for a in spec.aggs if a.distinct and a.args == args]
         bits = (1 << len(shared)) - 1  # append-only: bit k = the k-th aggregate over these arguments saw the value
@@ -308,7 +308,7 @@ def accumulators(spec: BootstrapSpec, table: pa.Table) -> tuple[pa.Table, int]:
         if name in spec.schema.names:
             cols[name] = pa.array(np.where(nulls > 0, bits, 0), spec.schema.field(name).type,
                                   mask=nulls == 0)
-    return _physical(spec, cols, n), rows
+    return physical_table(spec, cols, n), rows
 
 
 def _what(spec: BootstrapSpec, a: Any) -> str:
@@ -333,7 +333,7 @@ def _per_parent(values: pa.Array, parent: np.ndarray, n: int, buffer: str, func:
     return pc.if_else(pa.array(has), full, pa.scalar(None, full.type))
 
 
-def _physical(spec: BootstrapSpec, cols: dict[str, pa.Array], n: int) -> pa.Table:
+def physical_table(spec: BootstrapSpec, cols: dict[str, pa.Array], n: int) -> pa.Table:
     """`cols` in the template's keyed table layout (other states NULL: no entry), without key groups yet."""
     out = {}
     for f in spec.schema:
@@ -354,7 +354,7 @@ def first_keys(spec: BootstrapSpec, table: pa.Table) -> tuple[pa.Table, int]:
     n = grouped.num_rows
     cols = {"key": key_column(spec, {c: grouped.column(f"_k{i}") for i, c in enumerate(spec.key_columns)}),
             spec.acc_state: pa.array(np.ones(n, bool), spec.schema.field(spec.acc_state).type)}
-    return _physical(spec, cols, n), table.num_rows
+    return physical_table(spec, cols, n), table.num_rows
 
 
 def with_key_groups(spec: BootstrapSpec, keyed: pa.Table) -> pa.Table:

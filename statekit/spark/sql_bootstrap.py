@@ -61,10 +61,12 @@ def aggregated(df: DataFrame, spec: Any) -> tuple[DataFrame, dict]:
             if b in ("count", "count1"):
                 e = F.count(F.lit(1)) if arg is None else (F.count_distinct(arg) if a.distinct else F.count(arg))
             elif b.startswith("sum"):
+                assert arg is not None  # SUM/AVG take an argument
                 e = F.sum_distinct(arg) if a.distinct else F.sum(arg)
                 if a.func in ("SUM0", "AVG"):
                     e = F.coalesce(e, F.lit(0).cast(df.schema[spec.input_names[a.args[0]]].dataType))
             else:
+                assert arg is not None
                 e = F.min(arg) if b == "min" else F.max(arg)
             aggs.append(e.alias(f"_b{pos}"))
     for i, args in enumerate(spec.distinct):
@@ -79,14 +81,21 @@ def aggregated(df: DataFrame, spec: Any) -> tuple[DataFrame, dict]:
 
 def physical(spec: Any, batch: pa.Table) -> pa.Table:
     """An aggregated batch as the template's keyed table (``key_group`` first), encoded types fitted."""
-    from statekit.savepoint.sql_bootstrap import _MAPVIEW_PLACEHOLDER, _physical, _struct, fit, key_column, with_key_groups
+    from statekit.savepoint.sql_bootstrap import (
+        MAPVIEW_PLACEHOLDER,
+        fit,
+        key_column,
+        physical_table,
+        struct_of,
+        with_key_groups,
+    )
 
     n = batch.num_rows
     cols: dict[str, pa.Array] = {"key": key_column(spec, {c: batch.column(f"_k{i}")
                                                          for i, c in enumerate(spec.key_columns)})}
     if spec.kind == "keep-first":
         cols[spec.acc_state] = pa.array(np.ones(n, bool), spec.schema.field(spec.acc_state).type)
-        return with_key_groups(spec, _physical(spec, cols, n))
+        return with_key_groups(spec, physical_table(spec, cols, n))
     acc_t = spec.schema.field(spec.acc_state).type
     fields: list[Any] = [None] * acc_t.num_fields
     for a in spec.aggs:
@@ -97,7 +106,7 @@ def physical(spec: Any, batch: pa.Table) -> pa.Table:
     width = sum(len(a.buffers) for a in spec.aggs)
     names = [acc_t.field(i).name for i in range(acc_t.num_fields)]
     for i, args in enumerate(spec.distinct):
-        fields[width + i] = pa.array([_MAPVIEW_PLACEHOLDER] * n, acc_t.field(width + i).type)
+        fields[width + i] = pa.array([MAPVIEW_PLACEHOLDER] * n, acc_t.field(width + i).type)
         shared = [a for a in spec.aggs if a.distinct and a.args == args]
         bits = (1 << len(shared)) - 1
         mt = spec.schema.field(f"distinctAcc_{i}").type
@@ -113,8 +122,8 @@ def physical(spec: Any, batch: pa.Table) -> pa.Table:
             cols[name] = pa.array(np.full(n, bits, np.int64), spec.schema.field(name).type, mask=seen != 1)
     if "row_kind" in names:
         fields[names.index("row_kind")] = pa.array(["+I"] * n, acc_t.field(names.index("row_kind")).type)
-    cols[spec.acc_state] = _struct(fields, acc_t)
-    return with_key_groups(spec, _physical(spec, cols, n))
+    cols[spec.acc_state] = struct_of(fields, acc_t)
+    return with_key_groups(spec, physical_table(spec, cols, n))
 
 
 def bootstrap_spark(df: DataFrame, sp: Any, spec: Any, target: Path, *, dry_run: bool = False) -> tuple[int, int]:
@@ -133,6 +142,7 @@ def bootstrap_spark(df: DataFrame, sp: Any, spec: Any, target: Path, *, dry_run:
     meta = spec.meta
     maxp, par = meta.max_parallelism, meta.parallelism
     stored = carried_serializers(sp, meta)
+    assert stored is not None  # plan_bootstrap checked it
     layout = keyed_layout(meta, stored, None, max_parallelism=maxp, has_timers=bool(stored.timers))
     from pyspark.sql.types import IntegerType, StructField, StructType
 
