@@ -9,7 +9,7 @@ accumulator row Flink's `GroupAggFunction` would hold after them (append-only in
 ``distinctAcc_<i>`` bit sets), or the "already seen" flag of a keep-first deduplication, and writes the
 template with that state (`flink_repair.write_operators`: the other operators carried as they are).
 Locally with pyarrow (`bootstrap_sql`); a Spark DataFrame is aggregated by Spark and each subtask's
-state file written by an executor (`statekit.spark.sql_bootstrap`). Anything else is refused by name:
+state file written by an executor (`statekit.spark.bootstrap_sql`, the same call). Anything else is refused by name:
 FILTER clauses, aggregates over retracting input, FIRST_VALUE/LAST_VALUE/LISTAGG and user-defined
 (RAW) accumulators, keep-last deduplication.
 """
@@ -37,7 +37,7 @@ from statekit.format.manifest import OperatorMetadata
 from statekit.format.storage import as_path
 from statekit.savepoint.reader import Savepoint
 
-__all__ = ["BootstrapSpec", "SqlBootstrapReport", "bootstrap_sql", "plan_bootstrap"]
+__all__ = ["BootstrapSpec", "SqlBootstrapReport", "bootstrap_sql", "plan_bootstrap", "prepare"]
 
 _SUPPORTED = ("COUNT", "SUM", "SUM0", "MIN", "MAX", "AVG")
 #: the byte a DISTINCT group's MapView placeholder holds in the accumulator row (RAW with NullSerializer)
@@ -403,6 +403,19 @@ def check_empty(sp: Any, spec: BootstrapSpec, replace: bool) -> None:
                                     "with no input, or pass replace=True (--replace).")
 
 
+def prepare(template: Any, target: Any, *, operator: str, plan: Any = None, sql: Any = None,
+            replace: bool = False) -> tuple[Any, BootstrapSpec, SqlBootstrapReport]:
+    """The checks before any row is read (`target` free, template and plan of one job, the operator supported, no
+    state in the way): the template opened, what to compute, and the report to fill. Raises as `bootstrap_sql`."""
+    out = Path(str(as_path(target)))
+    if out.exists():
+        raise SavepointExistsError(f"{target} already exists; savepoints are never overwritten. Choose a new path.")
+    sp = _open(template, plan, sql)
+    spec = plan_bootstrap(sp, operator)
+    check_empty(sp, spec, replace)
+    return sp, spec, SqlBootstrapReport(Path(str(sp.path)), out)
+
+
 def bootstrap_sql(data: Any, template: str | os.PathLike[str] | Savepoint, target: str | os.PathLike[str], *,
                   operator: str, plan: Any = None, sql: Any = None, replace: bool = False,
                   dry_run: bool = False) -> SqlBootstrapReport:
@@ -414,8 +427,8 @@ def bootstrap_sql(data: Any, template: str | os.PathLike[str] | Savepoint, targe
         The rows the operator would have seen, with its input row's columns by name (for ``SELECT user_name,
         COUNT(*), SUM(amount) ... GROUP BY user_name``: ``user_name`` and ``amount``; a WHERE before the
         operator is the caller's to apply): a pyarrow Table, a pandas DataFrame, a DuckDB relation, a
-        Parquet/CSV/JSON-lines file or Delta table, or a Spark DataFrame (aggregated by Spark, each subtask's
-        file written on an executor).
+        Parquet/CSV/JSON-lines file or Delta table. A Spark DataFrame goes to `statekit.spark.bootstrap_sql`
+        (the same call: Spark aggregates, each subtask's file is written on an executor).
     template
         A savepoint of the same job taken with no input (its operator ids and serializer snapshots).
     target
@@ -440,20 +453,11 @@ def bootstrap_sql(data: Any, template: str | os.PathLike[str] | Savepoint, targe
     TemplateHasStateError
         The operator holds state in the template and `replace` is not set.
     """
-    out = Path(str(as_path(target)))
-    if out.exists():
-        raise SavepointExistsError(f"{target} already exists; savepoints are never overwritten. Choose a new path.")
-    sp = _open(template, plan, sql)
-    spec = plan_bootstrap(sp, operator)
-    check_empty(sp, spec, replace)
-    report = SqlBootstrapReport(Path(str(sp.path)), out)
     if _is_spark(data):
-        from statekit.spark.sql_bootstrap import bootstrap_spark
-
-        keys, rows = bootstrap_spark(data, sp, spec, out, dry_run=dry_run)
-        report.operators.append((spec.label, spec.kind, keys, rows))
-        report.written = not dry_run
-        return report
+        raise InvalidArgumentError("a Spark DataFrame is aggregated by Spark: call statekit.spark.bootstrap_sql "
+                                   "(the same arguments).")
+    sp, spec, report = prepare(template, target, operator=operator, plan=plan, sql=sql, replace=replace)
+    out = report.target
     table = _as_table(data)
     keyed, rows = accumulators(spec, table) if spec.kind == "group aggregate" else first_keys(spec, table)
     report.operators.append((spec.label, spec.kind, keyed.num_rows, rows))

@@ -24,7 +24,7 @@ from pyspark.sql import functions as F
 from statekit.errors import InvalidArgumentError
 from statekit.keygroups import key_group_range
 
-__all__ = ["bootstrap_spark"]
+__all__ = ["bootstrap_spark", "bootstrap_sql"]
 
 
 def _arrow_type(df: DataFrame, column: str) -> pa.DataType:
@@ -205,3 +205,16 @@ def bootstrap_spark(df: DataFrame, sp: Any, spec: Any, target: Path, *, dry_run:
         op.coordinator = coordinators.get(m.uid_hash)  # a source's split enumerator (else the job re-reads)
     write_flink_savepoint(target, ops, checkpoint_id=sp.checkpoint_id, flink_version=target_version(sp, None))
     return counts.get("keys", 0), counts.get("rows", 0)
+
+
+def bootstrap_sql(df: DataFrame, template: Any, target: Any, *, operator: str, plan: Any = None, sql: Any = None,
+                  replace: bool = False, dry_run: bool = False) -> Any:
+    """`statekit.savepoint.sql_bootstrap.bootstrap_sql` for a Spark DataFrame: the same arguments, checks and report;
+    Spark computes the state and its executors write the state files (one task per Flink subtask)."""
+    from statekit.savepoint.sql_bootstrap import prepare
+
+    sp, spec, report = prepare(template, target, operator=operator, plan=plan, sql=sql, replace=replace)
+    keys, rows = bootstrap_spark(df, sp, spec, report.target, dry_run=dry_run)
+    report.operators.append((spec.label, spec.kind, keys, rows))
+    report.written = not dry_run
+    return report

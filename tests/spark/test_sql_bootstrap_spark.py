@@ -12,7 +12,7 @@ import pytest
 
 from statekit.errors import StateTypeError, TemplateHasStateError
 from statekit.savepoint import Savepoint
-from statekit.savepoint.sql_bootstrap import bootstrap_sql
+from statekit.spark import bootstrap_sql
 from tests.flink.sql_restore import orders1
 
 pytestmark = pytest.mark.spark
