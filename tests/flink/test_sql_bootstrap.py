@@ -196,3 +196,18 @@ def test_an_existing_target_and_a_missing_plan_are_refused(tmp_path):
     with pytest.raises(InvalidArgumentError, match="compiled plan"):
         bootstrap_sql(ORDERS, TEMPLATE, tmp_path / "out", operator="6_group-aggregate")
     _nothing(tmp_path)
+
+
+def test_rowtime_keep_first_marks_every_key_emitted(tmp_path):
+    """Keep-first on event time: every key of the (already filtered) history is "already emitted"; where Flink had
+    emitted (watermark past the first row) it holds the same flag, the rest of its keys still wait on a timer."""
+    big = ORDERS.filter(pc.greater_equal(ORDERS.column("amount"), 80))  # the query's WHERE amount >= 80
+    bootstrap_sql(big, TEMPLATE, tmp_path / "out", operator="34_deduplicate", plan=PLAN)
+    got = {r["key"]["user_name"]: r for r in Savepoint.open(tmp_path / "out", plan=PLAN).keyed_table("34_deduplicate").to_pylist()}
+    assert {k for k, r in got.items() if r["already-emitted-state-boolean"]} == set(got)
+    assert Savepoint.open(tmp_path / "out", plan=PLAN).timers("34_deduplicate") is None or \
+        not Savepoint.open(tmp_path / "out", plan=PLAN).timers("34_deduplicate").num_rows
+    flink = {r["key"]["user_name"]: r for r in
+             Savepoint.open(SQL / "plan-hashmap-canonical" / "savepoint", plan=PLAN).keyed_table("34_deduplicate").to_pylist()}
+    assert set(flink) == set(got)
+    assert {k for k, r in flink.items() if r["already-emitted-state-boolean"]} < set(got)
