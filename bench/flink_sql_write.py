@@ -89,6 +89,7 @@ def main() -> None:
     ap.add_argument("--skip-java", action="store_true")
     ap.add_argument("--bootstrap", action="store_true", help="only the SQL bootstrap bench")
     ap.add_argument("--keys", type=int, default=10_000_000, help="keys of the SQL bootstrap")
+    ap.add_argument("--template-rows", type=int, default=1000, help="rows the bench job's template saw")
     ap.add_argument("--spark-keys", type=int, default=None, help="keys of the Spark bootstrap (default --keys; 0: skip)")
     args = ap.parse_args()
     if args.bootstrap:
@@ -169,7 +170,9 @@ def bootstrap_bench(args: argparse.Namespace) -> None:
     from statekit.savepoint.sql_bootstrap import bootstrap_sql
 
     R.CACHE = WRITE_CACHE
-    case = R.savepoint(0, "hashmap")  # the template: the bench job run over no rows
+    # The template: the bench job over a few rows (over none, BenchJob triggers its savepoint before every task runs
+    # and waits forever), so its operators hold those rows' keys and the bootstrap replaces them (replace=True).
+    case = R.savepoint(args.template_rows, "hashmap")
     template, plan = case / "savepoint", case / "plan.json"
     sp = Savepoint.open(template, plan=plan)
     by_id = next(m for m in sp.operators if sp.operator_kind(m.identifier) == "group aggregate"
@@ -188,7 +191,7 @@ def bootstrap_bench(args: argparse.Namespace) -> None:
             target = scratch / f"local-{i}"
             before = resource.getrusage(resource.RUSAGE_SELF)
             t0 = time.perf_counter()
-            bootstrap_sql(table, template, target, operator=by_id.uid, plan=plan)
+            bootstrap_sql(table, template, target, operator=by_id.uid, plan=plan, replace=True)
             times.append(time.perf_counter() - t0)
             after = resource.getrusage(resource.RUSAGE_SELF)
             cpus.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
@@ -212,7 +215,7 @@ def bootstrap_bench(args: argparse.Namespace) -> None:
             stimes = []
             for i in range(args.repeat):
                 t0 = time.perf_counter()
-                spark_bootstrap(df, template, scratch / f"spark-{i}", operator=by_id.uid, plan=plan)
+                spark_bootstrap(df, template, scratch / f"spark-{i}", operator=by_id.uid, plan=plan, replace=True)
                 stimes.append(time.perf_counter() - t0)
                 shutil.rmtree(scratch / f"spark-{i}")
             spark_best = min(stimes)
