@@ -210,7 +210,7 @@ def bootstrap_bench(args: argparse.Namespace) -> None:
             from statekit.spark import spark_session
 
             pq.write_table(table.slice(0, spark_keys), scratch / "rows.parquet")
-            spark = spark_session()
+            spark = spark_session(**{"spark.sql.shuffle.partitions": str(os.cpu_count() or 2)})
             df = spark.read.parquet(str(scratch / "rows.parquet"))
             stimes = []
             for i in range(args.repeat):
