@@ -14,7 +14,15 @@ one invocation:
   Flink's State Processor API ``readKeyedState`` of the edited operator (`BenchRead.java`): reading that one
   operator is the least an SPA-based repair does before it writes anything
 
+* the SQL bootstrap (``--bootstrap``): the ``GROUP BY id`` aggregate's state (``COUNT(*), SUM(amount),
+  MAX(amount)``) from a table of K rows with K distinct ids (BenchJob's input) written into a template of the bench
+  job taken with no input (BenchJob over 0 rows), by ``statekit.savepoint.sql_bootstrap.bootstrap_sql`` (pyarrow)
+  and by ``statekit.spark.bootstrap_sql`` (a local Spark session reading the same rows from Parquet), against the
+  Java State Processor API's bootstrap of the same keyed state (`BenchBootstrap.java`: SavepointWriter, BinaryRowData
+  keys, RowData accumulators) timed in the same invocation
+
     python bench/flink_sql_write.py [--rows N] [--ttl-rows N] [--repeat R] [--skip-java]
+    python bench/flink_sql_write.py --bootstrap [--keys K] [--spark-keys K] [--repeat R] [--skip-java]
 
 The machine is shared: numbers move with load, which is printed with them.
 """
@@ -79,7 +87,14 @@ def main() -> None:
     ap.add_argument("--ttl-rows", type=int, default=500_000)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--skip-java", action="store_true")
+    ap.add_argument("--bootstrap", action="store_true", help="only the SQL bootstrap bench")
+    ap.add_argument("--keys", type=int, default=10_000_000, help="keys of the SQL bootstrap")
+    ap.add_argument("--template-rows", type=int, default=1000, help="rows the bench job's template saw")
+    ap.add_argument("--spark-keys", type=int, default=None, help="keys of the Spark bootstrap (default --keys; 0: skip)")
     args = ap.parse_args()
+    if args.bootstrap:
+        bootstrap_bench(args)
+        return
     from statekit.savepoint import Savepoint
     from statekit.savepoint.patch import SetValue, repair
 
@@ -141,6 +156,91 @@ def main() -> None:
               f"per operator, half of them expired): best {min(times):.2f} s, all "
               f"{', '.join(f'{t:.2f}' for t in times)} s (CPU {', '.join(f'{c:.2f}' for c in CPU[-len(times):])} s); "
               f"load {R.load()}")
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def bootstrap_bench(args: argparse.Namespace) -> None:
+    """statekit's SQL bootstrap (local, Spark) against the Java SPA's bootstrap of the same keyed state."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from statekit.savepoint import Savepoint
+    from statekit.savepoint.sql_bootstrap import bootstrap_sql
+
+    R.CACHE = WRITE_CACHE
+    # The template: the bench job over a few rows (over none, BenchJob triggers its savepoint before every task runs
+    # and waits forever), so its operators hold those rows' keys and the bootstrap replaces them (replace=True).
+    case = R.savepoint(args.template_rows, "hashmap")
+    template, plan = case / "savepoint", case / "plan.json"
+    sp = Savepoint.open(template, plan=plan)
+    by_id = next(m for m in sp.operators if sp.operator_kind(m.identifier) == "group aggregate"
+                 and "bigint" in (m.key_type or ""))
+    n = args.keys
+    ids = np.arange(n, dtype=np.int64)
+    table = pa.table({"id": ids, "amount": ids % 1000})
+    print(f"template {template} (operator {by_id.uid}, max parallelism {by_id.max_parallelism}, parallelism "
+          f"{by_id.parallelism}); {n:,} rows / keys; load {R.load()}")
+    scratch = Path(tempfile.mkdtemp(prefix="statekit-sql-bootstrap-bench-"))
+    try:
+        import resource
+
+        times, cpus = [], []
+        for i in range(args.repeat):
+            target = scratch / f"local-{i}"
+            before = resource.getrusage(resource.RUSAGE_SELF)
+            t0 = time.perf_counter()
+            bootstrap_sql(table, template, target, operator=by_id.uid, plan=plan, replace=True)
+            times.append(time.perf_counter() - t0)
+            after = resource.getrusage(resource.RUSAGE_SELF)
+            cpus.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
+            if i:
+                shutil.rmtree(target)
+        out = Savepoint.open(scratch / "local-0", plan=plan)
+        got = out.get(by_id.uid, 4242)["accState"]
+        assert (got["count1"], got["sum"], got["max"]) == (1, 242, 242), got
+        print(f"statekit bootstrap_sql (pyarrow, in-process) of {n:,} keys: best {min(times):.2f} s, all "
+              f"{', '.join(f'{t:.2f}' for t in times)} s (CPU {', '.join(f'{c:.2f}' for c in cpus)} s); "
+              f"{size(scratch / 'local-0') / 1e6:.0f} MB; load {R.load()}")
+        spark_keys = n if args.spark_keys is None else args.spark_keys
+        spark_best = None
+        if spark_keys:
+            from statekit.spark import bootstrap_sql as spark_bootstrap
+            from statekit.spark import spark_session
+
+            pq.write_table(table.slice(0, spark_keys), scratch / "rows.parquet")
+            spark = spark_session(**{"spark.sql.shuffle.partitions": str(os.cpu_count() or 2)})
+            df = spark.read.parquet(str(scratch / "rows.parquet"))
+            stimes = []
+            for i in range(args.repeat):
+                t0 = time.perf_counter()
+                spark_bootstrap(df, template, scratch / f"spark-{i}", operator=by_id.uid, plan=plan, replace=True)
+                stimes.append(time.perf_counter() - t0)
+                shutil.rmtree(scratch / f"spark-{i}")
+            spark_best = min(stimes)
+            print(f"statekit.spark.bootstrap_sql (local Spark, {spark.sparkContext.defaultParallelism} cores, session "
+                  f"started) of {spark_keys:,} keys from Parquet: best {spark_best:.2f} s, all "
+                  f"{', '.join(f'{t:.2f}' for t in stimes)} s; load {R.load()}")
+        if not args.skip_java:
+            jbefore = resource.getrusage(resource.RUSAGE_CHILDREN)
+            t0 = time.perf_counter()
+            line = next(ln for ln in R.run_java("BenchBootstrap", str(scratch / "java"), str(n), by_id.uid,
+                                                str(by_id.max_parallelism), str(by_id.parallelism)).splitlines()
+                        if "RESULT" in ln)
+            whole = time.perf_counter() - t0
+            jafter = resource.getrusage(resource.RUSAGE_CHILDREN)
+            jcpu = jafter.ru_utime - jbefore.ru_utime + jafter.ru_stime - jbefore.ru_stime
+            seconds = float(line.split("seconds=")[1].split()[0])
+            java = Savepoint.open(scratch / "java")
+            jgot = java.get(by_id.uid, 4242)["accState"]
+            assert jgot["f0"] == 1 and jgot["f1"] == 242, jgot
+            print(f"baseline Flink State Processor API bootstrap of the same keyed state (BenchBootstrap.java): "
+                  f"{seconds:.2f} s in the JVM ({whole:.2f} s as a process, CPU {jcpu:.2f} s incl. Maven's class "
+                  f"path check); load {R.load()}")
+            print(f"ratio: statekit local {seconds / min(times):.1f}x the Java bootstrap in wall time, "
+                  f"{jcpu / min(cpus):.1f}x in CPU time"
+                  + (f", statekit Spark {seconds / spark_best:.1f}x" if spark_best and spark_keys == n else ""))
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 

@@ -14,6 +14,7 @@ from statekit_cli.common import (
     NAME,
     PLAN,
     SOURCE,
+    SQL,
     TARGET,
     TO,
     UID,
@@ -22,6 +23,7 @@ from statekit_cli.common import (
     open_savepoint,
     operator_id,
     out,
+    plan_of,
     progress,
 )
 
@@ -342,26 +344,52 @@ def bootstrap(
     data: Path = typer.Argument(..., help="Parquet, CSV or JSON-lines file (or a directory of them), or a Delta "
                                 "table.", show_default=False),
     target: Path = TARGET,
-    uid: str = typer.Option(..., "--uid", help="Uid of the operator to create."),
-    key: str = typer.Option(..., "--key", help="Column holding the key."),
+    uid: str = typer.Option(..., "--uid", help="Uid of the operator to create (with --template: the SQL operator "
+                            "to fill, its uid or name)."),
+    key: Optional[str] = typer.Option(None, "--key", help="Column holding the key (not with --template)."),
     key_type: Optional[str] = typer.Option(None, "--key-type", help="Key type (DDL, e.g. bigint); default: the column's."),
-    states: List[str] = typer.Option(..., "--state", help="NAME=COLUMN[:TYPE]: a value state from a column "
-                                     "(repeat for several)."),
-    max_parallelism: int = typer.Option(..., "--max-parallelism", help="Max parallelism of the operator (1..32768)."),
+    states: Optional[List[str]] = typer.Option(None, "--state", help="NAME=COLUMN[:TYPE]: a value state from a column "
+                                               "(repeat for several)."),
+    max_parallelism: Optional[int] = typer.Option(None, "--max-parallelism", help="Max parallelism of the operator "
+                                                  "(1..32768)."),
     parallelism: int = typer.Option(1, "--parallelism", help="Parallelism recorded for the operator."),
+    template: Optional[Path] = typer.Option(None, "--template", metavar="SAVEPOINT", show_default=False,
+                                            help="A SQL job's savepoint taken with no input: bootstrap its --uid "
+                                                 "operator (group aggregate, keep-first dedup) from DATA, the "
+                                                 "operator's input rows (needs --plan or --sql)."),
+    plan: Optional[Path] = PLAN, sql: Optional[Path] = SQL,
+    replace: bool = typer.Option(False, "--replace", help="With --template: replace the operator's state if the "
+                                 "template holds some."),
     apply: bool = APPLY,
 ) -> None:
-    """Create a savepoint with one keyed operator whose value states come from a table's columns."""
+    """Create a savepoint with one keyed operator whose value states come from a table's columns; with --template,
+    fill a Flink SQL job's group aggregate (or keep-first deduplication) with the query's state over DATA."""
+    if template is not None:
+        from statekit.savepoint.sql_bootstrap import bootstrap_sql
+
+        if key is not None or states or max_parallelism is not None:
+            fail("--key, --state and --max-parallelism describe a new operator; with --template the plan says them.")
+        with progress("writing the savepoint" if apply else "computing the state"):
+            report = bootstrap_sql(data, template, target, operator=uid, plan=plan_of(plan, sql), replace=replace,
+                                   dry_run=not apply)
+        out().print(str(report), markup=False)
+        if not apply:
+            err().print("dry run: nothing written; pass --apply to write the new savepoint", markup=False)
+        return
+    if key is None or not states or max_parallelism is None:
+        fail("name the new operator's --key, its --state columns and its --max-parallelism (or fill a SQL job's "
+             "template: --template SAVEPOINT --plan PLAN.JSON).")
     from statekit.bootstrap import bootstrap_columns, parse_state_spec, read_table
 
-    specs = [parse_state_spec(s) for s in states]
+    assert key is not None and max_parallelism is not None  # fail() above exits
+    specs = [parse_state_spec(s) for s in states or []]
     with progress("reading the input"):
         table = read_table(data)
     with progress("planning" if not apply else "writing the savepoint"):
-        plan = bootstrap_columns(table, target, uid=uid, key=key, key_type=key_type, states=specs,
-                                 max_parallelism=max_parallelism, parallelism=parallelism, dry_run=not apply,
-                                 source=str(data))
-    out().print(plan, markup=False)
+        result = bootstrap_columns(table, target, uid=uid, key=key, key_type=key_type, states=specs,
+                                   max_parallelism=max_parallelism, parallelism=parallelism, dry_run=not apply,
+                                   source=str(data))
+    out().print(result, markup=False)
     if not apply:
         err().print("dry run: nothing written; pass --apply to write the new savepoint", markup=False)
 

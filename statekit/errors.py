@@ -18,6 +18,11 @@ class PlanMismatchError(InvalidArgumentError):
     """A Flink SQL job's compiled plan does not describe the savepoint's job (other operators, key types or states)."""
 
 
+class TemplateHasStateError(InvalidArgumentError):
+    """A bootstrap template (a savepoint of the job taken with no input) already holds state where the bootstrap
+    would write; replacing it needs ``replace=True`` (``--replace``)."""
+
+
 class AmbiguousEditError(InvalidArgumentError):
     """An edit of a SQL query's result whose accumulator fields cannot be changed consistently (AVG's sum and count,
     a COUNT DISTINCT's map, a RAW accumulator); the message names the fields behind it."""

@@ -466,23 +466,30 @@ def binary_row_hashes(rows: "list[bytes] | pa.Array") -> np.ndarray:
         if n % 4:
             raise StateTypeError(f"a SQL key row of {n} bytes is not whole 4-byte words; BinaryRowData rows are")
         words = np.frombuffer(b"".join(rows[i] for i in idx), "<u4").reshape(len(idx), n // 4)
-        h = np.full(len(idx), _ROW_SEED, U32)
-        with np.errstate(over="ignore"):
-            for j in range(n // 4):
-                k = words[:, j] * U32(0xCC9E2D51)
-                k = (k << U32(15)) | (k >> U32(17))
-                k *= U32(0x1B873593)
-                h ^= k
-                h = (h << U32(13)) | (h >> U32(19))
-                h = h * U32(5) + U32(0xE6546B64)
-            h ^= U32(n)
-            h ^= h >> U32(16)
-            h *= U32(0x85EBCA6B)
-            h ^= h >> U32(13)
-            h *= U32(0xC2B2AE35)
-            h ^= h >> U32(16)
+        h = binary_row_words_hashes(words)
         out[idx] = h
     return out
+
+
+def binary_row_words_hashes(words: np.ndarray) -> np.ndarray:
+    """`binary_row_hashes` of rows of one length given as a (rows, 4-byte words) little-endian uint32 matrix."""
+    n = words.shape[1] * 4
+    h = np.full(len(words), _ROW_SEED, U32)
+    with np.errstate(over="ignore"):
+        for j in range(n // 4):
+            k = words[:, j] * U32(0xCC9E2D51)
+            k = (k << U32(15)) | (k >> U32(17))
+            k *= U32(0x1B873593)
+            h ^= k
+            h = (h << U32(13)) | (h >> U32(19))
+            h = h * U32(5) + U32(0xE6546B64)
+        h ^= U32(n)
+        h ^= h >> U32(16)
+        h *= U32(0x85EBCA6B)
+        h ^= h >> U32(13)
+        h *= U32(0xC2B2AE35)
+        h ^= h >> U32(16)
+    return h
 
 
 def binary_row_hash(row: bytes) -> int:

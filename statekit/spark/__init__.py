@@ -66,6 +66,7 @@ from statekit.spark.history import append_state_history
 from statekit.spark.reader import SavepointReader
 from statekit.spark.reader_function import KeyedStateReaderFunction, ReaderContext
 from statekit.spark.session import prepare_session, spark_session
+from statekit.spark.sql_bootstrap import bootstrap_sql
 from statekit.spark.window_reader import WindowReaderContext, WindowReaderFunction
 from statekit.spark.writer import SavepointWriter
 
@@ -87,6 +88,7 @@ __all__ = [
     "WindowReaderContext",
     "WindowReaderFunction",
     "append_state_history",
+    "bootstrap_sql",
     "diff",
     "diff_operators",
     "prepare_session",

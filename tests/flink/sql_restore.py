@@ -108,3 +108,37 @@ def restore(tasks: list[dict[str, Any]], work: Path) -> list[Restored]:
             raise RuntimeError(f"Flink did not restore {s['savepoint']}:\n{r['error']}")
         results.append(Restored(r["changelog"], r["results1"], r["results_all"], r["results2"], r["orders2"]))
     return results
+
+
+def template(out: Path, mode: str, plan: Path | None = None) -> Path:
+    """A bootstrap template of the corpus job at `out`: the job (``mode`` default|plan, from `plan` in plan mode)
+    run with sources that emit nothing, and a canonical savepoint of it (`SqlTemplate.java`)."""
+    gen = build()
+    env = dict(os.environ, FLINKBUILD_DIR=str(WORK / "build"), SKIP_BUILD="1", JAVA_OPTS="-Xmx1g")
+    args = ["bash", str(gen / "run.sh"), "SqlTemplate", str(Path(out).resolve()), mode]
+    if plan is not None:
+        args.append(str(Path(plan).resolve()))
+    done = subprocess.run(args, env=env, capture_output=True, text=True)
+    if done.returncode or not (Path(out) / "_metadata").exists():
+        raise RuntimeError(f"SqlTemplate failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
+    return Path(out)
+
+
+#: the corpus model's users (`Model.java`)
+NAMES = ["alice", "bob", "carol", "dave", "erin", "frank", "grace", "heidi", "jürgen", "日本", "bartholomew", "日本語ユーザー"]
+IDS = [1, 2, 3, 42, 1000, -1, -42, 123456789012, 2**63 - 1, -(2**63), 7, 0]
+
+
+def orders1() -> Any:
+    """Batch 1 of the corpus model's ``orders`` (`Model.orders1`), as a pyarrow table with the table's columns."""
+    import pyarrow as pa
+
+    rows = []
+    for i in range(72):
+        u = (i * 7) % 12 if i < 60 else i % 4
+        rows.append({"order_id": 1000 + i, "user_name": None if i == 33 else NAMES[u], "user_id": IDS[u],
+                     "device": 1 + (i // 5) % 2, "kind": None if i % 17 == 5 else ["click", "view", "buy"][(i + u) % 3],
+                     "amount": None if u == 10 else (i * 37) % 101,
+                     "ts": 1_704_067_200_000 + i * 700 - (900 if i % 4 == 3 else 0)})
+    t = pa.Table.from_pylist(rows)
+    return t.set_column(t.schema.get_field_index("ts"), "ts", t.column("ts").cast(pa.timestamp("ms", "UTC")))

@@ -5,7 +5,9 @@ sources emit batch 2 and finish, and batch 2's changelog applied to batch 1's re
 model: (a) every corpus case written back unchanged continues exactly; (b) a key's cnt/total set through
 the plan, a key deleted, a pending window's total changed and a deduplicated row replaced show exactly
 those edits; (c) a default-uid savepoint renamed to the compiled plan's uids restores into the job run
-from the plan; (d) after prune-expired the pruned keys start from zero.
+from the plan; (d) after prune-expired the pruned keys start from zero; (e) the group aggregate and the keep-first
+(proctime) deduplication bootstrapped from batch 1's input into a template of the job (taken with no input)
+continue after batch 2 exactly as the job that saw both batches.
 """
 
 from __future__ import annotations
@@ -21,10 +23,12 @@ from statekit.savepoint import Savepoint
 from statekit.savepoint.flink_out import write_flink
 from statekit.savepoint.patch import DeleteKeys, RenameOperator, SetValue, repair
 from statekit.savepoint.prune import prune_expired
+from statekit.savepoint.sql_bootstrap import bootstrap_sql
 
 pytestmark = pytest.mark.flink
 
 SQL = Path(__file__).resolve().parents[1] / "fixtures" / "flink" / "sql" / "2.3.0"
+TEMPLATE = SQL.parent / "2.3.0-template" / "plan-hashmap"  # the plan-mode job run with no input (SqlTemplate.java)
 #: (a) here: one case per uid mode and backend, and the TTL case; the other two corpus cases are restored by
 #: test_sql_write_restore_extended.py (`make test-extended`), to keep `make test`'s JVM time down
 CASES = {"default-hashmap-canonical": "default", "plan-rocksdb-canonical": "plan", "default-hashmap-canonical-ttl": "default"}
@@ -78,6 +82,11 @@ def restored(tmp_path_factory):
     report = prune_expired(ttl_case, work / "d", now=now, ttl="1 d", operators=[agg])
     assert report.written and 0 < report.removed
     tasks["d"] = {"savepoint": work / "d", "mode": "default", "ttl": LONG_TTL}
+
+    template = TEMPLATE / "savepoint"  # (e)
+    bootstrap_sql(sql_restore.orders1(), template, work / "e-agg", operator="6_group-aggregate", plan=plan)
+    bootstrap_sql(sql_restore.orders1(), work / "e-agg", work / "e", operator="29_deduplicate", plan=plan)
+    tasks["e"] = {"savepoint": work / "e", "mode": "plan", "plan": plan}
     return work, tasks, sp
 
 
@@ -209,3 +218,13 @@ def test_d_pruned_keys_start_from_zero(results):
     assert any(left.get(_row(x)[0], {}).get("accState") is None for x in r.results1["agg_out"]), "some key was pruned"
     assert final == want
     assert not r.missing
+
+
+def test_e_state_bootstrapped_from_history_continues_as_if_the_job_had_seen_it(results):
+    got, _ = results
+    r = got["e"]
+    final = r.final()
+    for sink in ("agg_out", "first_pt_out"):  # the two bootstrapped operators; the others started empty
+        assert final[sink] == sorted(r.results_all[sink]), sink
+        assert sink not in r.missing, r.missing
+    assert final["agg_out"] != sorted(r.results2["agg_out"])  # batch 2 alone would give other totals

@@ -22,7 +22,7 @@ from statekit.format.flink.rowdata import ROW_KINDS, header_bytes
 from statekit.format.flink.serializers import FlinkType
 from statekit.format.flink.values_out import Encoded, concat
 from statekit.keygroups import compute_key_groups_for_key_hashes
-from statekit.keyhash import binary_row_hashes
+from statekit.keyhash import binary_row_hashes, binary_row_words_hashes
 
 __all__ = ["encode_serialized", "key_groups", "row_bytes"]
 
@@ -182,6 +182,15 @@ def key_groups(keys: pa.Array, key: FlinkType, max_parallelism: int) -> np.ndarr
     """The key group of every SQL key row of `keys` (int32): murmur of ``BinaryRowData.hashCode()``."""
     rows = row_bytes(keys, key.logical, what="a SQL key")
     data, offs = rows.data, rows.offsets
-    blobs = [data[offs[i] : offs[i + 1]].tobytes() for i in range(len(rows))]
-    return compute_key_groups_for_key_hashes(binary_row_hashes(blobs), max_parallelism).astype(np.int32)
+    lengths = np.diff(offs)
+    hashes = np.zeros(len(rows), np.uint32)
+    for n in np.unique(lengths):  # rows of one length hashed together, gathered by numpy (no bytes per row)
+        idx = np.flatnonzero(lengths == n)
+        if n % 4:
+            return compute_key_groups_for_key_hashes(binary_row_hashes(
+                [data[offs[i]: offs[i + 1]].tobytes() for i in range(len(rows))]), max_parallelism).astype(np.int32)
+        gathered = data[offs[idx][:, None] + np.arange(n)] if len(idx) != len(rows) or n * len(rows) != len(data) \
+            else data.reshape(len(rows), n)
+        hashes[idx] = binary_row_words_hashes(np.ascontiguousarray(gathered).view("<u4").reshape(len(idx), n // 4))
+    return compute_key_groups_for_key_hashes(hashes, max_parallelism).astype(np.int32)
 
