@@ -9,7 +9,7 @@ from typing import Any, Union
 
 from statekit.errors import InvalidArgumentError
 
-__all__ = ["OperatorIdentifier", "generated_uid_hash", "murmur3_x64_128"]
+__all__ = ["OpLike", "OperatorIdentifier", "generated_uid_hash", "murmur3_x64_128"]
 
 _M64 = 0xFFFFFFFFFFFFFFFF
 _C1 = 0x87C37B91114253D5
@@ -247,3 +247,7 @@ def generated_uid_hash(*parts: str) -> str:
         encoded = _java_utf8(part)
         data += struct.pack("<Q", len(encoded)) + encoded
     return murmur3_x64_128(bytes(data)).hex()
+
+
+#: How APIs taking ``op`` accept an operator: an `OperatorIdentifier`, or a str that is its uid (`coerce`).
+OpLike = Union[OperatorIdentifier, str]

@@ -19,7 +19,7 @@ from statekit.format.files import read_parquet_verified, read_verified_bytes
 from statekit.format.manifest import FileEntry, Manifest, OperatorMetadata, load_manifest, safe_relative_path
 from statekit.format.storage import StoragePath, locate
 from statekit.format.values import state_value_decoder
-from statekit.identifiers import OperatorIdentifier
+from statekit.identifiers import OpLike
 from statekit.keygroups import KeyGroupRange, assign_to_key_group
 from statekit.types import parse_ddl
 
@@ -31,8 +31,6 @@ if TYPE_CHECKING:
 
 # pyarrow.compute, the keyed-table layout (statekit.format.keyed) and thread pools are imported where
 # they are used: opening a savepoint and reading one key (`statekit get`) start without them.
-
-OpLike = OperatorIdentifier | str
 
 
 class Savepoint:

@@ -23,12 +23,10 @@ from statekit.errors import InvalidArgumentError, InvalidTargetError
 from statekit.format.files import place_file, storage_errors
 from statekit.format.manifest import FileEntry, FlinkSerializers, OperatorMetadata, safe_relative_path
 from statekit.format.storage import StoragePath, as_path
-from statekit.identifiers import OperatorIdentifier
+from statekit.identifiers import OperatorIdentifier, OpLike
 from statekit.keygroups import check_max_parallelism
 from statekit.savepoint.reader import Savepoint
 from statekit.savepoint.writer import OperatorWriter, SavepointBuilder
-
-OpLike = OperatorIdentifier | str
 
 
 @dataclass
