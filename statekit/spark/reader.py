@@ -282,8 +282,8 @@ class SavepointReader:
         prefix: str | None = None,
     ) -> dict[str, int]:
         """Write every table (or operator `op`'s) as Delta or Parquet under ``<path>/<database>/<table>``,
-        atomically; see `statekit.spark.history.export`. Returns ``{"db/table": rows}``."""
-        from statekit.spark.history import export
+        atomically; see `statekit.spark.export.export`. Returns ``{"db/table": rows}``."""
+        from statekit.spark.export import export
 
         return export(self, path, format=format, op=op, prefix=prefix)
 
