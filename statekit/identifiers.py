@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any, Union
 
 from statekit.errors import InvalidArgumentError
+from statekit.limits import MAX_TEXT
 
 __all__ = ["OpLike", "OperatorIdentifier", "generated_uid_hash", "murmur3_x64_128"]
 
@@ -99,11 +100,9 @@ def _uid_hash(uid: Any) -> str:
 
 
 def _check_new_uid(uid: Any) -> None:
-    # The longest text a savepoint's manifest holds is the manifest schema's rule (one home); no uid is longer
+    # The longest text a savepoint holds is one rule (statekit.limits, also the manifest schema's); no uid is longer
     # in Flink either (writeUTF: 65,535 bytes). NUL and lone surrogates still hash as Java hashes them (for
     # look-ups); a writer refuses them when the uid would be written (`SavepointBuilder.add_operator`).
-    from statekit.format.manifest_schema import MAX_TEXT
-
     if isinstance(uid, str) and len(uid) > MAX_TEXT:
         raise InvalidArgumentError(f"operator uid {uid[:40]!r}... is {len(uid):,} characters long; no savepoint holds "
                                    f"a uid longer than {MAX_TEXT:,} characters. Choose a shorter uid.")

@@ -11,9 +11,9 @@ from pyspark.sql import functions as F
 
 from statekit.errors import OutputExistsError
 from statekit.identifiers import OperatorIdentifier
-from statekit.query import database_name
 from statekit.spark.export import export
 from statekit.spark.reader import SavepointReader
+from statekit.table_names import database_name
 
 __all__ = ["HISTORY_COLUMNS", "append_state_history", "export"]
 

@@ -442,7 +442,7 @@ class SavepointReader:
         {'myapp_proc': ['keyed', 'timers']}
         >>> spark.sql("SELECT * FROM myapp_proc.keyed WHERE key = 7").show()      # doctest: +SKIP
         """
-        from statekit.query import database_names  # the naming rule lives once, shared with statekit.sql
+        from statekit.table_names import database_names  # the naming rule lives once, shared with statekit.sql
 
         out: dict[str, list[str]] = {}
         dbs = database_names(self.savepoint, prefix)
@@ -489,7 +489,7 @@ def _jvm_prunable(t: pa.DataType) -> bool:
 
 
 def _identifier(text: str) -> str:
-    from statekit.query import table_name  # the naming rule lives once, shared with statekit.sql
+    from statekit.table_names import table_name  # the naming rule lives once, shared with statekit.sql
 
     return table_name(text)
 
