@@ -161,7 +161,7 @@ def _statekit_state(sp: "Savepoint", meta: "OperatorMetadata") -> _SourceState |
 
 
 def _sources(sp: "Savepoint", op: Any = None) -> list[_SourceState]:
-    from statekit.savepoint.flink_out import is_flink_source
+    from statekit.savepoint.reader import is_flink_source
 
     metas = [sp.operator(op)] if op is not None else sp.operators
     out = []
@@ -297,7 +297,7 @@ def set_offsets(source: "str | os.PathLike[str]", target: "str | os.PathLike[str
     UnsupportedFormatError
         `source` is a statekit savepoint (its format keeps no enumerator state).
     """
-    from statekit.savepoint.flink_out import is_flink_source
+    from statekit.savepoint.reader import is_flink_source
 
     if (offset is None) == (shift is None):
         raise InvalidArgumentError("give exactly one of --offset N (an absolute offset) and --shift K (records to move).")

@@ -310,7 +310,7 @@ def _plan_rekey(sp: Savepoint, e: _OperatorEdits, edit: Rekey, changes: list[str
     m, name = e.meta, e.meta.display_name
     _require_keyed(m, "it has no keys")
     require_hashed_key_groups(m, "a re-key")
-    from statekit.savepoint.rekey import check_mapping
+    from statekit.savepoint.key_mapping import check_mapping
 
     check_mapping(edit.mapping, f"rekeying operator {name!r}")
     e.mapping = edit.mapping
@@ -443,7 +443,7 @@ def _timer_file_rewrite(sp: Savepoint, e: _OperatorEdits, f):
 
 def _rewrite(builder: SavepointBuilder, sp: Savepoint, e: _OperatorEdits, ident: OperatorIdentifier,
              name: str) -> None:
-    from statekit.savepoint.rekey import check_collisions, distinct_rows, remap_keys
+    from statekit.savepoint.key_mapping import check_collisions, distinct_rows, remap_keys
     from statekit.types import to_ddl
 
     m = e.meta

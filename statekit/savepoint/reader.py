@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Sequence, cast
+from typing import TYPE_CHECKING, Any, Literal, Sequence, TypeGuard, cast
 
 import pyarrow as pa
 
@@ -26,11 +27,18 @@ from statekit.types import parse_ddl
 if TYPE_CHECKING:
     from statekit.format.flink.versions import FlinkVersion
     from statekit.format.keyed_stream import KeyedFiles
+    from statekit.savepoint.flink import FlinkSavepoint
     from statekit.savepoint.stats import SavepointStats
     from statekit.state.descriptors import OperatorStateInfo
 
 # pyarrow.compute, the keyed-table layout (statekit.format.keyed) and thread pools are imported where
 # they are used: opening a savepoint and reading one key (`statekit get`) start without them.
+
+
+def is_flink_source(sp: "Savepoint") -> TypeGuard["FlinkSavepoint"]:
+    """Whether `sp` was read from a Flink savepoint (without importing Flink's reader when it was not loaded)."""
+    mod = sys.modules.get("statekit.savepoint.flink")
+    return mod is not None and isinstance(sp, mod.FlinkSavepoint)
 
 
 class Savepoint:
