@@ -2,9 +2,9 @@
 `statekit.savepoint.patch` (which plans and writes them), `statekit repair --plan` and the CLI's commands.
 
 An edit is a frozen dataclass; `EDITS` maps its name (the CLI command and the JSON plan's ``"edit"``) to an
-`EditKind`. Adding an edit is one dataclass and one `EditKind` here, one planner in `patch` and one command in
-`statekit_cli.repair`; `tests/savepoint/test_edits.py` fails until all three know it. This module imports no
-pyarrow: the CLI reads the registry at start-up.
+`EditKind`. Adding an edit is one dataclass and one `EditKind` here, one planner in `patch.PLANNERS` and one
+command in `statekit_cli.repair`; `tests/cli/test_edit_registry.py` fails until all three know it. This module
+imports no pyarrow: the CLI reads the registry at start-up.
 """
 
 from __future__ import annotations
