@@ -19,7 +19,7 @@ import numpy as np
 import pyarrow as pa
 from baselines import dict_loop, rocksdict_loop  # bench/ is on sys.path when run as a script
 
-from statekit.backends.base import create_keyed_backend
+from statekit.backends.create import create_keyed_backend
 from statekit.keygroups import KeyGroupRange, assign_key_groups
 from statekit.state import ValueStateDescriptor
 

@@ -7,6 +7,7 @@ from typing import List, Optional
 
 import typer
 
+from statekit.savepoint import edits as E
 from statekit_cli.common import (
     APPLY,
     HASH,
@@ -26,6 +27,21 @@ from statekit_cli.common import (
     plan_of,
     progress,
 )
+
+#: The command of each edit of `statekit.savepoint.edits.EDITS`, by the edit's name (`register` adds them in the
+#: registry's order; an edit without a command fails there).
+COMMANDS: dict = {}
+
+
+def _command(edit: type):
+    """Make the decorated function the CLI command of the registered edit `edit` (named as the registry names it)."""
+    kind = E.kind_of(edit)
+    assert kind is not None, f"{edit.__name__} is not in statekit.savepoint.edits.EDITS"
+
+    def put(fn):
+        COMMANDS[kind.name] = fn
+        return fn
+    return put
 
 
 def run_repair(source: Path, target: Path, edits: list, apply: bool, to: Optional[str] = None,
@@ -59,6 +75,7 @@ def _key(sp_path: Path, uid: Optional[str], uid_hash: Optional[str], text: str, 
     return op, parse_key(text, sp.operator(op).key_type)
 
 
+@_command(E.SetValue)
 def set_value(
     source: Path = SOURCE, target: Path = TARGET, uid: Optional[str] = UID, uid_hash: Optional[str] = HASH, key: str = KEY,
     state: str = typer.Option(..., "--state", help="Name of the keyed state to set (with --plan on a Flink SQL "
@@ -73,7 +90,6 @@ def set_value(
 
     On a Flink SQL savepoint with --plan, --state may name a result column (cnt): the accumulator fields
     behind it are set; rows are merged field by field into the stored row."""
-    from statekit.savepoint.patch import SetValue
     from statekit_cli.render import parse_json_value
 
     op, k = _key(source, uid, uid_hash, key, name, plan)
@@ -85,7 +101,7 @@ def set_value(
     else:  # a result column (the library checks it against the plan and its type)
         v = _json(value, "--value")
     ns = _json(namespace, "--namespace") if namespace is not None else None
-    run_repair(source, target, [SetValue(op, k, state, v, namespace=ns)], apply, to, plan)
+    run_repair(source, target, [E.SetValue(op, k, state, v, namespace=ns)], apply, to, plan)
 
 
 def _json(text: str, option: str):
@@ -102,32 +118,32 @@ def _partial(text: str, ddl: str) -> bool:
     return ddl.startswith("struct<") and text.lstrip().startswith("{")
 
 
+@_command(E.DeleteKeys)
 def delete_key(
     source: Path = SOURCE, target: Path = TARGET, uid: Optional[str] = UID, uid_hash: Optional[str] = HASH,
     keys: List[str] = typer.Option(..., "--key", help="Key to delete (repeat for several)."),
     apply: bool = APPLY, to: Optional[str] = TO, name: Optional[str] = NAME,
 ) -> None:
     """Delete keys: all their keyed state and timers."""
-    from statekit.savepoint.patch import DeleteKeys
     from statekit_cli.render import parse_key
 
     op = operator_id(uid, uid_hash, name=name)
     key_type = open_savepoint(source).operator(op).key_type
-    run_repair(source, target, [DeleteKeys(op, tuple(parse_key(k, key_type) for k in keys))], apply, to)
+    run_repair(source, target, [E.DeleteKeys(op, tuple(parse_key(k, key_type) for k in keys))], apply, to)
 
 
+@_command(E.RemoveState)
 def rm_state(
     source: Path = SOURCE, target: Path = TARGET, uid: Optional[str] = UID, uid_hash: Optional[str] = HASH,
     states: List[str] = typer.Option(..., "--state", help="State to remove (repeat for several)."),
     apply: bool = APPLY, to: Optional[str] = TO, name: Optional[str] = NAME,
 ) -> None:
     """Remove keyed or operator states of an operator (a restored job starts them empty)."""
-    from statekit.savepoint.patch import RemoveState
-
     op = operator_id(uid, uid_hash, name=name)
-    run_repair(source, target, [RemoveState(op, s) for s in states], apply, to)
+    run_repair(source, target, [E.RemoveState(op, s) for s in states], apply, to)
 
 
+@_command(E.RenameOperator)
 def rename_uid(
     source: Path = SOURCE, target: Path = TARGET, uid: Optional[str] = UID, uid_hash: Optional[str] = HASH,
     new_uid: Optional[str] = typer.Option(None, "--new-uid", metavar="UID", help="The new uid.", show_default=False),
@@ -143,8 +159,6 @@ def rename_uid(
     """Give an operator a new uid (the library's change_operator_identifier); its state is carried over
     unchanged (files hard-linked). The operator is --uid OLD or --hash OLDHASH; the new one --new-uid NEW
     or --new-hash NEWHASH."""
-    from statekit.savepoint.patch import RenameOperator
-
     if old_alias is not None:  # `--from OLD --to NEW`, the spelling before --uid/--new-uid
         if uid is not None or uid_hash is not None:
             fail("give the operator by --uid or --hash (--from is their old spelling), not both.")
@@ -153,31 +167,30 @@ def rename_uid(
         new_uid, to = to, None
     old = operator_id(uid, uid_hash, name=name)
     new = operator_id(new_uid, new_hash, uid_option="--new-uid", hash_option="--new-hash")
-    run_repair(source, target, [RenameOperator(old, new)], apply, to)
+    run_repair(source, target, [E.RenameOperator(old, new)], apply, to)
 
 
+@_command(E.RemoveOperator)
 def remove_operator(source: Path = SOURCE, target: Path = TARGET, uid: Optional[str] = UID, uid_hash: Optional[str] = HASH,
                     apply: bool = APPLY, to: Optional[str] = TO) -> None:
     """Drop an operator and all its state."""
-    from statekit.savepoint.patch import RemoveOperator
-
-    run_repair(source, target, [RemoveOperator(operator_id(uid, uid_hash))], apply, to)
+    run_repair(source, target, [E.RemoveOperator(operator_id(uid, uid_hash))], apply, to)
 
 
+@_command(E.SetMaxParallelism)
 def set_max_parallelism(
     source: Path = SOURCE, target: Path = TARGET, uid: Optional[str] = UID, uid_hash: Optional[str] = HASH,
     max_parallelism: int = typer.Option(..., "--max", help="New max parallelism (1..32768)."),
     apply: bool = APPLY, to: Optional[str] = TO, name: Optional[str] = NAME,
 ) -> None:
     """Re-hash an operator's keyed state and timers into a new max parallelism."""
-    from statekit.savepoint.patch import SetMaxParallelism
-
-    run_repair(source, target, [SetMaxParallelism(operator_id(uid, uid_hash, name=name), max_parallelism)], apply, to)
+    run_repair(source, target, [E.SetMaxParallelism(operator_id(uid, uid_hash, name=name), max_parallelism)], apply, to)
 
 
 LOCAL_REKEY_LIMIT = 2 << 30  # keyed bytes on disk above which `auto` re-keys with Spark
 
 
+@_command(E.Rekey)
 def rekey(
     source: Path = SOURCE, target: Path = TARGET, uid: Optional[str] = UID, uid_hash: Optional[str] = HASH,
     expr: str = typer.Option(..., "--expr", help="SQL over the column key giving the new key, e.g. upper(key)."),
@@ -199,7 +212,6 @@ def rekey(
     import pyarrow as pa
 
     from statekit.query import key_mapping
-    from statekit.savepoint.patch import Rekey
 
     with progress("evaluating the new keys"):
         keys = [sp.keyed_table(op).column("key")]
@@ -207,7 +219,7 @@ def rekey(
         if timers.num_rows:
             keys.append(timers.column("key"))
         mapping = key_mapping(pa.chunked_array([c for k in keys for c in k.chunks], keys[0].type), expr)
-    run_repair(source, target, [Rekey(op, mapping)], apply, to)
+    run_repair(source, target, [E.Rekey(op, mapping)], apply, to)
 
 
 def _rekey_spark(source: Path, target: Path, sp, meta, expr: str, apply: bool, to: Optional[str]) -> None:
@@ -250,18 +262,13 @@ def repair_plan(
 
     The plan is a JSON list of edits:
 
-    {"edit": "set", "uid": U, "key": K, "state": S, "value": V} | {"edit": "delete-key", "uid": U, "keys": [K, ...]}
-    | {"edit": "rm-state", "uid": U, "state": S} | {"edit": "rename-uid", "uid": U, "new_uid": U2}
-    | {"edit": "remove-operator", "uid": U} | {"edit": "set-max-parallelism", "uid": U, "max": N}
-    | {"edit": "rekey", "uid": U, "expr": SQL}
+    {EDITS}
 
     An operator may be named by "hash": H (its uid hash) or "name": N (its stored name, e.g. GroupAggregate[51])
     instead of "uid", and a new uid by "new_hash". A set edit of a Flink SQL window aggregate gives the window as
     "namespace"; with --sql-plan its "state" may be a column of the query's result (cnt).
     """
     from statekit.errors import InvalidArgumentError
-    from statekit.savepoint import patch as P
-    from statekit_cli.render import parse_json_value, parse_key
 
     try:
         items = jsonlib.loads(plan.read_text())
@@ -273,47 +280,68 @@ def repair_plan(
     edits = []
     for i, item in enumerate(items):
         kind = item.get("edit")
-        if kind not in ("set", "delete-key", "rm-state", "rename-uid", "remove-operator", "set-max-parallelism",
-                        "rekey"):
+        entry = E.EDITS.get(kind) if isinstance(kind, str) else None
+        if entry is None:
             raise InvalidArgumentError(f"--plan {plan}: edit {i + 1} has unknown \"edit\": {kind!r}.")
         try:
-            op = item["name"] if isinstance(item.get("name"), str) else _plan_operator(item, "uid", "hash", "from")
-            if kind == "rename-uid":
-                edits.append(P.RenameOperator(op, _plan_operator(item, "new_uid", "new_hash", "to")))
-                continue
-            meta = sp.operator(op)
-
-            def key(k):
-                return parse_key(k if isinstance(k, str) else jsonlib.dumps(k), meta.key_type)
-
-            if kind == "set":
-                if item["state"] in {s.name for s in meta.keyed_states}:
-                    info = meta.keyed_state(item["state"])
-                    value = item["value"] if _partial(jsonlib.dumps(item["value"]), info.type) else \
-                        parse_json_value(jsonlib.dumps(item["value"]), info.type, f"edit {i + 1}: state {info.name!r}")
-                else:  # a result column of a SQL aggregate (the library checks it against the plan)
-                    value = item["value"]
-                edits.append(P.SetValue(op, key(item["key"]), item["state"], value, namespace=item.get("namespace")))
-            elif kind == "delete-key":
-                edits.append(P.DeleteKeys(op, tuple(key(k) for k in item["keys"])))
-            elif kind == "rm-state":
-                edits.append(P.RemoveState(op, item["state"]))
-            elif kind == "remove-operator":
-                edits.append(P.RemoveOperator(op))
-            elif kind == "set-max-parallelism":
-                edits.append(P.SetMaxParallelism(op, int(item["max"])))
-            elif kind == "rekey":
-                import pyarrow as pa
-
-                from statekit.query import key_mapping
-
-                keys = sp.keyed_table(op).column("key")
-                edits.append(P.Rekey(op, key_mapping(pa.chunked_array(keys.chunks, keys.type), item["expr"])))
-            else:
-                raise InvalidArgumentError(f"--plan {plan}: edit {i + 1} has unknown \"edit\": {kind!r}.")
+            edits.append(entry.from_plan(_PlanEntry(item, sp, i)))
         except KeyError as exc:
             raise InvalidArgumentError(f"--plan {plan}: edit {i + 1} ({kind}) lacks the field {exc}.") from None
     run_repair(source, target, edits, apply, to, sql_plan)
+
+
+# The plan's entries come from the registry, so `repair --help` lists every edit a plan takes.
+repair_plan.__doc__ = (repair_plan.__doc__ or "").replace("{EDITS}", "\n    | ".join(
+    " | ".join(k.plan_entry for k in list(E.EDITS.values())[i:i + 2]) for i in range(0, len(E.EDITS), 2)))
+
+
+class _PlanEntry:
+    """One edit of a --plan file for `statekit.savepoint.edits.EditKind.from_plan` (`PlanItem`): its operator,
+    keys and values parsed against the savepoint as the single-edit commands parse their options."""
+
+    def __init__(self, item: dict, sp, index: int) -> None:
+        self.item, self.sp, self.index = item, sp, index
+        self.op = None
+        self.meta = None
+
+    def __getitem__(self, field: str):
+        return self.item[field]
+
+    def get(self, field: str, default=None):
+        return self.item.get(field, default)
+
+    def operator(self):
+        item = self.item
+        self.op = item["name"] if isinstance(item.get("name"), str) else _plan_operator(item, "uid", "hash", "from")
+        self.meta = self.sp.operator(self.op)
+        return self.op
+
+    def new_operator(self):
+        return _plan_operator(self.item, "new_uid", "new_hash", "to")
+
+    def key(self, value):
+        from statekit_cli.render import parse_key
+
+        return parse_key(value if isinstance(value, str) else jsonlib.dumps(value), self.meta.key_type)
+
+    def value(self, state: str, value):
+        from statekit_cli.render import parse_json_value
+
+        if state not in {s.name for s in self.meta.keyed_states}:
+            return value  # a result column of a SQL aggregate (the library checks it against the plan)
+        info = self.meta.keyed_state(state)
+        text = jsonlib.dumps(value)
+        if _partial(text, info.type):
+            return value
+        return parse_json_value(text, info.type, f"edit {self.index + 1}: state {info.name!r}")
+
+    def key_mapping(self, expr: str):
+        import pyarrow as pa
+
+        from statekit.query import key_mapping
+
+        keys = self.sp.keyed_table(self.op).column("key")
+        return key_mapping(pa.chunked_array(keys.chunks, keys.type), expr)
 
 
 def _plan_operator(item: dict, uid_field: str, hash_field: str, old_field: str):
@@ -420,14 +448,10 @@ def prune_expired(
 
 
 def register(app: typer.Typer) -> None:
-    """Add the repair commands (set, delete-key, rm-state, rekey, ...) to the app."""
-    app.command("set")(set_value)
-    app.command("delete-key")(delete_key)
-    app.command("rm-state")(rm_state)
-    app.command("rekey")(rekey)
-    app.command("rename-uid")(rename_uid)
-    app.command("remove-operator")(remove_operator)
-    app.command("set-max-parallelism")(set_max_parallelism)
+    """Add the repair commands (one per edit of the registry: set, delete-key, rm-state, rekey, ...; then repair,
+    bootstrap and prune-expired) to the app."""
+    for name in E.EDITS:
+        app.command(name)(COMMANDS[name])
     app.command("repair")(repair_plan)
     app.command("bootstrap")(bootstrap)
     app.command("prune-expired")(prune_expired)

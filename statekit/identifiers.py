@@ -8,8 +8,9 @@ from dataclasses import dataclass
 from typing import Any, Union
 
 from statekit.errors import InvalidArgumentError
+from statekit.limits import MAX_TEXT
 
-__all__ = ["OperatorIdentifier", "generated_uid_hash", "murmur3_x64_128"]
+__all__ = ["OpLike", "OperatorIdentifier", "generated_uid_hash", "murmur3_x64_128"]
 
 _M64 = 0xFFFFFFFFFFFFFFFF
 _C1 = 0x87C37B91114253D5
@@ -99,11 +100,9 @@ def _uid_hash(uid: Any) -> str:
 
 
 def _check_new_uid(uid: Any) -> None:
-    # The longest text a savepoint's manifest holds is the manifest schema's rule (one home); no uid is longer
+    # The longest text a savepoint holds is one rule (statekit.limits, also the manifest schema's); no uid is longer
     # in Flink either (writeUTF: 65,535 bytes). NUL and lone surrogates still hash as Java hashes them (for
     # look-ups); a writer refuses them when the uid would be written (`SavepointBuilder.add_operator`).
-    from statekit.format.manifest_schema import MAX_TEXT
-
     if isinstance(uid, str) and len(uid) > MAX_TEXT:
         raise InvalidArgumentError(f"operator uid {uid[:40]!r}... is {len(uid):,} characters long; no savepoint holds "
                                    f"a uid longer than {MAX_TEXT:,} characters. Choose a shorter uid.")
@@ -247,3 +246,7 @@ def generated_uid_hash(*parts: str) -> str:
         encoded = _java_utf8(part)
         data += struct.pack("<Q", len(encoded)) + encoded
     return murmur3_x64_128(bytes(data)).hex()
+
+
+#: How APIs taking ``op`` accept an operator: an `OperatorIdentifier`, or a str that is its uid (`coerce`).
+OpLike = Union[OperatorIdentifier, str]

@@ -30,7 +30,7 @@ checkpoints)::
     table = statekit.format.rocksdb_native.native_to_arrow(
         snap.native_dir, key_type="string", infos=snap.infos, max_parallelism=128)
 
-Modules: `heap` and `rocksdb` (keyed backends), `slots` (what both keyed backends share: state storage,
+Modules: `heap` and `rocksdb` (keyed backends), `create` (a backend by name), `slots` (what both keyed backends share: state storage,
 scope, restore and merging), `operator` (operator state), `ttl` (state TTL handles). What the backends store and snapshot is defined in `statekit.format`: the RocksDB byte
 encodings (`rocksdb_encoding`), dicts ↔ the keyed table (`keyed_dicts`), reading RocksDB
 checkpoints as keyed tables (`rocksdb_native`) and TTL stamps (`ttl`).
@@ -42,8 +42,8 @@ from statekit.backends.base import (
     KeyedSnapshot,
     KeyedStateBackend,
     OperatorStateStore,
-    create_keyed_backend,
 )
+from statekit.backends.create import create_keyed_backend
 from statekit.backends.heap import HeapKeyedStateBackend
 from statekit.backends.operator import DefaultOperatorStateStore
 

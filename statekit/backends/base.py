@@ -162,21 +162,6 @@ class OperatorStateStore(ABC):
         """Load this subtask's share, already redistributed by `statekit.savepoint.redistribute`."""
 
 
-def create_keyed_backend(name: BackendName, **kwargs: Any) -> KeyedStateBackend:
-    """Instantiate the keyed backend called `name` ("heap" or "rocksdb")."""
-    if name == "heap":
-        from statekit.backends.heap import HeapKeyedStateBackend
-
-        return HeapKeyedStateBackend(**kwargs)
-    if name == "rocksdb":
-        from statekit.extras import require
-
-        require("rocksdb", "state_backend='rocksdb'")
-        from statekit.backends.rocksdb import RocksDBKeyedStateBackend
-
-        return RocksDBKeyedStateBackend(**kwargs)
-    raise InvalidArgumentError(f"unknown state backend {name!r}; choose one of {', '.join(SUPPORTED_BACKENDS)}.")
-
 
 def iter_chunks(items: Iterable[Any], size: int) -> Iterator[list[Any]]:
     """Yield lists of at most `size` items (snapshot writers batch rows this way)."""

@@ -10,6 +10,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from statekit.limits import MAX_TEXT  # uids, names and type strings (re-exported: the schema's rule for texts)
+
 
 class _HugeInt(str):
     """A JSON integer too long for any manifest field; kept as text so the schema names the field."""
@@ -26,7 +28,6 @@ def parse_int(text: str) -> int | _HugeInt:
 # manifest is checked against it whole before anything is built from it, so a damaged or hostile
 # manifest fails with the name of the field at fault, never with an exception from deeper code.
 
-MAX_TEXT = 64 * 1024  # uids, names and type strings
 MAX_PATH_BYTES = 4096
 MAX_NAME_BYTES = 255  # one path component, as on every common file system
 MAX_INT64 = 2**63 - 1

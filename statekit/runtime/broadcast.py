@@ -60,7 +60,6 @@ class BroadcastConnectedStream:
 
     def process(self, func: BroadcastProcessFunction, output_type: Any = None) -> Any:
         """A `KeyedBroadcastProcessFunction` (keyed input) or `BroadcastProcessFunction`."""
-        from statekit.runtime.datastream import DataStream, KeyedStream
         from statekit.runtime.graph import Edge
 
         for m in ("process_element", "process_broadcast_element"):
@@ -72,7 +71,7 @@ class BroadcastConnectedStream:
         first.input_index = 0
         second = Edge(self.broadcast._stream._t, "broadcast", input_index=1)
         options = {"descriptors": self.broadcast.descriptors}
-        if isinstance(self.first, KeyedStream):
+        if first.key_selector is not None:  # a keyed input (a KeyedStream's edge carries its key selector)
             t = self._env._add(
                 "keyed_broadcast_process", "KeyedBroadcastProcess", func, [first, second], KeyedBroadcastOperator,
                 keyed=True, key_type=self.first._key_type, options=options,
@@ -81,7 +80,7 @@ class BroadcastConnectedStream:
             t = self._env._add(
                 "broadcast_process", "BroadcastProcess", func, [first, second], BroadcastOperator, options=options
             )
-        return DataStream(self._env, t)
+        return self.first._derive(t)
 
 
 class _Context:

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+import pyarrow as pa
+
 from statekit.errors import InvalidArgumentError
-from statekit.runtime.graph import Edge, Transformation
+from statekit.runtime.graph import Edge, OutputTag, Transformation
 from statekit.runtime.keys import normalise_key_type
 from statekit.runtime.sinks import (
     Collector,
@@ -26,19 +28,6 @@ from statekit.runtime.stream_ops import (
     TwoInputOperator,
     UnionOperator,
 )
-
-
-class OutputTag:
-    """Names a side output (PyFlink's ``OutputTag``): e.g. the late elements of a window."""
-
-    def __init__(self, tag_id: str, type_info: Any = None) -> None:
-        if not isinstance(tag_id, str) or not tag_id:
-            raise InvalidArgumentError(f"an OutputTag needs a non-empty string id, got {tag_id!r}")
-        self.tag_id = tag_id
-        self.type_info = type_info
-
-    def __repr__(self) -> str:
-        return f"OutputTag({self.tag_id!r})"
 
 
 class DataStream:
@@ -90,6 +79,10 @@ class DataStream:
     def _edge(self) -> Edge:
         return Edge(self._t, "forward")
 
+    def _derive(self, transformation: Transformation) -> "DataStream":
+        """The stream `transformation` (an operator added after this stream) produces, in this stream's job."""
+        return DataStream(self._env, transformation)
+
     def _one(self, kind: str, fn: Any, name: str, cls: type = OneInputOperator, **options: Any) -> "DataStream":
         t = self._env._add(kind, name, fn, [self._edge()], cls, options=options)
         return DataStream(self._env, t)
@@ -138,17 +131,18 @@ class DataStream:
 
         Its `process` takes a `ProcessAllWindowFunction` (``process(context, elements)``).
         """
-        from statekit.runtime.windows import window_all
+        from statekit.runtime.windows import WindowedStream
 
-        return window_all(self, window_assigner)
+        ws = WindowedStream(KeyedStream(self._env, self._t, _all_key, pa.int32()), window_assigner)
+        ws._all = True
+        return ws
 
     def count_window_all(self, size: int, slide: int | None = None) -> Any:
         """Windows of `size` elements of the whole stream (sliding by `slide` elements when given)."""
         from statekit.runtime.window_evictors import CountEvictor
-        from statekit.runtime.windows import window_all
         from statekit.windowing import CountTrigger, GlobalWindows, PurgingTrigger
 
-        windows = window_all(self, GlobalWindows.create())
+        windows = self.window_all(GlobalWindows.create())
         if slide is None:
             return windows.trigger(PurgingTrigger.of(CountTrigger.of(size)))
         return windows.evictor(CountEvictor.of(size)).trigger(CountTrigger.of(slide))
@@ -337,6 +331,11 @@ class KeyedStream(DataStream):
 
     def key_by(self, key_selector: Any, key_type: Any = None) -> "KeyedStream":
         raise InvalidArgumentError("the stream is already keyed; key_by the stream it came from instead")
+
+
+def _all_key(value: Any) -> int:
+    """The key of every element of an all-windowed stream (`DataStream.window_all`): one key, one subtask."""
+    return 0
 
 
 class ConnectedStreams:

@@ -11,6 +11,19 @@ from statekit.identifiers import OperatorIdentifier, generated_uid_hash
 from statekit.keygroups import check_max_parallelism, check_parallelism
 
 
+class OutputTag:
+    """Names a side output (PyFlink's ``OutputTag``): e.g. the late elements of a window."""
+
+    def __init__(self, tag_id: str, type_info: Any = None) -> None:
+        if not isinstance(tag_id, str) or not tag_id:
+            raise InvalidArgumentError(f"an OutputTag needs a non-empty string id, got {tag_id!r}")
+        self.tag_id = tag_id
+        self.type_info = type_info
+
+    def __repr__(self) -> str:
+        return f"OutputTag({self.tag_id!r})"
+
+
 @dataclass(eq=False)
 class Edge:
     """An input of a transformation: where elements come from and how they are partitioned.

@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 from typing import TYPE_CHECKING, Any, Callable
 
-from statekit.backends.base import create_keyed_backend
+from statekit.backends.create import create_keyed_backend
 from statekit.errors import JobError, RestoreError, StateTypeError
 from statekit.format.keyed import EVENT, PROCESSING
 from statekit.runtime.context import (

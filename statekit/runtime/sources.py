@@ -46,7 +46,7 @@ class FileSource:
         self.version = version
         self._delta: Any = None
         if format == "delta":
-            from statekit.runtime.delta import delta_snapshot
+            from statekit.format.delta import delta_snapshot
 
             self._delta = delta_snapshot(self.path, version)
             self.version = self._delta.version

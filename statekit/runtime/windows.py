@@ -5,13 +5,12 @@ from __future__ import annotations
 import copy
 from typing import Any, Iterable
 
-import pyarrow as pa
-
 from statekit.errors import InvalidArgumentError, JobError
 
 # Keyed state names of the window operator (as in Flink's WindowOperator) are part of the layout.
 from statekit.format.keyed import CONTENTS, EVENT, NO_TIMESTAMP, SESSIONS, TIMESTAMPS
 from statekit.runtime.functions import RichFunction
+from statekit.runtime.graph import OutputTag
 from statekit.runtime.operators import KeyedOperatorMixin, StreamOperator
 from statekit.runtime.window_evictors import CountEvictor, Evictor, TimestampedValue
 from statekit.state.descriptors import (
@@ -484,8 +483,6 @@ class WindowedStream:
 
         Read them with ``windowed_result.get_side_output(output_tag)``.
         """
-        from statekit.runtime.datastream import OutputTag
-
         if not isinstance(output_tag, OutputTag):
             raise InvalidArgumentError(f"side_output_late_data(...) needs an OutputTag, got {output_tag!r}")
         self._late_tag = output_tag.tag_id
@@ -511,8 +508,6 @@ class WindowedStream:
 
     def _op(self, kind: str, fn: Any, window_function: Any, state_type: Any, name: str,
             element_type: Any = None) -> Any:  # fmt: skip
-        from statekit.runtime.datastream import DataStream
-
         ks = self._keyed
         if self._evictor is not None:
             element_type = state_type if kind in ("reduce", "process") else element_type
@@ -532,7 +527,7 @@ class WindowedStream:
         )
         if self._all:
             t.set_parallelism(1)  # Flink's windowAll: one subtask sees every element
-        return DataStream(ks._env, t)
+        return ks._derive(t)
 
     def reduce(self, reduce_function: Any, window_function: Any = None, output_type: Any = None) -> Any:
         """Fold each window's elements with ``reduce(a, b)`` as they arrive; ``output_type`` is the stored value's type.
@@ -582,17 +577,4 @@ def count_window(keyed_stream: Any, size: int, slide: int | None = None) -> Wind
     return windows.evictor(CountEvictor.of(size)).trigger(CountTrigger.of(slide))
 
 
-def _all_key(value: Any) -> int:
-    return 0
-
-
-def window_all(stream: Any, assigner: WindowAssigner) -> WindowedStream:
-    """Flink's ``windowAll``: the windows of the whole stream, in one subtask (keyed by a constant internally)."""
-    from statekit.runtime.datastream import KeyedStream
-
-    ws = WindowedStream(KeyedStream(stream._env, stream._t, _all_key, pa.int32()), assigner)
-    ws._all = True
-    return ws
-
-
-__all__ = ["ProcessAllWindowFunction", "ProcessWindowFunction", "WindowContext", "WindowFunction", "WindowOperator", "WindowedStream", "count_window", "window_all"]
+__all__ = ["ProcessAllWindowFunction", "ProcessWindowFunction", "WindowContext", "WindowFunction", "WindowOperator", "WindowedStream", "count_window"]

@@ -23,9 +23,9 @@ from statekit.format.flink.metadata import KeyGroupsHandle, OperatorState
 from statekit.format.flink.reader import BATCH_BYTES, FlinkStateReader
 from statekit.format.flink.versions import FlinkVersion
 from statekit.format.manifest import Manifest, OperatorMetadata
-from statekit.identifiers import OperatorIdentifier
+from statekit.identifiers import OperatorIdentifier, OpLike
 from statekit.keygroups import KeyGroupRange
-from statekit.savepoint.reader import OpLike, Savepoint, decode_row, same_key, same_namespace
+from statekit.savepoint.reader import Savepoint, decode_row, same_key, same_namespace
 from statekit.state.descriptors import OperatorStateInfo, Redistribution, StateInfo
 from statekit.types import parse_ddl
 

@@ -11,10 +11,9 @@ placement (uid hash, parallelism, max parallelism, key groups) - and hands the t
 from __future__ import annotations
 
 import os
-import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping, Sequence, TypeGuard
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -44,11 +43,11 @@ from statekit.format.flink.writer import (
 from statekit.format.manifest import OperatorMetadata
 from statekit.identifiers import OperatorIdentifier
 from statekit.keygroups import assign_key_groups
-from statekit.savepoint.reader import Savepoint
+from statekit.savepoint.reader import Savepoint, is_flink_source
 from statekit.types import parse_ddl
 
 if TYPE_CHECKING:
-    from statekit.savepoint.flink import FlinkSavepoint
+    pass
 
 #: per operator (uid or uid hash) and state name, how a struct is written: `FlinkTuple` or `FlinkPojo`
 TypeHints = Mapping[str, Mapping[str, Hint]]
@@ -64,12 +63,6 @@ class Carried:
     timers: tuple[Any, ...]  # StateMeta of timer queues
     namespace: FlinkType | None
     operator_states: dict[str, Any]  # name -> StateMeta (operator / broadcast)
-
-
-def is_flink_source(sp: Savepoint) -> TypeGuard["FlinkSavepoint"]:
-    """Whether `sp` was read from a Flink savepoint (without importing Flink's reader when it was not loaded)."""
-    mod = sys.modules.get("statekit.savepoint.flink")
-    return mod is not None and isinstance(sp, mod.FlinkSavepoint)
 
 
 def carried_serializers(sp: Savepoint, meta: OperatorMetadata) -> Carried | None:
@@ -326,7 +319,7 @@ def rehash(table: pa.Table, key_type: str, max_parallelism: int, key_layout: Key
 def _rekeyed(sp: Savepoint, meta: OperatorMetadata, new_key: Any, key_type: str | None,
              keyed: pa.Table, timers: pa.Table) -> tuple[pa.Table, pa.Table, str]:
     """Keyed table and timers with every key replaced through `new_key` (a function or a key/new_key table)."""
-    from statekit.savepoint.rekey import check_collisions, check_mapping, distinct_rows, remap_keys
+    from statekit.savepoint.key_mapping import check_collisions, check_mapping, distinct_rows, remap_keys
     from statekit.types import to_arrow_array, to_ddl
 
     what = f"rekeying operator {meta.display_name!r}"

@@ -171,7 +171,7 @@ def _statekit_state(sp: "Savepoint", meta: "OperatorMetadata") -> _SourceState |
 
 
 def _sources(sp: "Savepoint", op: Any = None) -> list[_SourceState]:
-    from statekit.savepoint.flink_out import is_flink_source
+    from statekit.savepoint.reader import is_flink_source
 
     metas = [sp.operator(op)] if op is not None else sp.operators
     out = []
@@ -395,7 +395,7 @@ def set_offsets(source: "str | os.PathLike[str]", target: "str | os.PathLike[str
 def _flink_source(source: "str | os.PathLike[str]", op: Any) -> "tuple[FlinkSavepoint, OperatorMetadata, _SourceState]":
     """The Flink savepoint `source`, its operator `op` and that operator's decoded source state, or the typed error
     that says why there is none to edit."""
-    from statekit.savepoint.flink_out import is_flink_source
+    from statekit.savepoint.reader import is_flink_source
 
     sp = _open(source)
     if not is_flink_source(sp):

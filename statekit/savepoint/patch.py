@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Sequence, Union
+from typing import Any, Callable, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -22,6 +22,17 @@ from statekit.format.manifest import OperatorMetadata
 from statekit.format.storage import as_path
 from statekit.identifiers import OperatorIdentifier
 from statekit.keygroups import check_max_parallelism
+from statekit.savepoint.edits import (
+    DeleteKeys,
+    Edit,
+    Rekey,
+    RemoveOperator,
+    RemoveState,
+    RenameOperator,
+    SetMaxParallelism,
+    SetValue,
+    kind_of,
+)
 from statekit.savepoint.output import OutputFormat, describe, output_format, write_as
 from statekit.savepoint.reader import Savepoint
 from statekit.savepoint.transforms import (
@@ -33,68 +44,8 @@ from statekit.savepoint.transforms import (
 )
 from statekit.savepoint.writer import SavepointBuilder
 
-OpLike = Union[OperatorIdentifier, str]
-
 __all__ = ["DeleteKeys", "Edit", "RemoveOperator", "RemoveState", "RenameOperator", "Rekey", "SetMaxParallelism",
            "SetValue", "patch_keyed", "repair"]
-
-
-@dataclass(frozen=True)
-class SetValue:
-    """Set keyed state `state` of `key` to `value` (a Python value of the state's type; None clears it).
-
-    On a Flink SQL operator `state` may also be a column of the query's result (``cnt``) when the savepoint is
-    opened with the job's compiled plan (`repair(plan=)`), and `namespace` names a pending window of a window
-    aggregate (its slice end, or ``{"start", "end"}``)."""
-    op: OpLike
-    key: Any
-    state: str
-    value: Any
-    namespace: Any = None
-
-
-@dataclass(frozen=True)
-class DeleteKeys:
-    """Delete every state and timer of `keys`."""
-    op: OpLike
-    keys: tuple
-
-
-@dataclass(frozen=True)
-class RemoveState:
-    """Drop a keyed or operator state of an operator (a restored job starts it empty)."""
-    op: OpLike
-    state: str
-
-
-@dataclass(frozen=True)
-class RenameOperator:
-    """Give an operator a new identifier (uid or uid hash); its state moves with it."""
-    op: OpLike
-    new: OpLike
-
-
-@dataclass(frozen=True)
-class RemoveOperator:
-    """Remove an operator and all of its state."""
-    op: OpLike
-
-
-@dataclass(frozen=True)
-class SetMaxParallelism:
-    """Change an operator's max parallelism (its key groups are redistributed)."""
-    op: OpLike
-    max_parallelism: int
-
-
-@dataclass(frozen=True)
-class Rekey:
-    """Replace every key through `mapping` (a table ``key``, ``new_key``; see `statekit.savepoint.rekey`)."""
-    op: OpLike
-    mapping: pa.Table
-
-
-Edit = Union[SetValue, DeleteKeys, RemoveState, RenameOperator, RemoveOperator, SetMaxParallelism, Rekey]
 
 
 # -- the Arrow part ---------------------------------------------------------------------------------
@@ -234,92 +185,139 @@ def _write(sp: Savepoint, target: Path, per_op: dict[str, _OperatorEdits]) -> No
 
 
 def _plan_edit(sp: Savepoint, e: _OperatorEdits, edit: Edit, changes: list[str], noops: list[str]) -> None:
-    m, name = e.meta, e.meta.display_name
     if e.removed:
-        raise InvalidArgumentError(f"operator {name} is removed by an earlier edit; drop the edits after it.")
-    if isinstance(edit, RemoveOperator):
-        e.removed = True
-        changes.append(f"remove operator {name} ({m.uid_hash}) with all its state, {len(m.files)} file(s)")
-    elif isinstance(edit, RenameOperator):
-        new = OperatorIdentifier.coerce(edit.new)
-        if new.uid_hash == m.uid_hash:
-            noops.append(f"operator {name} already has uid {new}")
-            return
-        if any(o.uid_hash == new.uid_hash for o in sp.operators):
-            raise InvalidArgumentError(f"operator {new} already exists in {sp.path}; remove it first or choose "
-                                       "another uid.")
-        e.new_ident = new
-        changes.append(f"rename operator {name} ({m.uid_hash}) to {new} ({new.uid_hash})")
-    elif isinstance(edit, SetMaxParallelism):
-        check_max_parallelism(edit.max_parallelism)
-        _require_keyed(m, "max parallelism only matters for keyed state")
-        if edit.max_parallelism == m.max_parallelism:
-            noops.append(f"operator {name} already has max parallelism {m.max_parallelism}")
-            return
-        require_hashed_key_groups(m, "a new max parallelism")
-        e.max_parallelism = edit.max_parallelism
-        changes.append(f"operator {name}: max parallelism {m.max_parallelism} -> {edit.max_parallelism}; keyed "
-                       "table and timers re-hashed into the new key groups")
-    elif isinstance(edit, RemoveState):
-        names = [s.name for s in m.keyed_states] + [s.name for s in m.operator_states]
-        if edit.state not in names:
-            raise UnknownStateError(f"operator {name} has no state {edit.state!r}; its states are: "
-                                    f"{', '.join(names) or 'none'}.")
-        e.drop_states += (edit.state,)
-        changes.append(f"operator {name}: remove state {edit.state!r}")
-    elif isinstance(edit, DeleteKeys):
-        _require_keyed(m, "it has no keys")
-        from statekit.savepoint import flink_repair
-
-        keys = tuple(flink_repair.sql_key(m, k) for k in edit.keys) if flink_repair.is_sql(sp, m) else edit.keys
-        present = [k for k in keys if _has_state(sp, m, k)]
-        for k in keys:
-            if k not in present:
-                noops.append(f"operator {name}: key {k!r} has no state")
-        if present:
-            e.delete_keys += tuple(present)
-            changes.append(f"operator {name}: delete key(s) {', '.join(repr(k) for k in present)} (state and timers)")
-    elif isinstance(edit, SetValue):
-        _require_keyed(m, "it has no keyed state")
-        from statekit.savepoint import flink_repair
-
-        if flink_repair.is_sql(sp, m):
-            flink_repair.plan_set(sp, e, edit, changes, noops)  # type: ignore[arg-type]
-            return
-        if edit.namespace is not None:
-            raise InvalidArgumentError(f"operator {name}: namespace= is for Flink SQL window operators.")
-        if m.namespace_type is not None:
-            # A window operator's value belongs to a (key, window) pair, kept live by the window's firing and
-            # cleanup timers and read by the window function in its own accumulator shape: a value set for a
-            # key alone has no meaning there, and one set for a new window would never fire.
-            raise InvalidArgumentError(f"operator {name} keeps window state: its values belong to (key, window) "
-                                       "pairs with the windows' timers, so `set` of one key's value is refused. "
-                                       "Write the windows with Spark's window bootstrap (OperatorTransformation"
-                                       ".bootstrap_with(df).key_by(...).window(...)), or delete-key the key.")
-        info = m.keyed_state(edit.state)
-        value = _fit(edit.value, info.type, f"state {edit.state!r} of {name}")
-        current = sp.get(m.identifier, edit.key)
-        if current is None:
-            require_hashed_key_groups(m, f"setting state of key {edit.key!r}, which has none yet,")
-        if current is not None and _hashable(current.get(edit.state)) == _hashable(value):
-            noops.append(f"operator {name}: key {edit.key!r} already has {edit.state} = {value!r}")
-            return
-        e.set_values += ((edit.key, edit.state, value),)
-        before = "no state" if current is None else f"{current.get(edit.state)!r}"
-        changes.append(f"operator {name}: key {edit.key!r} {edit.state}: {before} -> {value!r}")
-    elif isinstance(edit, Rekey):
-        _require_keyed(m, "it has no keys")
-        require_hashed_key_groups(m, "a re-key")
-        from statekit.savepoint.rekey import check_mapping
-
-        check_mapping(edit.mapping, f"rekeying operator {name!r}")
-        e.mapping = edit.mapping
-        changed = pc.sum(pc.invert(pc.equal(edit.mapping.column("key"), edit.mapping.column("new_key")))
-                         .cast(pa.int64())).as_py() if edit.mapping.schema.field("key").type == \
-            edit.mapping.schema.field("new_key").type else edit.mapping.num_rows
-        changes.append(f"operator {name}: re-key {edit.mapping.num_rows} key(s), {changed or 0} of them to a new key")
-    else:
+        raise InvalidArgumentError(f"operator {e.meta.display_name} is removed by an earlier edit; drop the edits "
+                                   "after it.")
+    kind = kind_of(edit)
+    if kind is None:
         raise InvalidArgumentError(f"unknown edit {edit!r}")
+    PLANNERS[kind.edit](sp, e, edit, changes, noops)
+
+
+#: How each edit of `statekit.savepoint.edits.EDITS` is planned: its checks against the source, its line of the
+#: plan (or why it changes nothing), and what it records in the operator's `_OperatorEdits`.
+PLANNERS: dict[type, Callable[[Savepoint, _OperatorEdits, Any, list[str], list[str]], None]] = {}
+
+
+def _planner(edit: type) -> Callable:
+    def put(fn: Callable) -> Callable:
+        PLANNERS[edit] = fn
+        return fn
+    return put
+
+
+@_planner(RemoveOperator)
+def _plan_remove_operator(sp: Savepoint, e: _OperatorEdits, edit: RemoveOperator, changes: list[str],
+                          noops: list[str]) -> None:
+    m, name = e.meta, e.meta.display_name
+    e.removed = True
+    changes.append(f"remove operator {name} ({m.uid_hash}) with all its state, {len(m.files)} file(s)")
+
+
+@_planner(RenameOperator)
+def _plan_rename(sp: Savepoint, e: _OperatorEdits, edit: RenameOperator, changes: list[str],
+                 noops: list[str]) -> None:
+    m, name = e.meta, e.meta.display_name
+    new = OperatorIdentifier.coerce(edit.new)
+    if new.uid_hash == m.uid_hash:
+        noops.append(f"operator {name} already has uid {new}")
+        return
+    if any(o.uid_hash == new.uid_hash for o in sp.operators):
+        raise InvalidArgumentError(f"operator {new} already exists in {sp.path}; remove it first or choose "
+                                   "another uid.")
+    e.new_ident = new
+    changes.append(f"rename operator {name} ({m.uid_hash}) to {new} ({new.uid_hash})")
+
+
+@_planner(SetMaxParallelism)
+def _plan_max_parallelism(sp: Savepoint, e: _OperatorEdits, edit: SetMaxParallelism, changes: list[str],
+                          noops: list[str]) -> None:
+    m, name = e.meta, e.meta.display_name
+    check_max_parallelism(edit.max_parallelism)
+    _require_keyed(m, "max parallelism only matters for keyed state")
+    if edit.max_parallelism == m.max_parallelism:
+        noops.append(f"operator {name} already has max parallelism {m.max_parallelism}")
+        return
+    require_hashed_key_groups(m, "a new max parallelism")
+    e.max_parallelism = edit.max_parallelism
+    changes.append(f"operator {name}: max parallelism {m.max_parallelism} -> {edit.max_parallelism}; keyed "
+                   "table and timers re-hashed into the new key groups")
+
+
+@_planner(RemoveState)
+def _plan_remove_state(sp: Savepoint, e: _OperatorEdits, edit: RemoveState, changes: list[str],
+                       noops: list[str]) -> None:
+    m, name = e.meta, e.meta.display_name
+    names = [s.name for s in m.keyed_states] + [s.name for s in m.operator_states]
+    if edit.state not in names:
+        raise UnknownStateError(f"operator {name} has no state {edit.state!r}; its states are: "
+                                f"{', '.join(names) or 'none'}.")
+    e.drop_states += (edit.state,)
+    changes.append(f"operator {name}: remove state {edit.state!r}")
+
+
+@_planner(DeleteKeys)
+def _plan_delete_keys(sp: Savepoint, e: _OperatorEdits, edit: DeleteKeys, changes: list[str],
+                      noops: list[str]) -> None:
+    m, name = e.meta, e.meta.display_name
+    _require_keyed(m, "it has no keys")
+    from statekit.savepoint import flink_repair
+
+    keys = tuple(flink_repair.sql_key(m, k) for k in edit.keys) if flink_repair.is_sql(sp, m) else edit.keys
+    present = [k for k in keys if _has_state(sp, m, k)]
+    for k in keys:
+        if k not in present:
+            noops.append(f"operator {name}: key {k!r} has no state")
+    if present:
+        e.delete_keys += tuple(present)
+        changes.append(f"operator {name}: delete key(s) {', '.join(repr(k) for k in present)} (state and timers)")
+
+
+@_planner(SetValue)
+def _plan_set(sp: Savepoint, e: _OperatorEdits, edit: SetValue, changes: list[str], noops: list[str]) -> None:
+    m, name = e.meta, e.meta.display_name
+    _require_keyed(m, "it has no keyed state")
+    from statekit.savepoint import flink_repair
+
+    if flink_repair.is_sql(sp, m):
+        flink_repair.plan_set(sp, e, edit, changes, noops)  # type: ignore[arg-type]
+        return
+    if edit.namespace is not None:
+        raise InvalidArgumentError(f"operator {name}: namespace= is for Flink SQL window operators.")
+    if m.namespace_type is not None:
+        # A window operator's value belongs to a (key, window) pair, kept live by the window's firing and
+        # cleanup timers and read by the window function in its own accumulator shape: a value set for a
+        # key alone has no meaning there, and one set for a new window would never fire.
+        raise InvalidArgumentError(f"operator {name} keeps window state: its values belong to (key, window) "
+                                   "pairs with the windows' timers, so `set` of one key's value is refused. "
+                                   "Write the windows with Spark's window bootstrap (OperatorTransformation"
+                                   ".bootstrap_with(df).key_by(...).window(...)), or delete-key the key.")
+    info = m.keyed_state(edit.state)
+    value = _fit(edit.value, info.type, f"state {edit.state!r} of {name}")
+    current = sp.get(m.identifier, edit.key)
+    if current is None:
+        require_hashed_key_groups(m, f"setting state of key {edit.key!r}, which has none yet,")
+    if current is not None and _hashable(current.get(edit.state)) == _hashable(value):
+        noops.append(f"operator {name}: key {edit.key!r} already has {edit.state} = {value!r}")
+        return
+    e.set_values += ((edit.key, edit.state, value),)
+    before = "no state" if current is None else f"{current.get(edit.state)!r}"
+    changes.append(f"operator {name}: key {edit.key!r} {edit.state}: {before} -> {value!r}")
+
+
+@_planner(Rekey)
+def _plan_rekey(sp: Savepoint, e: _OperatorEdits, edit: Rekey, changes: list[str], noops: list[str]) -> None:
+    m, name = e.meta, e.meta.display_name
+    _require_keyed(m, "it has no keys")
+    require_hashed_key_groups(m, "a re-key")
+    from statekit.savepoint.key_mapping import check_mapping
+
+    check_mapping(edit.mapping, f"rekeying operator {name!r}")
+    e.mapping = edit.mapping
+    changed = pc.sum(pc.invert(pc.equal(edit.mapping.column("key"), edit.mapping.column("new_key")))
+                     .cast(pa.int64())).as_py() if edit.mapping.schema.field("key").type == \
+        edit.mapping.schema.field("new_key").type else edit.mapping.num_rows
+    changes.append(f"operator {name}: re-key {edit.mapping.num_rows} key(s), {changed or 0} of them to a new key")
 
 
 def _has_state(sp: Savepoint, m: OperatorMetadata, key: Any) -> bool:
@@ -445,7 +443,7 @@ def _timer_file_rewrite(sp: Savepoint, e: _OperatorEdits, f):
 
 def _rewrite(builder: SavepointBuilder, sp: Savepoint, e: _OperatorEdits, ident: OperatorIdentifier,
              name: str) -> None:
-    from statekit.savepoint.rekey import check_collisions, distinct_rows, remap_keys
+    from statekit.savepoint.key_mapping import check_collisions, distinct_rows, remap_keys
     from statekit.types import to_ddl
 
     m = e.meta

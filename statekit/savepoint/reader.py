@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Sequence, cast
+from typing import TYPE_CHECKING, Any, Literal, Sequence, TypeGuard, cast
 
 import pyarrow as pa
 
@@ -19,20 +20,25 @@ from statekit.format.files import read_parquet_verified, read_verified_bytes
 from statekit.format.manifest import FileEntry, Manifest, OperatorMetadata, load_manifest, safe_relative_path
 from statekit.format.storage import StoragePath, locate
 from statekit.format.values import state_value_decoder
-from statekit.identifiers import OperatorIdentifier
+from statekit.identifiers import OpLike
 from statekit.keygroups import KeyGroupRange, assign_to_key_group
 from statekit.types import parse_ddl
 
 if TYPE_CHECKING:
     from statekit.format.flink.versions import FlinkVersion
     from statekit.format.keyed_stream import KeyedFiles
+    from statekit.savepoint.flink import FlinkSavepoint
     from statekit.savepoint.stats import SavepointStats
     from statekit.state.descriptors import OperatorStateInfo
 
 # pyarrow.compute, the keyed-table layout (statekit.format.keyed) and thread pools are imported where
 # they are used: opening a savepoint and reading one key (`statekit get`) start without them.
 
-OpLike = OperatorIdentifier | str
+
+def is_flink_source(sp: "Savepoint") -> TypeGuard["FlinkSavepoint"]:
+    """Whether `sp` was read from a Flink savepoint (without importing Flink's reader when it was not loaded)."""
+    mod = sys.modules.get("statekit.savepoint.flink")
+    return mod is not None and isinstance(sp, mod.FlinkSavepoint)
 
 
 class Savepoint:

@@ -7,10 +7,16 @@ from typing import Any, Callable
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from statekit.errors import DuplicateKeyError, InvalidArgumentError, InvalidMergeError, NullKeyError
-from statekit.format.keyed import first_duplicate
+from statekit.errors import InvalidArgumentError, InvalidMergeError
 from statekit.format.manifest import OperatorMetadata
 from statekit.identifiers import OperatorIdentifier
+from statekit.savepoint.key_mapping import (
+    check_collisions,
+    check_mapping,
+    distinct_rows,
+    hashable_key,
+    remap_keys,
+)
 from statekit.savepoint.reader import Savepoint
 from statekit.savepoint.transforms import carried_flink, require_hashed_key_groups, write_operator_states
 from statekit.savepoint.writer import SavepointBuilder
@@ -23,62 +29,6 @@ __all__ = ["MergeFunction", "merge_collisions", "rekey_operator", "remap_keys"]
 MergeFunction = Callable[[Any, list[dict[str, Any]]], dict[str, Any]]
 
 
-def _hashable(value: Any) -> Any:
-    return tuple(value.values()) if isinstance(value, dict) else value
-
-
-def _positions(keys: pa.ChunkedArray | pa.Array, mapping_keys: pa.Array) -> pa.Array:
-    """For each key its row in the mapping (null when absent)."""
-    try:
-        return pc.index_in(keys, value_set=mapping_keys)
-    except (pa.ArrowNotImplementedError, pa.ArrowInvalid):  # e.g. struct keys: look them up in Python
-        where = {_hashable(k): i for i, k in enumerate(mapping_keys.to_pylist())}
-        return pa.array([where.get(_hashable(k)) for k in keys.to_pylist()], pa.int64())
-
-
-def check_mapping(mapping: pa.Table, what: str) -> None:
-    """A key mapping has columns ``key`` and ``new_key``, each old key once, and no null new key."""
-    if mapping.column_names[:2] != ["key", "new_key"]:
-        raise InvalidArgumentError(f"{what}: the key mapping needs columns key, new_key; got {mapping.column_names}.")
-    if first_duplicate(mapping, ["key"]) is not None:
-        raise DuplicateKeyError(f"{what}: the key mapping lists an old key more than once; give each key one new key.")
-    nulls = pc.is_null(mapping.column("new_key"))
-    if pc.any(nulls).as_py():
-        old = mapping.filter(nulls).column("key")[0].as_py()
-        raise NullKeyError(f"{what}: key {old!r} maps to a null key; keys are never null. Map it to a value.")
-
-
-def remap_keys(table: pa.Table, mapping: pa.Table, what: str) -> pa.Table:
-    """`table` with its ``key`` column replaced by the mapping's ``new_key`` (every key must be mapped)."""
-    if not table.num_rows:
-        return table.set_column(table.column_names.index("key"), "key", mapping.column("new_key").slice(0, 0))
-    keys = mapping.column("key").combine_chunks()
-    pos = _positions(table.column("key"), keys)
-    missing = pc.is_null(pos)
-    if pc.any(missing).as_py():
-        count = pc.sum(missing.cast(pa.int64())).as_py()
-        example = table.filter(missing).column("key")[0].as_py()
-        raise InvalidArgumentError(
-            f"{what}: the key mapping has no new key for {count} key(s), e.g. {example!r}; map every key."
-        )
-    new = mapping.column("new_key").combine_chunks().take(pos)
-    return table.set_column(table.column_names.index("key"), "key", new)
-
-
-def check_collisions(keyed: pa.Table, rekeyed: pa.Table, what: str) -> None:
-    """Name two old keys that became one (outside windows; in windows the builder's check applies)."""
-    index = first_duplicate(rekeyed, ["key"])
-    if index is None:
-        return
-    new_keys = rekeyed.column("key").to_pylist()  # only on the error path
-    after = new_keys[index]
-    before = [keyed.column("key")[i].as_py() for i in (new_keys.index(after), index)]
-    raise DuplicateKeyError(
-        f"{what}: keys {before[0]!r} and {before[1]!r} both become {after!r}, and a key holds one "
-        "row of state. Merge their state first (read_keyed_state, aggregate, bootstrap) or map them apart."
-    )
-
-
 def _duplicated(keys: pa.ChunkedArray) -> pa.Array:
     """True for every row whose key appears more than once."""
     try:
@@ -86,7 +36,7 @@ def _duplicated(keys: pa.ChunkedArray) -> pa.Array:
         repeated = counts.field("values").filter(pc.greater(counts.field("counts"), 1))
         return pc.is_in(keys, value_set=repeated)
     except (pa.ArrowNotImplementedError, pa.ArrowInvalid):  # struct keys: count them in Python
-        hashed = [_hashable(k) for k in keys.to_pylist()]
+        hashed = [hashable_key(k) for k in keys.to_pylist()]
         seen: dict = {}
         for h in hashed:
             seen[h] = seen.get(h, 0) + 1
@@ -107,10 +57,10 @@ def merge_collisions(rekeyed: pa.Table, states: list[str], merge: MergeFunction 
     collided, rest = rekeyed.filter(dup), rekeyed.filter(pc.invert(dup))
     groups: dict[Any, tuple[Any, list[dict[str, Any]]]] = {}
     for row in collided.to_pylist():
-        groups.setdefault(_hashable(row["key"]), (row["key"], []))[1].append({n: row[n] for n in states})
+        groups.setdefault(hashable_key(row["key"]), (row["key"], []))[1].append({n: row[n] for n in states})
     given: dict[Any, dict[str, Any]] = {}
     if isinstance(merge, pa.Table):
-        given = {_hashable(r["key"]): r for r in merge.to_pylist()}
+        given = {hashable_key(r["key"]): r for r in merge.to_pylist()}
     merged = []
     for h, (key, rows) in groups.items():
         out = merge(key, [dict(r) for r in rows]) if callable(merge) else given.get(h)
@@ -184,15 +134,3 @@ def rekey_operator(builder: SavepointBuilder, source: Savepoint, meta: OperatorM
         timers = remap_keys(timers.drop_columns(["key_group"]), mapping, what)
         writer.write_timers(distinct_rows(timers))
     write_operator_states(writer, source, meta)
-
-
-def distinct_rows(table: pa.Table) -> pa.Table:
-    """`table` without repeated rows (the first of each kept, in order): timers of keys that merged, once each."""
-    seen: set = set()
-    keep = []
-    for i, row in enumerate(table.to_pylist()):
-        ident = tuple(_hashable(v) for v in row.values())
-        if ident not in seen:
-            seen.add(ident)
-            keep.append(i)
-    return table if len(keep) == table.num_rows else table.take(pa.array(keep, pa.int64()))

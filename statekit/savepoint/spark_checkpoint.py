@@ -321,7 +321,7 @@ class SparkCheckpoint(Savepoint):
         ``default`` store), a join's stores (``left_keytonumvalues``...), transformWithState
         variables by name and ``registered_timers`` (``$timers``).
         """
-        from statekit.query import table_name
+        from statekit.table_names import table_name
 
         names = [o.name for o in self.spark_operators]
         out: dict[str, dict[str, tuple[Any, str, str | None]]] = {}
@@ -346,7 +346,7 @@ class SparkCheckpoint(Savepoint):
 
 def sql_table_name(store: str) -> str:
     """The SQL table of a store or state variable (``default`` -> ``state``, ``$timers`` -> ``registered_timers``)."""
-    from statekit.query import table_name
+    from statekit.table_names import table_name
 
     return {"default": "state", TIMERS: "registered_timers"}.get(store) or table_name(store)
 

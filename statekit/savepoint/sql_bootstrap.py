@@ -84,7 +84,7 @@ class BootstrapSpec:
 
 
 def _open(template: Any, plan: Any, sql: Any) -> Any:
-    from statekit.savepoint.flink_out import is_flink_source
+    from statekit.savepoint.reader import is_flink_source
 
     if isinstance(template, Savepoint):
         sp = template
@@ -371,7 +371,7 @@ def _as_table(data: Any) -> pa.Table:
     if isinstance(data, pa.RecordBatch):
         return pa.Table.from_batches([data])
     if isinstance(data, (str, os.PathLike)):
-        from statekit.bootstrap import read_table
+        from statekit.format.tables import read_table
 
         return read_table(data)
     if type(data).__module__.startswith("pandas"):

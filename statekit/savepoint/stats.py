@@ -160,7 +160,7 @@ class SavepointStats:
 def savepoint_stats(source: str | os.PathLike[str] | Savepoint, *, top: int = 10) -> SavepointStats:
     """The figures of every operator of `source` (see the module docstring); `top`: how many largest keys to list."""
     sp = source if isinstance(source, Savepoint) else Savepoint.open(source)
-    from statekit.savepoint.flink_out import is_flink_source
+    from statekit.savepoint.reader import is_flink_source
 
     if is_flink_source(sp):
         from statekit.savepoint.stats_flink import flink_operator_stats

@@ -23,12 +23,10 @@ from statekit.errors import InvalidArgumentError, InvalidTargetError
 from statekit.format.files import place_file, storage_errors
 from statekit.format.manifest import FileEntry, FlinkSerializers, OperatorMetadata, safe_relative_path
 from statekit.format.storage import StoragePath, as_path
-from statekit.identifiers import OperatorIdentifier
+from statekit.identifiers import OperatorIdentifier, OpLike
 from statekit.keygroups import check_max_parallelism
 from statekit.savepoint.reader import Savepoint
 from statekit.savepoint.writer import OperatorWriter, SavepointBuilder
-
-OpLike = OperatorIdentifier | str
 
 
 @dataclass
@@ -157,7 +155,7 @@ def carried_flink(source: Savepoint, meta: OperatorMetadata) -> "FlinkSerializer
     if meta.flink is not None or meta.keyed_format != "flink":
         return meta.flink
     from statekit.savepoint.convert import flink_serializers
-    from statekit.savepoint.flink_out import is_flink_source
+    from statekit.savepoint.reader import is_flink_source
 
     return flink_serializers(source, meta) if is_flink_source(source) else None
 

@@ -20,12 +20,11 @@ nature) still travel to the driver as Arrow IPC blobs.
 
 from __future__ import annotations
 
-import functools
 import pickle
 from typing import Any, Callable, Iterable, Iterator, TypeVar
 
 import pyarrow as pa
-from pyspark.sql import DataFrame, Row
+from pyspark.sql import DataFrame
 from pyspark.sql.types import BinaryType, IntegerType, StringType, StructField, StructType
 
 from statekit.backends.heap import HeapKeyedStateBackend
@@ -33,10 +32,20 @@ from statekit.backends.operator import DefaultOperatorStateStore
 from statekit.errors import InvalidArgumentError, StateAccessError, StateTypeError
 from statekit.format.values import python_converter
 from statekit.identifiers import OperatorIdentifier
-from statekit.keygroups import KeyGroupRange, check_max_parallelism
 from statekit.savepoint import SavepointBuilder
 from statekit.spark import parts as P
+from statekit.spark.bootstrap_tasks import (
+    KEY_COLUMN,
+    BootstrapTransformation,
+    keyed_frame,
+    parallelism_of,
+    part_plan,
+    rows_of,
+    task_backend,
+    write_discovered,
+)
 from statekit.spark.reader_function import no_gc
+from statekit.spark.window_bootstrap import WindowedBootstrap
 from statekit.state.descriptors import (
     AggregatingStateDescriptor,
     BroadcastStateDescriptor,
@@ -63,7 +72,6 @@ V = TypeVar("V")
 IN = TypeVar("IN")
 OUT = TypeVar("OUT")
 
-_KEY = "__statekit_key"
 #: Rows per Arrow IPC blob an executor sends back (keeps each Spark binary value small).
 BLOB_ROWS = 65_536
 _BLOBS = StructType([StructField("kind", StringType()), StructField("subtask", IntegerType()),
@@ -311,8 +319,6 @@ class KeyedOperatorTransformation:
         ...     .window(TumblingEventTimeWindows.of(60_000), timestamp="ts")
         ...     .aggregate(ClickCounter(), accumulator_type="bigint"))
         """
-        from statekit.spark.window_bootstrap import WindowedBootstrap
-
         return WindowedBootstrap(self, assigner, timestamp, allowed_lateness)
 
     def columns(self, *descriptors: KeyedStateDescriptor, **by_column: KeyedStateDescriptor) -> "BootstrapTransformation":
@@ -342,44 +348,7 @@ class KeyedOperatorTransformation:
         return out
 
 
-class BootstrapTransformation:
-    """A finished transformation; pass it to `SavepointWriter.with_operator`."""
-
-    def __init__(self, write: Callable[[SavepointBuilder, OperatorIdentifier, int], None], infos: Any) -> None:
-        self._write = write
-        self.keyed_states = infos
-        self.columnar: tuple[Any, list] | None = None
-
-    def write_into(self, builder: SavepointBuilder, ident: OperatorIdentifier, max_parallelism: int) -> None:
-        """Run the Spark job(s) and add the operator to `builder` (used by `SavepointWriter.write`)."""
-        check_max_parallelism(max_parallelism)
-        self._write(builder, ident, max_parallelism)
-
-
 # --- execution ---------------------------------------------------------------------------------------
-
-
-def _backend(key_type: str, max_parallelism: int) -> HeapKeyedStateBackend:
-    return HeapKeyedStateBackend(key_type=parse_ddl(key_type), max_parallelism=max_parallelism,
-                                 key_group_range=KeyGroupRange(0, max_parallelism - 1), clock=lambda: 0)
-
-
-def _parallelism(t: OneInputOperatorTransformation, cap: int | None = None) -> int:
-    p = t.parallelism or t.df.rdd.getNumPartitions() or 1
-    return min(p, cap) if cap else p
-
-
-@functools.lru_cache(maxsize=64)
-def _row_class(names: tuple[str, ...]) -> type:
-    # A Row subclass with the field names on the class: rows are then built with one tuple.__new__
-    # (about 7x faster than Row(**fields)); they behave, compare and pickle as plain Rows.
-    return type("Row", (Row,), {"__fields__": list(names)})
-
-
-def _rows(batch: pa.RecordBatch, drop: Iterable[str] = ()) -> Iterator[Row]:
-    names = tuple(n for n in batch.schema.names if n not in drop)
-    cls, new = _row_class(names), tuple.__new__
-    return (new(cls, values) for values in zip(*(batch.column(n).to_pylist() for n in names)))
 
 
 def _blobs(kind: str, subtask: int, table: pa.Table, *, always: bool = False) -> Iterator[pa.RecordBatch]:
@@ -412,53 +381,24 @@ def _call_if(fn: Any, method: str, *args: Any) -> None:
         m(*args)
 
 
-def keyed_frame(df: DataFrame, key: str | Callable[[Any], Any], key_type: str) -> tuple[DataFrame, str]:
-    """`df` and the name of its key column; a key computed by a function of the row is added as a column.
-
-    Each key's rows must meet in one task: callers repartition by that column (Spark's own hash
-    partitioning, no Python pass; each task's backend covers every key group and the builder
-    orders the tables by key group on the driver).
-    """
-    if isinstance(key, str):
-        return df, key
-    from pyspark.sql.pandas.types import from_arrow_type
-
-    arrow_key = parse_ddl(key_type)
-
-    def add_keys(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        for batch in batches:
-            keys = to_arrow_array([key(r) for r in _rows(batch)], arrow_key, what="key")
-            yield pa.RecordBatch.from_arrays(list(batch.columns) + [keys], names=batch.schema.names + [_KEY])
-
-    keyed_schema = StructType(df.schema.fields + [StructField(_KEY, from_arrow_type(arrow_key), False)])
-    return df.mapInArrow(add_keys, keyed_schema), _KEY
-
-
-def part_plan(df: DataFrame, builder: SavepointBuilder, writer: Any) -> P.PartPlan:
-    """How the executors write `writer`'s operator (buckets: see `parts.write_buckets`)."""
-    spark_parallelism = df.sparkSession.sparkContext.defaultParallelism
-    return P.plan_for(writer, builder, buckets=P.write_buckets(spark_parallelism, writer.parallelism,
-                                                                writer.max_parallelism))  # fmt: skip
-
-
 def _write_keyed_function(t: KeyedOperatorTransformation, fn: KeyedStateBootstrapFunction,
                           builder: SavepointBuilder, ident: OperatorIdentifier, max_parallelism: int) -> None:
     key_type = t.key_type
     arrow_key = parse_ddl(key_type)
     to_key = python_converter(arrow_key, hashable=True)
-    parallelism = _parallelism(t.source, max_parallelism)
+    parallelism = parallelism_of(t.source, max_parallelism)
     keyed, key_col = keyed_frame(t.source.df, t.key, key_type)
     writer = builder.add_operator(ident, parallelism=parallelism, max_parallelism=max_parallelism, key_type=key_type)
 
     def bootstrap(batches: Iterable[pa.RecordBatch]) -> tuple[pa.Table | None, pa.Table | None, Any]:
-        backend = _backend(key_type, max_parallelism)
+        backend = task_backend(key_type, max_parallelism)
         ctx = KeyedBootstrapContext(backend)
         _call_if(fn, "open", ctx)
         ctx._opened = True
         with no_gc():  # the backend grows by one entry per key: generational GC passes would dominate
             for batch in batches:
                 keys = batch.column(key_col).to_pylist()
-                for k, row in zip(keys, _rows(batch, (_KEY, P.KEY_GROUP))):
+                for k, row in zip(keys, rows_of(batch, (KEY_COLUMN, P.KEY_GROUP))):
                     backend.set_current_key(k if to_key is None else to_key(k), -1)
                     _call(fn.process_element(row, ctx))
         _call_if(fn, "close")
@@ -474,20 +414,13 @@ def _write_keyed_function(t: KeyedOperatorTransformation, fn: KeyedStateBootstra
     write_discovered(keyed, key_col, builder, writer, bootstrap)
 
 
-def write_discovered(df: DataFrame, key_col: str, builder: SavepointBuilder, writer: Any, task: Any) -> None:
-    """Write `writer`'s keyed parts with a task function reporting its states; declare the merged states."""
-    entries, infos = P.write_discovered_parts(df, key_col, part_plan(df, builder, writer), task)
-    writer.declare_keyed_states(infos)
-    writer.add_files(entries)
-
-
 def _write_keyed_columns(t: KeyedOperatorTransformation, pairs: list, infos: Any, builder: SavepointBuilder,
                          ident: OperatorIdentifier, max_parallelism: int) -> None:
     from pyspark.sql import functions as F
 
     assert isinstance(t.key, str)  # columns() refuses a key function
     df = t.source.df.select(F.col(t.key).alias("key"), *[F.col(c).alias(d.name) for c, d in pairs])
-    writer = builder.add_operator(ident, parallelism=_parallelism(t.source, max_parallelism),
+    writer = builder.add_operator(ident, parallelism=parallelism_of(t.source, max_parallelism),
                                   max_parallelism=max_parallelism, key_type=t.key_type, keyed_states=infos)
     writer.add_files(P.write_keyed_parts(df, "key", part_plan(df, builder, writer)))
 
@@ -500,7 +433,7 @@ def _write_operator_state(t: OneInputOperatorTransformation, fn: Any, builder: S
     else:
         # As Flink, an operator never has more subtasks than its max parallelism: the write
         # parallelism is capped (the input's partitions merged), not refused.
-        parallelism = _parallelism(t, max_parallelism)
+        parallelism = parallelism_of(t, max_parallelism)
         if t.parallelism:
             df = t.df.repartition(parallelism)
         elif t.df.rdd.getNumPartitions() > parallelism:
@@ -519,7 +452,7 @@ def _write_operator_state(t: OneInputOperatorTransformation, fn: Any, builder: S
             fn.initialize_state(ctx)
         _call_if(fn, "open", ctx)  # Flink: initializeState, open, elements, snapshot, close
         for batch in batches:
-            for row in _rows(batch):
+            for row in rows_of(batch):
                 _call(fn.process_element(row, ctx))
         if not broadcast:
             fn.snapshot_state(ctx)

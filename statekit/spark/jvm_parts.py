@@ -60,6 +60,7 @@ from pyspark.sql.types import (
 from statekit.errors import NullKeyError, SavepointWriteError, StatekitError, StorageFullError
 from statekit.format.files import CHECKSUM_ALGORITHM, ROW_GROUP_ROWS, make_dirs_below
 from statekit.format.manifest import FileEntry
+from statekit.spark.buckets import bucket_column
 
 __all__ = ["jvm_unavailable", "describe_file", "write_grouped_parts_jvm", "write_keyed_parts_jvm"]
 
@@ -144,8 +145,6 @@ def write_keyed_parts_jvm(df: DataFrame, key_col: str, plan: Any,
     columns = {f.name: key_col if f.name == "key" else f.name for f in schema}
     if jvm_unavailable(df, columns, schema) is not None:
         return None
-    from statekit.spark.parts import bucket_column
-
     states = [f.name for f in schema if f.name not in ("key", "namespace")]
     spark = df.sparkSession
     kg = _key_group(spark, F.col(f"`{key_col}`"), plan.max_parallelism)

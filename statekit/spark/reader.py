@@ -282,8 +282,8 @@ class SavepointReader:
         prefix: str | None = None,
     ) -> dict[str, int]:
         """Write every table (or operator `op`'s) as Delta or Parquet under ``<path>/<database>/<table>``,
-        atomically; see `statekit.spark.history.export`. Returns ``{"db/table": rows}``."""
-        from statekit.spark.history import export
+        atomically; see `statekit.spark.export.export`. Returns ``{"db/table": rows}``."""
+        from statekit.spark.export import export
 
         return export(self, path, format=format, op=op, prefix=prefix)
 
@@ -442,7 +442,7 @@ class SavepointReader:
         {'myapp_proc': ['keyed', 'timers']}
         >>> spark.sql("SELECT * FROM myapp_proc.keyed WHERE key = 7").show()      # doctest: +SKIP
         """
-        from statekit.query import database_names  # the naming rule lives once, shared with statekit.sql
+        from statekit.table_names import database_names  # the naming rule lives once, shared with statekit.sql
 
         out: dict[str, list[str]] = {}
         dbs = database_names(self.savepoint, prefix)
@@ -489,7 +489,7 @@ def _jvm_prunable(t: pa.DataType) -> bool:
 
 
 def _identifier(text: str) -> str:
-    from statekit.query import table_name  # the naming rule lives once, shared with statekit.sql
+    from statekit.table_names import table_name  # the naming rule lives once, shared with statekit.sql
 
     return table_name(text)
 

@@ -30,7 +30,7 @@ the Spark tasks, as a bootstrap function's are.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 import pyarrow as pa
 from pyspark.sql import functions as F
@@ -38,9 +38,10 @@ from pyspark.sql.types import TimestampNTZType, TimestampType
 
 from statekit.errors import InvalidArgumentError
 from statekit.format.keyed import CONTENTS, NAMESPACE_ARROW, NAMESPACE_TYPE, NO_TIMESTAMP, SESSIONS, TIMESTAMPS
+from statekit.format.values import python_converter
 from statekit.identifiers import OperatorIdentifier
 from statekit.savepoint import SavepointBuilder
-from statekit.spark import bootstrap as B
+from statekit.spark import bootstrap_tasks as B
 from statekit.spark import parts as P
 from statekit.spark.reader_function import no_gc
 from statekit.spark.window_replay import WindowReplay
@@ -56,6 +57,9 @@ from statekit.state.functions import AggregateFunction, as_reduce_function
 from statekit.types import parse_ddl, to_arrow_array, to_ddl
 from statekit.windowing import GlobalWindows, TimeWindow, Trigger, WindowAssigner, cleanup_time
 
+if TYPE_CHECKING:
+    from statekit.spark.bootstrap import KeyedOperatorTransformation
+
 __all__ = ["WindowedBootstrap"]
 
 _TS = "__statekit_ts"
@@ -64,7 +68,7 @@ _TS = "__statekit_ts"
 class WindowedBootstrap:
     """`KeyedOperatorTransformation.window(...)`: finish with `reduce`, `aggregate` or `process`."""
 
-    def __init__(self, keyed: B.KeyedOperatorTransformation, assigner: WindowAssigner, timestamp: str | None,
+    def __init__(self, keyed: KeyedOperatorTransformation, assigner: WindowAssigner, timestamp: str | None,
                  allowed_lateness: int) -> None:  # fmt: skip
         if not isinstance(assigner, WindowAssigner):
             raise InvalidArgumentError(f"window(...) needs a WindowAssigner, got {assigner!r}.")
@@ -204,8 +208,8 @@ def _write_windows(w: WindowedBootstrap, desc: KeyedStateDescriptor, value: Any,
     # The task closure must not hold `w`: it reaches the DataFrame, which cannot be shipped to executors.
     assigner, lateness, ts_name, evictor = w.assigner, w.allowed_lateness, w.timestamp, w._evictor
     arrow_key = parse_ddl(key_type)
-    to_key = B.python_converter(arrow_key, hashable=True)
-    parallelism = B._parallelism(t.source, max_parallelism)
+    to_key = python_converter(arrow_key, hashable=True)
+    parallelism = B.parallelism_of(t.source, max_parallelism)
 
     merging = assigner.is_merging()
 
@@ -224,7 +228,7 @@ def _write_windows(w: WindowedBootstrap, desc: KeyedStateDescriptor, value: Any,
         for batch in batches:
             keys = batch.column(key_col).to_pylist()
             stamps = batch.column(_TS).to_pylist()
-            for k, ts, row in zip(keys, stamps, B._rows(batch, (B._KEY, _TS, P.KEY_GROUP))):
+            for k, ts, row in zip(keys, stamps, B.rows_of(batch, (B.KEY_COLUMN, _TS, P.KEY_GROUP))):
                 if ts is None and ts_name is not None:
                     raise InvalidArgumentError(f"row {row} has a null {ts_name!r}: every element needs a timestamp.")
                 element = row if value is None else row[value] if isinstance(value, str) else value(row)
@@ -269,7 +273,7 @@ def _write_windows(w: WindowedBootstrap, desc: KeyedStateDescriptor, value: Any,
         })  # fmt: skip
 
     def bootstrap(batches: Iterable[pa.RecordBatch]) -> tuple[pa.Table | None, pa.Table | None]:
-        backend = B._backend(key_type, max_parallelism)
+        backend = B.task_backend(key_type, max_parallelism)
         contents = backend.get_state(desc)
         stamps = backend.get_state(stamps_desc) if stamps_desc is not None else None
         timers: set[tuple] = set()
@@ -282,7 +286,7 @@ def _write_windows(w: WindowedBootstrap, desc: KeyedStateDescriptor, value: Any,
         return (table if table.num_rows else None), _timers([(*t, "event") for t in timers])
 
     def replayed(batches: Iterable[pa.RecordBatch]) -> tuple[pa.Table | None, pa.Table | None, Any]:
-        backend = B._backend(key_type, max_parallelism)
+        backend = B.task_backend(key_type, max_parallelism)
         contents = backend.get_state(desc)
         stamps = backend.get_state(stamps_desc) if stamps_desc is not None else None
         replay = WindowReplay(backend, contents, stamps, assigner, trigger, evictor, lateness)

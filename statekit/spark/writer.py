@@ -23,7 +23,7 @@ from statekit.savepoint import OperatorMetadata, Savepoint, SavepointBuilder
 from statekit.savepoint.evolve import StateTransform, check_result_type, evolve_states
 from statekit.savepoint.flink_out import TypeHints
 from statekit.savepoint.transforms import link_operator, refuse_target_inside
-from statekit.spark.bootstrap import BootstrapTransformation
+from statekit.spark.bootstrap_tasks import BootstrapTransformation
 from statekit.spark.rewrite import evolve_with_spark, rehash_with_spark, rekey_with_spark
 from statekit.spark.session import prepare_session
 from statekit.types import parse_ddl

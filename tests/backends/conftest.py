@@ -7,7 +7,8 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from statekit.backends.base import SUPPORTED_BACKENDS, create_keyed_backend
+from statekit.backends.base import SUPPORTED_BACKENDS
+from statekit.backends.create import create_keyed_backend
 from statekit.keygroups import KeyGroupRange, assign_to_key_group
 from statekit.testing import ManualClock
 

@@ -249,7 +249,7 @@ def test_struct_keys_round_trip(make_backend, at):
 
 
 def test_heap_and_rocksdb_tables_agree(tmp_path, clock, at):
-    from statekit.backends.base import create_keyed_backend
+    from statekit.backends.create import create_keyed_backend
     from statekit.keygroups import KeyGroupRange
 
     tables = []

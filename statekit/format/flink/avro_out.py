@@ -24,7 +24,7 @@ from statekit.errors import StateTypeError, UnsupportedFormatError
 from statekit.format.flink.avro import AvroType
 
 if TYPE_CHECKING:
-    from statekit.format.flink.values_out import Encoded
+    from statekit.format.flink.encoded import Encoded
 
 __all__ = ["GENERIC_CLASSES", "encode", "encode_column", "encoder", "hash_code", "hash_codes", "key_groups"]
 
@@ -323,7 +323,7 @@ _EMPTY = pa.scalar(b"", pa.large_binary())
 def encode_column(arr: pa.Array | pa.ChunkedArray, t: AvroType, *, what: str = "an Avro value") -> "Encoded":
     """`encode` column by column: numpy and Arrow per field for the regular parts, per record only for values
     that do not fit (which then raise the per-record encoder's error). Same bytes as `encode`."""
-    from statekit.format.flink.values_out import Encoded
+    from statekit.format.flink.encoded import Encoded
 
     if isinstance(arr, pa.ChunkedArray):
         arr = arr.combine_chunks() if arr.num_chunks != 1 else arr.chunk(0)

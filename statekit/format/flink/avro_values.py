@@ -20,7 +20,7 @@ import pyarrow as pa
 from statekit.format.arrow_memory import from_numpy
 from statekit.format.flink.avro import AvroType
 from statekit.format.flink.binary import DataInput
-from statekit.format.flink.values import binary_array, gather_values
+from statekit.format.flink.gather import binary_array, gather_values
 from statekit.types import parse_ddl
 
 __all__ = ["bulk", "bulk_delimited", "reader", "to_arrow"]

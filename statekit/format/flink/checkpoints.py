@@ -88,7 +88,7 @@ def read_heap(files: StateFiles, h: KeyGroupsHandle, proxy: KeyedProxy, prefix_b
         if proxy.compressed:
             # snapshot compression: after the plain key-group number, each state's part is its own Snappy
             # framed stream (HeapSnapshotStrategy); decoded back to back they are the uncompressed layout
-            from statekit.format.flink.reader import unframe_snappy
+            from statekit.format.flink.snappy import unframe_snappy
 
             body, _ = unframe_snappy(memoryview(data)[inp.pos : region_end[off]], f"{where} (key group {kg})")
             inp = DataInput(body, f"{where} (key group {kg}, decompressed)")

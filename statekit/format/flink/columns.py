@@ -12,9 +12,10 @@ import pyarrow as pa
 
 from statekit.format.arrow_memory import from_numpy
 from statekit.format.flink.binary import DataInput
+from statekit.format.flink.gather import binary_array
 from statekit.format.flink.locate import DecodeStats
 from statekit.format.flink.serializers import FlinkType
-from statekit.format.flink.values import binary_array, bulk, decode_records, reader, to_arrow
+from statekit.format.flink.values import bulk, decode_records, reader, to_arrow
 from statekit.types import parse_ddl
 
 __all__ = ["decode_exact", "decode_list", "decode_nullable", "decode_open"]

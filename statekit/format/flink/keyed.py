@@ -25,11 +25,12 @@ from statekit.format.arrow_memory import allocate, arrow_type, copy_buffer, empt
 from statekit.format.flink.binary import DataInput
 from statekit.format.flink.columns import decode_exact, decode_list, decode_nullable, decode_open
 from statekit.format.flink.files import StateFiles
+from statekit.format.flink.gather import gather_fixed, gather_ranges, ranges_equal
 from statekit.format.flink.locate import DecodeStats, Entries, Located, Run, corrupt, equal_except_values
 from statekit.format.flink.metadata import KeyGroupsHandle
 from statekit.format.flink.proxy import KeyedProxy, StateMeta, read_keyed_proxy
 from statekit.format.flink.serializers import FlinkType
-from statekit.format.flink.values import FIXED_DTYPES, gather_fixed, gather_ranges, ranges_equal
+from statekit.format.flink.values import FIXED_DTYPES
 from statekit.types import parse_ddl
 
 __all__ = ["DecodeStats", "Entries", "KeyedLayout", "KeyedResult", "decode", "layout", "read_proxy", "state_ddl",

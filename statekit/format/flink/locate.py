@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from statekit.errors import CorruptSavepointError
-from statekit.format.flink.values import gather_fixed
+from statekit.format.flink.gather import gather_fixed
 
 END_OF_KEY_GROUP = 0xFFFF
 _PROBE = 64  # first strided probe; grown 4x while the run goes on

@@ -45,7 +45,7 @@ def lookup(fr: Any, op: OperatorState, key_bytes: bytes, kg: int, stats: DecodeS
     data = fr.files.read_range(h.delegate, off, end)
     where = f"{fr.root} operator {op.uid or op.operator_id}"
     if proxy.compressed:
-        from statekit.format.flink.reader import unframe_snappy
+        from statekit.format.flink.snappy import unframe_snappy
 
         data, _ = unframe_snappy(data, where)
     buf = np.frombuffer(data, np.uint8)

@@ -21,8 +21,8 @@ import numpy as np
 import pyarrow as pa
 
 from statekit.errors import InvalidArgumentError
+from statekit.format.flink.gather import binary_array, gather_fixed, gather_values
 from statekit.format.flink.logical import LogicalType
-from statekit.format.flink.values import binary_array, gather_fixed, gather_values
 from statekit.types import parse_ddl
 
 __all__ = ["ROW_KINDS", "decode_row", "decode_rows", "encode_row", "header_bytes"]

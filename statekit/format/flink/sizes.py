@@ -17,11 +17,12 @@ import pyarrow as pa
 from statekit.format.flink import keyed as K
 from statekit.format.flink.checkpoints import read_heap
 from statekit.format.flink.columns import decode_open
+from statekit.format.flink.gather import gather_fixed, gather_ranges
 from statekit.format.flink.locate import DecodeStats, Entries, Located, locate
 from statekit.format.flink.metadata import IncrementalKeyedHandle, KeyGroupsHandle, OperatorState
 from statekit.format.flink.native import concat_entries, read_native
-from statekit.format.flink.reader import FlinkStateReader, unframe_snappy
-from statekit.format.flink.values import gather_fixed, gather_ranges
+from statekit.format.flink.reader import FlinkStateReader
+from statekit.format.flink.snappy import unframe_snappy
 
 BATCH = 32 << 20  # bytes of key groups measured at a time (as the reader decodes them)
 

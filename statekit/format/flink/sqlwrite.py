@@ -17,10 +17,10 @@ import numpy as np
 import pyarrow as pa
 
 from statekit.errors import StateTypeError
+from statekit.format.flink.encoded import Encoded, concat
 from statekit.format.flink.logical import LogicalType
 from statekit.format.flink.rowdata import ROW_KINDS, header_bytes
 from statekit.format.flink.serializers import FlinkType
-from statekit.format.flink.values_out import Encoded, concat
 from statekit.keygroups import compute_key_groups_for_key_hashes
 from statekit.keyhash import binary_row_hashes, binary_row_words_hashes
 

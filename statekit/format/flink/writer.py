@@ -28,6 +28,7 @@ import pyarrow as pa
 
 from statekit.errors import InvalidArgumentError, InvalidTargetError, SavepointExistsError, StateTypeError
 from statekit.format.files import remove_tree, storage_errors
+from statekit.format.flink.encoded import Encoded, concat, join_runs
 from statekit.format.flink.metadata import (
     BYTE_STREAM_HANDLE,
     MAGIC,
@@ -40,7 +41,7 @@ from statekit.format.flink.regular_out import PRIMITIVE, entry_dtype, is_regular
 from statekit.format.flink.serializers import FlinkType
 from statekit.format.flink.serializers_out import DataOutput, top_level
 from statekit.format.flink.utf import check_metadata_texts
-from statekit.format.flink.values_out import Encoded, concat, encode, join_runs, nullable_values
+from statekit.format.flink.values_out import encode, nullable_values
 from statekit.format.flink.versions import FlinkVersion, check_serializers
 from statekit.format.keyed_stream import KeyedFiles
 from statekit.keygroups import key_group_range

@@ -7,7 +7,8 @@ import pyarrow as pa
 import pytest
 
 from statekit.format.arrow_memory import from_numpy, to_numpy
-from statekit.format.flink.values import _varint, binary_array, gather_ranges, ranges_equal, strings
+from statekit.format.flink.gather import binary_array, gather_ranges, ranges_equal
+from statekit.format.flink.values import _varint, strings
 
 
 @pytest.mark.parametrize("size", [0, 5, 16, 40, 1000, 100_000])
