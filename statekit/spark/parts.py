@@ -19,8 +19,11 @@ How a keyed operator is written (`write_keyed_parts`):
 
 Atomicity is the `SavepointBuilder`'s: files land in its hidden staging directory, which a failed
 job's builder removes; file names are deterministic per bucket, so a retried task rewrites the same
-files. In a cluster the savepoint's path must be on a filesystem every executor and the driver
-see (as for reading it with Spark).
+files. In a cluster a local savepoint path must be on a filesystem every executor and the driver
+see (as for reading it with Spark). For a URI target (``s3://...``) each task opens the store itself
+(`PartPlan.store`, with the storage options the target was located with) and streams its files
+straight under the new savepoint's prefix: nothing passes through the driver's disk; the driver
+writes the manifest last, and a failed job's builder deletes what is under the prefix.
 
 When nothing but the layout happens to the rows (no task function) and Spark's Parquet writer stores
 every column as declared, `statekit.spark.jvm_parts` writes the parts instead, with no Python pass
@@ -40,7 +43,7 @@ from __future__ import annotations
 import json
 import os
 import struct
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Literal
 
@@ -54,6 +57,7 @@ from statekit.errors import InvalidArgumentError, NullKeyError, StateTypeError
 from statekit.format import keyed as K
 from statekit.format.files import storage_errors, write_parquet
 from statekit.format.manifest import FileEntry
+from statekit.format.storage import StoragePath, locate
 from statekit.savepoint.writer import OperatorWriter, SavepointBuilder
 from statekit.state.descriptors import StateInfo
 
@@ -110,6 +114,17 @@ class PartPlan:
     namespace_type: str | None
     rows_per_file: int
     what: str  #: how errors name the operator
+    #: a URI target's URI (then `root` is unused): tasks write under it; its storage options (credentials) beside
+    store: str | None = None
+    storage: tuple[tuple[str, str], ...] = field(default=(), repr=False)
+
+    def target(self, rel: str) -> "Path | StoragePath":
+        """Where the file `rel` of the new savepoint is written: in the staging directory, or under the URI."""
+        if self.store is None:
+            return Path(self.root) / rel
+        where = locate(self.store, storage_options=dict(self.storage) or None)
+        assert isinstance(where, StoragePath)
+        return where / rel
 
     def bucket_of(self, kg: np.ndarray) -> np.ndarray:
         """The write bucket of each key group (contiguous key-group ranges, as Flink's subtasks)."""
@@ -239,8 +254,11 @@ def write_table_files(table: pa.Table, kg: np.ndarray, plan: PartPlan, *, table_
             check_unique(chunk)
         rel = f"{plan.op_dir}/{table_name}/part-{name}-{i:05d}-kg{split.kg_start:05d}-{split.kg_end:05d}.parquet"
         chunk = K.with_key_group_column(chunk, chunk_kg)
-        with storage_errors(Path(plan.root)):  # an executor's full disk: a typed error on the driver
-            nbytes, digest = write_parquet(chunk, Path(plan.root) / rel, root=Path(plan.root))
+        if plan.store is not None:  # streamed under the target's prefix by this task
+            nbytes, digest = write_parquet(chunk, plan.target(rel))
+        else:
+            with storage_errors(Path(plan.root)):  # an executor's full disk: a typed error on the driver
+                nbytes, digest = write_parquet(chunk, Path(plan.root) / rel, root=Path(plan.root))
         entries.append(FileEntry(rel, table_name, chunk.num_rows, nbytes, digest, None, split.kg_start, split.kg_end))
     return entries
 
@@ -343,7 +361,7 @@ def write_keyed_parts(df: DataFrame, key_col: str, plan: PartPlan, task: TaskFun
     `KEY_GROUP`) to ``task`` and writes what it returns. A null key raises `NullKeyError`
     (`null_keys`, given a batch holding one, may raise a better one).
     """
-    if task is None and not timers and check_unique is None:  # nothing but the layout: Spark's own writer
+    if task is None and not timers and check_unique is None and plan.store is None:  # Spark's own writer (local)
         from statekit.spark.jvm_parts import write_keyed_parts_jvm
 
         written = write_keyed_parts_jvm(df, key_col, plan)
@@ -406,7 +424,7 @@ def write_grouped_parts(df: DataFrame, plan: PartPlan) -> list[FileEntry]:
     """
     from statekit.spark.jvm_parts import write_grouped_parts_jvm
 
-    written = write_grouped_parts_jvm(df, plan)
+    written = write_grouped_parts_jvm(df, plan) if plan.store is None else None  # Spark's writer: local paths
     if written is not None:
         return written
 
@@ -468,10 +486,13 @@ def plan_for(writer: OperatorWriter, builder: SavepointBuilder, *, buckets: int)
     if key_type is None:
         raise InvalidArgumentError(f"operator {writer.identifier}: keyed parts need a keyed operator (key_type=).")
     schema = K.keyed_schema(key_type, writer.keyed_states, namespace_type=writer.namespace_type, with_key_group=False)
+    remote = builder.remote
     return PartPlan(
         # absolute: executors' Python workers do not share the driver's working directory, so a
         # relative savepoint path would send the parts elsewhere while the manifest lists them here
-        root=os.path.abspath(builder.staging),
+        root="" if remote is not None else os.path.abspath(builder.staging),
+        store=None if remote is None else str(remote),
+        storage=() if remote is None else remote.options,
         op_dir=writer.dir,
         key_type=key_type,
         max_parallelism=writer.max_parallelism,

@@ -69,15 +69,23 @@ def test_manifest_is_uploaded_after_every_data_file(s3_server, s3, tmp_path, mon
     from statekit.format import storage
 
     order: list[str] = []
-    real = storage.StoragePath.upload
+    real_close, real_put = storage.ObjectWriter.close, storage.StoragePath.write_bytes
 
-    def recording(self, source):
+    def closing(self):  # a data file is complete (its upload done) when its writer closes
+        if not self.closed:
+            order.append(self.where.name)
+        return real_close(self)
+
+    def put(self, data):
         order.append(self.name)
-        return real(self, source)
+        return real_put(self, data)
 
-    monkeypatch.setattr(storage.StoragePath, "upload", recording)
+    monkeypatch.setattr(storage.ObjectWriter, "close", closing)
+    monkeypatch.setattr(storage.StoragePath, "write_bytes", put)
+    before = _upload_dirs()
     _build(s3("sp"))
-    assert order[-1] == "_metadata.json" and len(order) > 3
+    assert order[-1] == "_metadata.json" and len(order) > 3 and order.count("_metadata.json") == 1
+    assert _upload_dirs() == before  # streamed: no local staging directory at all
 
 
 EDITS = {
@@ -161,16 +169,16 @@ def test_failure_mid_upload_removes_what_was_staged(s3_server, s3, monkeypatch):
     from statekit.errors import StorageUnavailableError
     from statekit.format import storage
 
-    real = storage.StoragePath.upload
+    real = storage.StoragePath.create
     calls = []
 
-    def failing(self, source):
+    def failing(self):
         calls.append(self.name)
         if len(calls) == 3:
             raise StorageUnavailableError(f"{self}: injected failure after two uploads")
-        return real(self, source)
+        return real(self)
 
-    monkeypatch.setattr(storage.StoragePath, "upload", failing)
+    monkeypatch.setattr(storage.StoragePath, "create", failing)
     target = s3("sp")
     with pytest.raises(StorageUnavailableError, match="Nothing was published"):
         _build(target)
@@ -188,19 +196,19 @@ def test_server_stopped_mid_write(tmp_path):
     target = locate(f"s3://{BUCKET}/big", storage_options=opts)
     from statekit.format import storage
 
-    real = storage.StoragePath.upload
+    real = storage.StoragePath.create
     seen = []
 
-    def stop_after_first(self, source):
+    def stop_after_first(self):
         seen.append(self.name)
         if len(seen) == 2:
             server.stop()
-        return real(self, source)
+        return real(self)
 
     try:
         import unittest.mock as _m  # patching our own upload to know when to stop the server, not the client library
 
-        with _m.patch.object(storage.StoragePath, "upload", stop_after_first):
+        with _m.patch.object(storage.StoragePath, "create", stop_after_first):
             with pytest.raises(StorageError) as e:
                 _build(target, rows=5000)
         assert "big" in str(e.value) and server.admin["secret_key"] not in str(e.value)
