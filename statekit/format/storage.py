@@ -74,11 +74,13 @@ def as_path(path: "str | os.PathLike[str] | StoragePath") -> "Path | StoragePath
 
 @dataclass
 class TransferStats:
-    """Bytes and requests read through `StoragePath`s sharing this counter (what a one-key `get` transferred)."""
+    """Bytes and requests read and bytes written through `StoragePath`s sharing this counter (what a one-key `get`
+    transferred), and bytes the store copied itself."""
 
     bytes_read: int = 0
     reads: int = 0
     bytes_written: int = 0
+    bytes_copied: int = 0  #: copied by the store itself (server-side copies): no byte through this process
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def add_read(self, n: int) -> None:
@@ -89,6 +91,10 @@ class TransferStats:
     def add_written(self, n: int) -> None:
         with self._lock:
             self.bytes_written += n
+
+    def add_copied(self, n: int) -> None:
+        with self._lock:
+            self.bytes_copied += n
 
 
 @dataclass(frozen=True)
@@ -421,7 +427,7 @@ class StoragePath:
             n = source.stat().st_size
             with translated(self, writing=True):
                 self.fs.copy_file(source.path, self.path)
-            self.stats.add_written(n)
+            self.stats.add_copied(n)
             return n
         with translated(source), source.fs.open_input_stream(source.path) as src, self.create() as dst:
             while chunk := src.read(_COPY_CHUNK):
