@@ -209,6 +209,12 @@ def test_spark_bootstrap_to_s3_from_tasks_and_nothing_left_on_failure(spark, s3_
     with pytest.raises(SavepointExistsError):
         SavepointWriter.new_savepoint(spark, max_parallelism=64).with_operator("sum", cols).write(
             f"{s3_prefix}/boot", storage_options=opts)
+    # the tasks may not write there (a read-only user): a typed error on the driver naming the URI, no secret
+    with pytest.raises(StorageAccessError) as e:
+        SavepointWriter.new_savepoint(spark, max_parallelism=64).with_operator("sum", cols).write(
+            f"{s3_prefix}/boot-denied", storage_options=s3_server.options("reader"))
+    assert f"{s3_prefix}/boot-denied" in str(e.value) and s3_server.reader["secret_key"] not in str(e.value)
+    assert s3_server.keys(f"{s3_prefix.split('/', 3)[3]}/boot-denied") == []
 
 
 @pytest.mark.extended
