@@ -109,6 +109,23 @@ def test_every_repair_reads_and_writes_s3(s3_server, s3, tmp_path, name):
     assert_same(Savepoint.open(tmp_path / "src"), Savepoint.open(source))  # the source is untouched
 
 
+def test_one_key_repair_copies_unchanged_files_on_the_server(s3_server, s3, tmp_path):
+    """A one-key repair S3 -> S3 rewrites only its key's file; every other file is copied by the server (S3
+    CopyObject), not downloaded and uploaded again: the process reads and writes only about that one file."""
+    source = s3("src")
+    _build(source, rows=3000)  # 30 keyed files of 100 rows, timers, a second operator
+    files = Savepoint.open(source).manifest.operators
+    sizes = {f.path: f.bytes for op in files for f in op.files}
+    source, target = s3("src"), s3("out")  # fresh counters
+    repair(source, target, [SetValue("counter", 7, "count", -1)])
+    assert Savepoint.open(target).get("counter", 7)["count"] == -1
+    assert check(target).ok
+    total, largest = sum(sizes.values()), max(sizes.values())
+    assert target.stats.bytes_copied >= total - largest  # all but the edited file, by the server
+    # through this process: the edited file and the manifest only (not the savepoint, as a download + upload)
+    assert target.stats.bytes_written < total / 4 and source.stats.bytes_read < total / 3
+
+
 def test_transforms_to_s3(s3, tmp_path):
     _build(tmp_path / "src")
     source = s3("src")
