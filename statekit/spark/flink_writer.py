@@ -145,8 +145,10 @@ def write_flink_spark(spark: SparkSession, source: "str | os.PathLike[str] | Sto
         src, stage = _where(sp.path), _where(staging.dir)
         results: list[Any] = []
         if tasks:
-            results = (spark.sparkContext.parallelize(tasks, len(tasks))
-                       .map(lambda t: _task(src, stage, plans, t)).collect())
+            from statekit.spark.jvm_parts import run_write_job
+
+            rdd = spark.sparkContext.parallelize(tasks, len(tasks)).map(lambda t: _task(src, stage, plans, t))
+            results = run_write_job(spark, rdd.collect, staging.target)  # a failure: its tasks end before the clean-up
         for i, sub, kind, name, size, detail in results:
             st = outs[i].subtasks[sub]
             if kind == "keyed":

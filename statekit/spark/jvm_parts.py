@@ -61,7 +61,7 @@ from statekit.errors import NullKeyError, SavepointWriteError, StatekitError, St
 from statekit.format.files import CHECKSUM_ALGORITHM, ROW_GROUP_ROWS, make_dirs_below
 from statekit.format.manifest import FileEntry
 
-__all__ = ["jvm_unavailable", "describe_file", "write_grouped_parts_jvm", "write_keyed_parts_jvm"]
+__all__ = ["jvm_unavailable", "describe_file", "run_write_job", "write_grouped_parts_jvm", "write_keyed_parts_jvm"]
 
 #: Leaf types Spark's Parquet writer stores as statekit declares them (timestamps are not: INT96 by default).
 _LEAVES = (BooleanType, ByteType, ShortType, IntegerType, LongType, FloatType, DoubleType, StringType, BinaryType,
@@ -220,7 +220,7 @@ def _write(rows: DataFrame, plan: Any, *, check_keys: bool,
         **{f"parquet.enable.dictionary#{f.name}": "false" for f in plan.keyed_schema if not _is_text(f.type)},
         "parquet.enable.dictionary#key_group": "false",
     }
-    _run_job(spark, lambda: rows.write.options(**options).parquet(spark_dir.as_uri()), root)
+    run_write_job(spark, lambda: rows.write.options(**options).parquet(spark_dir.as_uri()), root)
     files = sorted(p.name for p in spark_dir.iterdir() if p.name.endswith(".parquet"))
     if not files:
         _remove(spark_dir)
@@ -229,10 +229,10 @@ def _write(rows: DataFrame, plan: Any, *, check_keys: bool,
     has_ns = plan.namespace_type is not None
     key_type = plan.keyed_schema.field("key").type
     if not check_keys or (not has_ns and _jvm_checks_keys(key_type)):
-        described = _run_job(spark, lambda: _describe_in_jvm(spark, paths, check_keys, key_type, plan.what,
+        described = run_write_job(spark, lambda: _describe_in_jvm(spark, paths, check_keys, key_type, plan.what,
                                                                        duplicate), root)  # fmt: skip
     else:
-        described = _run_job(spark, lambda: _describe_in_python(spark, paths, has_ns, plan.what), root)
+        described = run_write_job(spark, lambda: _describe_in_python(spark, paths, has_ns, plan.what), root)
     entries = []
     keyed = root / plan.op_dir / "keyed"
     make_dirs_below(root, keyed)
@@ -372,9 +372,10 @@ def _remove(directory: Path) -> None:
     shutil.rmtree(directory, ignore_errors=True)
 
 
-def _run_job(spark: SparkSession, action: Any, root: Path) -> Any:
+def run_write_job(spark: SparkSession, action: Any, root: "Path | str") -> Any:
     """Run `action` (Spark jobs) as a job group; on failure wait until its tasks ended (so none writes after
-    the staging tree is removed) and raise the failure as statekit's typed error where there is one."""
+    the staging tree - or, for a URI target, what is under its prefix - is removed) and raise the failure as
+    statekit's typed error where there is one."""
     sc = spark.sparkContext
     group = f"statekit-write-{uuid.uuid4().hex}"
     saved = sc.getLocalProperty("spark.jobGroup.id")

@@ -402,7 +402,10 @@ def _run(df: DataFrame, key_col: str, plan: PartPlan, fn: TaskFunction,
 
 
 def _collect_parts(parts: DataFrame) -> tuple[list[FileEntry], list]:
-    out = parts.toArrow()
+    from statekit.spark.jvm_parts import run_write_job
+
+    # after a failure, no task of the job still writes when the builder removes what the tasks wrote
+    out = run_write_job(parts.sparkSession, parts.toArrow, "the savepoint's parts")
     cols = {c: out.column(c).to_pylist() for c in out.column_names}
     entries, reports = [], []
     for p, t, r, b, c, s, e, st in zip(cols["path"], cols["table"], cols["rows"], cols["bytes"], cols["checksum"],
