@@ -109,6 +109,20 @@ def test_every_repair_reads_and_writes_s3(s3_server, s3, tmp_path, name):
     assert_same(Savepoint.open(tmp_path / "src"), Savepoint.open(source))  # the source is untouched
 
 
+def test_library_writes_to_s3_need_no_local_disk(s3_server, s3, tmp_path, monkeypatch):
+    """The builder, a repair and `write_flink` to S3 stream every file to the server: with this process's temp
+    directory absent (any local staging copy would fail), each writes a savepoint that reads back."""
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "no-temp-dir"))
+    _build(s3("sp"))
+    repair(s3("sp"), s3("repaired"), [SetValue("counter", 7, "count", -1)])
+    write_flink(s3("sp"), s3("flink"))
+    assert Savepoint.open(s3("repaired")).get("counter", 7)["count"] == -1
+    assert Savepoint.open(s3("flink")).get("counter", 7)["count"] == 7
+    assert not (tmp_path / "no-temp-dir").exists()
+
+
 def test_one_key_repair_copies_unchanged_files_on_the_server(s3_server, s3, tmp_path):
     """A one-key repair S3 -> S3 rewrites only its key's file; every other file is copied by the server (S3
     CopyObject), not downloaded and uploaded again: the process reads and writes only about that one file."""
