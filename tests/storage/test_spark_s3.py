@@ -181,7 +181,7 @@ def test_spark_writes_and_converts_to_s3(spark, s3_server, s3_prefix, statekit_o
 
 
 def test_spark_bootstrap_to_s3_from_tasks_and_nothing_left_on_failure(spark, s3_server, s3_prefix, tmp_path):
-    """A bootstrap from a DataFrame straight to the server (statekit's format and Flink's), with no driver disk;
+    """A bootstrap from a DataFrame straight to the server, with no driver disk;
     a bootstrap whose tasks fail (a duplicate key) leaves nothing under its target and says why; an existing
     target is refused before any Spark job runs."""
     from statekit.errors import DuplicateKeyError, SavepointExistsError
@@ -191,15 +191,12 @@ def test_spark_bootstrap_to_s3_from_tasks_and_nothing_left_on_failure(spark, s3_
     opts = s3_server.options()
     df = spark.range(0, 5000, numPartitions=4).selectExpr("id", "id * 2 as amount")
     cols = OperatorTransformation.bootstrap_with(df).key_by("id").columns(amount=ValueStateDescriptor("total", "bigint"))
-    with _no_driver_disk(spark, tmp_path):
-        sk = SavepointWriter.new_savepoint(spark, max_parallelism=64).with_operator("sum", cols).write(
+    with _no_driver_disk(spark, tmp_path):  # (Flink's format from Spark tasks: test_spark_writes_and_converts_to_s3)
+        out = SavepointWriter.new_savepoint(spark, max_parallelism=64).with_operator("sum", cols).write(
             f"{s3_prefix}/boot", storage_options=opts)
-        fl = SavepointWriter.new_savepoint(spark, max_parallelism=64).with_operator("sum", cols).write(
-            f"{s3_prefix}/boot-flink", format="flink", storage_options=opts)
-    for out in (sk, fl):
-        table = Savepoint.open(out, storage_options=opts).keyed_table("sum").sort_by("key")
-        assert table.column("key").to_pylist() == list(range(5000))
-        assert table.column("total").to_pylist() == [2 * k for k in range(5000)]
+    table = Savepoint.open(out, storage_options=opts).keyed_table("sum").sort_by("key")
+    assert table.column("key").to_pylist() == list(range(5000))
+    assert table.column("total").to_pylist() == [2 * k for k in range(5000)]
     dup = spark.range(0, 4000, numPartitions=4).selectExpr("id % 3000 as id", "id as amount")
     bad = OperatorTransformation.bootstrap_with(dup).key_by("id").columns(amount=ValueStateDescriptor("total", "bigint"))
     with pytest.raises(DuplicateKeyError):
