@@ -16,6 +16,8 @@ nothing but the layout has to happen to the rows (columnar bootstrap, ``with_max
    only the key columns) and returns one row per file. The driver renames each file to the
    layout's name and records it; nothing proportional to the state passes through the driver.
 
+Not for a URI target (``PartPlan.store``): the tasks stream their files to the store in Python there.
+
 The files are statekit files (`statekit.format.keyed.keyed_schema`'s columns and types; Spark
 marks ``key_group`` and nullable-sourced keys optional, which every reader and `check` accept:
 they check the required columns' null counts). This path is taken only when every column already
@@ -138,7 +140,7 @@ def write_keyed_parts_jvm(df: DataFrame, key_col: str, plan: Any,
     `DuplicateKeyError` (then the key type must be one `PartFiles` checks, else None is returned).
     """
     schema = plan.keyed_schema
-    if schema is None or (duplicate is not None and (plan.namespace_type is not None
+    if schema is None or plan.store is not None or (duplicate is not None and (plan.namespace_type is not None
                                                      or not _jvm_checks_keys(schema.field("key").type))):  # fmt: skip
         return None
     columns = {f.name: key_col if f.name == "key" else f.name for f in schema}
@@ -191,7 +193,7 @@ def write_grouped_parts_jvm(df: DataFrame, plan: Any) -> list[FileEntry] | None:
     whole key groups in the source's order.
     """
     schema = plan.keyed_schema
-    if schema is None:
+    if schema is None or plan.store is not None:  # Spark's writer writes local directories; a URI target: Python
         return None
     columns = {"key_group": "key_group", **{f.name: f.name for f in schema}}
     full = pa.schema([pa.field("key_group", pa.int32()), *schema])

@@ -361,7 +361,7 @@ def write_keyed_parts(df: DataFrame, key_col: str, plan: PartPlan, task: TaskFun
     `KEY_GROUP`) to ``task`` and writes what it returns. A null key raises `NullKeyError`
     (`null_keys`, given a batch holding one, may raise a better one).
     """
-    if task is None and not timers and check_unique is None and plan.store is None:  # Spark's own writer (local)
+    if task is None and not timers and check_unique is None:  # nothing but the layout: Spark's own writer
         from statekit.spark.jvm_parts import write_keyed_parts_jvm
 
         written = write_keyed_parts_jvm(df, key_col, plan)
@@ -427,7 +427,7 @@ def write_grouped_parts(df: DataFrame, plan: PartPlan) -> list[FileEntry]:
     """
     from statekit.spark.jvm_parts import write_grouped_parts_jvm
 
-    written = write_grouped_parts_jvm(df, plan) if plan.store is None else None  # Spark's writer: local paths
+    written = write_grouped_parts_jvm(df, plan)
     if written is not None:
         return written
 

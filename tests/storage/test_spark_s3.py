@@ -194,9 +194,14 @@ def test_spark_bootstrap_to_s3_from_tasks_and_nothing_left_on_failure(spark, s3_
     with _no_driver_disk(spark, tmp_path):  # (Flink's format from Spark tasks: test_spark_writes_and_converts_to_s3)
         out = SavepointWriter.new_savepoint(spark, max_parallelism=64).with_operator("sum", cols).write(
             f"{s3_prefix}/boot", storage_options=opts)
+        rekeyed = (SavepointWriter.from_existing_savepoint(spark, out, storage_options=opts)
+                   .rekey("sum", "key + 1").write(f"{s3_prefix}/boot-rekeyed", storage_options=opts))
     table = Savepoint.open(out, storage_options=opts).keyed_table("sum").sort_by("key")
     assert table.column("key").to_pylist() == list(range(5000))
     assert table.column("total").to_pylist() == [2 * k for k in range(5000)]
+    table = Savepoint.open(rekeyed, storage_options=opts).keyed_table("sum").sort_by("key")
+    assert table.column("key").to_pylist() == list(range(1, 5001))
+    assert table.column("total").to_pylist() == [2 * (k - 1) for k in range(1, 5001)]
     dup = spark.range(0, 4000, numPartitions=4).selectExpr("id % 3000 as id", "id as amount")
     bad = OperatorTransformation.bootstrap_with(dup).key_by("id").columns(amount=ValueStateDescriptor("total", "bigint"))
     with pytest.raises(DuplicateKeyError):
