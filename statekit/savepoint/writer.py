@@ -495,6 +495,8 @@ class SavepointBuilder:
 
     Files are written into a hidden sibling directory, the manifest last (temp file + rename), and
     the directory is then renamed to `path` in one step. An existing `path` is never overwritten.
+    A URI `path` (``s3://...``) gets each file streamed under its prefix and the manifest last; a failure
+    deletes what is under the prefix (`statekit.format.publish`).
 
     Examples
     --------
@@ -644,22 +646,18 @@ class SavepointBuilder:
         features: set[str] = set()
         metas = []
         staging = self.staging
-        if self.remote is not None:  # more workers: each one mostly waits for its uploads
-            with ThreadPoolExecutor(max(self.max_workers, _REMOTE_WORKERS)) as pool:
-                for writer in self._operators.values():
-                    meta, f = writer._finish(staging, pool)
-                    metas.append(meta)
-                    features |= f
-            text = writable_manifest(self._manifest(metas, features), self.path)
-            put_manifest(self.remote, MANIFEST_NAME, text.encode("utf-8"))
-            self._done = True
-            return cast(Path, self.remote)
-        with ThreadPoolExecutor(self.max_workers) as pool:
+        # to object storage, more workers: each one mostly waits for its uploads
+        workers = self.max_workers if self.remote is None else max(self.max_workers, _REMOTE_WORKERS)
+        with ThreadPoolExecutor(workers) as pool:
             for writer in self._operators.values():
                 meta, f = writer._finish(staging, pool)
                 metas.append(meta)
                 features |= f
         text = writable_manifest(self._manifest(metas, features), self.path)  # what the reader would refuse is never published
+        if self.remote is not None:  # every data file is under the prefix: the manifest, last
+            put_manifest(self.remote, MANIFEST_NAME, text.encode("utf-8"))
+            self._done = True
+            return cast(Path, self.remote)
         for dirpath, _, _ in os.walk(staging):  # the data files' directory entries, before the manifest
             fsync_dir(Path(dirpath))
         write_manifest(staging, text)
