@@ -15,7 +15,11 @@ Measured per savepoint (Long keys, String keys "key-" + k):
 * one-key `get`: the bytes it transferred (`StoragePath.stats`) against its key group's bytes (target < 2x),
   in-process and as a whole process with the credentials in the environment (target < 1 s)
 
-    python bench/object_store.py [--keys N] [--only long|string] [--server moto|s3proxy]
+    python bench/object_store.py [--keys N] [--only long|string] [--server moto|s3proxy] [--repair]
+
+``--repair`` measures instead a one-key repair (`repair(src, dst, [SetValue(...)])`) of the same state as a statekit
+savepoint on the server, S3 -> S3, against the same repair on local disk: the time (best of 3) and the bytes that
+passed through this process (read, written) or were copied by the store itself (S3 CopyObject of unchanged files).
 
 ``--server s3proxy`` runs the same measurements against S3Proxy (`bench/s3proxy_server.py`, from Maven Central):
 moto copies a whole object for every request, which dominates whole-process timings of small ranged reads.
@@ -193,11 +197,55 @@ def bench_one(server: Any, kind: str, n: int) -> None:
           f"(all: {', '.join(f'{r:.2f}' for r in runs_local)} s)")
 
 
+def bench_repair(server: Any, kind: str, n: int) -> None:
+    from statekit.format.storage import locate
+    from statekit.savepoint import Savepoint
+    from statekit.savepoint.convert import convert_to_statekit
+    from statekit.savepoint.patch import SetValue, repair
+
+    bucket = getattr(server, "bucket", BUCKET)
+    opts = server.options()
+    local_sk = CACHE / f"statekit-format-{kind}-{n}"
+    if not (local_sk / "_metadata.json").exists():
+        convert_to_statekit(savepoint(kind, n), local_sk)
+    size = sum(p.stat().st_size for p in local_sk.rglob("*") if p.is_file())
+    files = sum(1 for p in local_sk.rglob("*.parquet"))
+    src_uri = f"s3://{bucket}/bench/statekit-{kind}-{n}"
+    if not server.keys(src_uri.split("/", 3)[3] + "/"):
+        src = locate(src_uri, storage_options=opts)
+        for p in sorted(p for p in local_sk.rglob("*") if p.is_file()):
+            (src / p.relative_to(local_sk).as_posix()).upload(p)
+    k = min(4242424, n - 1)
+    key = k if kind == "long" else f"key-{k}"
+    print(f"\n== one-key repair, {kind} keys: statekit savepoint ({size / 1e6:.0f} MB in {files} Parquet files, "
+          f"{n:,} keys), load {load()}", flush=True)
+    runs: list[tuple[float, int, int, int]] = []
+    for i in range(3):
+        src = locate(src_uri, storage_options=opts)
+        dst = locate(f"s3://{bucket}/bench/repaired-{kind}-{n}-{time.monotonic_ns()}", storage_options=opts)
+        t0 = time.perf_counter()
+        repair(src, dst, [SetValue("bench", key, "a", -1)])
+        copied = getattr(dst.stats, "bytes_copied", 0)  # no such counter before server-side copies
+        runs.append((time.perf_counter() - t0, src.stats.bytes_read + dst.stats.bytes_read,
+                     src.stats.bytes_written + dst.stats.bytes_written, copied))
+        assert Savepoint.open(dst).get("bench", key)["a"] == -1
+    t, read, written, copied = min(runs)
+    print(f"S3 -> S3: {t:.2f} s best of 3 (all: {', '.join(f'{r[0]:.2f}' for r in runs)} s); through this process "
+          f"{read / 1e6:.1f} MB read, {written / 1e6:.1f} MB written; copied by the store {copied / 1e6:.1f} MB")
+    with tempfile.TemporaryDirectory(dir=CACHE) as tmp:
+        def local_repair():
+            repair(local_sk, Path(tmp) / f"r-{time.monotonic_ns()}", [SetValue("bench", key, "a", -1)])
+
+        t_local, _ = best(local_repair, 3)
+    print(f"local -> local: {t_local:.2f} s best of 3 (hard links)")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--keys", type=int, default=10_000_000)
     ap.add_argument("--only", choices=KINDS)
     ap.add_argument("--server", choices=("moto", "s3proxy"), default="moto")
+    ap.add_argument("--repair", action="store_true", help="only the one-key repair S3 -> S3 (and local)")
     args = ap.parse_args()
     kinds = [args.only] if args.only else list(KINDS)
     for k in kinds:
@@ -214,7 +262,7 @@ def main() -> None:
     try:
         print(f"S3 server: {args.server} pid {server.proc.pid} at {server.endpoint}")
         for k in kinds:
-            bench_one(server, k, args.keys)
+            (bench_repair if args.repair else bench_one)(server, k, args.keys)
     finally:
         server.stop()
 

@@ -42,7 +42,7 @@ def checksum(data: bytes | memoryview | pa.Buffer) -> str:
     return f"{CHECKSUM_ALGORITHM}:{zlib.crc32(memoryview(data)) & 0xFFFFFFFF:08x}"
 
 
-def write_parquet(table: pa.Table, full_path: Path, *, root: Path | None = None) -> tuple[int, str]:
+def write_parquet(table: pa.Table, full_path: "Path | StoragePath", *, root: Path | None = None) -> tuple[int, str]:
     """Write `table` to `full_path` as Parquet; return (bytes, checksum) of exactly what was written.
 
     The encoder streams its pages straight into the new file through `_ChecksummedFile`, so the
@@ -68,6 +68,22 @@ def write_parquet(table: pa.Table, full_path: Path, *, root: Path | None = None)
     # Statistics only where a reader selects row groups by them: key_group (rows are laid out by key
     # group, so the min/max of keys or states rule out nothing; String keys: ~30% of the encoding time).
     statistics: bool | list[str] = ["key_group"] if "key_group" in table.column_names else True
+    def encode(sink: _ChecksummedFile) -> None:
+        if bounds is None:
+            pq.write_table(table, sink, row_group_size=ROW_GROUP_ROWS, compression="snappy",
+                           use_dictionary=dictionary, write_statistics=statistics)
+            return
+        with pq.ParquetWriter(sink, table.schema, compression="snappy", use_dictionary=dictionary,
+                              write_statistics=statistics) as writer:
+            for start, end in bounds:
+                writer.write_table(table.slice(start, end - start), row_group_size=end - start)
+
+    if isinstance(full_path, StoragePath):  # streamed into the new object as encoded (bounded memory)
+        with full_path.create() as obj:
+            sink = _ChecksummedFile(obj)
+            encode(sink)
+            obj.close()
+        return sink.size, f"{CHECKSUM_ALGORITHM}:{sink.crc:08x}"
     if root is None:
         full_path.parent.mkdir(parents=True, exist_ok=True)
     else:
@@ -75,14 +91,7 @@ def write_parquet(table: pa.Table, full_path: Path, *, root: Path | None = None)
     with open(full_path, "xb", buffering=_WRITE_BUFFER) as fh:  # always a new file: never through a name that exists (a link)
         sink = _ChecksummedFile(fh)
         try:
-            if bounds is None:
-                pq.write_table(table, sink, row_group_size=ROW_GROUP_ROWS, compression="snappy",
-                               use_dictionary=dictionary, write_statistics=statistics)
-            else:
-                with pq.ParquetWriter(sink, table.schema, compression="snappy", use_dictionary=dictionary,
-                                      write_statistics=statistics) as writer:
-                    for start, end in bounds:
-                        writer.write_table(table.slice(start, end - start), row_group_size=end - start)
+            encode(sink)
             fh.flush()
             os.fsync(fh.fileno())
         except BaseException:
@@ -244,6 +253,26 @@ def place_file(src: Path, dst: Path, *, expected_size: int | None = None) -> Non
         os.close(fd_in)
 
 
+def place_object(src: "Path | StoragePath", dst: StoragePath, *, expected_size: int | None = None) -> None:
+    """`place_file` for a new savepoint on object storage: `dst` becomes a copy of `src`, server-side (S3
+    CopyObject) when both are on the same store, else streamed from `src`. `src` is checked as `place_file` checks it."""
+    if isinstance(src, StoragePath):
+        try:
+            n = src.stat().st_size
+        except StorageNotFoundError:
+            raise CorruptSavepointError(f"{src} is missing; the savepoint is incomplete.") from None
+        if expected_size is not None and n != expected_size:
+            raise CorruptSavepointError(f"{src} has {n} bytes but the manifest recorded {expected_size}; restore it "
+                                        "or use another savepoint.")
+        dst.copy_from(src)
+        return
+    _regular_stat(src, expected_size)
+    with open(src, "rb", buffering=0) as fh, dst.create() as out:
+        while chunk := fh.read(_COPY_CHUNK):
+            out.write(chunk)
+        out.close()
+
+
 def _regular_stat(path: Path, expected_size: int | None) -> os.stat_result:
     try:
         st = os.stat(path, follow_symlinks=False)
@@ -267,7 +296,7 @@ _FULL = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
 
 
 @contextmanager
-def storage_errors(target: Path) -> Iterator[None]:
+def storage_errors(target: "Path | StoragePath") -> Iterator[None]:
     """Turn a file-system failure while writing `target` into a typed `SavepointWriteError`
     (`StorageFullError` when the disk or quota is full); statekit's own errors pass unchanged."""
     try:

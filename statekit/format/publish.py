@@ -1,4 +1,8 @@
-"""Publishing a savepoint staged on local disk to object storage: data files first, the manifest last.
+"""Publishing a savepoint on object storage: data files first, the manifest last.
+
+Two ways: `publish` uploads a savepoint staged on local disk; writers that stream their files straight under
+the new prefix (`SavepointBuilder`, `FlinkStaging(direct=True)`, Spark tasks) end with `put_manifest`, and on
+failure `remove_written` deletes what they wrote there.
 
 Object stores have no atomic rename of a directory, so a savepoint is published as Flink publishes its
 own: every data file is uploaded under the new savepoint's prefix, then the manifest (statekit's
@@ -17,7 +21,7 @@ from pathlib import Path
 from statekit.errors import SavepointExistsError, StatekitError, StorageError, StorageNotFoundError
 from statekit.format.storage import StoragePath
 
-__all__ = ["MANIFEST_NAMES", "publish", "refuse_existing"]
+__all__ = ["MANIFEST_NAMES", "publish", "put_manifest", "refuse_existing", "remove_written"]
 
 #: the files a reader needs to see a savepoint at all: uploaded last
 MANIFEST_NAMES = ("_metadata.json", "_metadata")
@@ -93,3 +97,33 @@ def _remove(objects: list[StoragePath], target: StoragePath) -> int:
         except (StorageError, OSError):
             pass  # an empty marker is no savepoint; the objects themselves are gone
     return 0
+
+
+def put_manifest(target: StoragePath, name: str, data: bytes) -> None:
+    """Write the manifest `name` of a savepoint whose data files are already under `target`: the last object, so
+    that a reader sees the savepoint only now. Refused if a manifest appeared there meanwhile (another writer)."""
+    if any((target / n).exists() for n in MANIFEST_NAMES):
+        raise SavepointExistsError(f"{target} appeared while writing; not overwriting it.")
+    (target / name).write_bytes(data)
+
+
+def remove_written(target: StoragePath, error: BaseException | None = None) -> BaseException | None:
+    """Delete every object under `target`: what a failed direct write put there (the target was refused if it held
+    anything, so all of it is the writer's; a Spark task that failed or was retried reports nothing, hence the
+    listing). Returns `error` with a note of what was removed when it is a `StorageError`, else `error`."""
+    try:
+        objects = list(target.iter_files())
+    except (StorageError, OSError):
+        objects = None
+    left = 0 if objects is None else _remove(objects, target)
+    if objects is None:
+        note = (f" Nothing was published, but objects under {target} may remain (the store failed): no reader sees "
+                "them as a savepoint (no manifest); delete that prefix.")
+    elif left:
+        note = (f" Nothing was published, but {left} object(s) under {target} could not be removed (the store "
+                "failed): no reader sees them as a savepoint (no manifest); delete that prefix.")
+    else:
+        note = f" Nothing was published; the {len(objects)} object(s) written were removed."
+    if isinstance(error, StorageError):
+        return type(error)(f"{error}{note}")
+    return error

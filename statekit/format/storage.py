@@ -46,7 +46,7 @@ from statekit.format.stores import (
 if TYPE_CHECKING:
     import numpy as np
 
-__all__ = ["StoragePath", "TransferStats", "as_path", "is_remote", "locate", "parse_storage_options", "redact"]
+__all__ = ["ObjectWriter", "StoragePath", "TransferStats", "as_path", "is_remote", "locate", "parse_storage_options", "redact"]
 _cache_lock = threading.Lock()
 
 _URI = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
@@ -74,11 +74,13 @@ def as_path(path: "str | os.PathLike[str] | StoragePath") -> "Path | StoragePath
 
 @dataclass
 class TransferStats:
-    """Bytes and requests read through `StoragePath`s sharing this counter (what a one-key `get` transferred)."""
+    """Bytes and requests read and bytes written through `StoragePath`s sharing this counter (what a one-key `get`
+    transferred), and bytes the store copied itself."""
 
     bytes_read: int = 0
     reads: int = 0
     bytes_written: int = 0
+    bytes_copied: int = 0  #: copied by the store itself (server-side copies): no byte through this process
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def add_read(self, n: int) -> None:
@@ -89,6 +91,10 @@ class TransferStats:
     def add_written(self, n: int) -> None:
         with self._lock:
             self.bytes_written += n
+
+    def add_copied(self, n: int) -> None:
+        with self._lock:
+            self.bytes_copied += n
 
 
 @dataclass(frozen=True)
@@ -409,6 +415,29 @@ class StoragePath:
         self.stats.add_written(n)
         return n
 
+    def create(self) -> "ObjectWriter":
+        """A new object at this path, written sequentially and streamed to the store as written (`ObjectWriter`)."""
+        return ObjectWriter(self)
+
+    def copy_from(self, source: "StoragePath") -> int:
+        """Make this object a copy of `source`: on the same store a server-side copy (S3 CopyObject: no byte passes
+        through this process), else streamed through; the bytes copied."""
+        forget_handles(self.path)
+        if source.fs is self.fs:
+            n = source.stat().st_size
+            try:
+                with translated(self, writing=True):
+                    self.fs.copy_file(source.path, self.path)
+            except NotImplementedError:  # a store without its own copy: streamed below
+                pass
+            else:
+                self.stats.add_copied(n)
+                return n
+        with translated(source), source.fs.open_input_stream(source.path) as src, self.create() as dst:
+            while chunk := src.read(_COPY_CHUNK):
+                dst.write(chunk)
+            return dst.close()
+
     def write_bytes(self, data: bytes) -> None:
         forget_handles(self.path)
         with translated(self, writing=True):
@@ -430,6 +459,68 @@ class StoragePath:
         bucket = self.path.strip("/").split("/")[0]
         with translated(self):
             return self.fs.get_file_info(bucket).type != pafs.FileType.NotFound
+
+
+class ObjectWriter:
+    """A new object written sequentially, streamed to the store as written (multipart uploads of bounded parts).
+
+    It takes what a file object takes (``write(bytes)``, ``tell``, ``flush``) and what `DirectFile` takes
+    (``write([piece, ...])``, ``size``, ``close() -> size``), so the writers of local files write objects too.
+    ``close`` completes the object; used as a context manager, an exception deletes what was written instead.
+    """
+
+    def __init__(self, where: StoragePath) -> None:
+        self.where = where
+        self.size = 0
+        self.closed = False
+        forget_handles(where.path)
+        with translated(where, writing=True):
+            self._out = where.fs.open_output_stream(where.path)
+
+    def write(self, data: Any) -> int:
+        pieces = data if isinstance(data, (list, tuple)) else (data,)
+        n = 0
+        with translated(self.where, writing=True):
+            for piece in pieces:
+                self._out.write(piece)
+                n += memoryview(piece).nbytes
+        self.size += n
+        return n
+
+    def tell(self) -> int:
+        return self.size
+
+    def flush(self) -> None:
+        pass  # parts are sent as they fill; `close` sends the rest
+
+    def writable(self) -> bool:
+        return True
+
+    def close(self) -> int:
+        """Complete the object; its size."""
+        if not self.closed:
+            self.closed = True
+            with translated(self.where, writing=True):
+                self._out.close()
+            self.where.stats.add_written(self.size)
+        return self.size
+
+    def __enter__(self) -> "ObjectWriter":
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        if exc_type is None:
+            self.close()
+            return
+        self.closed = True
+        try:  # pyarrow's streams cannot abort a multipart upload: complete it, then delete the object
+            self._out.close()
+        except OSError:
+            pass
+        try:
+            self.where.delete()
+        except StorageError:
+            pass  # the writer's clean-up (the whole new prefix) tries again
 
 
 _ACCESS = re.compile(r"ACCESS_DENIED|AccessDenied|InvalidAccessKeyId|SignatureDoesNotMatch|Forbidden|403|"

@@ -53,8 +53,9 @@ def write_as(fmt: OutputFormat, source: "Savepoint", target: "str | os.PathLike[
     """Write `target` in `fmt`: `build(path)` writes statekit's format at a path that must not exist; for Flink
     it writes into a scratch directory first, which `write_flink` then turns into the Flink savepoint.
 
-    `target` may be a URI or a `StoragePath` (object storage): `SavepointBuilder` and `write_flink` stage it
-    locally and publish it with the manifest last (`statekit.format.publish`); the scratch stays local.
+    `target` may be a URI or a `StoragePath` (object storage): `SavepointBuilder` and `write_flink` stream each
+    file under it and write the manifest last (`statekit.format.publish`); the scratch stays local (the Flink
+    files are encoded from it, so it is read where it is cheapest).
 
     A Flink source's operator coordinators' states (a new-style source's split enumerator) are carried to the
     Flink output, following the operators `renamed` gives new uid hashes (``{old hash: new hash}``)."""

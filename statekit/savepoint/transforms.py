@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Callable
 
 from statekit.errors import InvalidArgumentError, InvalidTargetError
-from statekit.format.files import place_file, storage_errors
+from statekit.format.files import place_file, place_object, storage_errors
 from statekit.format.manifest import FileEntry, FlinkSerializers, OperatorMetadata, safe_relative_path
 from statekit.format.storage import StoragePath, as_path
 from statekit.identifiers import OperatorIdentifier, OpLike
@@ -84,9 +84,13 @@ def link_operator(builder: SavepointBuilder, source: Savepoint, meta: OperatorMe
             if rewrite and f.path in rewrite:
                 entries += rewrite[f.path](staging, rel)
                 continue
-            dst = safe_relative_path(staging, rel)
-            dst.parent.mkdir(parents=True, exist_ok=True)
-            place_file(safe_relative_path(source.path, f.path), dst, expected_size=f.bytes)
+            src = safe_relative_path(source.path, f.path)
+            if isinstance(staging, StoragePath):  # a URI target: a server-side copy where the store can
+                place_object(src, staging / rel, expected_size=f.bytes)
+            else:
+                dst = safe_relative_path(staging, rel)
+                dst.parent.mkdir(parents=True, exist_ok=True)
+                place_file(src, dst, expected_size=f.bytes)
             entries.append(FileEntry(rel, f.table, f.rows, f.bytes, f.checksum, f.state, f.key_group_start,
                                      f.key_group_end, f.subtask))
     writer.add_files(entries, operator_states=meta.operator_states, native=meta.is_native)

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 import uuid
+import zlib
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Literal, Sequence, cast
@@ -21,7 +20,15 @@ from statekit.errors import (
     StateTypeError,
 )
 from statekit.format import keyed as K
-from statekit.format.files import checksum, fsync_dir, place_file, remove_tree, storage_errors, write_parquet
+from statekit.format.files import (
+    CHECKSUM_ALGORITHM,
+    checksum,
+    fsync_dir,
+    place_file,
+    remove_tree,
+    storage_errors,
+    write_parquet,
+)
 from statekit.format.manifest import (
     FORMAT_VERSION,
     MANIFEST_NAME,
@@ -34,7 +41,7 @@ from statekit.format.manifest import (
     writable_manifest,
 )
 from statekit.format.manifest_schema import text_problem
-from statekit.format.publish import publish, refuse_existing
+from statekit.format.publish import put_manifest, refuse_existing, remove_written
 from statekit.format.storage import StoragePath, as_path
 from statekit.identifiers import OperatorIdentifier
 from statekit.keygroups import KeyGroupRange, check_max_parallelism, check_parallelism
@@ -43,6 +50,7 @@ from statekit.state.descriptors import KeyedStateDescriptor, OperatorStateInfo, 
 from statekit.types import TypeLike, parse_ddl, to_ddl
 
 DEFAULT_ROWS_PER_FILE = 1_000_000
+_REMOTE_WORKERS = 4  # files written at once to object storage
 
 
 def _state_info(s: StateInfo | KeyedStateDescriptor) -> StateInfo:
@@ -461,6 +469,15 @@ def _write_file(root, rel, table, table_name, state, kg_start, kg_end, subtask) 
 def _link_file(root: Path, rel_dir: str, src_dir: Path, name: str, subtask: int, kg_range: KeyGroupRange) -> FileEntry:
     src = src_dir / name
     rel = f"{rel_dir}/{name}"
+    if isinstance(root, StoragePath):  # streamed into the new object, checksummed on the way
+        with open(src, "rb") as fh, (root / rel).create() as obj:
+            crc = 0
+            while chunk := fh.read(8 << 20):
+                crc = zlib.crc32(chunk, crc)
+                obj.write(chunk)
+            size = obj.close()
+        return FileEntry(rel, "rocksdb", 0, size, f"{CHECKSUM_ALGORITHM}:{crc & 0xFFFFFFFF:08x}", None,
+                         kg_range.start, kg_range.end, subtask)
     dst = safe_relative_path(root, rel)
     dst.parent.mkdir(parents=True, exist_ok=True)
     place_file(src, dst)  # a hard link where possible: shared SST files cost nothing in the next checkpoint
@@ -478,6 +495,8 @@ class SavepointBuilder:
 
     Files are written into a hidden sibling directory, the manifest last (temp file + rename), and
     the directory is then renamed to `path` in one step. An existing `path` is never overwritten.
+    A URI `path` (``s3://...``) gets each file streamed under its prefix and the manifest last; a failure
+    deletes what is under the prefix (`statekit.format.publish`).
 
     Examples
     --------
@@ -503,18 +522,17 @@ class SavepointBuilder:
         rows_per_file: int = DEFAULT_ROWS_PER_FILE,
         max_workers: int = 2,
     ) -> None:
-        # A URI target (s3://...) is written locally first, in a temporary directory, and published by
-        # `statekit.format.publish` at the commit: data files, then the manifest (object stores cannot rename).
+        # A URI target (s3://...) has no staging directory: object stores cannot rename, so every file is
+        # streamed straight under the new prefix as it is written (by this process or by Spark tasks) and the
+        # manifest is written last (`statekit.format.publish`); a failure deletes what is under the prefix.
         target = as_path(path)
         self.remote: StoragePath | None = None
-        self._upload_dir: Path | None = None
         if isinstance(target, StoragePath):
             refuse_existing(target)
             self.remote = target
-            self._upload_dir = Path(tempfile.mkdtemp(prefix="statekit-upload-"))
-            target = self._upload_dir / "savepoint"
-        self.path = target
-        _check_target(self.path)
+        self.path = cast(Path, target)  # a StoragePath offers the Path operations used on it
+        if self.remote is None:
+            _check_target(self.path)
         if kind not in ("savepoint", "checkpoint"):
             raise InvalidArgumentError(f"kind must be 'savepoint' or 'checkpoint', not {kind!r}.")
         if rows_per_file < 1:
@@ -534,8 +552,11 @@ class SavepointBuilder:
 
     @property
     def staging(self) -> Path:
-        """The hidden sibling directory files are written to before the commit (created on first use)."""
+        """The hidden sibling directory files are written to before the commit (created on first use); for a URI
+        target, the target itself (files are written under its prefix, the manifest last)."""
         self._check_open()
+        if self.remote is not None:
+            return cast(Path, self.remote)
         if not self._staging.is_dir():
             _check_target(self.path)
             with storage_errors(self.path):
@@ -611,7 +632,13 @@ class SavepointBuilder:
         try:
             with storage_errors(self.path):
                 return self._commit()
-        except BaseException:
+        except BaseException as exc:
+            if self.remote is not None:
+                self._done = True
+                noted = remove_written(self.remote, exc)
+                if noted is not exc and noted is not None:
+                    raise noted from None
+                raise
             self.abort()
             raise
 
@@ -619,21 +646,18 @@ class SavepointBuilder:
         features: set[str] = set()
         metas = []
         staging = self.staging
-        with ThreadPoolExecutor(self.max_workers) as pool:
+        # to object storage, more workers: each one mostly waits for its uploads
+        workers = self.max_workers if self.remote is None else max(self.max_workers, _REMOTE_WORKERS)
+        with ThreadPoolExecutor(workers) as pool:
             for writer in self._operators.values():
                 meta, f = writer._finish(staging, pool)
                 metas.append(meta)
                 features |= f
-        manifest = Manifest(
-            checkpoint_id=self.checkpoint_id,
-            kind=self.kind,
-            created_at=iso_now(),
-            job_name=self.job_name,
-            operators=tuple(metas),
-            features=tuple(sorted(features)),
-            format_version=FORMAT_VERSION,
-        )
-        text = writable_manifest(manifest, self.path)  # what the reader would refuse is never published
+        text = writable_manifest(self._manifest(metas, features), self.path)  # what the reader would refuse is never published
+        if self.remote is not None:  # every data file is under the prefix: the manifest, last
+            put_manifest(self.remote, MANIFEST_NAME, text.encode("utf-8"))
+            self._done = True
+            return cast(Path, self.remote)
         for dirpath, _, _ in os.walk(staging):  # the data files' directory entries, before the manifest
             fsync_dir(Path(dirpath))
         write_manifest(staging, text)
@@ -647,18 +671,19 @@ class SavepointBuilder:
             raise
         fsync_dir(self.path.parent)
         self._release_lock()
-        if self.remote is not None:
-            publish(self.path, self.remote)
-            self._drop_upload_dir()
-            self._done = True
-            return cast(Path, self.remote)  # a StoragePath offers the Path operations readers use
         self._done = True
         return self.path
 
-    def _drop_upload_dir(self) -> None:
-        if self._upload_dir is not None:
-            shutil.rmtree(self._upload_dir, ignore_errors=True)
-            self._upload_dir = None
+    def _manifest(self, metas: list[OperatorMetadata], features: set[str]) -> Manifest:
+        return Manifest(
+            checkpoint_id=self.checkpoint_id,
+            kind=self.kind,
+            created_at=iso_now(),
+            job_name=self.job_name,
+            operators=tuple(metas),
+            features=tuple(sorted(features)),
+            format_version=FORMAT_VERSION,
+        )
 
     def _release_lock(self) -> None:
         if self._lock is not None:
@@ -668,9 +693,11 @@ class SavepointBuilder:
     def abort(self) -> None:
         """Remove everything written so far, and parent directories the builder created; `path` is left untouched."""
         self._done = True
+        if self.remote is not None:  # what this process and the Spark tasks wrote under the new prefix
+            remove_written(self.remote)
+            return
         remove_tree(self._staging)  # also what Spark tasks of a failed stage write after the failure
         self._release_lock()
-        self._drop_upload_dir()
         for d in reversed(self._created_dirs):  # deepest first; only if still empty
             try:
                 d.rmdir()

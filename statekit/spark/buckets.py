@@ -7,12 +7,15 @@ Shared by the two writers of keyed parts, `statekit.spark.parts` (rows through P
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 from pyspark.sql import Column
 from pyspark.sql import functions as F
+
+from statekit.format.storage import StoragePath, locate
 
 __all__ = ["KEY_GROUP", "PartPlan", "bucket_column", "partition_values", "write_buckets"]
 
@@ -33,6 +36,17 @@ class PartPlan:
     namespace_type: str | None
     rows_per_file: int
     what: str  #: how errors name the operator
+    #: a URI target's URI (then `root` is unused): tasks write under it; its storage options (credentials) beside
+    store: str | None = None
+    storage: tuple[tuple[str, str], ...] = field(default=(), repr=False)
+
+    def target(self, rel: str) -> "Path | StoragePath":
+        """Where the file `rel` of the new savepoint is written: in the staging directory, or under the URI."""
+        if self.store is None:
+            return Path(self.root) / rel
+        where = locate(self.store, storage_options=dict(self.storage) or None)
+        assert isinstance(where, StoragePath)
+        return where / rel
 
     def bucket_of(self, kg: np.ndarray) -> np.ndarray:
         """The write bucket of each key group (contiguous key-group ranges, as Flink's subtasks)."""

@@ -2,8 +2,9 @@
 
 Boundary: plans one Spark task per (operator, subtask) - a keyed file for the subtask's key-group
 range, an operator-state file - each reading only its key groups' Parquet files of the (staged)
-statekit savepoint and writing its Flink file into the Flink staging directory; the driver gets
-back names, sizes and offsets (O(max parallelism) per file) and writes `_metadata` last. Which
+statekit savepoint and writing its Flink file into the Flink staging directory, or for a URI target
+straight under the target's prefix (each task opens the store itself); the driver gets back names,
+sizes and offsets (O(max parallelism) per file) and writes `_metadata` last. Which
 serializers each operator gets is decided by `statekit.savepoint.flink_out` (carried from a Flink
 source, or mapped from DDL); the bytes by `statekit.format.flink.writer`.
 """
@@ -32,7 +33,7 @@ from statekit.format.flink.writer import (
     write_keyed_file,
     write_operator_file,
 )
-from statekit.format.storage import StoragePath
+from statekit.format.storage import StoragePath, locate
 from statekit.identifiers import OperatorIdentifier
 from statekit.keygroups import key_group_range
 from statekit.savepoint.flink_out import (
@@ -58,16 +59,30 @@ class _Plan:
     operator_states: tuple[OperatorStateOut, ...]
 
 
-def _task(source: str, staging: str, plans: list[_Plan], task: tuple[int, int, str]) -> tuple:
+#: where a task reads or writes: a local path, or a URI and the storage options it was located with
+_Where = tuple[str, tuple[tuple[str, str], ...]]
+
+
+def _where(path: "Path | StoragePath") -> _Where:
+    return (str(path), path.options) if isinstance(path, StoragePath) else (str(Path(path).resolve()), ())
+
+
+def _opened(where: _Where) -> "Path | StoragePath":
+    text, options = where
+    return locate(text, storage_options=dict(options) or None) if options else locate(text)
+
+
+def _task(source: _Where, staging: _Where, plans: list[_Plan], task: tuple[int, int, str]) -> tuple:
     """Write one Flink state file on an executor; returns (operator, subtask, kind, name, size, offsets or handle)."""
     import uuid
 
     i, sub, kind = task
     plan = plans[i]
-    sp = Savepoint.open(source)
+    sp = Savepoint.open(_opened(source))
     ident = OperatorIdentifier.for_uid_hash(plan.uid_hash)
     name = str(uuid.uuid4())
-    path = Path(staging) / name
+    root = _opened(staging)
+    path: Any = root / name
     if kind == "keyed":
         assert plan.layout is not None
         rng = key_group_range(plan.max_parallelism, plan.parallelism, sub)
@@ -76,17 +91,17 @@ def _task(source: str, staging: str, plans: list[_Plan], task: tuple[int, int, s
         if timers is not None and timers.num_rows:
             kg = timers.column("key_group").to_numpy()
             timers = timers.filter(pa.array((kg >= rng.start) & (kg <= rng.end)))
-        with storage_errors(Path(staging)):  # an executor's full disk: a typed error on the driver
+        with storage_errors(root):  # an executor's full disk: a typed error on the driver
             offsets, size = write_keyed_file(path, plan.layout, keyed, timers, rng.start, rng.end)
         return i, sub, kind, name, size, offsets
     meta = sp.operator(ident)
     states = with_operator_data(sp, meta, list(plan.operator_states))
-    with storage_errors(Path(staging)):
+    with storage_errors(root):
         handle, size = write_operator_file(path, states, sub)
     return i, sub, kind, name, size, handle
 
 
-def write_flink_spark(spark: SparkSession, source: str | os.PathLike[str], target: "str | os.PathLike[str] | StoragePath", *,
+def write_flink_spark(spark: SparkSession, source: "str | os.PathLike[str] | StoragePath", target: "str | os.PathLike[str] | StoragePath", *,
                       types: TypeHints | None = None, carried: Mapping[str, Carried | None] | None = None,
                       names: Mapping[str, str] | None = None,
                       flink_version: str | FlinkVersion | None = None,
@@ -126,12 +141,14 @@ def write_flink_spark(spark: SparkSession, source: str | os.PathLike[str], targe
     check_metadata_texts(t for o in outs for t in (("operator uid", o.uid), ("operator name", o.name)))
     check_serializers(version, (p for meta, plan in zip(sp.operators, plans)
                                 for p in serializers_of(meta.uid or meta.uid_hash, plan.layout, plan.operator_states)))
-    with FlinkStaging(target) as staging:
-        src, stage = str(Path(source).resolve()), str(staging.dir.resolve())
+    with FlinkStaging(target, direct=True) as staging:  # a URI target: the tasks write under its prefix
+        src, stage = _where(sp.path), _where(staging.dir)
         results: list[Any] = []
         if tasks:
-            results = (spark.sparkContext.parallelize(tasks, len(tasks))
-                       .map(lambda t: _task(src, stage, plans, t)).collect())
+            from statekit.spark.jvm_parts import run_write_job
+
+            rdd = spark.sparkContext.parallelize(tasks, len(tasks)).map(lambda t: _task(src, stage, plans, t))
+            results = run_write_job(spark, rdd.collect, staging.target)  # a failure: its tasks end before the clean-up
         for i, sub, kind, name, size, detail in results:
             st = outs[i].subtasks[sub]
             if kind == "keyed":

@@ -16,6 +16,8 @@ nothing but the layout has to happen to the rows (columnar bootstrap, ``with_max
    only the key columns) and returns one row per file. The driver renames each file to the
    layout's name and records it; nothing proportional to the state passes through the driver.
 
+Not for a URI target (``PartPlan.store``): the tasks stream their files to the store in Python there.
+
 The files are statekit files (`statekit.format.keyed.keyed_schema`'s columns and types; Spark
 marks ``key_group`` and nullable-sourced keys optional, which every reader and `check` accept:
 they check the required columns' null counts). This path is taken only when every column already
@@ -62,7 +64,7 @@ from statekit.format.files import CHECKSUM_ALGORITHM, ROW_GROUP_ROWS, make_dirs_
 from statekit.format.manifest import FileEntry
 from statekit.spark.buckets import bucket_column
 
-__all__ = ["jvm_unavailable", "describe_file", "write_grouped_parts_jvm", "write_keyed_parts_jvm"]
+__all__ = ["jvm_unavailable", "describe_file", "run_write_job", "write_grouped_parts_jvm", "write_keyed_parts_jvm"]
 
 #: Leaf types Spark's Parquet writer stores as statekit declares them (timestamps are not: INT96 by default).
 _LEAVES = (BooleanType, ByteType, ShortType, IntegerType, LongType, FloatType, DoubleType, StringType, BinaryType,
@@ -139,7 +141,7 @@ def write_keyed_parts_jvm(df: DataFrame, key_col: str, plan: Any,
     `DuplicateKeyError` (then the key type must be one `PartFiles` checks, else None is returned).
     """
     schema = plan.keyed_schema
-    if schema is None or (duplicate is not None and (plan.namespace_type is not None
+    if schema is None or plan.store is not None or (duplicate is not None and (plan.namespace_type is not None
                                                      or not _jvm_checks_keys(schema.field("key").type))):  # fmt: skip
         return None
     columns = {f.name: key_col if f.name == "key" else f.name for f in schema}
@@ -190,7 +192,7 @@ def write_grouped_parts_jvm(df: DataFrame, plan: Any) -> list[FileEntry] | None:
     whole key groups in the source's order.
     """
     schema = plan.keyed_schema
-    if schema is None:
+    if schema is None or plan.store is not None:  # Spark's writer writes local directories; a URI target: Python
         return None
     columns = {"key_group": "key_group", **{f.name: f.name for f in schema}}
     full = pa.schema([pa.field("key_group", pa.int32()), *schema])
@@ -219,7 +221,7 @@ def _write(rows: DataFrame, plan: Any, *, check_keys: bool,
         **{f"parquet.enable.dictionary#{f.name}": "false" for f in plan.keyed_schema if not _is_text(f.type)},
         "parquet.enable.dictionary#key_group": "false",
     }
-    _run_job(spark, lambda: rows.write.options(**options).parquet(spark_dir.as_uri()), root)
+    run_write_job(spark, lambda: rows.write.options(**options).parquet(spark_dir.as_uri()), root)
     files = sorted(p.name for p in spark_dir.iterdir() if p.name.endswith(".parquet"))
     if not files:
         _remove(spark_dir)
@@ -228,10 +230,10 @@ def _write(rows: DataFrame, plan: Any, *, check_keys: bool,
     has_ns = plan.namespace_type is not None
     key_type = plan.keyed_schema.field("key").type
     if not check_keys or (not has_ns and _jvm_checks_keys(key_type)):
-        described = _run_job(spark, lambda: _describe_in_jvm(spark, paths, check_keys, key_type, plan.what,
+        described = run_write_job(spark, lambda: _describe_in_jvm(spark, paths, check_keys, key_type, plan.what,
                                                                        duplicate), root)  # fmt: skip
     else:
-        described = _run_job(spark, lambda: _describe_in_python(spark, paths, has_ns, plan.what), root)
+        described = run_write_job(spark, lambda: _describe_in_python(spark, paths, has_ns, plan.what), root)
     entries = []
     keyed = root / plan.op_dir / "keyed"
     make_dirs_below(root, keyed)
@@ -371,9 +373,10 @@ def _remove(directory: Path) -> None:
     shutil.rmtree(directory, ignore_errors=True)
 
 
-def _run_job(spark: SparkSession, action: Any, root: Path) -> Any:
+def run_write_job(spark: SparkSession, action: Any, root: "Path | str") -> Any:
     """Run `action` (Spark jobs) as a job group; on failure wait until its tasks ended (so none writes after
-    the staging tree is removed) and raise the failure as statekit's typed error where there is one."""
+    the staging tree - or, for a URI target, what is under its prefix - is removed) and raise the failure as
+    statekit's typed error where there is one."""
     sc = spark.sparkContext
     group = f"statekit-write-{uuid.uuid4().hex}"
     saved = sc.getLocalProperty("spark.jobGroup.id")

@@ -19,8 +19,11 @@ How a keyed operator is written (`write_keyed_parts`):
 
 Atomicity is the `SavepointBuilder`'s: files land in its hidden staging directory, which a failed
 job's builder removes; file names are deterministic per bucket, so a retried task rewrites the same
-files. In a cluster the savepoint's path must be on a filesystem every executor and the driver
-see (as for reading it with Spark).
+files. In a cluster a local savepoint path must be on a filesystem every executor and the driver
+see (as for reading it with Spark). For a URI target (``s3://...``) each task opens the store itself
+(`PartPlan.store`, with the storage options the target was located with) and streams its files
+straight under the new savepoint's prefix: nothing passes through the driver's disk; the driver
+writes the manifest last, and a failed job's builder deletes what is under the prefix.
 
 When nothing but the layout happens to the rows (no task function) and Spark's Parquet writer stores
 every column as declared, `statekit.spark.jvm_parts` writes the parts instead, with no Python pass
@@ -170,8 +173,11 @@ def write_table_files(table: pa.Table, kg: np.ndarray, plan: PartPlan, *, table_
             check_unique(chunk)
         rel = f"{plan.op_dir}/{table_name}/part-{name}-{i:05d}-kg{split.kg_start:05d}-{split.kg_end:05d}.parquet"
         chunk = K.with_key_group_column(chunk, chunk_kg)
-        with storage_errors(Path(plan.root)):  # an executor's full disk: a typed error on the driver
-            nbytes, digest = write_parquet(chunk, Path(plan.root) / rel, root=Path(plan.root))
+        if plan.store is not None:  # streamed under the target's prefix by this task
+            nbytes, digest = write_parquet(chunk, plan.target(rel))
+        else:
+            with storage_errors(Path(plan.root)):  # an executor's full disk: a typed error on the driver
+                nbytes, digest = write_parquet(chunk, Path(plan.root) / rel, root=Path(plan.root))
         entries.append(FileEntry(rel, table_name, chunk.num_rows, nbytes, digest, None, split.kg_start, split.kg_end))
     return entries
 
@@ -315,7 +321,10 @@ def _run(df: DataFrame, key_col: str, plan: PartPlan, fn: TaskFunction,
 
 
 def _collect_parts(parts: DataFrame) -> tuple[list[FileEntry], list]:
-    out = parts.toArrow()
+    from statekit.spark.jvm_parts import run_write_job
+
+    # after a failure, no task of the job still writes when the builder removes what the tasks wrote
+    out = run_write_job(parts.sparkSession, parts.toArrow, "the savepoint's parts")
     cols = {c: out.column(c).to_pylist() for c in out.column_names}
     entries, reports = [], []
     for p, t, r, b, c, s, e, st in zip(cols["path"], cols["table"], cols["rows"], cols["bytes"], cols["checksum"],
@@ -399,10 +408,13 @@ def plan_for(writer: OperatorWriter, builder: SavepointBuilder, *, buckets: int)
     if key_type is None:
         raise InvalidArgumentError(f"operator {writer.identifier}: keyed parts need a keyed operator (key_type=).")
     schema = K.keyed_schema(key_type, writer.keyed_states, namespace_type=writer.namespace_type, with_key_group=False)
+    remote = builder.remote
     return PartPlan(
         # absolute: executors' Python workers do not share the driver's working directory, so a
         # relative savepoint path would send the parts elsewhere while the manifest lists them here
-        root=os.path.abspath(builder.staging),
+        root="" if remote is not None else os.path.abspath(builder.staging),
+        store=None if remote is None else str(remote),
+        storage=() if remote is None else remote.options,
         op_dir=writer.dir,
         key_type=key_type,
         max_parallelism=writer.max_parallelism,

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 import uuid
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -385,7 +384,7 @@ class SavepointWriter:
         from statekit.spark.flink_columnar import regular, write_columnar
         from statekit.spark.flink_jvm import jvm_writable, write_jvm
 
-        if self.source is not None or self._renames:
+        if self.source is not None or self._renames or isinstance(path, StoragePath):  # these write local files
             return None
         plans = []
         for e in self._entries.values():
@@ -458,9 +457,11 @@ class SavepointWriter:
         from a Flink source are reused unchanged; new state maps DDL types to Flink's serializers
         (struct -> Row unless `types` gives ``{uid: {state: FlinkTuple() | FlinkPojo(cls, fields)}}``).
 
-        `path` may be a URI (``s3://bucket/sp``; `storage_options` as for `SavepointReader.read`): the new
-        savepoint is staged in ``$TMPDIR`` (the executors' parts, which therefore need a disk they share with
-        the driver: local mode) and published data files first, manifest last (`statekit.format.publish`).
+        `path` may be a URI (``s3://bucket/sp``; `storage_options` as for `SavepointReader.read`, else each
+        executor's environment): each Spark task opens the store itself and streams its files under the new
+        prefix (an intermediate savepoint, when one is needed, under a hidden sibling prefix that is deleted
+        afterwards); the driver writes the manifest last and, on failure, deletes what is under the prefix.
+        Nothing is staged on the driver's disk.
 
         Raises `SavepointExistsError` (before any Spark job runs) if `path` exists. On any failure
         nothing is left at `path` nor beside it.
@@ -525,13 +526,16 @@ def _check_new(path: "Path | StoragePath") -> None:
         check_target(path)
 
 
-def _scratch(path: "Path | StoragePath", what: str) -> Path:
-    """Where an intermediate savepoint is staged: hidden beside a local target (same filesystem), in a new
-    ``$TMPDIR`` directory for a URI target."""
-    if isinstance(path, StoragePath):
-        return Path(tempfile.mkdtemp(prefix="statekit-upload-")) / what
+def _scratch(path: "Path | StoragePath", what: str) -> "Path | StoragePath":
+    """Where an intermediate savepoint is staged: hidden beside the target, on the same filesystem or store (for
+    a URI target a sibling prefix the executors write to and read from; never the driver's disk)."""
     return path.parent / f".{path.name}.{what}-{uuid.uuid4().hex[:12]}"
 
 
-def _remove_scratch(path: "Path | StoragePath", staged: Path) -> None:
-    shutil.rmtree(staged.parent if isinstance(path, StoragePath) else staged, ignore_errors=True)
+def _remove_scratch(path: "Path | StoragePath", staged: "Path | StoragePath") -> None:
+    if isinstance(staged, StoragePath):
+        from statekit.format.publish import remove_written
+
+        remove_written(staged)
+        return
+    shutil.rmtree(staged, ignore_errors=True)

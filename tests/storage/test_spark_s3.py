@@ -125,15 +125,45 @@ def test_wrong_credentials_through_spark_name_the_uri_only(spark, s3_server, sta
     assert uri in str(e.value) and "NotTheSecretSpark1" not in str(e.value)
 
 
+@contextlib.contextmanager
+def _no_driver_disk(spark, tmp_path):
+    """Run a write as on a cluster, where the executors cannot reach the driver's disk: the driver's temp
+    directory is one that does not exist (any staging there fails) and the Python workers get a TMPDIR of their
+    own, which must hold nothing afterwards. Checks that the workers really run with that TMPDIR."""
+    import tempfile
+
+    sc = spark.sparkContext
+    workers = tmp_path / "executor-tmp"
+    workers.mkdir()
+    saved_env, saved_dir = sc.environment.get("TMPDIR"), tempfile.tempdir
+    sc.environment["TMPDIR"] = str(workers)  # new Python workers (keyed by their environment) get it
+    try:
+        seen = spark.range(2, numPartitions=2).rdd.map(lambda _: __import__("tempfile").gettempdir()).collect()
+        assert set(seen) == {str(workers)}
+        tempfile.tempdir = str(tmp_path / "driver-tmp-absent")
+        yield workers
+    finally:
+        tempfile.tempdir = saved_dir
+        if saved_env is None:
+            sc.environment.pop("TMPDIR", None)
+        else:
+            sc.environment["TMPDIR"] = saved_env
+    assert list(workers.rglob("*")) == []  # the tasks streamed their files to the store: nothing on their disk
+
+
 def test_spark_writes_and_converts_to_s3(spark, s3_server, s3_prefix, statekit_on_s3, tmp_path):
     """A savepoint on the server re-hashed by Spark tasks to 256 key groups and written to the server, and
-    converted by Spark to Flink's format on the server: both read back with the source's rows."""
+    converted by Spark to Flink's format on the server: both read back with the source's rows. Neither touches
+    the driver's disk (its temp directory does not exist during the writes): each task writes under the target."""
     local, uri = statekit_on_s3
     opts = s3_server.options()
     want = Savepoint.open(local)
-    remote = (SavepointWriter.from_existing_savepoint(spark, uri, storage_options=opts)
-              .with_max_parallelism("counter", 256))
-    out = remote.write(f"{s3_prefix}/rehashed", storage_options=opts)
+    with _no_driver_disk(spark, tmp_path):
+        remote = (SavepointWriter.from_existing_savepoint(spark, uri, storage_options=opts)
+                  .with_max_parallelism("counter", 256))
+        out = remote.write(f"{s3_prefix}/rehashed", storage_options=opts)
+        flink = SavepointWriter.from_existing_savepoint(spark, uri, storage_options=opts).write(
+            f"{s3_prefix}/as-flink", format="flink", storage_options=opts)
     assert str(out) == f"{s3_prefix}/rehashed"
     back = Savepoint.open(out, storage_options=opts)
     assert back.operator("counter").max_parallelism == 256
@@ -143,13 +173,50 @@ def test_spark_writes_and_converts_to_s3(spark, s3_server, s3_prefix, statekit_o
     assert timers.column("key_group").to_pylist() == [assign_to_key_group(k, 256, "bigint")
                                                       for k in timers.column("key").to_pylist()]
     # to Flink's format on the server, from the statekit savepoint on the server
-    flink = SavepointWriter.from_existing_savepoint(spark, uri, storage_options=opts).write(
-        f"{s3_prefix}/as-flink", format="flink", storage_options=opts)
     got = Savepoint.open(flink, storage_options=opts)
     assert isinstance(got, FlinkSavepoint)
     assert got.keyed_table("counter").sort_by("key").select(["key", "count", "seen"]).equals(
         want.keyed_table("counter").sort_by("key").select(["key", "count", "seen"]))
     assert not [k for k in s3_server.keys(s3_prefix.split("/", 3)[3]) if re.search(r"inprogress|statekit-", k)]
+
+
+def test_spark_bootstrap_to_s3_from_tasks_and_nothing_left_on_failure(spark, s3_server, s3_prefix, tmp_path):
+    """A bootstrap from a DataFrame straight to the server, with no driver disk;
+    a bootstrap whose tasks fail (a duplicate key) leaves nothing under its target and says why; an existing
+    target is refused before any Spark job runs."""
+    from statekit.errors import DuplicateKeyError, SavepointExistsError
+    from statekit.spark import OperatorTransformation
+    from statekit.state import ValueStateDescriptor
+
+    opts = s3_server.options()
+    df = spark.range(0, 5000, numPartitions=4).selectExpr("id", "id * 2 as amount")
+    cols = OperatorTransformation.bootstrap_with(df).key_by("id").columns(amount=ValueStateDescriptor("total", "bigint"))
+    with _no_driver_disk(spark, tmp_path):  # (Flink's format from Spark tasks: test_spark_writes_and_converts_to_s3)
+        out = SavepointWriter.new_savepoint(spark, max_parallelism=64).with_operator("sum", cols).write(
+            f"{s3_prefix}/boot", storage_options=opts)
+        rekeyed = (SavepointWriter.from_existing_savepoint(spark, out, storage_options=opts)
+                   .rekey("sum", "key + 1").write(f"{s3_prefix}/boot-rekeyed", storage_options=opts))
+    table = Savepoint.open(out, storage_options=opts).keyed_table("sum").sort_by("key")
+    assert table.column("key").to_pylist() == list(range(5000))
+    assert table.column("total").to_pylist() == [2 * k for k in range(5000)]
+    table = Savepoint.open(rekeyed, storage_options=opts).keyed_table("sum").sort_by("key")
+    assert table.column("key").to_pylist() == list(range(1, 5001))
+    assert table.column("total").to_pylist() == [2 * (k - 1) for k in range(1, 5001)]
+    dup = spark.range(0, 4000, numPartitions=4).selectExpr("id % 3000 as id", "id as amount")
+    bad = OperatorTransformation.bootstrap_with(dup).key_by("id").columns(amount=ValueStateDescriptor("total", "bigint"))
+    with pytest.raises(DuplicateKeyError):
+        SavepointWriter.new_savepoint(spark, max_parallelism=64).with_operator("sum", bad).write(
+            f"{s3_prefix}/boot-dup", storage_options=opts)
+    assert s3_server.keys(f"{s3_prefix.split('/', 3)[3]}/boot-dup") == []  # what the tasks wrote was removed
+    with pytest.raises(SavepointExistsError):
+        SavepointWriter.new_savepoint(spark, max_parallelism=64).with_operator("sum", cols).write(
+            f"{s3_prefix}/boot", storage_options=opts)
+    # the tasks may not write there (a read-only user): a typed error on the driver naming the URI, no secret
+    with pytest.raises(StorageAccessError) as e:
+        SavepointWriter.new_savepoint(spark, max_parallelism=64).with_operator("sum", cols).write(
+            f"{s3_prefix}/boot-denied", storage_options=s3_server.options("reader"))
+    assert f"{s3_prefix}/boot-denied" in str(e.value) and s3_server.reader["secret_key"] not in str(e.value)
+    assert s3_server.keys(f"{s3_prefix.split('/', 3)[3]}/boot-denied") == []
 
 
 @pytest.mark.extended

@@ -69,15 +69,23 @@ def test_manifest_is_uploaded_after_every_data_file(s3_server, s3, tmp_path, mon
     from statekit.format import storage
 
     order: list[str] = []
-    real = storage.StoragePath.upload
+    real_close, real_put = storage.ObjectWriter.close, storage.StoragePath.write_bytes
 
-    def recording(self, source):
+    def closing(self):  # a data file is complete (its upload done) when its writer closes
+        if not self.closed:
+            order.append(self.where.name)
+        return real_close(self)
+
+    def put(self, data):
         order.append(self.name)
-        return real(self, source)
+        return real_put(self, data)
 
-    monkeypatch.setattr(storage.StoragePath, "upload", recording)
+    monkeypatch.setattr(storage.ObjectWriter, "close", closing)
+    monkeypatch.setattr(storage.StoragePath, "write_bytes", put)
+    before = _upload_dirs()
     _build(s3("sp"))
-    assert order[-1] == "_metadata.json" and len(order) > 3
+    assert order[-1] == "_metadata.json" and len(order) > 3 and order.count("_metadata.json") == 1
+    assert _upload_dirs() == before  # streamed: no local staging directory at all
 
 
 EDITS = {
@@ -99,6 +107,37 @@ def test_every_repair_reads_and_writes_s3(s3_server, s3, tmp_path, name):
     repair(source, s3("out"), EDITS[name])
     assert_same(Savepoint.open(tmp_path / "out"), Savepoint.open(s3("out")))
     assert_same(Savepoint.open(tmp_path / "src"), Savepoint.open(source))  # the source is untouched
+
+
+def test_library_writes_to_s3_need_no_local_disk(s3_server, s3, tmp_path, monkeypatch):
+    """The builder, a repair and `write_flink` to S3 stream every file to the server: with this process's temp
+    directory absent (any local staging copy would fail), each writes a savepoint that reads back."""
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "no-temp-dir"))
+    _build(s3("sp"))
+    repair(s3("sp"), s3("repaired"), [SetValue("counter", 7, "count", -1)])
+    write_flink(s3("sp"), s3("flink"))
+    assert Savepoint.open(s3("repaired")).get("counter", 7)["count"] == -1
+    assert Savepoint.open(s3("flink")).get("counter", 7)["count"] == 7
+    assert not (tmp_path / "no-temp-dir").exists()
+
+
+def test_one_key_repair_copies_unchanged_files_on_the_server(s3_server, s3, tmp_path):
+    """A one-key repair S3 -> S3 rewrites only its key's file; every other file is copied by the server (S3
+    CopyObject), not downloaded and uploaded again: the process reads and writes only about that one file."""
+    source = s3("src")
+    _build(source, rows=3000)  # 30 keyed files of 100 rows, timers, a second operator
+    files = Savepoint.open(source).manifest.operators
+    sizes = {f.path: f.bytes for op in files for f in op.files}
+    source, target = s3("src"), s3("out")  # fresh counters
+    repair(source, target, [SetValue("counter", 7, "count", -1)])
+    assert Savepoint.open(target).get("counter", 7)["count"] == -1
+    assert check(target).ok
+    total, largest = sum(sizes.values()), max(sizes.values())
+    assert target.stats.bytes_copied >= total - largest  # all but the edited file, by the server
+    # through this process: the edited file and the manifest only (not the savepoint, as a download + upload)
+    assert target.stats.bytes_written < total / 4 and source.stats.bytes_read < total / 3
 
 
 def test_transforms_to_s3(s3, tmp_path):
@@ -161,16 +200,16 @@ def test_failure_mid_upload_removes_what_was_staged(s3_server, s3, monkeypatch):
     from statekit.errors import StorageUnavailableError
     from statekit.format import storage
 
-    real = storage.StoragePath.upload
+    real = storage.StoragePath.create
     calls = []
 
-    def failing(self, source):
+    def failing(self):
         calls.append(self.name)
         if len(calls) == 3:
             raise StorageUnavailableError(f"{self}: injected failure after two uploads")
-        return real(self, source)
+        return real(self)
 
-    monkeypatch.setattr(storage.StoragePath, "upload", failing)
+    monkeypatch.setattr(storage.StoragePath, "create", failing)
     target = s3("sp")
     with pytest.raises(StorageUnavailableError, match="Nothing was published"):
         _build(target)
@@ -188,19 +227,19 @@ def test_server_stopped_mid_write(tmp_path):
     target = locate(f"s3://{BUCKET}/big", storage_options=opts)
     from statekit.format import storage
 
-    real = storage.StoragePath.upload
+    real = storage.StoragePath.create
     seen = []
 
-    def stop_after_first(self, source):
+    def stop_after_first(self):
         seen.append(self.name)
         if len(seen) == 2:
             server.stop()
-        return real(self, source)
+        return real(self)
 
     try:
         import unittest.mock as _m  # patching our own upload to know when to stop the server, not the client library
 
-        with _m.patch.object(storage.StoragePath, "upload", stop_after_first):
+        with _m.patch.object(storage.StoragePath, "create", stop_after_first):
             with pytest.raises(StorageError) as e:
                 _build(target, rows=5000)
         assert "big" in str(e.value) and server.admin["secret_key"] not in str(e.value)

@@ -22,6 +22,7 @@ import pyarrow as pa
 
 from statekit.errors import InvalidArgumentError, StateTypeError
 from statekit.format.direct_file import DirectFile
+from statekit.format.storage import ObjectWriter, StoragePath
 
 if TYPE_CHECKING:
     from statekit.format.flink.writer import KeyedLayoutOut
@@ -92,7 +93,7 @@ class _Out:
     """Per-run entry buffers (states, then timer queues) and the writes of one file (stream positions counted as
     queued). Each buffer's constant fields are filled once."""
 
-    def __init__(self, file: DirectFile, pos: int, templates: list[tuple[np.dtype, dict[str, int]]], cap: int) -> None:
+    def __init__(self, file: "DirectFile | ObjectWriter", pos: int, templates: list[tuple[np.dtype, dict[str, int]]], cap: int) -> None:
         self.file, self.pos, self.cap = file, pos, cap
         self.bufs = []
         for dt, constants in templates:
@@ -135,13 +136,13 @@ class _Out:
         self.file.write(queued)
 
 
-def write_regular_file(path: Path, layout: "KeyedLayoutOut", tables: Iterable[pa.Table | pa.RecordBatch],
+def write_regular_file(path: "Path | StoragePath", layout: "KeyedLayoutOut", tables: Iterable[pa.Table | pa.RecordBatch],
                        start: int, end: int, timers: pa.Table | None = None) -> tuple[list[int], int]:
     """One keyed state file of the regular layout for key groups [start, end]: the backend proxy, then the key
     groups of `tables` and `timers` (`write_regular_key_groups`). Returns the key-group offsets and the file size."""
     proxy = layout.proxy()
     try:
-        with DirectFile(path) as f:
+        with (path.create() if isinstance(path, StoragePath) else DirectFile(path)) as f:
             f.write([proxy])
             offsets = write_regular_key_groups(f, layout, tables, start, end, len(proxy), timers=timers)
             size = f.close()
@@ -176,7 +177,7 @@ def _timer_queues(layout: "KeyedLayoutOut", timers: pa.Table | None, start: int,
     return queues
 
 
-def write_regular_key_groups(f: DirectFile, layout: "KeyedLayoutOut", tables: Iterable[pa.Table | pa.RecordBatch],
+def write_regular_key_groups(f: "DirectFile | ObjectWriter", layout: "KeyedLayoutOut", tables: Iterable[pa.Table | pa.RecordBatch],
                              start: int, end: int, pos: int, *, timers: pa.Table | None = None,
                              cap: int | None = None) -> list[int]:
     """Write key groups [start, end] of the regular layout to `f` at stream position `pos` from `tables`

@@ -19,6 +19,7 @@ import struct
 import tempfile
 import uuid
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, BinaryIO, Iterator, Sequence, cast
@@ -44,6 +45,7 @@ from statekit.format.flink.utf import check_metadata_texts
 from statekit.format.flink.values_out import encode, nullable_values
 from statekit.format.flink.versions import FlinkVersion, check_serializers
 from statekit.format.keyed_stream import KeyedFiles
+from statekit.format.storage import StoragePath, as_path
 from statekit.keygroups import key_group_range
 
 END_OF_KEY_GROUP = b"\xff\xff"
@@ -332,13 +334,25 @@ def write_keyed_file(path: Path, layout: KeyedLayoutOut, keyed: pa.Table | None,
         if len(r.key_groups) and (r.key_groups[0] < start or r.key_groups[-1] > end):
             raise InvalidArgumentError(f"keyed rows outside key groups {start}..{end} were given for one file.")
     proxy = layout.proxy()
-    with open(path, "xb") as f:
+    with _new_file(path) as f:
         f.write(proxy)
         offsets = write_key_groups(f, runs, start, end, len(proxy))
         size = f.tell()
+    return offsets, size
+
+
+@contextmanager
+def _new_file(path: "Path | StoragePath") -> Iterator[Any]:
+    """A new local file (fsynced when the block ends) or a new object streamed to its store (completed then)."""
+    if isinstance(path, StoragePath):
+        with path.create() as obj:
+            yield obj
+            obj.close()
+        return
+    with open(path, "xb") as f:
+        yield f
         f.flush()
         os.fsync(f.fileno())
-    return offsets, size
 
 
 def write_operator_file(path: Path, states: Sequence[OperatorStateOut], subtask: int) -> tuple[list[tuple[str, str, list[int]]], int]:
@@ -373,10 +387,8 @@ def write_operator_file(path: Path, states: Sequence[OperatorStateOut], subtask:
         if kv is not None:
             out.raw(kv.data.tobytes())
         handle.append((s.name, s.mode, [at]))
-    with open(path, "xb") as f:
+    with _new_file(path) as f:
         f.write(out.buf)
-        f.flush()
-        os.fsync(f.fileno())
     return handle, len(out.buf)
 
 
@@ -432,19 +444,30 @@ def metadata_bytes(checkpoint_id: int, operators: Sequence[OperatorOut], *,
 
 # -- atomic output ------------------------------------------------------------------------------------
 class FlinkStaging:
-    """A hidden sibling directory that becomes the savepoint in one rename once `_metadata` is written."""
+    """A hidden sibling directory that becomes the savepoint in one rename once `_metadata` is written.
 
-    def __init__(self, target: Any) -> None:  # a path, a URI or a statekit.format.storage.StoragePath
+    For a URI target: with ``direct=True`` there is no staging directory - ``dir`` is the target itself, each
+    file is streamed under its prefix as written (`new_file` gives `StoragePath`s) and `_metadata` is written
+    last; a failure deletes what is under the prefix. Without it (writers that link or copy files into ``dir``
+    as a local directory), the savepoint is staged in ``$TMPDIR`` and published at the commit.
+    """
+
+    def __init__(self, target: Any, *, direct: bool = False) -> None:  # a path, a URI or a StoragePath
         from statekit.format.publish import refuse_existing
-        from statekit.format.storage import StoragePath, as_path
 
         where = as_path(target)
         self.remote: StoragePath | None = None
         self._upload_dir: Path | None = None
-        if isinstance(where, StoragePath):  # staged locally, published data files first and _metadata last
+        self.direct = False
+        if isinstance(where, StoragePath):
             refuse_existing(where)
             self.remote = where
-            self._upload_dir = Path(tempfile.mkdtemp(prefix="statekit-upload-"))
+            if direct:
+                self.direct = True
+                self.target = self.dir = cast(Path, where)  # a StoragePath offers the Path operations used here
+                self._done = False
+                return
+            self._upload_dir = Path(tempfile.mkdtemp(prefix="statekit-upload-"))  # published data files first
             where = self._upload_dir / "savepoint"
         self.target = where
         check_target(self.target)
@@ -459,6 +482,17 @@ class FlinkStaging:
         return name, self.dir / name
 
     def commit(self, metadata: bytes) -> Path:
+        if self.direct:
+            from statekit.format.publish import put_manifest
+
+            assert self.remote is not None
+            try:
+                put_manifest(self.remote, "_metadata", metadata)
+            except BaseException as exc:
+                self._failed(exc)
+                raise
+            self._done = True
+            return self.target
         with storage_errors(self.target):
             with open(self.dir / "_metadata", "xb") as f:
                 f.write(metadata)
@@ -493,15 +527,35 @@ class FlinkStaging:
 
     def abort(self) -> None:
         self._done = True
+        if self.direct:
+            from statekit.format.publish import remove_written
+
+            assert self.remote is not None
+            remove_written(self.remote)  # also what Spark tasks of a failed stage wrote
+            return
         remove_tree(self.dir)  # also what Spark tasks of a failed stage write after the failure
         self._drop_upload_dir()
+
+    def _failed(self, exc: BaseException) -> None:
+        """Remove what a direct write put under the target; raise `exc` with a note of it if it is a storage error."""
+        from statekit.format.publish import remove_written
+
+        self._done = True
+        assert self.remote is not None
+        noted = remove_written(self.remote, exc)
+        if noted is not None and noted is not exc:
+            raise noted from None
 
     def __enter__(self) -> "FlinkStaging":
         return self
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
-        if not self._done:
-            self.abort()
+        if self._done:
+            return
+        if self.direct and exc is not None:
+            self._failed(exc)
+            return
+        self.abort()
 
 
 def check_target(path: Path) -> None:
@@ -633,7 +687,8 @@ def write_flink_savepoint(target: str | os.PathLike[str], operators: Sequence[Op
         check_metadata_texts([("operator uid", op.uid), ("operator name", op.name)])  # before any file is written
     check_serializers(version, (p for op in operators
                                 for p in serializers_of(op.uid or op.uid_hash, op.layout, op.operator_states)))
-    with FlinkStaging(target) as staging:
+    # straight to the store for a URI target, unless an operator links files into a local staging directory
+    with FlinkStaging(target, direct=all(op.carry is None for op in operators)) as staging:
         with storage_errors(staging.target):  # a full disk is a StorageFullError, the partial output removed
             outs = [write_operator(staging, op) for op in operators]
         return staging.commit(metadata_bytes(checkpoint_id, outs, flink_version=version))
