@@ -271,6 +271,10 @@ class SparkCheckpoint(Savepoint):
             raise InvalidArgumentError(f"operator {info.id}'s key has fields {fields.names}; got {key!r}.")
         return [pa.array([v], arrow_type(f.type)) for v, f in zip(values, fields.fields)]
 
+    def grouping_key(self, op: OpRef) -> Struct:
+        """The fields Spark partitions `op`'s state by (grouping columns, dedup columns, join keys)."""
+        return self._grouping_key(self.spark_operator(op))
+
     def _grouping_key(self, info: OperatorInfo) -> Struct:
         if self.is_tws(info.id):
             for kind, cf in self._tws(info)["vars"].values():  # the grouping key: a value or list variable's key,

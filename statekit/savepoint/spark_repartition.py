@@ -77,14 +77,7 @@ def repartition(checkpoint: str | os.PathLike[str], target: str | os.PathLike[st
         raise InvalidArgumentError(f"--partitions must be at least 1, not {partitions}.")
     if out.exists():
         raise OutputExistsError(f"{out} exists; repartition writes a new checkpoint. Choose a path that does not exist.")
-    layout = CheckpointLayout(src)
-    pending = layout.uncommitted()
-    if pending:
-        raise RunningQueryError(
-            f"{src}: batch {pending[0]} is in the offset log but not committed (offsets/{pending[0]} without "
-            f"commits/{pending[0]}): the query is running, or stopped inside that batch. Stop the query and let it "
-            "finish (or restart and stop it once) so that its last batch is committed, then repartition."
-        )
+    refuse_running(CheckpointLayout(src), src, "repartition")
     sp = SparkCheckpoint.open(src)
     before = {o.num_partitions for o in sp.spark_operators}
     summary = RepartitionSummary(str(src), str(out), sp.batch, max(before, default=0), partitions)
@@ -104,6 +97,17 @@ def repartition(checkpoint: str | os.PathLike[str], target: str | os.PathLike[st
         shutil.rmtree(stage, ignore_errors=True)
         raise
     return summary
+
+
+def refuse_running(layout: CheckpointLayout, src: Path, what: str) -> None:
+    """Raise `RunningQueryError` if the offset log holds a batch beyond the last commit (the query may still write)."""
+    pending = layout.uncommitted()
+    if pending:
+        raise RunningQueryError(
+            f"{src}: batch {pending[0]} is in the offset log but not committed (offsets/{pending[0]} without "
+            f"commits/{pending[0]}): the query is running, or stopped inside that batch. Stop the query and let it "
+            f"finish (or restart and stop it once) so that its last batch is committed, then {what}."
+        )
 
 
 def _copy_logs(src: Path, stage: Path, partitions: int) -> None:
@@ -182,7 +186,7 @@ def _rewrite_store(sp: SparkCheckpoint, info: OperatorInfo, store: str, stage: P
         if not sp.is_tws(info.id):  # plain stores: the key's leading columns, decoded with numpy
             columns = decode_columns(keys, sp.shape(info.id, store).key, skip=1 if sp.provider == "rocksdb" else 0)
         if columns is None:
-            grouping = _grouping_rows(sp, info, store, keys, data, where)
+            grouping = grouping_rows(sp, info, store, keys, data, where)
             table = pa.Table.from_pylist(grouping, schema=pa.schema([pa.field(f.name, arrow_type(f.type))
                                                                        for f in schema.fields]))
             columns = [table.column(i) for i in range(table.num_columns)]
@@ -200,7 +204,7 @@ def _rewrite_store(sp: SparkCheckpoint, info: OperatorInfo, store: str, stage: P
     return [len(t) for t in targets]
 
 
-def _grouping_rows(sp: SparkCheckpoint, info: OperatorInfo, store: str, keys: list[bytes],
+def grouping_rows(sp: SparkCheckpoint, info: OperatorInfo, store: str, keys: list[bytes],
                    data: providers.StoreData, where: str) -> list[dict]:
     """The partitioning key of each stored key (grouping columns, join keys, dedup columns), as dicts."""
     grouping = sp._grouping_key(info)
