@@ -24,6 +24,7 @@ from statekit_cli.common import (
     out,
     progress,
 )
+from statekit_cli.spark_state import is_checkpoint
 
 
 def run_repair(source: Path, target: Path, edits: list, apply: bool, to: Optional[str] = None,
@@ -71,6 +72,10 @@ def set_value(
 
     On a Flink SQL savepoint with --plan, --state may name a result column (cnt): the accumulator fields
     behind it are set; rows are merged field by field into the stored row."""
+    if is_checkpoint(source):  # a Spark streaming checkpoint: the edits become a new batch (statekit_cli.spark_state)
+        from statekit_cli import spark_state
+
+        return spark_state.set_value(source, target, uid, name, key, state, value, apply, to)
     from statekit.savepoint.patch import SetValue
     from statekit_cli.render import parse_json_value
 
@@ -106,6 +111,10 @@ def delete_key(
     apply: bool = APPLY, to: Optional[str] = TO, name: Optional[str] = NAME,
 ) -> None:
     """Delete keys: all their keyed state and timers."""
+    if is_checkpoint(source):  # a Spark streaming checkpoint: the edits become a new batch (statekit_cli.spark_state)
+        from statekit_cli import spark_state
+
+        return spark_state.delete_key(source, target, uid, name, keys, apply, to)
     from statekit.savepoint.patch import DeleteKeys
     from statekit_cli.render import parse_key
 
@@ -120,6 +129,10 @@ def rm_state(
     apply: bool = APPLY, to: Optional[str] = TO, name: Optional[str] = NAME,
 ) -> None:
     """Remove keyed or operator states of an operator (a restored job starts them empty)."""
+    if is_checkpoint(source):  # a Spark streaming checkpoint: the edits become a new batch (statekit_cli.spark_state)
+        from statekit_cli import spark_state
+
+        return spark_state.rm_state(source, target, uid, name, states, apply, to)
     from statekit.savepoint.patch import RemoveState
 
     op = operator_id(uid, uid_hash, name=name)
@@ -267,6 +280,10 @@ def repair_plan(
         raise InvalidArgumentError(f"--plan {plan}: not a readable JSON file ({exc}).") from None
     if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
         raise InvalidArgumentError(f"--plan {plan}: expected a JSON list of objects, one per edit.")
+    if is_checkpoint(source):  # a Spark streaming checkpoint (statekit_cli.spark_state)
+        from statekit_cli import spark_state
+
+        return spark_state.repair_plan(source, target, items, plan, apply, to)
     sp = open_savepoint(source, sql_plan)
     edits = []
     for i, item in enumerate(items):

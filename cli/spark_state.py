@@ -1,4 +1,5 @@
-"""The read commands on Spark streaming checkpoints (inspect, show, get, check, stats, diff), and `repartition`.
+"""The read commands on Spark streaming checkpoints (inspect, show, get, check, stats, diff), the repairs
+(set, delete-key, rm-state, repair --plan: written as a new batch of a copy), and `repartition`.
 
 `statekit_cli.read` and `statekit_cli.stats` hand a checkpoint to these functions; the operator is
 named by its id (``--uid 0``) or name (``--name stateStoreSave``), or is the only one; a table by
@@ -200,6 +201,88 @@ def repartition(
     console = out()
     for line in summary.lines():
         console.print(line, markup=False)
+
+
+def _repair(source: Path, target: Path, edits: list, apply: bool, to: Optional[str]) -> None:
+    from statekit_cli.repair import run_repair
+
+    run_repair(source, target, edits, apply, to)
+
+
+def _value(text: str, option: str):
+    import json as jsonlib
+
+    from statekit.errors import InvalidArgumentError
+
+    try:
+        return jsonlib.loads(text)
+    except ValueError:
+        raise InvalidArgumentError(f"{option} {text!r} is not JSON; give the value's fields as an object, e.g. "
+                                   '\'{"count": 10}\', or one value (quote strings: \'"text"\').') from None
+
+
+def set_value(source: Path, target: Path, uid: Optional[str], name: Optional[str], key: str, state: str, value: str,
+              apply: bool, to: Optional[str]) -> None:
+    """`statekit set` on a checkpoint: --state names the store or value variable, --value the value's fields."""
+    from statekit.savepoint.patch import SetValue
+    from statekit.savepoint.spark_tools import parse_key
+
+    sp = _open(source, None)
+    op = _op(sp, uid, name)
+    _repair(source, target, [SetValue(op, parse_key(key, sp, op), state, _value(value, "--value"))], apply, to)
+
+
+def delete_key(source: Path, target: Path, uid: Optional[str], name: Optional[str], keys: list, apply: bool,
+               to: Optional[str]) -> None:
+    """`statekit delete-key` on a checkpoint: every entry of the keys in every store or variable of the operator."""
+    from statekit.savepoint.patch import DeleteKeys
+    from statekit.savepoint.spark_tools import parse_key
+
+    sp = _open(source, None)
+    op = _op(sp, uid, name)
+    _repair(source, target, [DeleteKeys(op, tuple(parse_key(k, sp, op) for k in keys))], apply, to)
+
+
+def rm_state(source: Path, target: Path, uid: Optional[str], name: Optional[str], states: list, apply: bool,
+             to: Optional[str]) -> None:
+    """`statekit rm-state` on a checkpoint: empty stores or state variables (a join's four stores together)."""
+    from statekit.savepoint.patch import RemoveState
+
+    op = _op(_open(source, None), uid, name)
+    _repair(source, target, [RemoveState(op, s) for s in states], apply, to)
+
+
+def repair_plan(source: Path, target: Path, items: list, plan: Path, apply: bool, to: Optional[str]) -> None:
+    """`statekit repair --plan` on a checkpoint: set, delete-key and rm-state edits; the operator by "uid" (its id)
+    or "name", the table by "state" ("default" when omitted), keys as JSON."""
+    import json as jsonlib
+
+    from statekit.errors import InvalidArgumentError
+    from statekit.savepoint import patch as P
+    from statekit.savepoint.spark_tools import parse_key
+
+    sp = _open(source, None)
+    edits: list = []
+    for i, item in enumerate(items):
+        kind = item.get("edit")
+        if kind not in ("set", "delete-key", "rm-state"):
+            raise InvalidArgumentError(f"--plan {plan}: edit {i + 1} is {kind!r}; a Spark streaming checkpoint takes "
+                                       "set, delete-key and rm-state edits (statekit repartition changes partitions).")
+        op = _op(sp, None if item.get("uid") is None else str(item["uid"]), item.get("name"))
+
+        def key(k, op=op):
+            return parse_key(k if isinstance(k, str) else jsonlib.dumps(k), sp, op)
+
+        try:
+            if kind == "set":
+                edits.append(P.SetValue(op, key(item["key"]), item.get("state"), item["value"]))
+            elif kind == "delete-key":
+                edits.append(P.DeleteKeys(op, tuple(key(k) for k in item["keys"])))
+            else:
+                edits.append(P.RemoveState(op, item["state"]))
+        except KeyError as exc:
+            raise InvalidArgumentError(f"--plan {plan}: edit {i + 1} ({kind}) lacks the field {exc}.") from None
+    _repair(source, target, edits, apply, to)
 
 
 def register(app: typer.Typer) -> None:

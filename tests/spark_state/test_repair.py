@@ -212,3 +212,38 @@ def test_repaired_checkpoint_restarts_with_the_edited_state(spark, tmp_path, cas
 @pytest.mark.parametrize("case", ["agg-rocksdb", "agg-rocksdb_changelog", "window_agg-hdfs", "window_agg-rocksdb"])
 def test_every_provider_restarts_with_the_edited_state(spark, tmp_path, case):
     _restart(spark, tmp_path, case)
+
+
+def test_cli_repairs_on_a_checkpoint(tmp_path):
+    from typer.testing import CliRunner
+
+    from statekit_cli.app import app
+
+    def run(*args):
+        r = CliRunner().invoke(app, [str(a) for a in args], env={"COLUMNS": "200"})
+        if r.exception is not None and not isinstance(r.exception, SystemExit):
+            raise r.exception
+        return r.exit_code, r.stdout + r.stderr
+
+    src = copy_case("agg-rocksdb", tmp_path)
+    code, out = run("set", src, tmp_path / "a", "--uid", "0", "--key", '{"k": "a", "n": 1}', "--state", "default",
+                    "--value", '{"count": 100}')
+    assert code == 0 and "dry run" in out and '{"count": 4, "sum": 18, "max": 10} -> {"count": 100' in out
+    assert not (tmp_path / "a").exists()
+    code, out = run("set", src, tmp_path / "a", "--name", "stateStoreSave", "--key", '["a", 1]', "--state", "default",
+                    "--value", '{"count": 100}', "--apply")
+    assert code == 0 and "new batch 3" in out, out
+    assert SparkCheckpoint.open(tmp_path / "a").get(0, A)[0]["count"] == 100
+    code, out = run("delete-key", tmp_path / "a", tmp_path / "b", "--key", '{"k": "c", "n": 8}', "--apply")
+    assert code == 0 and "1 entries" in out
+    b = SparkCheckpoint.open(tmp_path / "b")
+    assert b.batch == 4 and not b.get(0, C) and b.get(0, A)[0]["count"] == 100
+    code, out = run("rm-state", tmp_path / "b", tmp_path / "c", "--uid", "0", "--state", "default", "--apply")
+    assert code == 0 and SparkCheckpoint.open(tmp_path / "c").keyed_table(0).num_rows == 0
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps([{"edit": "set", "uid": 0, "key": A, "value": {"sum": 1}},
+                                {"edit": "delete-key", "name": "stateStoreSave", "keys": [D, C]}]))
+    code, out = run("repair", src, tmp_path / "d", "--plan", plan, "--apply")
+    d = SparkCheckpoint.open(tmp_path / "d")
+    assert code == 0 and d.get(0, A)[0]["sum"] == 1 and not d.get(0, C), out
+    assert "no change" in out  # D has no state
