@@ -1,0 +1,66 @@
+"""Offline repartitioning of a Spark streaming checkpoint on Spark's executors: each task reads or writes its partitions' files.
+
+Stage 1 has one task per source store partition: it loads that partition's state files
+(`SparkCheckpoint.load`, no JVM state store) and emits each entry keyed by its new partition
+(Spark's Murmur3 placement), plus the partition's RocksDB column family metadata for every new
+partition. Spark's shuffle brings the entries of one new partition together; stage 2 has one task
+per new store partition, which writes its snapshot (HDFS) or checkpoint zip and SSTs (RocksDB) with
+the ``.crc`` side files. The driver reads no state: it writes the operator metadata and the logs
+after the job (`statekit.savepoint.spark_repartition.repartition` does, then renames the target
+into place). Checkpoint and staging directory must be paths every executor reaches (the checkpoint
+reader takes local paths: on a cluster, a shared mount).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Iterator
+
+from statekit.format.spark.layout import OperatorInfo
+from statekit.savepoint.spark_checkpoint import SparkCheckpoint
+from statekit.savepoint.spark_repartition import placed_entries, same_families, write_partition
+
+
+def rewrite_on_executors(spark: Any, sp: SparkCheckpoint, stores: list[tuple[OperatorInfo, str]], stage: Path,
+                         partitions: int) -> dict[str, list[int]]:
+    """Write every store of `stores` in `partitions` new partitions under `stage`, in Spark tasks; entries per
+    new partition, per ``"<op>/<store>"``."""
+    path, batch, out = str(sp.path), sp.batch, str(stage)
+    tasks = [(i, info.id, store, p) for i, (info, store) in enumerate(stores) for p in range(info.num_partitions)]
+    if not tasks:
+        return {}
+
+    def place(task: tuple[int, int, str, int]) -> Iterator[tuple[int, tuple[bytes | None, bytes]]]:
+        i, op, store, p = task
+        cp = SparkCheckpoint.open(path, batch=batch)
+        placed, meta = placed_entries(cp, cp.spark_operator(op), store, p, partitions)
+        for q, k, v in placed:
+            yield i * partitions + q, (k, v)
+        doc = json.dumps(meta).encode()
+        for q in range(partitions):  # every new partition hears of the families, even one no entry goes to
+            yield i * partitions + q, (None, doc)
+
+    def write(index: int, items: Iterator[tuple[int, tuple[bytes | None, bytes]]]) -> Iterator[tuple[int, int, int]]:
+        i, q = divmod(index, partitions)
+        _, op, store, _ = next(t for t in tasks if t[0] == i)
+        cp = SparkCheckpoint.open(path, batch=batch)
+        info = cp.spark_operator(op)
+        entries: dict[bytes, bytes] = {}
+        families: dict = {}
+        for _, (k, v) in items:
+            if k is None:
+                families = same_families(families, json.loads(v), cp, info)
+            else:
+                entries[k] = v
+        write_partition(cp, info, store, Path(out), q, entries, families)
+        yield i, q, len(entries)
+
+    n = len(stores) * partitions
+    counts = (spark.sparkContext.parallelize(tasks, len(tasks)).flatMap(place)
+              .partitionBy(n, lambda x: x).mapPartitionsWithIndex(write).collect())
+    result = {f"{info.id}/{store}": [0] * partitions for info, store in stores}
+    for i, q, c in counts:
+        info, store = stores[i]
+        result[f"{info.id}/{store}"][q] = c
+    return result
