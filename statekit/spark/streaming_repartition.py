@@ -2,8 +2,8 @@
 
 Stage 1 has one task per source store partition: it loads that partition's state files
 (`SparkCheckpoint.load`, no JVM state store) and emits each entry keyed by its new partition
-(Spark's Murmur3 placement), plus the partition's RocksDB column family metadata for every new
-partition. Spark's shuffle brings the entries of one new partition together; stage 2 has one task
+(Spark's Murmur3 placement) as one record per new partition (its keys, its values, and the source
+partition's RocksDB column family metadata). Spark's shuffle brings the entries of one new partition together; stage 2 has one task
 per new store partition, which writes its snapshot (HDFS) or checkpoint zip and SSTs (RocksDB) with
 the ``.crc`` side files. The driver reads no state: it writes the operator metadata and the logs
 after the job (`statekit.savepoint.spark_repartition.repartition` does, then renames the target
@@ -31,28 +31,29 @@ def rewrite_on_executors(spark: Any, sp: SparkCheckpoint, stores: list[tuple[Ope
     if not tasks:
         return {}
 
-    def place(task: tuple[int, int, str, int]) -> Iterator[tuple[int, tuple[bytes | None, bytes]]]:
+    def place(task: tuple[int, int, str, int]) -> Iterator[tuple[int, tuple[list[bytes], list[bytes], bytes]]]:
         i, op, store, p = task
         cp = SparkCheckpoint.open(path, batch=batch)
         placed, meta = placed_entries(cp, cp.spark_operator(op), store, p, partitions)
+        keys: list[list[bytes]] = [[] for _ in range(partitions)]
+        values: list[list[bytes]] = [[] for _ in range(partitions)]
         for q, k, v in placed:
-            yield i * partitions + q, (k, v)
+            keys[q].append(k)
+            values[q].append(v)
         doc = json.dumps(meta).encode()
-        for q in range(partitions):  # every new partition hears of the families, even one no entry goes to
-            yield i * partitions + q, (None, doc)
+        for q in range(partitions):  # one record per new partition (even an empty one: it hears of the families)
+            yield i * partitions + q, (keys[q], values[q], doc)
 
-    def write(index: int, items: Iterator[tuple[int, tuple[bytes | None, bytes]]]) -> Iterator[tuple[int, int, int]]:
+    def write(index: int, items: Iterator[tuple[int, tuple[list[bytes], list[bytes], bytes]]]) -> Iterator[tuple[int, int, int]]:
         i, q = divmod(index, partitions)
         _, op, store, _ = next(t for t in tasks if t[0] == i)
         cp = SparkCheckpoint.open(path, batch=batch)
         info = cp.spark_operator(op)
         entries: dict[bytes, bytes] = {}
         families: dict = {}
-        for _, (k, v) in items:
-            if k is None:
-                families = same_families(families, json.loads(v), cp, info)
-            else:
-                entries[k] = v
+        for _, (keys, values, doc) in items:
+            families = same_families(families, json.loads(doc), cp, info)
+            entries.update(zip(keys, values))
         write_partition(cp, info, store, Path(out), q, entries, families)
         yield i, q, len(entries)
 
