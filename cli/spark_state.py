@@ -191,13 +191,25 @@ def repartition(
     target: Path = typer.Argument(..., help="The new checkpoint to write (must not exist).", show_default=False),
     partitions: int = typer.Option(..., "--partitions", min=1, help="The new number of state partitions (and "
                                    "spark.sql.shuffle.partitions of the restarted query)."),
+    engine: str = typer.Option("local", "--engine", help="local (one process) or spark (the state files read and "
+                               "written by Spark tasks on the executors)."),
 ) -> None:
     """Write a copy of a Spark streaming checkpoint whose state is in --partitions partitions (keys re-placed by
     Spark's hash). Restart the query on TARGET with spark.sql.shuffle.partitions set to the same number."""
     from statekit.savepoint.spark_repartition import repartition as run
 
+    if engine not in ("local", "spark"):
+        fail(f"--engine must be local or spark, not {engine!r}.")
+    spark = None
+    if engine == "spark":
+        from statekit_cli.query import quiet_jvm
+
+        with progress("starting Spark"), quiet_jvm():
+            from statekit.spark import spark_session
+
+            spark = spark_session()
     with progress(f"repartitioning into {partitions} partitions"):
-        summary = run(checkpoint, target, partitions=partitions)
+        summary = run(checkpoint, target, partitions=partitions, spark=spark)
     console = out()
     for line in summary.lines():
         console.print(line, markup=False)

@@ -48,3 +48,18 @@ def test_executors_write_what_the_local_repartition_writes(spark, tmp_path, case
     stages = [tracker.getStageInfo(s) for s in tracker.getJobInfo(jobs[0]).stageIds]
     stores = len(SparkCheckpoint.open(src).spark_operator(0).stores) if not case.startswith("tws") else 1
     assert sorted(s.numTasks for s in stages) == sorted([4 * stores, m * stores])
+
+
+@pytest.mark.spark
+@pytest.mark.extended
+def test_cli_engine_spark(spark, tmp_path):
+    from typer.testing import CliRunner
+
+    from statekit_cli.app import app
+
+    r = CliRunner().invoke(app, ["repartition", str(case_dir("agg-rocksdb") / "checkpoint"), str(tmp_path / "out"),
+                                 "--partitions", "3", "--engine", "spark"])
+    assert r.exit_code == 0, r.output
+    local = repartition(case_dir("agg-rocksdb") / "checkpoint", tmp_path / "local", partitions=3)
+    a, b = SparkCheckpoint.open(tmp_path / "local"), SparkCheckpoint.open(tmp_path / "out")
+    assert _rows(a, "default") == _rows(b, "default") and sum(local.entries["0/default"]) > 0
