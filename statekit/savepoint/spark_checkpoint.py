@@ -221,9 +221,7 @@ class SparkCheckpoint(Savepoint):
         self._store(info, store)
         data = self.load(info.id, partition, store)
         skip = 1 if self.provider == "rocksdb" else 0
-        keys, values = list(data.entries), list(data.entries.values())
-        if skip and any(k[:1] != b"\0" for k in keys) or skip and any(v[:1] != b"\0" for v in values):
-            return None  # the row decoder names the damaged entry
+        keys, values = list(data.entries), list(data.entries.values())  # (decode_columns checks the version byte)
         kc = decode_columns(keys, shape.key, skip=skip)
         vc = decode_columns(values, shape.value, skip=skip)
         if kc is None or vc is None:

@@ -89,6 +89,8 @@ def decode_columns(rows: list[bytes], schema: Struct, *, skip: int = 0) -> list[
     ends = np.cumsum(lengths)
     starts = ends - lengths + skip
     buf = np.frombuffer(b"".join(rows) + b"\0" * 8, np.uint8)
+    if skip and len(rows) and (int(np.min(lengths)) < skip or np.any(buf[starts - skip] != 0)):
+        return None  # a leading byte that is not RocksDB's encoding version 0: the row decoder names the entry
     try:
         return _columns(buf, starts, ends, schema)
     except IndexError:
