@@ -64,6 +64,7 @@ def build(spark, root: Path, keys: int) -> tuple[Path, Path]:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--keys", type=int, default=1_000_000)
+    ap.add_argument("--read-only", action="store_true", help="only the full read (no repartition, no replay)")
     args = ap.parse_args()
     from statekit.savepoint.spark_checkpoint import SparkCheckpoint
     from statekit.savepoint.spark_repartition import repartition
@@ -86,6 +87,9 @@ def main() -> None:
     print(f"full read: statekit {ours:.2f} s ({rows / ours / 1e6:.2f} M rows/s), Spark statestore {theirs:.2f} s "
           f"({rows / theirs / 1e6:.2f} M rows/s): {theirs / ours:.2f}x; load {load()}", flush=True)
 
+    if args.read_only:
+        spark.stop()
+        return
     with tempfile.TemporaryDirectory(prefix="statekit-bench-") as tmp:
         t = time.perf_counter()
         repartition(cp, Path(tmp) / "out", partitions=16)
