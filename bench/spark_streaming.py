@@ -7,8 +7,10 @@ Measured in the same run:
 
 * full read: ``SparkCheckpoint.keyed_table`` of every partition (no JVM) against Spark's own
   ``format("statestore")`` source written to Spark's ``noop`` sink (every row read, nothing collected)
-* repartition 4 -> 16: ``statekit.savepoint.spark_repartition.repartition`` against the only open-source
-  alternative, rebuilding the state by replaying the input into a new checkpoint with 16 partitions
+* repartition 4 -> 16: ``statekit.savepoint.spark_repartition.repartition`` in one process, and on Spark's
+  executors (``spark=``: one task per source partition, a shuffle, one task per new partition), against the
+  only open-source alternative, rebuilding the state by replaying the input into a new checkpoint with 16
+  partitions
 
     python bench/spark_streaming.py [--keys N]     (the issue's figure: --keys 10000000)
 
@@ -20,9 +22,13 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import sys
 import tempfile
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import load  # noqa: E402
 
 ROCKS = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 
@@ -58,6 +64,7 @@ def build(spark, root: Path, keys: int) -> tuple[Path, Path]:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--keys", type=int, default=1_000_000)
+    ap.add_argument("--read-only", action="store_true", help="only the full read (no repartition, no replay)")
     args = ap.parse_args()
     from statekit.savepoint.spark_checkpoint import SparkCheckpoint
     from statekit.savepoint.spark_repartition import repartition
@@ -67,7 +74,7 @@ def main() -> None:
     spark = spark_session()
     spark.sparkContext.setLogLevel("ERROR")
     src, cp = build(spark, base / f"spark-streaming-bench-{args.keys}", args.keys)
-    print(f"{args.keys:,} keys, RocksDB provider, 4 partitions; load {os.getloadavg()[0]:.1f}")
+    print(f"{args.keys:,} keys, RocksDB provider, 4 partitions; load {load()}")
 
     t = time.perf_counter()
     rows = SparkCheckpoint.open(cp).keyed_table(0).num_rows
@@ -78,15 +85,27 @@ def main() -> None:
     spark.read.format("statestore").load(str(cp)).write.format("noop").mode("overwrite").save()
     theirs = time.perf_counter() - t
     print(f"full read: statekit {ours:.2f} s ({rows / ours / 1e6:.2f} M rows/s), Spark statestore {theirs:.2f} s "
-          f"({rows / theirs / 1e6:.2f} M rows/s): {theirs / ours:.2f}x")
+          f"({rows / theirs / 1e6:.2f} M rows/s): {theirs / ours:.2f}x; load {load()}", flush=True)
 
+    if args.read_only:
+        spark.stop()
+        return
     with tempfile.TemporaryDirectory(prefix="statekit-bench-") as tmp:
         t = time.perf_counter()
         repartition(cp, Path(tmp) / "out", partitions=16)
         ours = time.perf_counter() - t
+        shutil.rmtree(Path(tmp) / "out")
+        print(f"repartition 4 -> 16 in one process: {ours:.2f} s; load {load()}", flush=True)
+        t = time.perf_counter()
+        from statekit.spark.streaming_repartition import repartition as on_executors
+
+        on_executors(cp, Path(tmp) / "out-executors", partitions=16, spark=spark)
+        executors = time.perf_counter() - t
+        shutil.rmtree(Path(tmp) / "out-executors")
+        print(f"repartition 4 -> 16 on Spark's executors: {executors:.2f} s; load {load()}", flush=True)
         replay = _query(spark, src, Path(tmp) / "replay", 16)
-    print(f"repartition 4 -> 16: statekit {ours:.2f} s, Spark replaying the input {replay:.2f} s: "
-          f"{replay / ours:.2f}x; load {os.getloadavg()[0]:.1f}")
+    print(f"repartition 4 -> 16: statekit {ours:.2f} s (one process), {executors:.2f} s (executors); Spark replaying "
+          f"the input {replay:.2f} s: {replay / ours:.2f}x / {replay / executors:.2f}x; load {load()}")
     spark.stop()
 
 

@@ -260,3 +260,18 @@ class _NoProgress:
 
     def advance(self, task: int, advance: float = 1) -> None:
         pass
+
+
+def quiet_jvm():
+    """Without --debug, Ivy and JVM start-up logs stay out of the output (`quiet_jvm_start`)."""
+    from statekit.spark.session import quiet_jvm_start
+
+    return quiet_jvm_start(not debug_enabled())
+
+
+def is_checkpoint(path: Path) -> bool:
+    """Whether `path` is a local Spark streaming checkpoint (cheap: two files looked at)."""
+    from statekit.format.spark.layout import is_spark_checkpoint
+
+    text = str(path)
+    return "://" not in text and is_spark_checkpoint(Path(text))

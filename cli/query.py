@@ -14,12 +14,12 @@ from statekit_cli.common import (
     PLAN,
     SQL,
     check_format,
-    debug_enabled,
     err,
     fail,
     out,
     plan_of,
     progress,
+    quiet_jvm,
 )
 
 HELP = """Run SQL over a savepoint: each operator is a database named after its uid, holding the tables
@@ -92,7 +92,7 @@ def _spark(path: Path, sql: str, prefix: str | None, limit: int, plan: Optional[
         bar.update(task, description="registering the savepoint's tables")
         from pyspark.errors import AnalysisException, ParseException
 
-        from statekit_cli.spark_state import is_checkpoint
+        from statekit_cli.common import is_checkpoint
 
         if is_checkpoint(path):  # a Spark streaming checkpoint: the names statekit.sql gives it
             from statekit.spark.streaming_state import StreamingStateReader
@@ -138,13 +138,6 @@ class _SparkProgress:
     def stop(self) -> None:
         self._done.set()
         self._thread.join()  # ends within one poll: no thread inside py4j when the interpreter exits
-
-
-def quiet_jvm():
-    """Without --debug, Ivy and JVM start-up logs stay out of the output (`quiet_jvm_start`)."""
-    from statekit.spark.session import quiet_jvm_start
-
-    return quiet_jvm_start(not debug_enabled())
 
 
 def register(app: typer.Typer) -> None:

@@ -21,6 +21,7 @@ from statekit_cli.common import (
     UID,
     err,
     fail,
+    is_checkpoint,
     open_savepoint,
     operator_id,
     out,
@@ -90,6 +91,10 @@ def set_value(
 
     On a Flink SQL savepoint with --plan, --state may name a result column (cnt): the accumulator fields
     behind it are set; rows are merged field by field into the stored row."""
+    if is_checkpoint(source):  # a Spark streaming checkpoint: the edits become a new batch (statekit_cli.spark_state)
+        from statekit_cli import spark_state
+
+        return run_repair(source, target, spark_state.set_edits(source, uid, name, key, state, value), apply, to)
     from statekit_cli.render import parse_json_value
 
     op, k = _key(source, uid, uid_hash, key, name, plan)
@@ -125,6 +130,10 @@ def delete_key(
     apply: bool = APPLY, to: Optional[str] = TO, name: Optional[str] = NAME,
 ) -> None:
     """Delete keys: all their keyed state and timers."""
+    if is_checkpoint(source):  # a Spark streaming checkpoint: the edits become a new batch (statekit_cli.spark_state)
+        from statekit_cli import spark_state
+
+        return run_repair(source, target, spark_state.delete_edits(source, uid, name, keys), apply, to)
     from statekit_cli.render import parse_key
 
     op = operator_id(uid, uid_hash, name=name)
@@ -139,6 +148,11 @@ def rm_state(
     apply: bool = APPLY, to: Optional[str] = TO, name: Optional[str] = NAME,
 ) -> None:
     """Remove keyed or operator states of an operator (a restored job starts them empty)."""
+    if is_checkpoint(source):  # a Spark streaming checkpoint: the edits become a new batch (statekit_cli.spark_state)
+        from statekit_cli import spark_state
+
+        return run_repair(source, target, spark_state.rm_edits(source, uid, name, states), apply, to)
+
     op = operator_id(uid, uid_hash, name=name)
     run_repair(source, target, [E.RemoveState(op, s) for s in states], apply, to)
 
@@ -239,7 +253,7 @@ def _rekey_spark(source: Path, target: Path, sp, meta, expr: str, apply: bool, t
         console.print(f"would write {target} as a {describe(fmt, sp)} from {source}", markup=False)
         err().print("dry run: nothing written; pass --apply to write the new savepoint", markup=False)
         return
-    from statekit_cli.query import quiet_jvm
+    from statekit_cli.common import quiet_jvm
 
     with progress("re-keying with Spark"):
         with quiet_jvm():
@@ -276,6 +290,10 @@ def repair_plan(
         raise InvalidArgumentError(f"--plan {plan}: not a readable JSON file ({exc}).") from None
     if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
         raise InvalidArgumentError(f"--plan {plan}: expected a JSON list of objects, one per edit.")
+    if is_checkpoint(source):  # a Spark streaming checkpoint (statekit_cli.spark_state)
+        from statekit_cli import spark_state
+
+        return run_repair(source, target, spark_state.plan_edits(source, items, plan), apply, to)
     sp = open_savepoint(source, sql_plan)
     edits = []
     for i, item in enumerate(items):

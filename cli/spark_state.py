@@ -1,4 +1,5 @@
-"""The read commands on Spark streaming checkpoints (inspect, show, get, check, stats, diff), and `repartition`.
+"""The read commands on Spark streaming checkpoints (inspect, show, get, check, stats, diff), the repairs
+(set, delete-key, rm-state, repair --plan: written as a new batch of a copy), and `repartition`.
 
 `statekit_cli.read` and `statekit_cli.stats` hand a checkpoint to these functions; the operator is
 named by its id (``--uid 0``) or name (``--name stateStoreSave``), or is the only one; a table by
@@ -11,18 +12,10 @@ from typing import Optional
 
 import typer
 
-from statekit_cli.common import EXIT_PROBLEMS, err, fail, out, progress
+from statekit_cli.common import EXIT_PROBLEMS, err, fail, is_checkpoint, out, progress
 
 BATCH = typer.Option(None, "--batch", min=0, show_default=False,
                      help="Spark checkpoints: the committed batch whose state is read (default: the latest).")
-
-
-def is_checkpoint(path: Path) -> bool:
-    """Whether `path` is a local Spark streaming checkpoint (cheap: two files looked at)."""
-    from statekit.format.spark.layout import is_spark_checkpoint
-
-    text = str(path)
-    return "://" not in text and is_spark_checkpoint(Path(text))
 
 
 def _open(path: Path, batch: Optional[int]):
@@ -190,16 +183,107 @@ def repartition(
     target: Path = typer.Argument(..., help="The new checkpoint to write (must not exist).", show_default=False),
     partitions: int = typer.Option(..., "--partitions", min=1, help="The new number of state partitions (and "
                                    "spark.sql.shuffle.partitions of the restarted query)."),
+    engine: str = typer.Option("local", "--engine", help="local (one process) or spark (the state files read and "
+                               "written by Spark tasks on the executors)."),
 ) -> None:
     """Write a copy of a Spark streaming checkpoint whose state is in --partitions partitions (keys re-placed by
     Spark's hash). Restart the query on TARGET with spark.sql.shuffle.partitions set to the same number."""
     from statekit.savepoint.spark_repartition import repartition as run
 
+    if engine not in ("local", "spark"):
+        fail(f"--engine must be local or spark, not {engine!r}.")
+    spark = None
+    if engine == "spark":
+        from statekit_cli.common import quiet_jvm
+
+        with progress("starting Spark"), quiet_jvm():
+            from statekit.spark import spark_session
+
+            spark = spark_session()
     with progress(f"repartitioning into {partitions} partitions"):
-        summary = run(checkpoint, target, partitions=partitions)
+        if spark is None:
+            summary = run(checkpoint, target, partitions=partitions)
+        else:
+            from statekit.spark.streaming_repartition import repartition as on_executors
+
+            summary = on_executors(checkpoint, target, partitions=partitions, spark=spark)
     console = out()
     for line in summary.lines():
         console.print(line, markup=False)
+
+
+def _value(text: str, option: str):
+    import json as jsonlib
+
+    from statekit.errors import InvalidArgumentError
+
+    try:
+        return jsonlib.loads(text)
+    except ValueError:
+        raise InvalidArgumentError(f"{option} {text!r} is not JSON; give the value's fields as an object, e.g. "
+                                   '\'{"count": 10}\', or one value (quote strings: \'"text"\').') from None
+
+
+def set_edits(source: Path, uid: Optional[str], name: Optional[str], key: str, state: str, value: str) -> list:
+    """The edits of `statekit set` on a checkpoint: --state names the store or value variable, --value the value's
+    fields (`statekit_cli.repair` runs them)."""
+    from statekit.savepoint.patch import SetValue
+    from statekit.savepoint.spark_tools import parse_key
+
+    sp = _open(source, None)
+    op = _op(sp, uid, name)
+    return [SetValue(op, parse_key(key, sp, op), state, _value(value, "--value"))]
+
+
+def delete_edits(source: Path, uid: Optional[str], name: Optional[str], keys: list) -> list:
+    """The edits of `statekit delete-key` on a checkpoint: every entry of the keys in every store or variable."""
+    from statekit.savepoint.patch import DeleteKeys
+    from statekit.savepoint.spark_tools import parse_key
+
+    sp = _open(source, None)
+    op = _op(sp, uid, name)
+    return [DeleteKeys(op, tuple(parse_key(k, sp, op) for k in keys))]
+
+
+def rm_edits(source: Path, uid: Optional[str], name: Optional[str], states: list) -> list:
+    """The edits of `statekit rm-state` on a checkpoint: empty stores or state variables (a join's four together)."""
+    from statekit.savepoint.patch import RemoveState
+
+    op = _op(_open(source, None), uid, name)
+    return [RemoveState(op, s) for s in states]
+
+
+def plan_edits(source: Path, items: list, plan: Path) -> list:
+    """The edits of `statekit repair --plan` on a checkpoint: set, delete-key and rm-state; the operator by "uid"
+    (its id) or "name", the table by "state" ("default" when omitted), keys as JSON."""
+    import json as jsonlib
+
+    from statekit.errors import InvalidArgumentError
+    from statekit.savepoint import patch as P
+    from statekit.savepoint.spark_tools import parse_key
+
+    sp = _open(source, None)
+    edits: list = []
+    for i, item in enumerate(items):
+        kind = item.get("edit")
+        if kind not in ("set", "delete-key", "rm-state"):
+            raise InvalidArgumentError(f"--plan {plan}: edit {i + 1} is {kind!r}; a Spark streaming checkpoint takes "
+                                       "set, delete-key and rm-state edits (statekit repartition changes partitions).")
+        op = _op(sp, None if item.get("uid") is None else str(item["uid"]), item.get("name"))
+
+        def key(k, op=op):
+            return parse_key(k if isinstance(k, str) else jsonlib.dumps(k), sp, op)
+
+        try:
+            if kind == "set":
+                edits.append(P.SetValue(op, key(item["key"]), item.get("state"), item["value"]))
+            elif kind == "delete-key":
+                edits.append(P.DeleteKeys(op, tuple(key(k) for k in item["keys"])))
+            else:
+                edits.append(P.RemoveState(op, item["state"]))
+        except KeyError as exc:
+            raise InvalidArgumentError(f"--plan {plan}: edit {i + 1} ({kind}) lacks the field {exc}.") from None
+    return edits
 
 
 def register(app: typer.Typer) -> None:

@@ -132,6 +132,10 @@ def repair(source: str | os.PathLike, target: str | os.PathLike, edits: Sequence
     compiled plan: `SetValue` then takes the query's result columns (see `SetValue`). A Flink savepoint with SQL
     operators is written Flink to Flink (`statekit.savepoint.flink_repair`).
     """
+    from statekit.savepoint import spark_repair
+
+    if spark_repair.is_checkpoint(source):  # a Spark streaming checkpoint: the edits become a new batch of a copy
+        return spark_repair.repair(source, target, edits, dry_run=dry_run, to=to)
     refuse_target_inside(source, target)
     sp = Savepoint.open(as_path(source), plan=plan) if plan is not None else Savepoint.open(as_path(source))
     result = TransformPlan(as_path(source), as_path(target))  # type: ignore[arg-type]

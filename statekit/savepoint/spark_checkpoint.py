@@ -203,11 +203,19 @@ class SparkCheckpoint(Savepoint):
         info = self.spark_operator(op)
         shape = self.shape(info.id, store)
         schema = self.table_schema(info.id, store)
-        parts = []
-        for p in (range(info.num_partitions) if partitions is None else partitions):
+        wanted = list(range(info.num_partitions) if partitions is None else partitions)
+
+        def one(p: int) -> pa.Table:
             fast = None if self.is_tws(info.id) else self._columns(info, store, p, shape, schema)
-            parts.append(fast if fast is not None else pa.Table.from_pylist(to_rows(self._pairs(info, store, p), shape, p),
-                                                                            schema=schema))
+            return fast if fast is not None else pa.Table.from_pylist(to_rows(self._pairs(info, store, p), shape, p),
+                                                                      schema=schema)
+        if len(wanted) > 1:  # RocksDB and numpy release the GIL part of the time: ~25% faster with threads
+            from concurrent.futures import ThreadPoolExecutor
+
+            with ThreadPoolExecutor(min(len(wanted), 4)) as pool:
+                parts = list(pool.map(one, wanted))
+        else:
+            parts = [one(p) for p in wanted]
         return pa.concat_tables(parts) if parts else schema.empty_table()
 
     def _columns(self, info: OperatorInfo, store: str, partition: int, shape: TableShape,
@@ -221,9 +229,7 @@ class SparkCheckpoint(Savepoint):
         self._store(info, store)
         data = self.load(info.id, partition, store)
         skip = 1 if self.provider == "rocksdb" else 0
-        keys, values = list(data.entries), list(data.entries.values())
-        if skip and any(k[:1] != b"\0" for k in keys) or skip and any(v[:1] != b"\0" for v in values):
-            return None  # the row decoder names the damaged entry
+        keys, values = list(data.entries), list(data.entries.values())  # (decode_columns checks the version byte)
         kc = decode_columns(keys, shape.key, skip=skip)
         vc = decode_columns(values, shape.value, skip=skip)
         if kc is None or vc is None:
@@ -270,6 +276,10 @@ class SparkCheckpoint(Savepoint):
         if len(values) != len(fields.fields):
             raise InvalidArgumentError(f"operator {info.id}'s key has fields {fields.names}; got {key!r}.")
         return [pa.array([v], arrow_type(f.type)) for v, f in zip(values, fields.fields)]
+
+    def grouping_key(self, op: OpRef) -> Struct:
+        """The fields Spark partitions `op`'s state by (grouping columns, dedup columns, join keys)."""
+        return self._grouping_key(self.spark_operator(op))
 
     def _grouping_key(self, info: OperatorInfo) -> Struct:
         if self.is_tws(info.id):

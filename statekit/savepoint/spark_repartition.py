@@ -24,6 +24,7 @@ import struct
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 
@@ -64,8 +65,13 @@ class RepartitionSummary:
 
 
 def repartition(checkpoint: str | os.PathLike[str], target: str | os.PathLike[str], *,
-                partitions: int) -> RepartitionSummary:
+                partitions: int, rewrite: Any = None) -> RepartitionSummary:
     """Write `target`: `checkpoint`'s latest committed state in `partitions` state partitions.
+
+    `rewrite(sp, stores, stage, partitions)`, when given, writes the stores' new partitions under `stage`
+    and returns the entries per new partition by ``"<op>/<store>"`` instead of this process:
+    `statekit.spark.streaming_repartition.repartition` passes the one that runs Spark tasks on the
+    executors; the metadata and logs are written here, last, either way.
 
     Examples
     --------
@@ -77,28 +83,23 @@ def repartition(checkpoint: str | os.PathLike[str], target: str | os.PathLike[st
         raise InvalidArgumentError(f"--partitions must be at least 1, not {partitions}.")
     if out.exists():
         raise OutputExistsError(f"{out} exists; repartition writes a new checkpoint. Choose a path that does not exist.")
-    layout = CheckpointLayout(src)
-    pending = layout.uncommitted()
-    if pending:
-        raise RunningQueryError(
-            f"{src}: batch {pending[0]} is in the offset log but not committed (offsets/{pending[0]} without "
-            f"commits/{pending[0]}): the query is running, or stopped inside that batch. Stop the query and let it "
-            "finish (or restart and stop it once) so that its last batch is committed, then repartition."
-        )
+    refuse_running(CheckpointLayout(src), src, "repartition")
     sp = SparkCheckpoint.open(src)
     before = {o.num_partitions for o in sp.spark_operators}
     summary = RepartitionSummary(str(src), str(out), sp.batch, max(before, default=0), partitions)
+    stores = [(info, s) for info in sp.spark_operators
+              for s in (["default"] if sp.is_tws(info.id) else [x.name for x in info.stores])]
     stage = out.with_name(f".{out.name}.statekit-{uuid.uuid4().hex[:8]}")
     try:
-        _copy_logs(src, stage, partitions)
-        for info in sp.spark_operators:
+        stage.mkdir(parents=True)
+        if rewrite is not None:
+            summary.entries.update(rewrite(sp, stores, stage, partitions))
+        else:
+            for info, store in stores:
+                summary.entries[f"{info.id}/{store}"] = _rewrite_store(sp, info, store, stage, partitions)
+        for info in sp.spark_operators:  # the metadata and the logs last (they name the new partition count)
             _copy_operator_files(sp, info, stage, out, partitions)
-            if sp.is_tws(info.id):
-                counts = _rewrite_store(sp, info, "default", stage, partitions)
-                summary.entries[f"{info.id}/default"] = counts
-            else:
-                for s in info.stores:
-                    summary.entries[f"{info.id}/{s.name}"] = _rewrite_store(sp, info, s.name, stage, partitions)
+        _copy_logs(src, stage, partitions)
         os.rename(stage, out)
     except BaseException:
         shutil.rmtree(stage, ignore_errors=True)
@@ -106,9 +107,20 @@ def repartition(checkpoint: str | os.PathLike[str], target: str | os.PathLike[st
     return summary
 
 
+def refuse_running(layout: CheckpointLayout, src: Path, what: str) -> None:
+    """Raise `RunningQueryError` if the offset log holds a batch beyond the last commit (the query may still write)."""
+    pending = layout.uncommitted()
+    if pending:
+        raise RunningQueryError(
+            f"{src}: batch {pending[0]} is in the offset log but not committed (offsets/{pending[0]} without "
+            f"commits/{pending[0]}): the query is running, or stopped inside that batch. Stop the query and let it "
+            f"finish (or restart and stop it once) so that its last batch is committed, then {what}."
+        )
+
+
 def _copy_logs(src: Path, stage: Path, partitions: int) -> None:
     """metadata, commits, sources as they are; offsets with ``spark.sql.shuffle.partitions`` = `partitions`."""
-    stage.mkdir(parents=True)
+    stage.mkdir(parents=True, exist_ok=True)
     for entry in src.iterdir():
         if entry.name == "state" or (entry.name.startswith(".") and entry.name.endswith(".crc")):
             continue  # state is rewritten; Hadoop's local .crc files are optional and would not match rewrites
@@ -132,7 +144,7 @@ def _copy_operator_files(sp: SparkCheckpoint, info: OperatorInfo, stage: Path, f
     """Operator metadata (numPartitions = `partitions`), schema files; v2 metadata names the new schema paths."""
     src_op = sp.path / "state" / str(info.id)
     dst_op = stage / "state" / str(info.id)
-    dst_op.mkdir(parents=True)
+    dst_op.mkdir(parents=True, exist_ok=True)
     if (src_op / "_stateSchema").is_dir():
         shutil.copytree(src_op / "_stateSchema", dst_op / "_stateSchema", ignore=shutil.ignore_patterns(".*.crc"))
     meta_dir = src_op / "_metadata"
@@ -165,42 +177,61 @@ def _rewrite_store(sp: SparkCheckpoint, info: OperatorInfo, store: str, stage: P
     targets: list[dict[bytes, bytes]] = [{} for _ in range(partitions)]
     cf_meta: dict = {}
     for p in range(info.num_partitions):
-        data = sp.load(info.id, p, store)
-        if data.rocks_metadata and data.column_families:
-            if cf_meta and cf_meta.get("columnFamilyMapping") != data.rocks_metadata.get("columnFamilyMapping"):
-                raise UnsupportedStateFormatError(
-                    f"{sp.path}: operator {info.id}'s partitions number their column families differently "
-                    f"({cf_meta.get('columnFamilyMapping')} vs {data.rocks_metadata.get('columnFamilyMapping')}); "
-                    "statekit cannot merge them into one partition.")
-            cf_meta = data.rocks_metadata
-        if not data.entries:
-            continue
-        keys = list(data.entries)
-        where = f"{sp.path}: operator {info.id} partition {p} store {store}"
-        schema = sp._grouping_key(info)
-        columns = None
-        if not sp.is_tws(info.id):  # plain stores: the key's leading columns, decoded with numpy
-            columns = decode_columns(keys, sp.shape(info.id, store).key, skip=1 if sp.provider == "rocksdb" else 0)
-        if columns is None:
-            grouping = _grouping_rows(sp, info, store, keys, data, where)
-            table = pa.Table.from_pylist(grouping, schema=pa.schema([pa.field(f.name, arrow_type(f.type))
-                                                                       for f in schema.fields]))
-            columns = [table.column(i) for i in range(table.num_columns)]
-        placed = partition_ids(list(columns[:len(schema.fields)]), partitions)
-        for k, q in zip(keys, placed.tolist()):
-            targets[q][k] = data.entries[k]
-    codec = sp.conf.get("spark.sql.streaming.stateStore.compression.codec", "lz4")
+        placed, meta = placed_entries(sp, info, store, p, partitions)
+        cf_meta = same_families(cf_meta, meta, sp, info)
+        for q, k, v in placed:
+            targets[q][k] = v
     for q, entries in enumerate(targets):
-        directory = stage / "state" / str(info.id) / str(q) / ("" if store == "default" else store)
-        directory.mkdir(parents=True, exist_ok=True)
-        if sp.provider == "hdfs":
-            write_hdfs_snapshot(directory, sp.version, entries, codec)
-        else:
-            write_rocksdb_checkpoint(directory, sp.version, entries, cf_meta)
+        write_partition(sp, info, store, stage, q, entries, cf_meta)
     return [len(t) for t in targets]
 
 
-def _grouping_rows(sp: SparkCheckpoint, info: OperatorInfo, store: str, keys: list[bytes],
+def placed_entries(sp: SparkCheckpoint, info: OperatorInfo, store: str, p: int,
+                   partitions: int) -> tuple[list[tuple[int, bytes, bytes]], dict]:
+    """Source partition `p` of `store`: (new partition, key, value) of each entry, and its RocksDB column family
+    metadata (``{}`` without column families)."""
+    data = sp.load(info.id, p, store)
+    meta = data.rocks_metadata if data.rocks_metadata and data.column_families else {}
+    if not data.entries:
+        return [], meta
+    keys = list(data.entries)
+    where = f"{sp.path}: operator {info.id} partition {p} store {store}"
+    schema = sp.grouping_key(info.id)
+    columns = None
+    if not sp.is_tws(info.id):  # plain stores: the key's leading columns, decoded with numpy
+        columns = decode_columns(keys, sp.shape(info.id, store).key, skip=1 if sp.provider == "rocksdb" else 0)
+    if columns is None:
+        grouping = grouping_rows(sp, info, store, keys, data, where)
+        table = pa.Table.from_pylist(grouping, schema=pa.schema([pa.field(f.name, arrow_type(f.type))
+                                                                   for f in schema.fields]))
+        columns = [table.column(i) for i in range(table.num_columns)]
+    placed = partition_ids(list(columns[:len(schema.fields)]), partitions)
+    return [(q, k, data.entries[k]) for k, q in zip(keys, placed.tolist())], meta
+
+
+def same_families(have: dict, meta: dict, sp: SparkCheckpoint, info: OperatorInfo) -> dict:
+    """The column family metadata of the partitions merged so far (`have`) with one more partition's (`meta`)."""
+    if have and meta and have.get("columnFamilyMapping") != meta.get("columnFamilyMapping"):
+        raise UnsupportedStateFormatError(
+            f"{sp.path}: operator {info.id}'s partitions number their column families differently "
+            f"({have.get('columnFamilyMapping')} vs {meta.get('columnFamilyMapping')}); "
+            "statekit cannot merge them into one partition.")
+    return meta or have
+
+
+def write_partition(sp: SparkCheckpoint, info: OperatorInfo, store: str, stage: Path, q: int,
+                    entries: dict[bytes, bytes], cf_meta: dict) -> None:
+    """New partition `q` of `store` under `stage`: a snapshot (HDFS) or a checkpoint zip (RocksDB) at the version."""
+    directory = stage / "state" / str(info.id) / str(q) / ("" if store == "default" else store)
+    directory.mkdir(parents=True, exist_ok=True)
+    if sp.provider == "hdfs":
+        codec = sp.conf.get("spark.sql.streaming.stateStore.compression.codec", "lz4")
+        write_hdfs_snapshot(directory, sp.version, entries, codec)
+    else:
+        write_rocksdb_checkpoint(directory, sp.version, entries, cf_meta)
+
+
+def grouping_rows(sp: SparkCheckpoint, info: OperatorInfo, store: str, keys: list[bytes],
                    data: providers.StoreData, where: str) -> list[dict]:
     """The partitioning key of each stored key (grouping columns, join keys, dedup columns), as dicts."""
     grouping = sp._grouping_key(info)

@@ -50,13 +50,18 @@ def _results(spark, case: str, out, src_in, m: int) -> dict:
     return got
 
 
-def _check(spark, tmp_path, case: str, m: int) -> None:
+def _check(spark, tmp_path, case: str, m: int, on_executors: bool = False) -> None:
     exp = expected(case)
     name = case.split("-")[0]
     src_cp, src_in, out = tmp_path / "src" / "checkpoint", tmp_path / "src" / "input", tmp_path / "out"
     shutil.copytree(case_dir(case) / "checkpoint", src_cp)
     H.place_input(case_dir(case), exp, src_cp, src_in)
-    repartition(src_cp, out, partitions=m)
+    if on_executors:
+        from statekit.spark.streaming_repartition import repartition as on_spark
+
+        on_spark(src_cp, out, partitions=m, spark=spark)
+    else:
+        repartition(src_cp, out, partitions=m)
     got = _results(spark, name, out, src_in, m)
 
     # Spark's own reader sees M partitions holding the corpus state, each key where Spark's hash puts it
@@ -89,3 +94,10 @@ def test_repartitioned_checkpoint_restarts_exactly(spark, tmp_path, case, m):
 @pytest.mark.parametrize("case,m", EXTENDED)
 def test_every_case_repartitioned_restarts_exactly(spark, tmp_path, case, m):
     _check(spark, tmp_path, case, m)
+
+
+@pytest.mark.spark
+@pytest.mark.extended
+@pytest.mark.parametrize("case,m", [("agg-rocksdb", 8), ("join-hdfs", 2), ("window_agg-rocksdb_changelog", 8)])
+def test_repartitioned_on_executors_restarts_exactly(spark, tmp_path, case, m):
+    _check(spark, tmp_path, case, m, on_executors=True)

@@ -175,13 +175,7 @@ def _read_zip(directory: Path, version: int, data: StoreData) -> None:
             raise CorruptSavepointError(f"{path}: RocksDB cannot open this checkpoint: "
                                         f"{str(exc).replace(str(tmp) + '/', '')}. Restore it from a copy.") from None
         try:
-            it = db.iter()
-            it.seek_to_first()
-            entries = data.entries
-            while it.valid():
-                entries[it.key()] = it.value()
-                it.next()
-            it.status()
+            data.entries.update(db.items())  # type: ignore[arg-type]  # iterated in Rust, not key()/value()/next() in Python
         finally:
             db.close()
     finally:

@@ -94,11 +94,11 @@ def apply(state: dict[bytes, bytes], records: Iterator[tuple[int, bytes, bytes |
             state[key] = value
 
 
-def write_v1(entries: Iterator[tuple[bytes, bytes]]) -> bytes:
-    """A v1 stream (an HDFS snapshot or delta of puts, or a changelog v1) of `entries`."""
+def write_v1(entries: Iterator[tuple[bytes, bytes | None]]) -> bytes:
+    """A v1 stream (an HDFS snapshot or delta, or a changelog v1) of `entries`; a None value is a delete."""
     out = bytearray()
     for k, v in entries:
-        out += _I.pack(len(k)) + k + _I.pack(len(v)) + v
+        out += _I.pack(len(k)) + k + (_I.pack(-1) if v is None else _I.pack(len(v)) + v)
     out += _I.pack(-1)
     return bytes(out)
 

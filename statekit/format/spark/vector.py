@@ -31,6 +31,12 @@ def supported(schema: Struct) -> bool:
 
 
 def _gather(buf: np.ndarray, at: np.ndarray, width: int) -> np.ndarray:
+    """``width`` bytes at each offset of `at`, one row each."""
+    if len(at) > 1:
+        step = int(at[1] - at[0])
+        if step >= width and int(at[-1]) + width <= len(buf) and bool(np.all(np.diff(at) == step)):
+            # rows of one length (fixed-width schemas): a strided view, no index matrix
+            return np.lib.stride_tricks.as_strided(buf[int(at[0]):], shape=(len(at), width), strides=(step, 1))
     idx = at[:, None] + np.arange(width, dtype=np.int64)[None, :]
     return buf[idx]
 
@@ -89,6 +95,8 @@ def decode_columns(rows: list[bytes], schema: Struct, *, skip: int = 0) -> list[
     ends = np.cumsum(lengths)
     starts = ends - lengths + skip
     buf = np.frombuffer(b"".join(rows) + b"\0" * 8, np.uint8)
+    if skip and len(rows) and (int(np.min(lengths)) < skip or np.any(buf[starts - skip] != 0)):
+        return None  # a leading byte that is not RocksDB's encoding version 0: the row decoder names the entry
     try:
         return _columns(buf, starts, ends, schema)
     except IndexError:

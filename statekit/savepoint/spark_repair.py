@@ -1,0 +1,385 @@
+"""Repairs of a Spark streaming checkpoint (set, delete-key, rm-state), written as one new batch the restarted query picks up.
+
+The checkpoint's latest committed batch ``b`` holds state version ``v = b + 1``. `repair` writes a
+copy at the target with one more batch, ``b + 1``, whose state (version ``v + 1``) is the edited
+state: an HDFS delta per partition holding exactly the edited entries (puts and delete markers;
+an empty delta where nothing changed), or, for RocksDB, a checkpoint zip per partition (edited
+partitions rebuilt with fresh SSTs, the others the same zip as version ``v``), each with Spark's
+``.crc`` side file. Its offset log entry repeats batch ``b``'s source offsets (no new input) with
+the watermark batch ``b`` committed; its commit log entry is written last. The query restarted on
+the target runs batch ``b + 2`` from the edited state: a set key continues from the set value, a
+deleted key starts over.
+
+RocksDB gets a zip, not a changelog: whether changelog checkpointing is on is a setting of the
+restarted session (not recorded in the checkpoint), and a zip at the version is what Spark loads in
+both modes. The source is never modified: the target is a copy (logs and metadata copied, state
+files hard-linked — Spark never rewrites a state file, it writes new ones and deletes old ones),
+written under a temporary sibling and renamed into place last, so it appears whole or not at all.
+A checkpoint whose offset log holds an uncommitted batch (a running query) is refused.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import pyarrow as pa
+
+from statekit.errors import InvalidArgumentError, SavepointExistsError, UnknownStateError
+from statekit.format.spark import providers, records
+from statekit.format.spark.codec import compress
+from statekit.format.spark.layout import OperatorInfo
+from statekit.format.spark.tables import TIMERS
+from statekit.format.spark.types import Struct, arrow_type
+from statekit.format.spark.unsaferow import row_decoder, row_encoder
+from statekit.format.spark.writers import write_rocksdb_checkpoint, write_with_checksum
+from statekit.savepoint.spark_checkpoint import SparkCheckpoint
+from statekit.savepoint.spark_repartition import grouping_rows, refuse_running
+from statekit.savepoint.transforms import TransformPlan
+
+_JOIN = "symmetricHashJoin"
+_STATE_FILE = (".delta", ".snapshot", ".zip", ".changelog", ".sst", ".crc")
+
+
+@dataclass
+class _Partition:
+    """One store partition being edited: its state at version v, and the edits (key -> new value, None = delete)."""
+
+    data: providers.StoreData
+    edits: dict[bytes, bytes | None] = field(default_factory=dict)
+
+    def current(self) -> dict[bytes, bytes]:
+        out = dict(self.data.entries)
+        for k, v in self.edits.items():
+            if v is None:
+                out.pop(k, None)
+            else:
+                out[k] = v
+        return out
+
+
+def is_checkpoint(path: Any) -> bool:
+    """Whether `path` is a local Spark streaming checkpoint (the repairs of this module apply to it)."""
+    from statekit.format.spark.layout import is_spark_checkpoint
+
+    text = os.fspath(path) if isinstance(path, (str, os.PathLike)) else ""
+    return bool(text) and "://" not in text and is_spark_checkpoint(Path(text))
+
+
+def repair(source: str | os.PathLike[str], target: str | os.PathLike[str], edits: Sequence[Any], *,
+           dry_run: bool = False, to: str | None = None) -> TransformPlan:
+    """Apply `edits` (`statekit.savepoint.patch` SetValue, DeleteKeys, RemoveState) to the checkpoint `source`,
+    writing `target`: a copy with one new batch holding the edited state.
+
+    Operators are named by id or name; `SetValue.state` (and `RemoveState.state`) name the store or
+    transformWithState variable (``default`` when None); keys are dicts of the grouping fields (or a
+    tuple / one value); `SetValue.value` is a dict of the value's fields (fields not given keep the stored
+    value; a new key needs them all) or, for a one-field value, the value itself. Timestamps are
+    microseconds since the epoch. Edits that change nothing are reported as such; if nothing changes,
+    nothing is written. `to` (the output format of other repairs) can only be None.
+
+    Examples
+    --------
+    >>> from statekit.savepoint.patch import SetValue
+    >>> repair("/chk/q", "/chk/q-fixed", [SetValue(0, {"k": "a"}, None, {"count": 0})]).written  # doctest: +SKIP
+    True
+    """
+    src, out = Path(source), Path(target)
+    if to not in (None, "spark"):
+        raise InvalidArgumentError(f"a Spark streaming checkpoint is repaired into a Spark checkpoint, not {to!r}; "
+                                   "drop --to.")
+    if out.exists():
+        raise SavepointExistsError(f"{out} already exists; repairs never overwrite. Choose a new target path.")
+    sp = SparkCheckpoint.open(src)
+    refuse_running(sp.layout, src, "repair")
+    plan = TransformPlan(src, out)
+    plan.output = f"Spark streaming checkpoint with new batch {sp.batch + 1} (state version {sp.version + 1})"
+    noops: list[str] = []
+    editor = _Editor(sp)
+    for edit in edits:
+        editor.plan(edit, plan.changes, noops)
+    editor.check_joins()
+    plan.noops = noops  # type: ignore[attr-defined]
+    if not plan.changes or dry_run:
+        return plan
+    stage = out.with_name(f".{out.name}.statekit-{uuid.uuid4().hex[:8]}")
+    try:
+        _copy_tree(src, stage)
+        editor.write(stage)
+        _append_batch(sp, stage)
+        os.rename(stage, out)
+    except BaseException:
+        shutil.rmtree(stage, ignore_errors=True)
+        raise
+    plan.written = True
+    return plan
+
+
+class _Editor:
+    """The planned edits of one checkpoint, per store partition."""
+
+    def __init__(self, sp: SparkCheckpoint) -> None:
+        self.sp = sp
+        self.parts: dict[tuple[int, str, int], _Partition] = {}
+        self.removed_join_stores: dict[int, set[str]] = {}
+
+    def part(self, info: OperatorInfo, store: str, p: int) -> _Partition:
+        d = "default" if self.sp.is_tws(info.id) else store
+        if (info.id, d, p) not in self.parts:
+            self.parts[(info.id, d, p)] = _Partition(self.sp.load(info.id, p, d))
+        return self.parts[(info.id, d, p)]
+
+    def plan(self, edit: Any, changes: list[str], noops: list[str]) -> None:
+        from statekit.savepoint.edits import DeleteKeys, RemoveState, SetValue
+
+        info = self.sp.spark_operator(edit.op)
+        name = f"operator {info.id} ({info.name})"
+        if isinstance(edit, SetValue):
+            self._set(info, edit.key, edit.state or "default", edit.value, name, changes, noops)
+        elif isinstance(edit, DeleteKeys):
+            for key in edit.keys:
+                self._delete(info, key, name, changes, noops)
+        elif isinstance(edit, RemoveState):
+            self._remove(info, edit.state or "default", name, changes, noops)
+        else:
+            raise InvalidArgumentError(
+                f"{type(edit).__name__} does not apply to a Spark streaming checkpoint: its repairs are set, "
+                "delete-key and rm-state (statekit repartition changes its partitions).")
+
+    # -- keys ---------------------------------------------------------------------------------------------
+    def _grouping(self, info: OperatorInfo) -> Struct:
+        return self.sp.grouping_key(info.id)
+
+    def _key(self, info: OperatorInfo, key: Any) -> dict[str, Any]:
+        """`key` as a dict of the grouping fields, checked against their types."""
+        fields = self._grouping(info)
+        if isinstance(key, dict):
+            extra = set(key) - set(fields.names)
+            if extra or len(key) != len(fields.names):
+                raise InvalidArgumentError(f"operator {info.id}'s key has the fields {fields.names}; got {key!r}.")
+            values = dict(key)
+        elif isinstance(key, (tuple, list)) and len(key) == len(fields.names):
+            values = dict(zip(fields.names, key))
+        elif len(fields.names) == 1 and not isinstance(key, (tuple, list)):
+            values = {fields.names[0]: key}
+        else:
+            raise InvalidArgumentError(f"operator {info.id}'s key has the fields {fields.names}; got {key!r}.")
+        _normalized([values], fields, f"key {key!r} of operator {info.id}")
+        return values
+
+    def _matching(self, info: OperatorInfo, store: str, part: _Partition, key: dict[str, Any]) -> list[bytes]:
+        """The stored keys of `part` (current state) whose grouping key is `key`."""
+        current = part.current()
+        if not current:
+            return []
+        keys = list(current)
+        data = providers.StoreData(current, column_families=part.data.column_families)
+        rows = grouping_rows(self.sp, info, store, keys, data, f"{self.sp.path}: operator {info.id} store {store}")
+        fields = self._grouping(info)
+        want = _normalized([key], fields, "key")[0]
+        got = _normalized(rows, fields, f"{self.sp.path}: operator {info.id} store {store}")
+        return [k for k, g in zip(keys, got) if g == want]
+
+    # -- set ------------------------------------------------------------------------------------------------
+    def _set(self, info: OperatorInfo, key: Any, store: str, value: Any, name: str, changes: list[str],
+             noops: list[str]) -> None:
+        sp = self.sp
+        if info.name == _JOIN:
+            raise InvalidArgumentError(f"set on {name}: a stream-stream join keeps each key's rows in four stores "
+                                       "that must agree (counts and indexed rows); delete the key instead.")
+        k = self._key(info, key)
+        p = sp.partition_of(info.id, k)
+        if sp.is_tws(info.id):
+            kind, cf = sp._var(info, store)
+            if kind != "ValueState":
+                raise InvalidArgumentError(f"set on {name} variable {store!r}: it is a {kind}; statekit sets value "
+                                           "state variables (delete the key, or rm-state the variable, for the others).")
+            key_schema, value_schema = cf.key, cf.value
+            prefix = _cf_prefix(self.part(info, store, p), cf.name, name) + b"\0"  # column family, encoding version
+        else:
+            if store not in sp.tables(info.id):
+                raise UnknownStateError(f"{name} has no store {store!r}; it has {', '.join(sp.tables(info.id))}.")
+            shape = sp.shape(info.id, store)
+            key_schema, value_schema = shape.key, shape.value
+            prefix = b"\0" if sp.provider == "rocksdb" else b""
+        part = self.part(info, store, p)
+        found = self._matching(info, store, part, k) if not sp.is_tws(info.id) else \
+            [x for x in self._matching(info, store, part, k) if x.startswith(prefix)]
+        old = None
+        if found:
+            raw = part.current()[found[0]]
+            skip = 1 if sp.provider == "rocksdb" else 0
+            old = row_decoder(value_schema)(raw, skip, len(raw) - skip)
+        new = _value(value, value_schema, old, f"set on {name} {store} key {_text(k)}")
+        if old is not None and _normalized([old], value_schema, "")[0] == _normalized([new], value_schema, "")[0]:
+            noops.append(f"{name} {store} key {_text(k)} already holds {_text(new)}")
+            return
+        if found:
+            key_bytes = found[0]
+        else:
+            if key_schema.names != self._grouping(info).names and not sp.is_tws(info.id):
+                raise InvalidArgumentError(f"set on {name}: key {_text(k)} has no state and this store's key "
+                                           f"({key_schema.names}) is more than the grouping key; statekit only "
+                                           "changes existing keys here.")
+            key_bytes = prefix + row_encoder(key_schema)(k)
+        value_bytes = (b"\0" if sp.provider == "rocksdb" else b"") + row_encoder(value_schema)(new)
+        part.edits[key_bytes] = value_bytes
+        was = _text(old) if old is not None else "no state"
+        changes.append(f"set {name} {store} key {_text(k)} (partition {p}): {was} -> {_text(new)}")
+
+    # -- delete-key --------------------------------------------------------------------------------------------
+    def _delete(self, info: OperatorInfo, key: Any, name: str, changes: list[str], noops: list[str]) -> None:
+        k = self._key(info, key)
+        p = self.sp.partition_of(info.id, k)
+        stores = ["default"] if self.sp.is_tws(info.id) else [s.name for s in info.stores]
+        n = 0
+        for store in stores:
+            part = self.part(info, store, p)
+            for kb in self._matching(info, store, part, k):
+                part.edits[kb] = None
+                n += 1
+        if n:
+            changes.append(f"delete {name} key {_text(k)} (partition {p}): {n} entries")
+        else:
+            noops.append(f"{name} key {_text(k)} has no state")
+
+    # -- rm-state ----------------------------------------------------------------------------------------------
+    def _remove(self, info: OperatorInfo, store: str, name: str, changes: list[str], noops: list[str]) -> None:
+        sp = self.sp
+        if store not in sp.tables(info.id):
+            raise UnknownStateError(f"{name} has no table {store!r}; it has {', '.join(sp.tables(info.id))}.")
+        if sp.is_tws(info.id):
+            families = _companions(sp, info, store)
+        if info.name == _JOIN:
+            self.removed_join_stores.setdefault(info.id, set()).add(store)
+        n = 0
+        for p in range(info.num_partitions):
+            part = self.part(info, store, p)
+            for kb in part.current():
+                if sp.is_tws(info.id) and int.from_bytes(kb[:2], "little", signed=True) not in families[p]:
+                    continue
+                part.edits[kb] = None
+                n += 1
+        if n:
+            changes.append(f"empty {name} {store}: {n} entries removed")
+        else:
+            noops.append(f"{name} {store} is already empty")
+
+    def check_joins(self) -> None:
+        for op, stores in self.removed_join_stores.items():
+            every = {s.name for s in self.sp.spark_operator(op).stores}
+            if stores != every:
+                raise InvalidArgumentError(
+                    f"rm-state on join operator {op}: its stores {sorted(every)} hold one state together (key counts "
+                    f"and indexed rows); remove all of them in one repair, not only {sorted(stores)}.")
+
+    # -- writing -------------------------------------------------------------------------------------------------
+    def write(self, stage: Path) -> None:
+        """State version v + 1 in every store partition of every operator under `stage`."""
+        sp = self.sp
+        v = sp.version
+        codec = sp.conf.get("spark.sql.streaming.stateStore.compression.codec", "lz4")
+        for info in sp.spark_operators:
+            stores = ["default"] if sp.is_tws(info.id) else [s.name for s in info.stores]
+            for store in stores:
+                for p in range(info.num_partitions):
+                    directory = stage / "state" / str(info.id) / str(p) / ("" if store == "default" else store)
+                    part = self.parts.get((info.id, store, p))
+                    for f in directory.glob(f"{v + 1}.*"):  # files of a batch that never committed: replaced, and
+                        f.unlink()  # unlinked first, never written through (they may be links to the source's)
+                    if sp.provider == "hdfs":
+                        edits = sorted(part.edits.items()) if part else []
+                        write_with_checksum(directory / f"{v + 1}.delta", compress(records.write_v1(iter(edits)), codec))
+                    elif part is None and (directory / f"{v}.zip").is_file():
+                        write_with_checksum(directory / f"{v + 1}.zip", (directory / f"{v}.zip").read_bytes())
+                    else:
+                        part = part or self.part(info, store, p)
+                        write_rocksdb_checkpoint(directory, v + 1, part.current(), part.data.rocks_metadata)
+
+
+def _companions(sp: SparkCheckpoint, info: OperatorInfo, store: str) -> dict[int, set[int]]:
+    """Per partition, the column family ids holding variable `store` (with its internal families) of a TWS operator."""
+    families = sp._tws(info)["families"]
+    if store == TIMERS:
+        names = {n for n in families if "Timers_" in n}
+    else:
+        names = {store} | {n for n in families if n.startswith(("$")) and n.endswith("_" + store)}
+    out: dict[int, set[int]] = {}
+    for p in range(info.num_partitions):
+        ids = sp.load(info.id, p, "default").column_families
+        out[p] = {ids[n] for n in names if n in ids}
+    return out
+
+
+def _cf_prefix(part: _Partition, family: str, name: str) -> bytes:
+    ids = part.data.column_families
+    if family not in ids:
+        raise InvalidArgumentError(f"set on {name}: the partition's RocksDB has no column family {family!r} yet "
+                                   "(the variable was never written there); statekit cannot create it.")
+    return int(ids[family]).to_bytes(2, "little", signed=True)
+
+
+def _normalized(rows: list[dict[str, Any]], schema: Struct, where: str) -> list[dict[str, Any]]:
+    """Rows as Arrow gives them back for `schema`'s types (so that stored and given keys compare)."""
+    arrow = pa.schema([pa.field(f.name, arrow_type(f.type)) for f in schema.fields])
+    try:
+        return pa.Table.from_pylist([{n: r.get(n) for n in schema.names} for r in rows], schema=arrow).to_pylist()
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError) as exc:
+        raise InvalidArgumentError(f"{where}: does not fit the types {dict(zip(schema.names, map(str, arrow.types)))} "
+                                   f"({exc}); timestamps are microseconds since the epoch.") from None
+
+
+def _value(value: Any, schema: Struct, old: dict[str, Any] | None, where: str) -> dict[str, Any]:
+    """The new value row: `value`'s fields over the stored row `old` (a new key must give every field)."""
+    if not isinstance(value, dict):
+        if len(schema.fields) != 1:
+            raise InvalidArgumentError(f"{where}: the value has the fields {schema.names}; give them as a JSON object.")
+        value = {schema.names[0]: value}
+    unknown = set(value) - set(schema.names)
+    if unknown:
+        raise InvalidArgumentError(f"{where}: the value has no field {sorted(unknown)}; its fields are {schema.names}.")
+    if old is None and set(value) != set(schema.names):
+        raise InvalidArgumentError(f"{where}: the key has no state yet, so every field of the value is needed; "
+                                   f"missing {[n for n in schema.names if n not in value]}.")
+    new = {**(old or {}), **value}
+    _normalized([new], schema, where)
+    return {n: new.get(n) for n in schema.names}
+
+
+def _text(row: Any) -> str:
+    return json.dumps(row, ensure_ascii=False, default=str, separators=(", ", ": "))
+
+
+def _copy_tree(src: Path, stage: Path) -> None:
+    """`src` at `stage`: state files hard-linked (copied where linking fails), everything else copied."""
+    for root, dirs, files in os.walk(src):
+        rel = Path(root).relative_to(src)
+        (stage / rel).mkdir(parents=True, exist_ok=True)
+        for f in files:
+            if f.startswith(".") and f.endswith(".crc"):
+                continue  # Hadoop's local checksum files: optional, and they would not match the new logs
+            a, b = Path(root) / f, stage / rel / f
+            if rel.parts[:1] == ("state",) and f.endswith(_STATE_FILE) and "_metadata" not in rel.parts:
+                try:
+                    os.link(a, b)
+                    continue
+                except OSError:
+                    pass
+            shutil.copyfile(a, b)
+
+
+def _append_batch(sp: SparkCheckpoint, stage: Path) -> None:
+    """offsets/<b + 1> (batch b's source offsets, the watermark b committed), then commits/<b + 1> last."""
+    b = sp.batch
+    meta, sources = sp.layout.offsets(b)
+    watermark = sp.layout.commit(b).get("nextBatchWatermarkMs", meta.get("batchWatermarkMs", 0))
+    meta = {**meta, "batchWatermarkMs": watermark}
+    (stage / "offsets" / str(b + 1)).write_text("v1\n" + "\n".join([json.dumps(meta, separators=(",", ":"))] + sources),
+                                                "utf-8")
+    commit = {"nextBatchWatermarkMs": watermark}
+    (stage / "commits" / str(b + 1)).write_text("v1\n" + json.dumps(commit, separators=(",", ":")), "utf-8")
