@@ -181,6 +181,7 @@ def test_file_source_position_and_processed_paths(tmp_path):
     assert lines == [f"line-{i:07d}" for i in range(at, at + len(lines))]
 
 
+@pytest.mark.extended  # ~20 s of JVM CPU; make test keeps the JVM-free file-source edits (tests/savepoint)
 def test_file_source_set_offsets_restores(tmp_path):
     """`set-offsets --path` on a monitoring FileSource's savepoint taken mid-file: the reader moved 1000 lines on and a
     processed file taken off the enumerator's list restore as exactly those lines and that file again; a skipped file
