@@ -62,7 +62,7 @@ PENDING_CYCLES: set[frozenset[str]] = {
     # (spark_checkpoint.py) - and its `size_stats` and `source_offsets` call stats.py (which picks stats_flink.py or
     # stats_statekit.py) and offsets.py, while each of those builds on reader's Savepoint. Breaking it takes the
     # opening of a savepoint (and those two methods) out of the base class: a change of the public API, left for a
-    # decision (/work/notes/issue-27-rest.md).
+    # decision (issue 27's note).
     frozenset({"statekit.savepoint.reader", "statekit.savepoint.flink", "statekit.savepoint.spark_checkpoint",
                "statekit.savepoint.stats", "statekit.savepoint.stats_flink", "statekit.savepoint.stats_statekit",
                "statekit.savepoint.offsets"}),
