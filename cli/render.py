@@ -158,7 +158,7 @@ def operator_rows(sp) -> tuple[list[list[str]], list[str]]:
 
 def _sizes(sp):
     """Files and bytes of an operator: the manifest's, or for a Flink savepoint the state streams `_metadata` lists."""
-    from statekit.savepoint.reader import is_flink_source
+    from statekit.savepoint.kinds import is_flink_source
 
     if not is_flink_source(sp):
         return lambda op: (len(op.files), op.total_bytes)

@@ -57,16 +57,7 @@ ALLOWED: dict[str, set[str]] = {
 
 #: Import cycles (strongly connected groups of modules) not broken yet, each with why. The test fails on any other
 #: cycle, and on an entry here that no longer occurs (so the list only shrinks).
-PENDING_CYCLES: set[frozenset[str]] = {
-    # `Savepoint.open` (savepoint/reader.py) chooses the kind of savepoint - FlinkSavepoint (flink.py), SparkCheckpoint
-    # (spark_checkpoint.py) - and its `size_stats` and `source_offsets` call stats.py (which picks stats_flink.py or
-    # stats_statekit.py) and offsets.py, while each of those builds on reader's Savepoint. Breaking it takes the
-    # opening of a savepoint (and those two methods) out of the base class: a change of the public API, left for a
-    # decision (issue 27's note).
-    frozenset({"statekit.savepoint.reader", "statekit.savepoint.flink", "statekit.savepoint.spark_checkpoint",
-               "statekit.savepoint.stats", "statekit.savepoint.stats_flink", "statekit.savepoint.stats_statekit",
-               "statekit.savepoint.offsets"}),
-}
+PENDING_CYCLES: set[frozenset[str]] = set()
 
 
 def _modules() -> dict[str, Path]:

@@ -22,6 +22,8 @@ import types
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from statekit.format.manifest import (
         FORMAT,
         FORMAT_VERSION,
@@ -83,6 +85,43 @@ def __getattr__(name: str) -> Any:
 
 def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_HOMES))
+
+
+def _register_kinds() -> None:
+    """The kinds of savepoint `Savepoint.open` tells apart (`statekit.savepoint.kinds`), registered here, above the
+    modules that define them: the base reader names none of its kinds, and each kind's module loads on first use."""
+    from statekit.savepoint import kinds
+
+    def statekit_manifest(path: "Path") -> bool:
+        return (path / "_metadata.json").is_file()
+
+    def open_statekit(path: "Path", **options: Any) -> Any:
+        from statekit.savepoint.reader import Savepoint
+
+        return Savepoint.open_manifest(path, **options)
+
+    def open_spark(path: "Path", *, trust_pickled: bool = False, **options: Any) -> Any:
+        from statekit.errors import InvalidArgumentError
+        from statekit.savepoint.spark_checkpoint import SparkCheckpoint
+
+        given = sorted(name for name, value in options.items() if value)
+        if given:
+            raise InvalidArgumentError(f"{path} is a Spark Structured Streaming checkpoint; {', '.join(given)} "
+                                       "apply to Flink savepoints only.")
+        return SparkCheckpoint.open(path)
+
+    def open_flink(path: "Path", **options: Any) -> Any:
+        from statekit.savepoint.flink import FlinkSavepoint
+
+        return FlinkSavepoint.open(path, **options)
+
+    # statekit's own first: it is also what opens a location no kind recognizes (its reader names what is missing).
+    kinds.register(kinds.SavepointKind("statekit", statekit_manifest, open_statekit))
+    kinds.register(kinds.SavepointKind("spark", kinds.holds_spark_checkpoint, open_spark))
+    kinds.register(kinds.SavepointKind("flink", kinds.holds_flink_metadata, open_flink))
+
+
+_register_kinds()
 
 
 class _Package(types.ModuleType):

@@ -21,7 +21,8 @@ from statekit.errors import (
 from statekit.format import keyed as K
 from statekit.format.files import read_parquet_verified, verify_file
 from statekit.format.manifest import MANIFEST_NAME, FileEntry, OperatorMetadata, load_manifest
-from statekit.savepoint.reader import Savepoint, holds_flink_metadata
+from statekit.savepoint.kinds import holds_flink_metadata
+from statekit.savepoint.reader import Savepoint
 
 ProblemKind = Literal[
     "manifest", "missing_file", "extra_file", "size_mismatch", "checksum_mismatch", "unreadable",

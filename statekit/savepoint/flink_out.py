@@ -43,7 +43,8 @@ from statekit.format.flink.writer import (
 from statekit.format.manifest import OperatorMetadata
 from statekit.identifiers import OperatorIdentifier
 from statekit.keygroups import assign_key_groups
-from statekit.savepoint.reader import Savepoint, is_flink_source
+from statekit.savepoint.kinds import is_flink_source
+from statekit.savepoint.reader import Savepoint
 from statekit.types import parse_ddl
 
 if TYPE_CHECKING:

@@ -36,7 +36,7 @@ TTL_FIELDS = ["last_access", "value"]
 
 def is_sql(sp: Any, meta: OperatorMetadata) -> bool:
     """Whether `meta` is a Flink SQL operator of Flink savepoint `sp`."""
-    from statekit.savepoint.reader import is_flink_source
+    from statekit.savepoint.kinds import is_flink_source
 
     return is_flink_source(sp) and sp.job_kind(meta.identifier) == "sql"
 

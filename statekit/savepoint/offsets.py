@@ -47,6 +47,7 @@ from statekit.format.flink.sources import (
     kafka_enumerator,
     operator_record,
 )
+from statekit.savepoint.kinds import is_flink_source, opened
 
 if TYPE_CHECKING:
     from statekit.format.flink.metadata import OperatorStreamHandle, StreamHandle
@@ -171,8 +172,6 @@ def _statekit_state(sp: "Savepoint", meta: "OperatorMetadata") -> _SourceState |
 
 
 def _sources(sp: "Savepoint", op: Any = None) -> list[_SourceState]:
-    from statekit.savepoint.reader import is_flink_source
-
     metas = [sp.operator(op)] if op is not None else sp.operators
     out = []
     for meta in metas:
@@ -180,12 +179,6 @@ def _sources(sp: "Savepoint", op: Any = None) -> list[_SourceState]:
         if state is not None:
             out.append(state)
     return out
-
-
-def _open(savepoint: "str | os.PathLike[str] | Savepoint") -> "Savepoint":
-    from statekit.savepoint.reader import Savepoint
-
-    return savepoint if isinstance(savepoint, Savepoint) else Savepoint.open(savepoint)
 
 
 def source_offsets(savepoint: "str | os.PathLike[str] | Savepoint", op: Any = None) -> pa.Table:
@@ -204,7 +197,7 @@ def source_offsets(savepoint: "str | os.PathLike[str] | Savepoint", op: Any = No
     >>> source_offsets("savepoint-1a2b3c").to_pylist()  # doctest: +SKIP
     [{'operator': 'kafka-source', 'holder': 'reader', 'subtask': 0, 'topic': 'events', 'partition': 1, 'offset': 7, ...}]
     """
-    sp = _open(savepoint)
+    sp = opened(savepoint)
     rows: list[dict[str, Any]] = []
     for s in _sources(sp, op):
         base = {"operator": _name(s.meta), "uid_hash": s.meta.uid_hash, "source": s.kind}
@@ -395,9 +388,7 @@ def set_offsets(source: "str | os.PathLike[str]", target: "str | os.PathLike[str
 def _flink_source(source: "str | os.PathLike[str]", op: Any) -> "tuple[FlinkSavepoint, OperatorMetadata, _SourceState]":
     """The Flink savepoint `source`, its operator `op` and that operator's decoded source state, or the typed error
     that says why there is none to edit."""
-    from statekit.savepoint.reader import is_flink_source
-
-    sp = _open(source)
+    sp = opened(source)
     if not is_flink_source(sp):
         raise UnsupportedFormatError(
             f"{source} is a statekit savepoint; set-offsets edits the Flink savepoint a job restores. Run it on the "

@@ -30,7 +30,7 @@ __all__ = ["FORMATS", "OutputFormat", "describe", "output_format", "write_as"]
 def output_format(source: "Savepoint", to: str | None) -> OutputFormat:
     """The format a write from `source` produces: `to` if given, else the source's own."""
     if to is None:
-        from statekit.savepoint.reader import is_flink_source
+        from statekit.savepoint.kinds import is_flink_source
 
         return "flink" if is_flink_source(source) else "statekit"
     if to not in FORMATS:

@@ -289,7 +289,7 @@ def prune_expired(source: str | os.PathLike[str] | Savepoint, target: str | os.P
     not exist; nothing is written on a dry run or when nothing expired. The report lists entries and bytes
     removed per operator and state.
     """
-    from statekit.savepoint.reader import is_flink_source
+    from statekit.savepoint.kinds import is_flink_source
 
     sp = source if isinstance(source, Savepoint) else (
         Savepoint.open(as_path(source), plan=plan) if plan is not None else Savepoint.open(as_path(source)))

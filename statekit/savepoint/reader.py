@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Sequence, TypeGuard, cast
+from typing import TYPE_CHECKING, Any, Literal, Sequence, cast
 
 import pyarrow as pa
 
@@ -18,27 +17,21 @@ from statekit.errors import (
 from statekit.format.arrow_memory import empty_table
 from statekit.format.files import read_parquet_verified, read_verified_bytes
 from statekit.format.manifest import FileEntry, Manifest, OperatorMetadata, load_manifest, safe_relative_path
-from statekit.format.storage import StoragePath, locate
+from statekit.format.storage import StoragePath
 from statekit.format.values import state_value_decoder
 from statekit.identifiers import OpLike
 from statekit.keygroups import KeyGroupRange, assign_to_key_group
+from statekit.savepoint.kinds import open_savepoint
 from statekit.types import parse_ddl
 
 if TYPE_CHECKING:
     from statekit.format.flink.versions import FlinkVersion
     from statekit.format.keyed_stream import KeyedFiles
-    from statekit.savepoint.flink import FlinkSavepoint
     from statekit.savepoint.stats import SavepointStats
     from statekit.state.descriptors import OperatorStateInfo
 
 # pyarrow.compute, the keyed-table layout (statekit.format.keyed) and thread pools are imported where
 # they are used: opening a savepoint and reading one key (`statekit get`) start without them.
-
-
-def is_flink_source(sp: "Savepoint") -> TypeGuard["FlinkSavepoint"]:
-    """Whether `sp` was read from a Flink savepoint (without importing Flink's reader when it was not loaded)."""
-    mod = sys.modules.get("statekit.savepoint.flink")
-    return mod is not None and isinstance(sp, mod.FlinkSavepoint)
 
 
 class Savepoint:
@@ -71,22 +64,21 @@ class Savepoint:
         compiled to that plan by Flink's planner where a JDK and Maven are present
         (`statekit.format.flink.sqlcompile`). See `statekit.savepoint.flink.FlinkSavepoint.open`.
         """
-        p = locate(path, storage_options=storage_options, filesystem=filesystem)
-        if not (p / "_metadata.json").is_file() and _is_spark(p):  # a Spark Structured Streaming checkpoint
-            from statekit.savepoint.spark_checkpoint import SparkCheckpoint
+        return open_savepoint(path, storage_options=storage_options, filesystem=filesystem, trust_pickled=trust_pickled,
+                              pyflink_types=pyflink_types, plan=plan, sql=sql)
 
-            return SparkCheckpoint.open(cast(Path, p))
-        if not (p / "_metadata.json").is_file() and holds_flink_metadata(p):  # a real Flink savepoint or checkpoint
-            from statekit.savepoint.flink import FlinkSavepoint
-
-            return FlinkSavepoint.open(p, trust_pickled=trust_pickled, pyflink_types=pyflink_types, plan=plan, sql=sql)
+    @classmethod
+    def open_manifest(cls, path: Path, *, trust_pickled: bool = False, pyflink_types: Any = None, plan: Any = None,
+                      sql: Any = None) -> "Savepoint":
+        """The statekit savepoint at located `path` (its manifest read and validated): statekit's kind of
+        savepoint (`statekit.savepoint.kinds`); the options of other kinds are refused by name."""
         if sql is not None:
-            raise InvalidArgumentError(f"{p} is a statekit savepoint; sql= names the state of Flink SQL jobs' savepoints.")
+            raise InvalidArgumentError(f"{path} is a statekit savepoint; sql= names the state of Flink SQL jobs' savepoints.")
         if pyflink_types:
-            raise InvalidArgumentError(f"{p} is a statekit savepoint; pyflink_types applies to Flink savepoints of PyFlink jobs.")
+            raise InvalidArgumentError(f"{path} is a statekit savepoint; pyflink_types applies to Flink savepoints of PyFlink jobs.")
         if plan is not None:
-            raise InvalidArgumentError(f"{p} is a statekit savepoint; plan= names the state of Flink SQL jobs' savepoints.")
-        return cls(p, load_manifest(cast(Path, p)), trust_pickled=trust_pickled)
+            raise InvalidArgumentError(f"{path} is a statekit savepoint; plan= names the state of Flink SQL jobs' savepoints.")
+        return cls(path, load_manifest(path), trust_pickled=trust_pickled)
 
     # -- metadata ----------------------------------------------------------------------------------
     @property
@@ -443,20 +435,3 @@ def same_namespace(stored: Any, wanted: Any) -> bool:
     if isinstance(wanted, tuple) and isinstance(stored, dict):
         return (stored.get("start"), stored.get("end")) == wanted
     return stored == wanted
-
-
-def holds_flink_metadata(path: Path | StoragePath) -> bool:
-    """Whether `path` holds a Flink savepoint's or checkpoint's ``_metadata`` (checked where no statekit manifest is)."""
-    # Imported only when there is no statekit manifest: the Flink reader is not loaded to open a statekit savepoint.
-    from statekit.format.flink.metadata import is_flink_metadata
-
-    return is_flink_metadata(cast(Path, path))
-
-
-def _is_spark(path: Path | StoragePath) -> bool:
-    # Local checkpoints only: the Spark reader reads files in place (statekit.format.spark).
-    if not isinstance(path, Path):
-        return False
-    from statekit.format.spark.layout import is_spark_checkpoint
-
-    return is_spark_checkpoint(path)

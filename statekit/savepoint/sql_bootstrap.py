@@ -84,7 +84,7 @@ class BootstrapSpec:
 
 
 def _open(template: Any, plan: Any, sql: Any) -> Any:
-    from statekit.savepoint.reader import is_flink_source
+    from statekit.savepoint.kinds import is_flink_source
 
     if isinstance(template, Savepoint):
         sp = template

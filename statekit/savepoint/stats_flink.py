@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 from statekit.format.flink.sizes import keyed_sizes
 from statekit.format.manifest import OperatorMetadata
-from statekit.savepoint.stats import KeySize, OperatorStats, StateStats, SubtaskStats, new_operator_stats
+from statekit.savepoint.stats_figures import KeySize, OperatorStats, StateStats, SubtaskStats, new_operator_stats
 
 if TYPE_CHECKING:
     from statekit.savepoint.flink import FlinkSavepoint

@@ -5,7 +5,7 @@ from __future__ import annotations
 import html
 from typing import Sequence
 
-from statekit.savepoint.stats import OperatorStats, SavepointStats, skew
+from statekit.savepoint.stats_figures import OperatorStats, SavepointStats, skew
 
 __all__ = ["render_html"]
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -10,8 +12,10 @@ import pyarrow.parquet as pq
 from statekit.format.manifest import FileEntry, OperatorMetadata, safe_relative_path
 from statekit.format.storage import StoragePath
 from statekit.keygroups import KeyGroupRange, key_group_range
-from statekit.savepoint.reader import Savepoint
-from statekit.savepoint.stats import KeySize, OperatorStats, StateStats, SubtaskStats, new_operator_stats
+from statekit.savepoint.stats_figures import KeySize, OperatorStats, StateStats, SubtaskStats, new_operator_stats
+
+if TYPE_CHECKING:
+    from statekit.savepoint.reader import Savepoint
 
 __all__ = ["row_bytes", "statekit_operator_stats"]
 

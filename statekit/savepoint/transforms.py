@@ -159,7 +159,7 @@ def carried_flink(source: Savepoint, meta: OperatorMetadata) -> "FlinkSerializer
     if meta.flink is not None or meta.keyed_format != "flink":
         return meta.flink
     from statekit.savepoint.convert import flink_serializers
-    from statekit.savepoint.reader import is_flink_source
+    from statekit.savepoint.kinds import is_flink_source
 
     return flink_serializers(source, meta) if is_flink_source(source) else None
 

@@ -411,11 +411,13 @@ def test_timestamps_parse_and_an_unreachable_broker_is_a_typed_error(tmp_path):
     assert parse_timestamp("1733306400000") == parse_timestamp(1733306400000) == 1733306400000
     assert parse_timestamp("2024-12-04T10:00:00Z") == parse_timestamp("2024-12-04T10:00:00") == 1733306400000
     assert parse_timestamp("2024-12-04T11:00:00+01:00") == 1733306400000
-    with socket.socket() as s:  # a port nothing listens on
+    # A port bound and never listened on refuses every connection, and stays ours while the client tries it (a port
+    # freed first can be taken by a server of another test meanwhile: the client then waits on a stranger).
+    with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    with pytest.raises(BrokerError, match=f"no Kafka broker answered at 127.0.0.1:{port}"):
-        offsets_for_time(f"127.0.0.1:{port}", "events", [0], 0, timeout_s=2)
+        with pytest.raises(BrokerError, match=f"no Kafka broker answered at 127.0.0.1:{port}"):
+            offsets_for_time(f"127.0.0.1:{port}", "events", [0], 0, timeout_s=2)
     before = (KAFKA / "_metadata").read_bytes()
     r = CliRunner().invoke(app, ["set-offsets", str(KAFKA), str(tmp_path / "out"), "--uid", "kafka-source", "--topic",
                                  "events", "--partition", "0", "--timestamp", "2024-12-04T10:00:00Z", "--apply"])
