@@ -34,7 +34,7 @@ test: lint
 test-versions: $(STAMP)
 	$(PY) -m pytest tests -m every_version
 
-# Heavier real-engine cases beyond each acceptance point's core (`extended`): the file-source restore,
+# Heavier real-engine cases beyond each acceptance point's core (`extended`): the ten-minute fuzz run, the file-source restore,
 # SQL restores of more corpus cases, every table of the SQL types fixture through Spark, Spark reads of every
 # corpus case on S3, every Spark streaming checkpoint repartitioned both ways and restarted by Spark.
 test-extended: $(STAMP)

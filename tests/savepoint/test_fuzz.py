@@ -302,7 +302,7 @@ def test_fuzz_savepoints(pristine, tmp_path):
     assert counts["tried"] >= 20 and counts["typed"] > 0
 
 
-@pytest.mark.slow
+@pytest.mark.extended  # ten minutes of budget; make test keeps the 50-second run above with the same mutations
 def test_fuzz_savepoints_long(pristine, tmp_path):
     counts = fuzz(pristine, tmp_path, seed=7, budget_s=600, max_cases=5000)
     assert counts["tried"] >= 200
