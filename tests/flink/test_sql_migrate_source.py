@@ -1,6 +1,6 @@
 """migrate-sql carries a source's operator state: real Flink 2.3.0, a SQL job over a `datagen` sequence (its readers'
 remaining ids are operator state) savepointed mid-way, migrated into a changed query (MAX added, so Flink refuses the
-old state) whose template was savepointed at another point of the sequence. Restored (unclaimed state not allowed),
+old state; the source's operator id changed) whose template was savepointed at another point of the sequence. Restored (unclaimed state not allowed),
 the new job continues from the old job's position, not the template's: every id of the sequence is counted exactly
 once (`sql_source_jobs`)."""
 
@@ -19,10 +19,10 @@ from statekit.savepoint.sql_sources import plan_sources
 OLD, NEW = S.FIXTURES / "old", S.FIXTURES / "new"
 
 
-def _read(version: str) -> int:
+def _read(version: str, op: str) -> int:
     """How many ids the version's savepoint had counted."""
     sp = Savepoint.open(S.FIXTURES / version / "savepoint", plan=S.FIXTURES / version / "plan.json")
-    return sum(r["accState"]["count1"] for r in sp.keyed_table("4_group-aggregate").to_pylist())
+    return sum(r["accState"]["count1"] for r in sp.keyed_table(op).to_pylist())
 
 
 @pytest.mark.flink
@@ -30,19 +30,21 @@ def test_the_migrated_job_continues_from_the_old_jobs_source_offsets(tmp_path):
     why = sql_restore.missing_tools()
     if why:
         pytest.skip(why)
-    read_old, read_template = _read("old"), _read("new")
+    read_old, read_template = _read("old", "4_group-aggregate"), _read("new", "11_group-aggregate")
     assert 0 < read_old < S.N and read_template != read_old  # the template's offsets would count other ids
     report = migrate_sql(OLD / "savepoint", tmp_path / "migrated", plan=NEW / "plan.json", template=NEW / "savepoint",
                          old_plan=OLD / "plan.json")
     text = str(report)
     assert [(c.table, c.states) for c in report.sources] == [("gen", ("id-sequence-state",))]
-    assert "source 1_source (table gen) <- 1_source: operator state (id-sequence-state) carried" in text
+    # the scan's operator id changed (1_source -> 8_source): paired by the table it reads
+    assert "source 8_source (table gen) <- 1_source: operator state (id-sequence-state) carried" in text
     assert not any("id-sequence-state" in d for d in report.dropped)
 
     own, migrated = (J.restored(p) for p in J.run([S.restore_task("new", OLD / "savepoint"),
                                                   S.restore_task("new", tmp_path / "migrated")], tmp_path / "jvm"))
     assert "error" in own  # Flink refuses the old accumulators by itself
     assert "error" not in migrated, migrated.get("error")
+    assert migrated["changelog"]["dev_out"]  # the other statement (no counterpart: starts empty) ran too
     last: dict[int, list[str]] = {}
     for change in migrated["changelog"]["agg_out"]:
         if change.startswith("+"):
@@ -64,3 +66,20 @@ def test_without_the_old_plan_the_source_state_is_reported_not_carried():
     assert carries == []
     assert notes == ["1_source: its operator state (id-sequence-state) is not carried: without the old job's plan "
                      "(--old-plan) statekit cannot tell which table it read; the new job's comes from the template"]
+
+
+def _remaining(path, uid: str) -> list[list[int]]:
+    """The ids each datagen reader had still to emit (its operator state)."""
+    return Savepoint.open(path).operator_state_lists(uid, "id-sequence-state")[1]
+
+
+def test_the_migrated_source_holds_the_old_jobs_remaining_ids_not_the_templates(tmp_path):
+    """JVM-free: the carried operator state is the old source's, under the new operator id."""
+    migrate_sql(OLD / "savepoint", tmp_path / "out", plan=NEW / "plan.json", template=NEW / "savepoint",
+                old_plan=OLD / "plan.json")
+    got, old, template = (_remaining(tmp_path / "out", "8_source"), _remaining(OLD / "savepoint", "1_source"),
+                          _remaining(NEW / "savepoint", "8_source"))
+    assert got == old != template
+    # the sequence is dealt out to the two readers alternately, and both had emitted as many
+    assert min(min(x) for x in got) == _read("old", "4_group-aggregate") + 1
+    assert min(min(x) for x in template) == _read("new", "11_group-aggregate") + 1
