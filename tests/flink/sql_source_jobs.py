@@ -21,7 +21,7 @@ import sql_migrate_jobs as J
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "flink" / "sql" / "migrate-source"
 N = 600  # the sequence 1..N, at RATE ids per second over the source's two subtasks
-RATE = 60
+RATE = 200
 DDL = [f"CREATE TABLE gen (id BIGINT) WITH ('connector' = 'datagen', 'fields.id.kind' = 'sequence', "
        f"'fields.id.start' = '1', 'fields.id.end' = '{N}', 'rows-per-second' = '{RATE}')"]
 VERSIONS: dict[str, tuple[dict[str, str], list[str], int]] = {  # sinks, inserts, sink rows before the savepoint
@@ -30,7 +30,7 @@ VERSIONS: dict[str, tuple[dict[str, str], list[str], int]] = {  # sinks, inserts
     # a statement over the corpus orders first: the datagen scan gets another ExecNode id, so another operator id
     "new": ({"dev_out": "device BIGINT, cnt BIGINT", "agg_out": "g BIGINT, cnt BIGINT, total BIGINT, top BIGINT"},
             ["INSERT INTO dev_out SELECT device, COUNT(*) FROM orders GROUP BY device",
-             "INSERT INTO agg_out SELECT id % 3, COUNT(*), SUM(id), MAX(id) FROM gen GROUP BY id % 3"], 450),
+             "INSERT INTO agg_out SELECT id % 3, COUNT(*), SUM(id), MAX(id) FROM gen GROUP BY id % 3"], 700),
 }
 
 
