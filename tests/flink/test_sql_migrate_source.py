@@ -83,3 +83,14 @@ def test_the_migrated_source_holds_the_old_jobs_remaining_ids_not_the_templates(
     # the sequence is dealt out to the two readers alternately, and both had emitted as many
     assert min(min(x) for x in got) == _read("old", "4_group-aggregate") + 1
     assert min(min(x) for x in template) == _read("new", "11_group-aggregate") + 1
+
+
+def test_a_table_the_new_job_does_not_read_is_reported_not_carried():
+    """JVM-free: the new job (the corpus migrate fixture's `base`) reads only the orders."""
+    base = S.FIXTURES.parent / "migrate" / "base"
+    old = FlinkSavepoint.open(OLD / "savepoint", plan=OLD / "plan.json")
+    tmpl = FlinkSavepoint.open(base / "savepoint", plan=base / "plan.json")
+    carries, notes = plan_sources(old, tmpl, {m.uid_hash for m in old.operators if m.key_type is not None})
+    assert carries == []
+    assert notes == ["1_source: its operator state (id-sequence-state) (table gen) is not carried: the new job does "
+                     "not read that table"]
