@@ -2,7 +2,8 @@
 aggregates whose accumulator rows hold structured accumulators (nested ROWs with RAW view fields): the LISTAGG job
 (tests/fixtures/flink/sql/2.3.0-extra/plan-hashmap-listagg: two LISTAGG-with-retraction accumulators) and a
 MIN/MAX-over-retractions job (tests/fixtures/flink/sql/nested-retract-minmax, `sql_nested_jobs`: ROW<max, mapSize,
-map>).
+map>); and `set` of the nested columns (ARRAY, MAP, ROW with an ARRAY) of a deduplicated row
+(tests/fixtures/flink/sql/nested-dedup), which batch 2 retracts as Flink decoded it.
 
 Per job the edited savepoint and the unedited one are restored in one JVM (`SqlMigrate.java`'s restore:
 unclaimed state not allowed, batch 2 of the corpus input to its end); batch 2's changelog applied to what the sink
@@ -26,9 +27,14 @@ from statekit.savepoint.patch import SetValue, repair
 pytestmark = pytest.mark.flink
 
 LISTAGG = Path(__file__).resolve().parents[1] / "fixtures" / "flink" / "sql" / "2.3.0-extra" / "plan-hashmap-listagg"
-OP = {"listagg": "9_group-aggregate", "minmax": "9_group-aggregate"}
+OP = {"listagg": "9_group-aggregate", "minmax": "9_group-aggregate", "dedup": "6_deduplicate"}
 CASES = {"listagg": (LISTAGG, {"names_out": "device BIGINT, users STRING, kinds STRING, cnt BIGINT"}),  # SqlListaggJob
-         "minmax": (N.FIXTURE, N.SINKS)}
+         "minmax": (N.FIXTURE, N.SINKS), "dedup": N.JOBS["dedup"][:2]}
+USER = 42  # the dedup case's edited user: batch 2 brings a later order of theirs
+#: the dedup case's edit: every nested column, NULL elements and values included
+NESTED = {"$2": [7, None, 9], "$3": [("k", None), ("long key, 8+ bytes", 5)], "$4": {"EXPR$0": "edited", "EXPR$1": [None, -1]}}
+#: as the sink prints it (the ARRAY cast to a string after the deduplication; the MAP as a java.util.HashMap)
+NESTED_TEXT = "-U[42, [7, NULL, 9], {long key, 8+ bytes=5, k=null}, +I[edited, [null, -1]]]"
 
 
 def _fields(row: str) -> list[str]:
@@ -73,16 +79,25 @@ def restored(request, tmp_path_factory):
     path, sinks = CASES[case]
     work = tmp_path_factory.mktemp(f"sql-nested-{case}")
     plan = path / "plan.json"
-    before = Savepoint.open(path / "savepoint", plan=plan).get(OP[case], 1)["accState"]
-    report = repair(path / "savepoint", work / "edited", [SetValue(OP[case], 1, "cnt", before["count1"] + 100)],
-                    plan=plan)
+    if case == "dedup":
+        state = "deduplicate-state"
+        before = Savepoint.open(path / "savepoint", plan=plan).get(OP[case], USER)[state]
+        report = repair(path / "savepoint", work / "edited", [SetValue(OP[case], USER, state, NESTED)], plan=plan)
+        got = Savepoint.open(work / "edited", plan=plan).get(OP[case], USER)[state]
+        assert got == {**before, **NESTED, "$3": dict(NESTED["$3"])}  # `get` gives maps as dicts
+        cnt = 0
+    else:
+        before = Savepoint.open(path / "savepoint", plan=plan).get(OP[case], 1)["accState"]
+        report = repair(path / "savepoint", work / "edited", [SetValue(OP[case], 1, "cnt", before["count1"] + 100)],
+                        plan=plan)
+        after = Savepoint.open(work / "edited", plan=plan).get(OP[case], 1)["accState"]
+        assert after == {**before, "count1": before["count1"] + 100}  # the nested accumulators read back unchanged
+        cnt = before["count1"]
     assert report.written, str(report)
-    after = Savepoint.open(work / "edited", plan=plan).get(OP[case], 1)["accState"]
-    assert after == {**before, "count1": before["count1"] + 100}  # the nested accumulators read back unchanged
     plain, edited = (J.restored(p) for p in J.run(
         [{"action": "restore", "savepoint": str(sp.resolve()), "plan": str(plan.resolve()), "sinks": sinks}
          for sp in (path / "savepoint", work / "edited")], work / "jvm"))
-    return case, plain, edited, before["count1"]
+    return case, plain, edited, cnt
 
 
 #: MIN/MAX over retractions in `make test-extended` (one more JVM); LISTAGG's structured accumulators in make test
@@ -99,3 +114,17 @@ def test_set_on_a_row_with_nested_accumulators_restores_and_shows_exactly_the_ed
     assert len(missing) == 1 and missing[0][0] == "1" and int(missing[0][-1]) == cnt + 100
     assert missing[0][1:-1] == stays[0][1:-1]
     assert got == sorted([(*r[:-1], str(int(r[-1]) + 100)) if r[0] == "1" else r for r in want] + stays)
+
+
+@pytest.mark.extended
+@pytest.mark.parametrize("restored", ["dedup"], indirect=True)
+def test_set_of_nested_values_in_a_deduplicated_row_is_what_flink_retracts(restored):
+    """Flink decodes the edited row's ARRAY (NULL element), MAP (NULL value, a key in the variable part) and ROW with an
+    ARRAY: batch 2's later order of the user retracts exactly that row; every other change is the unedited run's."""
+    _, plain, edited, _ = restored
+    assert "error" not in plain and "error" not in edited, (plain.get("error"), edited.get("error"))
+    a, b = sorted(plain["changelog"]["nest_out"]), sorted(edited["changelog"]["nest_out"])
+    only_edited = [r for r in b if r not in a]
+    only_plain = [r for r in a if r not in b]
+    assert only_edited == [NESTED_TEXT]
+    assert len(only_plain) == 1 and only_plain[0].startswith("-U[42, ")
