@@ -550,17 +550,31 @@ def write(sp: "FlinkSavepoint", target: str | os.PathLike[str] | Any, per_op: di
 
 
 def write_operators(sp: "FlinkSavepoint", target: Any, edits: dict[str, Callable], *,
-                    flink_version: str | None = None) -> Path:
+                    flink_version: str | None = None, replaced: dict[str, tuple[Any, Any]] | None = None) -> Path:
     """Write Flink savepoint `sp` at `target` with the keyed state of some operators changed on the way
-    (``{uid hash: (keyed, timers) -> (keyed, timers)}``, see `flink_out.operator_data`); the rest as it is."""
+    (``{uid hash: (keyed, timers) -> (keyed, timers)}``, see `flink_out.operator_data`); the rest as it is.
+    `replaced` (``{uid hash: (other savepoint, its operator)}``): operators whose whole state, coordinator's too,
+    is another savepoint's operator's, carried as it is under their identity (`migrate-sql`'s sources)."""
     from statekit.format.flink.writer import write_flink_savepoint
     from statekit.savepoint.flink_out import coordinator_states, operator_data, target_version
 
+    replaced = replaced or {}
     coordinators = coordinator_states(sp)
-    ops = [(carried(sp, m, flink_version=flink_version) if m.uid_hash not in edits else None)
-           or operator_data(sp, m, edit=edits.get(m.uid_hash)) for m in sp.operators]
-    for m, op in zip(sp.operators, ops):
+    ops = []
+    for m in sp.operators:
+        if m.uid_hash in replaced:
+            other, om = replaced[m.uid_hash]
+            op = carried(other, om, uid=m.uid, uid_hash=m.uid_hash, name=m.name, flink_version=flink_version)
+            if op is None:
+                raise InvalidArgumentError(f"the state of {om.display_name} cannot be carried as it is into "
+                                           f"{m.display_name}; take a canonical savepoint of the old job.")
+            op.coordinator = coordinator_states(other).get(om.uid_hash)
+            ops.append(op)
+            continue
+        op = (carried(sp, m, flink_version=flink_version) if m.uid_hash not in edits else None) \
+            or operator_data(sp, m, edit=edits.get(m.uid_hash))
         op.coordinator = coordinators.get(m.uid_hash)
+        ops.append(op)
     return write_flink_savepoint(target, ops, checkpoint_id=sp.checkpoint_id,
                                  flink_version=target_version(sp, flink_version))
 

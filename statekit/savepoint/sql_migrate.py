@@ -66,6 +66,8 @@ class MigrationReport:
     operators: list[OperatorMigration]
     dropped: list[str]
     written: bool = False
+    #: source operators whose operator state (splits, offsets, enumerator) comes from the old job (`sql_sources`)
+    sources: list[Any] = field(default_factory=list)
 
     def __str__(self) -> str:
         lines = [f"migrate {self.source} -> {self.target} (the new job's layout from {self.template})"]
@@ -78,6 +80,7 @@ class MigrationReport:
                     f"; operator id {m.old.uid_hash} -> {m.new.uid_hash}"
                 lines.append(f"  {new} ({m.kind}) <- {m.old.display_name}: {m.keys} keys, {m.rows} rows carried{moved}")
             lines.extend(f"    {n}" for n in m.notes)
+        lines.extend(f"  {c}" for c in self.sources)
         lines.extend(f"  dropped: {d}" for d in self.dropped)
         lines.append("written" if self.written else "dry run: nothing written")
         return "\n".join(lines)
@@ -492,7 +495,8 @@ def migrate_sql(old: Any, target: str | os.PathLike[str] | Any, *, plan: Any, te
     -------
     MigrationReport
         Per new operator: its old counterpart, keys and rows carried, aggregate calls starting empty or dropped,
-        columns added (NULL) or removed; old operators whose state has no place in the new job.
+        columns added (NULL) or removed; source operators whose operator state (splits, offsets) comes from the old
+        job, matched by the table they scan; old operators whose state has no place in the new job.
 
     Raises
     ------
@@ -502,6 +506,7 @@ def migrate_sql(old: Any, target: str | os.PathLike[str] | Any, *, plan: Any, te
     """
     from statekit.savepoint.flink import FlinkSavepoint
     from statekit.savepoint.flink_repair import write_operators
+    from statekit.savepoint.sql_sources import plan_sources
 
     if plan is None:
         raise InvalidArgumentError("migrate-sql needs the new job's compiled plan (--plan): it names the new "
@@ -562,15 +567,17 @@ def migrate_sql(old: Any, target: str | os.PathLike[str] | Any, *, plan: Any, te
     keyed_sql = {o.meta.uid_hash for o in olds}
     dropped += [f"{m.display_name}: its operator state ({', '.join(s.name for s in m.operator_states)}) is not "
                 "carried; the new job's comes from the template" for m in old_sp.operators
-                if m.operator_states and m.uid_hash not in keyed_sql]
+                if m.operator_states and m.uid_hash in keyed_sql]
+    sources, not_carried = plan_sources(old_sp, tmpl, keyed_sql)
+    dropped += not_carried
     edits = {}
     for m in plans:
         keyed, timers = _new_tables(old_sp, tmpl, m)
         m.rows = keyed.num_rows
         m.keys = _distinct_keys(keyed)
         edits[m.new.uid_hash] = (lambda k, t, _k=keyed, _t=timers: (_k, _t))
-    report = MigrationReport(str(old), str(template), str(target), plans, dropped)
+    report = MigrationReport(str(old), str(template), str(target), plans, dropped, sources=sources)
     if not dry_run:
-        write_operators(tmpl, target, edits)
+        write_operators(tmpl, target, edits, replaced={c.new.uid_hash: (old_sp, c.old) for c in sources})
         report.written = True
     return report

@@ -25,7 +25,7 @@ from statekit.format.flink.gather import binary_array, gather_fixed, gather_valu
 from statekit.format.flink.logical import LogicalType
 from statekit.types import parse_ddl
 
-__all__ = ["ROW_KINDS", "decode_row", "decode_rows", "encode_row", "header_bytes"]
+__all__ = ["ROW_KINDS", "decode_row", "decode_rows", "encode_nested", "encode_row", "header_bytes"]
 
 ROW_KINDS = ("+I", "-U", "+U", "-D")
 _EPOCH = dt.datetime(1970, 1, 1)
@@ -293,7 +293,7 @@ def encode_row(values: Sequence[Any], types: Sequence[LogicalType]) -> bytes:
     Raises
     ------
     InvalidArgumentError
-        If a value does not fit its field's type, or the type is one statekit does not encode (RAW).
+        If a value does not fit its field's type.
     """
     if len(values) != len(types):
         raise InvalidArgumentError(f"the key has {len(types)} field(s) ({', '.join(map(str, types))}); got "
@@ -336,13 +336,27 @@ def _encode_slot(v: Any, t: LogicalType, offset: int, *, reserve: bool = False) 
         try:
             unscaled = int(decimal.Decimal(v).scaleb(t.scale or 0, _EXACT).to_integral_exact(context=_EXACT))
         except (TypeError, ValueError, decimal.InvalidOperation):
-            raise InvalidArgumentError(f"key field value {v!r} does not fit its SQL type {t}; give a Decimal") from None
+            raise InvalidArgumentError(f"value {v!r} does not fit its SQL type {t}; give a Decimal") from None
         b = unscaled.to_bytes((unscaled if unscaled >= 0 else ~unscaled).bit_length() // 8 + 1, "big", signed=True)
         return ((offset << 32) | len(b)).to_bytes(8, "little"), b.ljust(16, b"\0")
     if r in ("ARRAY", "MAP", "MULTISET", "ROW"):
         b = _encode_nested(v, t)
         return ((offset << 32) | len(b)).to_bytes(8, "little"), b.ljust(_round8(len(b)), b"\0")
     return _encode_field(v, t, offset)
+
+
+def encode_nested(v: Any, t: LogicalType) -> bytes:
+    """One ARRAY/MAP/MULTISET/ROW value (as Arrow's ``to_pylist`` gives it) as Flink writes it into a row's
+    variable part: a `BinaryArrayData`, a `BinaryMapData` (i32 key-array size, key array, value array) or a
+    nested `BinaryRowData` (RowKind +I, NULL fields zeroed), unpadded; RAW values inside (a structured
+    accumulator's views) are bytes in the variable part, never inline (`writeRawValue`).
+
+    Raises
+    ------
+    InvalidArgumentError
+        If a value does not fit its type (the value and type named).
+    """
+    return _encode_nested(v, t)
 
 
 def _encode_nested(v: Any, t: LogicalType) -> bytes:
@@ -363,7 +377,7 @@ def _encode_nested(v: Any, t: LogicalType) -> bytes:
         keys = _encode_array([p[0] for p in pairs], kt)
         return len(keys).to_bytes(4, "little", signed=True) + keys + _encode_array([p[1] for p in pairs], vt)
     except (TypeError, ValueError, IndexError):
-        raise InvalidArgumentError(f"key field value {v!r} does not fit its SQL type {t}") from None
+        raise InvalidArgumentError(f"value {v!r} does not fit its SQL type {t}") from None
 
 
 def _encode_array(values: list[Any], t: LogicalType) -> bytes:
@@ -410,6 +424,10 @@ def _encode_field(v: Any, t: LogicalType, offset: int) -> tuple[bytes, bytes]:
             if len(b) <= 7:
                 return b.ljust(7, b"\0") + bytes([0x80 | len(b)]), b""
             return ((offset << 32) | len(b)).to_bytes(8, "little"), b.ljust((len(b) + 7) // 8 * 8, b"\0")
+        if r in ("RAW", "SYMBOL"):  # nested in a structured accumulator; writeRawValue: never inline
+            if not isinstance(v, (bytes, bytearray)):
+                raise TypeError
+            return ((offset << 32) | len(v)).to_bytes(8, "little"), bytes(v).ljust(_round8(len(v)), b"\0")
         if r == "DECIMAL" and t.fixed:
             unscaled = int(decimal.Decimal(v).scaleb(t.scale or 0).to_integral_exact())
             return unscaled.to_bytes(8, "little", signed=True), b""
@@ -422,8 +440,7 @@ def _encode_field(v: Any, t: LogicalType, offset: int) -> tuple[bytes, bytes]:
             return ((offset << 32) | sub * 1000).to_bytes(8, "little"), millis.to_bytes(8, "little", signed=True)
     except (TypeError, ValueError, OverflowError, struct.error, decimal.InvalidOperation):
         pass
-    raise InvalidArgumentError(f"key field value {v!r} does not fit its SQL type {t}; give a "
-                               f"{_python_name(t)} (statekit encodes keys of plain SQL types)")
+    raise InvalidArgumentError(f"value {v!r} does not fit its SQL type {t}; give a {_python_name(t)}")
 
 
 def _python_name(t: LogicalType) -> str:

@@ -4,13 +4,15 @@ Boundary: the write side of `rowdata` (which decodes the same layout): `row_byte
 row of a struct column as Flink's `BinaryRowWriter` does (`../shared/flink/sql/SQL-FORMAT.md` 4.1:
 little-endian, RowKind byte and null bits, one 8-byte slot per field, strings and byte strings of up
 to 7 bytes inline, longer ones and RAW values in the 8-byte-aligned variable part, zero padding), with
-numpy over whole columns; `encode_serialized` adds `RowDataSerializer`'s ``i32`` length; `key_groups`
+numpy over whole columns (nested ARRAY/MAP/MULTISET/ROW fields per record, `sqlnested`);
+`encode_serialized` adds `RowDataSerializer`'s ``i32`` length; `key_groups`
 places SQL keys by `BinaryRowData.hashCode()` (`statekit.keyhash.binary_row_hashes`), not by the
 DataStream hash of the same values.
 """
 
 from __future__ import annotations
 
+import decimal
 from typing import Sequence
 
 import numpy as np
@@ -21,6 +23,7 @@ from statekit.format.flink.encoded import Encoded, concat
 from statekit.format.flink.logical import LogicalType
 from statekit.format.flink.rowdata import ROW_KINDS, header_bytes
 from statekit.format.flink.serializers import FlinkType
+from statekit.format.flink.sqlnested import NESTED, nested_field
 from statekit.keygroups import compute_key_groups_for_key_hashes
 from statekit.keyhash import binary_row_hashes, binary_row_words_hashes
 
@@ -32,6 +35,7 @@ _INTS = {"BOOLEAN": "<u1", "TINYINT": "<i1", "SMALLINT": "<i2", "INTEGER": "<i4"
 _STRINGS = ("CHAR", "VARCHAR")
 _INLINE_OK = ("CHAR", "VARCHAR", "BINARY", "VARBINARY")  # BinaryWriter.writeString/writeBinary inline <= 7 bytes
 _VAR_ONLY = ("RAW", "SYMBOL")  # writeRawValue: always in the variable part
+_EXACT = decimal.Context(prec=80)
 
 
 def _pad8(n: np.ndarray) -> np.ndarray:
@@ -93,10 +97,13 @@ def _field(arr: pa.Array, t: LogicalType, isnull: np.ndarray, var_at: np.ndarray
     if r == "DECIMAL":
         if not pa.types.is_decimal(arr.type):
             raise StateTypeError(f"{what}: a {t} field needs decimals, got {arr.type}.")
-        unscaled = [None if v is None else int(v.scaleb(t.scale or 0)) for v in arr.to_pylist()]
+        # exactly (DECIMAL(38) needs more than the default context's 28 digits), and as few bytes as Java's
+        # BigInteger.toByteArray gives
+        unscaled = [None if v is None else int(v.scaleb(t.scale or 0, _EXACT)) for v in arr.to_pylist()]
         if t.fixed:
             return np.array([v or 0 for v in unscaled], "<i8").view(np.uint64), None
-        parts = [b"" if v is None else v.to_bytes((v.bit_length() + 8) // 8, "big", signed=True) for v in unscaled]
+        parts = [b"" if v is None else v.to_bytes((v if v >= 0 else ~v).bit_length() // 8 + 1, "big", signed=True)
+                 for v in unscaled]
         lengths = np.array([len(p) for p in parts], np.int64)
         slots = np.where(isnull, 0, (var_at.astype(np.uint64) << np.uint64(32)) | lengths.astype(np.uint64))
         data = np.frombuffer(b"".join(parts), np.uint8)
@@ -121,8 +128,9 @@ def _field(arr: pa.Array, t: LogicalType, isnull: np.ndarray, var_at: np.ndarray
         slots[out] = (var_at[out].astype(np.uint64) << np.uint64(32)) | lengths[out].astype(np.uint64)
         plen = np.where(out, lengths, 0)
         return slots, _ragged(data, offs[:-1], plen, _pad8(plen))
-    raise StateTypeError(f"{what}: statekit does not write SQL fields of type {t} (nested values); keep such "
-                         "state as Flink wrote it.")
+    if r in NESTED:
+        return nested_field(arr, t, isnull, var_at, what)
+    raise StateTypeError(f"{what}: statekit does not write SQL fields of type {t}; keep such state as Flink wrote it.")
 
 
 def row_bytes(arr: pa.Array, types: Sequence[LogicalType], *, row_kind: bool = False, what: str = "a SQL row") -> Encoded:
@@ -158,7 +166,8 @@ def row_bytes(arr: pa.Array, types: Sequence[LogicalType], *, row_kind: bool = F
     for i, t in enumerate(types):
         f = arr.field(i)
         isnull = f.is_null().to_numpy(zero_copy_only=False) if f.null_count else np.zeros(n, bool)
-        if isnull.any() and not t.nullable:
+        # a PROCTIME attribute is stored NULL although declared NOT NULL: Flink materializes it when it is read
+        if isnull.any() and not t.nullable and t.time_kind != "PROCTIME":
             raise StateTypeError(f"{what}: field {i} ({t}) is NOT NULL; a value is null.")
         bit = 8 + i
         head[isnull, bit // 8] |= np.uint8(1 << (bit % 8))

@@ -31,7 +31,9 @@ import java.util.concurrent.TimeUnit;
  *       for the Python model of the tests;</li>
  *   <li>{@code {"action": "make", "sinks", "inserts", "expect", "out"}}: compiles the plan, runs batch 1 until every
  *       sink's materialized result equals {@code expect} (the Python model's), takes a canonical savepoint (hashmap)
- *       and writes OUT/savepoint and OUT/plan.json;</li>
+ *       and writes OUT/savepoint and OUT/plan.json; with {@code "min_rows"} instead of {@code expect} (a source that
+ *       reads on by itself, e.g. datagen), the savepoint is taken as soon as the sinks received that many rows;</li>
+ *   <li>every task may add {@code "ddl"}: more CREATE TABLE statements (such a source's table);</li>
  *   <li>{@code {"action": "restore", "savepoint", "plan", "sinks", "out"}}: restores the savepoint into the job run
  *       from the plan file with unclaimed state not allowed (NO_CLAIM, no restarts), runs batch 2 to its end and
  *       writes every sink's changelog, or Flink's error when the restore fails.</li>
@@ -99,6 +101,7 @@ public class SqlMigrate {
             t.executeSql("CREATE TABLE " + sink + " (" + task.get("sinks").get(sink).asText()
                     + ") WITH ('connector' = 'statekit-corpus', 'sink' = '" + sink + "')");
         }
+        if (task.has("ddl")) for (JsonNode ddl : task.get("ddl")) t.executeSql(ddl.asText());
         return t;
     }
 
@@ -135,6 +138,24 @@ public class SqlMigrate {
         String plan = ss.compilePlan().asJsonString();
         fromPlan(env, t, PlanReference.fromJsonString(plan));
 
+        List<String> sinks = sinks(task);
+        if (task.has("min_rows")) {   // a source that reads on by itself (datagen): a savepoint mid-way through it
+            JobClient client = env.executeAsync("statekit-sql-migrate-make");
+            long deadline = System.currentTimeMillis() + 180_000;
+            int min = task.get("min_rows").asInt();
+            while (sinks.stream().mapToInt(x -> CorpusConnector.collected(x).size()).sum() < min) {
+                if (System.currentTimeMillis() > deadline) {
+                    client.cancel();
+                    throw new IllegalStateException("the job did not emit " + min + " rows in time");
+                }
+                Thread.sleep(20);
+            }
+            String sp = client.triggerSavepoint(work.resolve("sp").toUri().toString(), SavepointFormatType.CANONICAL)
+                    .get(120, TimeUnit.SECONDS);
+            client.cancel().get(60, TimeUnit.SECONDS);
+            keep(sp, out, work, plan);
+            return;
+        }
         Map<String, List<String>> expected = new TreeMap<>();
         task.get("expect").fields().forEachRemaining(e -> {
             List<String> rows = new ArrayList<>();
@@ -142,7 +163,6 @@ public class SqlMigrate {
             Collections.sort(rows);
             expected.put(e.getKey(), rows);
         });
-        List<String> sinks = sinks(task);
         JobClient client = env.executeAsync("statekit-sql-migrate-make");
         long deadline = System.currentTimeMillis() + 180_000;
         while (!materialized(sinks).equals(expected)) {
@@ -161,6 +181,11 @@ public class SqlMigrate {
         String sp = client.triggerSavepoint(work.resolve("sp").toUri().toString(), SavepointFormatType.CANONICAL)
                 .get(120, TimeUnit.SECONDS);
         client.cancel().get(60, TimeUnit.SECONDS);
+        keep(sp, out, work, plan);
+    }
+
+    /** OUT/savepoint (a copy of the savepoint at `sp`) and OUT/plan.json; the work directory removed. */
+    static void keep(String sp, Path out, Path work, String plan) throws Exception {
         Path dest = out.resolve("savepoint");
         Util.deleteTree(dest);
         Files.createDirectories(out);
