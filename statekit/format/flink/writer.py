@@ -602,8 +602,9 @@ class OperatorData:
     operator_states: Sequence[OperatorStateOut] = ()
     #: the operator coordinator's state (a new-style source's split enumerator) as read, carried unchanged
     coordinator: bytes | None = None
-    #: state carried as it is (`statekit.savepoint.flink_repair.carried`): given the staging directory, the
-    #: operator's subtask handles with its files linked there; layout, tables and operator states unused
+    #: state carried as it is (`statekit.savepoint.flink_repair.carried`): given the `FlinkStaging`, the operator's
+    #: subtask handles with its files placed there (`carry_file`: linked, or copied on the store); layout, tables and
+    #: operator states unused
     carry: Any = None
 
 
