@@ -1,31 +1,36 @@
 """Publishing a savepoint on object storage: data files first, the manifest last.
 
-Two ways: `publish` uploads a savepoint staged on local disk; writers that stream their files straight under
-the new prefix (`SavepointBuilder`, `FlinkStaging(direct=True)`, Spark tasks) end with `put_manifest`, and on
-failure `remove_written` deletes what they wrote there.
+Every writer streams its files straight under the new prefix (`SavepointBuilder`, `FlinkStaging`, Spark tasks;
+unchanged files copied there by the server), ends with `put_manifest`, and on failure `remove_written` deletes
+what it wrote there.
 
 Object stores have no atomic rename of a directory, so a savepoint is published as Flink publishes its
-own: every data file is uploaded under the new savepoint's prefix, then the manifest (statekit's
+own: every data file is written under the new savepoint's prefix, then the manifest (statekit's
 ``_metadata.json`` or Flink's ``_metadata``) last. Readers trust only a savepoint with its manifest, so
-until the last upload completes there is no savepoint at the target. An existing target (any object
-at or under it) is refused before anything is uploaded and again before the manifest; on any failure
-every object this call uploaded is deleted (best effort: if the store cannot be reached any more,
+until the last write completes there is no savepoint at the target. An existing target (any object
+at or under it) is refused before anything is written and again before the manifest; on any failure
+every object under the new prefix is deleted (best effort: if the store cannot be reached any more,
 the error names the prefix left without a manifest).
 """
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
+import uuid
 from pathlib import Path
 
-from statekit.errors import SavepointExistsError, StatekitError, StorageError, StorageNotFoundError
+from statekit.errors import SavepointExistsError, StorageError, StorageNotFoundError
 from statekit.format.storage import StoragePath
 
-__all__ = ["MANIFEST_NAMES", "publish", "put_manifest", "refuse_existing", "remove_written"]
+__all__ = ["MANIFEST_NAMES", "put_manifest", "refuse_existing", "remove_written", "scratch_beside"]
 
 #: the files a reader needs to see a savepoint at all: uploaded last
 MANIFEST_NAMES = ("_metadata.json", "_metadata")
-_PARALLEL = 4
+
+
+def scratch_beside(target: "Path | StoragePath", what: str) -> "Path | StoragePath":
+    """Where an intermediate savepoint of a write to `target` is staged: a hidden sibling on the same filesystem or
+    store (for a URI target a sibling prefix, never this machine's disk), removed by the writer afterwards."""
+    return target.parent / f".{target.name}.{what}-{uuid.uuid4().hex[:12]}"
 
 
 def refuse_existing(target: StoragePath) -> None:
@@ -38,46 +43,8 @@ def refuse_existing(target: StoragePath) -> None:
                                    "a new path.")
 
 
-def publish(staged: Path, target: StoragePath) -> StoragePath:
-    """Upload the savepoint directory `staged` to `target` (data files in parallel, the manifest last)."""
-    files = sorted(p for p in staged.rglob("*") if p.is_file())
-    rel = {p: p.relative_to(staged).as_posix() for p in files}
-    manifests = [p for p in files if rel[p] in MANIFEST_NAMES]
-    if len(manifests) != 1:
-        raise StatekitError(f"{staged} holds {len(manifests)} manifests; a staged savepoint holds exactly one.")
-    data = [p for p in files if p not in manifests]
-    refuse_existing(target)
-    started: list[StoragePath] = []
-    try:
-        def put(p: Path) -> None:
-            obj = target / rel[p]
-            started.append(obj)  # before the request: a partly written object is removed too
-            obj.upload(p)
-
-        pool = ThreadPoolExecutor(_PARALLEL, thread_name_prefix="statekit-upload")
-        try:
-            for f in [pool.submit(put, p) for p in data]:
-                f.result()
-        finally:  # after a failure: no further uploads start; those under way end before the clean-up
-            pool.shutdown(wait=True, cancel_futures=True)
-        if (target / rel[manifests[0]]).exists():  # another writer published here meanwhile
-            raise SavepointExistsError(f"{target} appeared while writing; not overwriting it.")
-        obj = target / rel[manifests[0]]
-        started.append(obj)
-        obj.upload(manifests[0])
-    except BaseException as exc:
-        left = _remove(started, target)
-        if isinstance(exc, StorageError):
-            note = (f" Nothing was published; the {len(started) - left} object(s) uploaded were removed." if not left
-                    else f" Nothing was published, but {left} uploaded object(s) under {target} could not be removed "
-                    "(the store failed): no reader sees them as a savepoint (no manifest); delete that prefix.")
-            raise type(exc)(f"{exc}{note}") from None
-        raise
-    return target
-
-
 def _remove(objects: list[StoragePath], target: StoragePath) -> int:
-    """Delete `objects` (what this publish uploaded) and the empty directory markers their deletion leaves under
+    """Delete `objects` (what a failed write put under `target`) and the empty directory markers their deletion leaves under
     `target` (pyarrow keeps a deleted file's parent as an empty ``dir/`` object); the number not deleted."""
     failed = 0
     for obj in objects:

@@ -367,27 +367,31 @@ class StoragePath:
         requests at once into one buffer (a single stream is slower than the store serves)."""
         import numpy as np
 
-        out = np.empty(hi - lo, np.uint8)
         parts_n = max(1, min(_PARALLEL, -(-(hi - lo) // _PART)))  # up to one per thread, each about _PART or more
-        step = -(-(hi - lo) // parts_n)
+        step = max(1, -(-(hi - lo) // parts_n))
         parts = [(a, min(a + step, hi)) for a in range(lo, hi, step)]
 
-        def fetch(part: tuple[int, int]) -> None:
+        def got(part: tuple[int, int]) -> pa.Buffer:
             a, b = part
             buf = self.read_range(a, b - a)
             if buf.size != b - a:
                 raise StorageError(f"{self}: holds fewer bytes than asked for ({a + buf.size} < {b}); it changed "
                                    "or was truncated while being read. Copy the savepoint again or take a new one.")
-            out[a - lo: b - lo] = np.frombuffer(buf, np.uint8)
+            return buf
 
         if len(parts) <= 1:
-            for part in parts:
-                fetch(part)
-        else:
-            from concurrent.futures import ThreadPoolExecutor
+            # the response's own buffer, not a copy: copying it into fresh memory cost more than the download
+            # (the kernel hands out every page of the copy at first touch)
+            return np.frombuffer(got(parts[0]), np.uint8) if parts else np.zeros(0, np.uint8)
+        out = np.empty(hi - lo, np.uint8)
 
-            with ThreadPoolExecutor(min(_PARALLEL, len(parts)), thread_name_prefix="statekit-fetch") as pool:
-                list(pool.map(fetch, parts))
+        def fetch(part: tuple[int, int]) -> None:
+            out[part[0] - lo: part[1] - lo] = np.frombuffer(got(part), np.uint8)
+
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(min(_PARALLEL, len(parts)), thread_name_prefix="statekit-fetch") as pool:
+            list(pool.map(fetch, parts))
         out.flags.writeable = False
         return out
 

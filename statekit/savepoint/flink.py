@@ -314,10 +314,12 @@ class FlinkSavepoint(Savepoint):
             from concurrent.futures import ThreadPoolExecutor  # here: a one-key read loads this module without it
 
             # Two batches are decoded at once (one core each), in order; the consumer writes the
-            # previous ones meanwhile.
+            # previous ones meanwhile. From a store each batch first waits for its ranged request: four at
+            # once, so that two fetch while two decode (memory: four batches in flight).
             todo = iter(ranges)
-            with ThreadPoolExecutor(2, thread_name_prefix="statekit-flink-batches") as pool:
-                pending = [pool.submit(decode, r) for r in islice(todo, 2)]
+            ahead = 4 if self.flink.files.remote else 2
+            with ThreadPoolExecutor(ahead, thread_name_prefix="statekit-flink-batches") as pool:
+                pending = [pool.submit(decode, r) for r in islice(todo, ahead)]
                 while pending:
                     table, own = pending.pop(0).result()
                     for r in islice(todo, 1):

@@ -24,6 +24,7 @@ import pyarrow.compute as pc
 
 from statekit.errors import AmbiguousEditError, InvalidArgumentError, StateTypeError, UnknownStateError
 from statekit.format.manifest import OperatorMetadata
+from statekit.format.storage import StoragePath
 from statekit.types import parse_ddl
 
 if TYPE_CHECKING:
@@ -333,7 +334,6 @@ def carried(sp: "FlinkSavepoint", meta: OperatorMetadata, *, uid: str | None = N
     fop = sp.flink.metadata.operator(meta.uid_hash)
     if fop is None:
         return None
-    base = Path(str(sp.flink.metadata.path))
     for st in fop.subtasks:
         if st.raw_operator is not None or st.raw_keyed is not None:
             return None
@@ -344,17 +344,11 @@ def carried(sp: "FlinkSavepoint", meta: OperatorMetadata, *, uid: str | None = N
             return None
 
     def place(staging: Any, handle: Any) -> tuple[str, int]:
-        new, path = staging.new_file()
+        new, _ = staging.new_file()
         if handle.kind == "bytes":
-            path.write_bytes(handle.data or b"")
-        else:
-            src = base / handle.path if handle.kind == "relative" else Path(handle.path.removeprefix("file:"))
-            try:
-                os.link(src, path)  # never copied through Python: the same inode
-            except OSError:
-                import shutil
-
-                shutil.copyfile(src, path)  # another file system: the kernel copies it
+            staging.write_new(new, handle.data or b"")
+        else:  # a hard link, or on a store a server-side copy
+            staging.carry_file(sp.flink.files.path(handle), new)
         return new, handle.size
 
     def carry(staging: Any) -> list:
@@ -378,7 +372,18 @@ def carried(sp: "FlinkSavepoint", meta: OperatorMetadata, *, uid: str | None = N
 
 
 def _copy_range(src: Any, dst: Any, start: int, length: int) -> None:
-    """Bytes [start, start + length) of open file `src` appended to open file `dst`, copied by the kernel."""
+    """Bytes [start, start + length) of open file `src` appended to open file `dst`: copied by the kernel between
+    local files, else streamed (an object on a store on either side)."""
+    if not (hasattr(src, "fileno") and hasattr(dst, "fileno")):
+        src.seek(start)
+        left = length
+        while left:
+            chunk = src.read(min(left, 32 << 20))
+            if not chunk:
+                raise OSError(f"copying {length} bytes stopped after {length - left}: the source is shorter")
+            dst.write(chunk)
+            left -= len(chunk)
+        return
     done = 0
     while done < length:
         try:
@@ -431,7 +436,6 @@ def spliced(sp: "FlinkSavepoint", meta: OperatorMetadata, e: Any, *, uid: str | 
         touched.setdefault(idx, []).append(kg)
     layout = keyed_layout(meta, stored, None, max_parallelism=maxp, has_timers=bool(stored.timers))
     timer_names = [t.name for t in stored.timers]
-    root = Path(str(sp.flink.metadata.path))
     carry_base = base.carry
 
     def carry(staging: Any) -> list:
@@ -441,12 +445,14 @@ def spliced(sp: "FlinkSavepoint", meta: OperatorMetadata, e: Any, *, uid: str | 
             assert isinstance(h, KeyGroupsHandle)
             order = [st.name for st in sp.flink.proxy(h).states]  # state ids as this file numbers them
             ids = [order.index(s.name) for s in layout.states] + [order.index(n) for n in timer_names]
-            src_path = root / h.delegate.path if h.delegate.kind == "relative" else Path(h.delegate.path.removeprefix("file:"))
+            src_path = sp.flink.files.path(h.delegate)
             offsets = list(h.offsets)
             nonzero = sorted(o for o in offsets if o)
             name, path = staging.new_file()
-            with open(src_path, "rb") as src, open(path, "xb", buffering=0) as dst:
-                size = os.fstat(src.fileno()).st_size
+            # on a store: the source read by ranges, the new object streamed under the target (no local file)
+            out: Any = path.create() if isinstance(path, StoragePath) else open(path, "xb", buffering=0)
+            with src_path.open("rb") as src, out as dst:
+                size = sp.flink.files.size(h.delegate)
                 pos_src, shift, new_offsets = 0, 0, list(offsets)
                 for kg in kgroups:
                     at = offsets[kg - h.start]
@@ -472,7 +478,8 @@ def spliced(sp: "FlinkSavepoint", meta: OperatorMetadata, e: Any, *, uid: str | 
                     pos_src = end
                 _copy_range(src, dst, pos_src, size - pos_src)
                 dst.flush()
-                os.fsync(dst.fileno())
+                if not isinstance(path, StoragePath):
+                    os.fsync(dst.fileno())
                 new_size = dst.tell()
             subs[idx] = replace(subs[idx], keyed=(h.start, new_offsets, name, new_size)) \
                 if isinstance(subs[idx], SubtaskOut) else subs[idx]

@@ -17,7 +17,6 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Literal
 
 import pyarrow as pa
@@ -570,6 +569,7 @@ def _write(sp: "FlinkSavepoint", state: _SourceState, edits: dict[int, list[_Edi
     original = (sp.path / METADATA_NAME).read_bytes()
     where = f"{sp.path}/_metadata"
     check_record(fop, original, md.version, where)
+    # straight to a store's target: carried files copied there server-side, the new streams written, _metadata last
     with FlinkStaging(target) as staging:
         with storage_errors(staging.target):
             new_files: dict[int, tuple[str, bytes]] = {}  # subtask -> (relative name, stream bytes)
@@ -589,12 +589,9 @@ def _write(sp: "FlinkSavepoint", state: _SourceState, edits: dict[int, list[_Edi
             record = operator_record(replace(fop, subtasks=tuple(subtasks), coordinator=coordinator), md.version)
             start, end = fop.span
             metadata = original[:start] + record + original[end:]
-            _copy_relative_files(sp, staging.dir)  # a rewritten stream's old file too: it may be shared
+            _copy_relative_files(sp, staging)  # a rewritten stream's old file too: it may be shared
             for name, data in new_files.values():
-                with open(staging.dir / name, "xb") as f:
-                    f.write(data)
-                    f.flush()
-                    os.fsync(f.fileno())
+                staging.write_new(name, data)
         staging.commit(metadata)
 
 
@@ -664,21 +661,12 @@ def _relative_handles(sp: "FlinkSavepoint") -> list["StreamHandle"]:
     return out
 
 
-def _copy_relative_files(sp: "FlinkSavepoint", dest: Path) -> None:
-    """Carry the savepoint's own files into `dest` unchanged (hard links where the file system allows)."""
+def _copy_relative_files(sp: "FlinkSavepoint", staging: Any) -> None:
+    """Carry the savepoint's own files into the new one unchanged (`FlinkStaging.carry_file`: hard links on one
+    local file system, server-side copies on one store)."""
     done: set[str] = set()
     for h in _relative_handles(sp):
         if h.path in done:
             continue
         done.add(h.path)
-        out = dest / h.path
-        out.parent.mkdir(parents=True, exist_ok=True)
-        src = sp.flink.files.path(h)
-        if isinstance(src, Path):
-            try:
-                os.link(src, out)
-                continue
-            except OSError:
-                pass
-        sp.flink.files.copy_to(h, out)
-
+        staging.carry_file(sp.flink.files.path(h), h.path)

@@ -54,12 +54,12 @@ def write_as(fmt: OutputFormat, source: "Savepoint", target: "str | os.PathLike[
     it writes into a scratch directory first, which `write_flink` then turns into the Flink savepoint.
 
     `target` may be a URI or a `StoragePath` (object storage): `SavepointBuilder` and `write_flink` stream each
-    file under it and write the manifest last (`statekit.format.publish`); the scratch stays local (the Flink
-    files are encoded from it, so it is read where it is cheapest).
+    file under it and write the manifest last (`statekit.format.publish`); the scratch is then a hidden sibling
+    prefix on the same store (`scratch_beside`), deleted afterwards: nothing of the savepoint on this machine's disk.
 
     A Flink source's operator coordinators' states (a new-style source's split enumerator) are carried to the
     Flink output, following the operators `renamed` gives new uid hashes (``{old hash: new hash}``)."""
-    from statekit.format.storage import as_path
+    from statekit.format.storage import StoragePath, as_path
 
     where = cast(Path, as_path(target))  # a StoragePath offers the Path operations the writers use
     if fmt == "statekit":
@@ -69,12 +69,22 @@ def write_as(fmt: OutputFormat, source: "Savepoint", target: "str | os.PathLike[
     from statekit.tempdirs import owned_temp_dir, release
 
     version = target_version(source, flink_version)
+    # the scratch copy has no coordinator state: a Flink source's (its sources' enumerators) is carried over
+    carried = {(renamed or {}).get(h, h): data for h, data in coordinator_states(source).items()}
+    if isinstance(where, StoragePath):
+        from statekit.format.publish import refuse_existing, remove_written, scratch_beside
+
+        refuse_existing(where)  # before the scratch is written
+        remote = cast(StoragePath, scratch_beside(where, "statekit"))
+        try:
+            build(cast(Path, remote))
+            return write_flink(remote, where, flink_version=version, coordinators=carried)
+        finally:
+            remove_written(remote)
     scratch = owned_temp_dir("statekit-repair-")
     try:
         staged = scratch / "savepoint"
         build(staged)
-        # the scratch copy has no coordinator state: a Flink source's (its sources' enumerators) is carried over
-        carried = {(renamed or {}).get(h, h): data for h, data in coordinator_states(source).items()}
         return write_flink(staged, where, flink_version=version, coordinators=carried)
     finally:
         release(scratch)

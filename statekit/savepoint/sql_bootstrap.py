@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
 import numpy as np
 import pyarrow as pa
@@ -407,7 +407,7 @@ def prepare(template: Any, target: Any, *, operator: str, plan: Any = None, sql:
             replace: bool = False) -> tuple[Any, BootstrapSpec, SqlBootstrapReport]:
     """The checks before any row is read (`target` free, template and plan of one job, the operator supported, no
     state in the way): the template opened, what to compute, and the report to fill. Raises as `bootstrap_sql`."""
-    out = Path(str(as_path(target)))
+    out = cast(Path, as_path(target))  # a URI: a StoragePath, which offers the Path operations used here
     if out.exists():
         raise SavepointExistsError(f"{target} already exists; savepoints are never overwritten. Choose a new path.")
     sp = _open(template, plan, sql)

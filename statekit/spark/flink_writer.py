@@ -60,28 +60,30 @@ class _Plan:
 
 
 #: where a task reads or writes: a local path, or a URI and the storage options it was located with
-_Where = tuple[str, tuple[tuple[str, str], ...]]
+TaskWhere = tuple[str, tuple[tuple[str, str], ...]]
 
 
-def _where(path: "Path | StoragePath") -> _Where:
+def task_where(path: "Path | StoragePath") -> TaskWhere:
+    """`path` as a Spark task receives it (picklable, the storage options kept with the URI)."""
     return (str(path), path.options) if isinstance(path, StoragePath) else (str(Path(path).resolve()), ())
 
 
-def _opened(where: _Where) -> "Path | StoragePath":
+def task_opened(where: TaskWhere) -> "Path | StoragePath":
+    """In a task: the path or `StoragePath` of `task_where`'s answer, the filesystem opened there."""
     text, options = where
     return locate(text, storage_options=dict(options) or None) if options else locate(text)
 
 
-def _task(source: _Where, staging: _Where, plans: list[_Plan], task: tuple[int, int, str]) -> tuple:
+def _task(source: TaskWhere, staging: TaskWhere, plans: list[_Plan], task: tuple[int, int, str]) -> tuple:
     """Write one Flink state file on an executor; returns (operator, subtask, kind, name, size, offsets or handle)."""
     import uuid
 
     i, sub, kind = task
     plan = plans[i]
-    sp = Savepoint.open(_opened(source))
+    sp = Savepoint.open(task_opened(source))
     ident = OperatorIdentifier.for_uid_hash(plan.uid_hash)
     name = str(uuid.uuid4())
-    root = _opened(staging)
+    root = task_opened(staging)
     path: Any = root / name
     if kind == "keyed":
         assert plan.layout is not None
@@ -141,8 +143,8 @@ def write_flink_spark(spark: SparkSession, source: "str | os.PathLike[str] | Sto
     check_metadata_texts(t for o in outs for t in (("operator uid", o.uid), ("operator name", o.name)))
     check_serializers(version, (p for meta, plan in zip(sp.operators, plans)
                                 for p in serializers_of(meta.uid or meta.uid_hash, plan.layout, plan.operator_states)))
-    with FlinkStaging(target, direct=True) as staging:  # a URI target: the tasks write under its prefix
-        src, stage = _where(sp.path), _where(staging.dir)
+    with FlinkStaging(target) as staging:  # a URI target: the tasks write under its prefix
+        src, stage = task_where(sp.path), task_where(staging.dir)
         results: list[Any] = []
         if tasks:
             from statekit.spark.jvm_parts import run_write_job

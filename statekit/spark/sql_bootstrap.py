@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pyarrow as pa
@@ -166,16 +166,19 @@ def bootstrap_spark(df: DataFrame, sp: Any, spec: Any, target: Path, *, dry_run:
     counts: dict[str, int] = {}
 
     def carry(staging: Any) -> list:
-        stage = str(Path(staging.dir).resolve())
+        from statekit.spark.flink_writer import task_where
+
+        stage = task_where(staging.dir)  # on a store each task writes its file under the target's prefix itself
 
         def write(table: pa.Table) -> pa.Table:  # one task per Flink subtask: its key-group range, one file
+            from statekit.format.flink.writer import write_keyed_file
+            from statekit.spark.flink_writer import task_opened
+
             sub = int(table.column("_subtask")[0].as_py())
             rng = key_group_range(maxp, par, sub)
             keyed = physical(spec, table)
             name = str(uuid.uuid4())
-            from statekit.format.flink.writer import write_keyed_file
-
-            offsets, size = write_keyed_file(Path(stage) / name, layout, keyed, None, rng.start, rng.end)
+            offsets, size = write_keyed_file(cast(Path, task_opened(stage) / name), layout, keyed, None, rng.start, rng.end)
             return pa.table({"subtask": pa.array([sub], pa.int32()), "name": [name], "size": [size],
                              "offsets": pa.array([list(offsets)], pa.list_(pa.int64())), "keys": [table.num_rows],
                              "rows": [int(np.asarray(table.column("_rows")).sum())]})

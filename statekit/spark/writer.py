@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import uuid
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Literal
@@ -527,9 +526,11 @@ def _check_new(path: "Path | StoragePath") -> None:
 
 
 def _scratch(path: "Path | StoragePath", what: str) -> "Path | StoragePath":
-    """Where an intermediate savepoint is staged: hidden beside the target, on the same filesystem or store (for
-    a URI target a sibling prefix the executors write to and read from; never the driver's disk)."""
-    return path.parent / f".{path.name}.{what}-{uuid.uuid4().hex[:12]}"
+    """Where an intermediate savepoint is staged: hidden beside the target (for a URI target a sibling prefix the
+    executors write to and read from; never the driver's disk)."""
+    from statekit.format.publish import scratch_beside
+
+    return scratch_beside(path, what)
 
 
 def _remove_scratch(path: "Path | StoragePath", staged: "Path | StoragePath") -> None:

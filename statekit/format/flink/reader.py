@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import os
 import struct
+import threading
 import weakref
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -94,6 +95,33 @@ BATCH_BYTES = 32 << 20
 _THREADS = min(4, os.cpu_count() or 1)
 #: streams of a savepoint on object storage fetched at once (each in parallel ranged parts)
 _FETCHES = 4
+
+
+#: fetched batches of a read from object storage that may wait for their decoder at once (memory: as many batches)
+_WINDOW = 2 * _FETCHES
+
+
+class _Window:
+    """At most `n` fetched batches not yet decoded: a fetch waits for a place, a decoded batch gives it back."""
+
+    def __init__(self, n: int) -> None:
+        self._places = threading.Semaphore(n)
+        self._closed = False
+
+    def fetch(self, read: Any, *args: Any) -> Any:
+        self._places.acquire()
+        if self._closed:  # the read ended (an error): fetch nothing more
+            raise RuntimeError("the read was abandoned")
+        return read(*args)
+
+    def done(self) -> None:
+        self._places.release()
+
+    def close(self) -> None:
+        """Wake every fetch still waiting (they then fetch nothing): the read is over."""
+        self._closed = True
+        for _ in range(_FETCHES):
+            self._places.release()
 
 
 def _batches(chains: list[tuple[int, int, int, int]], batch_bytes: int = BATCH_BYTES) -> list[list[tuple[int, int, int, int]]]:
@@ -233,30 +261,44 @@ class FlinkStateReader:
         # stats, merged in order. Streams hold disjoint key-group ranges in handle order, so rows stay in
         # key-group order.
         chains.sort(key=lambda c: (c[0], c[1]))
-        # On object storage the streams are fetched (ranged requests) on `_FETCHES` threads of their own while
-        # the first ones decode: the download overlaps the decoding instead of preceding it.
-        fetch = ThreadPoolExecutor(_FETCHES, thread_name_prefix="statekit-fetch") \
-            if self.files.remote and len(segments) > 1 else None
         jobs: list[tuple[Any, list[tuple[int, int, int, int]], int, DecodeStats]] = []
-        try:
+        if not self.files.remote:
             for seg, (stream, lo, hi) in enumerate(segments):
-                buf: Any = fetch.submit(self.files.range_array, stream, lo, hi) if fetch is not None else \
-                    self.files.range_array(stream, lo, hi)
+                buf = self.files.range_array(stream, lo, hi)
                 jobs += [(buf, batch, seg, DecodeStats()) for batch in _batches([c for c in chains if c[0] == seg])]
             return self._decode_jobs(lay, jobs, segments, compressed, sid_maps, where, stats)
+        # On object storage each batch is its own ranged request, fetched on `_FETCHES` threads in order while the
+        # batches before it decode: the download overlaps the decoding instead of preceding it (a whole stream
+        # per request left every decoder idle until the last stream arrived). At most `_WINDOW` fetched batches
+        # wait for their decoder, which bounds the memory of a read to about that many batches.
+        window = _Window(_WINDOW)
+        fetch = ThreadPoolExecutor(_FETCHES, thread_name_prefix="statekit-fetch")
+        try:
+            for seg, (stream, lo, hi) in enumerate(segments):
+                for batch in _batches([c for c in chains if c[0] == seg]):
+                    blo, bhi = min(c[2] for c in batch), max(c[3] for c in batch)
+                    got = fetch.submit(window.fetch, self.files.range_array, stream, lo + blo, lo + bhi)
+                    jobs.append((got, [(s, kg, a - blo, b - blo) for s, kg, a, b in batch], seg, DecodeStats()))
+            return self._decode_jobs(lay, jobs, segments, compressed, sid_maps, where, stats, window)
         finally:
-            if fetch is not None:
-                fetch.shutdown(wait=True, cancel_futures=True)
+            window.close()
+            fetch.shutdown(wait=True, cancel_futures=True)
 
     def _decode_jobs(self, lay: K.KeyedLayout, jobs: list, segments: list, compressed: list[bool],
-                     sid_maps: list[dict[int, StateMeta]], where: str, stats: DecodeStats) -> K.KeyedResult:
-        """Decode the batches `jobs` (a stream's bytes, or the future of them, with its key groups), in order."""
+                     sid_maps: list[dict[int, StateMeta]], where: str, stats: DecodeStats,
+                     window: "_Window | None" = None) -> K.KeyedResult:
+        """Decode the batches `jobs` (a stream's bytes, or the future of the batch's bytes, with its key groups), in
+        order; each fetched batch gives its place in `window` back once decoded."""
 
         def run(job: tuple[Any, list[tuple[int, int, int, int]], int, DecodeStats]) -> K.KeyedResult:
             buf, batch, seg, own = job
-            if isinstance(buf, Future):
-                buf = buf.result()
-            return self._decode_segment(lay, buf, batch, seg, compressed, sid_maps, where, own)
+            if not isinstance(buf, Future):
+                return self._decode_segment(lay, buf, batch, seg, compressed, sid_maps, where, own)
+            try:
+                return self._decode_segment(lay, buf.result(), batch, seg, compressed, sid_maps, where, own)
+            finally:
+                if window is not None:
+                    window.done()
 
         threads = min(_THREADS, len(jobs)) if sum(hi - lo for _, lo, hi in segments) >= 2 * BATCH_BYTES else 1
         if threads > 1:

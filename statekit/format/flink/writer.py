@@ -16,7 +16,6 @@ from __future__ import annotations
 import os
 import shutil
 import struct
-import tempfile
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -446,40 +445,68 @@ def metadata_bytes(checkpoint_id: int, operators: Sequence[OperatorOut], *,
 class FlinkStaging:
     """A hidden sibling directory that becomes the savepoint in one rename once `_metadata` is written.
 
-    For a URI target: with ``direct=True`` there is no staging directory - ``dir`` is the target itself, each
-    file is streamed under its prefix as written (`new_file` gives `StoragePath`s) and `_metadata` is written
-    last; a failure deletes what is under the prefix. Without it (writers that link or copy files into ``dir``
-    as a local directory), the savepoint is staged in ``$TMPDIR`` and published at the commit.
+    For a URI target there is no staging directory: ``dir`` is the target itself, each file is streamed under
+    its prefix as written (`new_file` gives `StoragePath`s; `carry_file` copies existing files there on the
+    server) and `_metadata` is written last; a failure deletes what is under the prefix.
     """
 
-    def __init__(self, target: Any, *, direct: bool = False) -> None:  # a path, a URI or a StoragePath
+    def __init__(self, target: Any) -> None:  # a path, a URI or a StoragePath
         from statekit.format.publish import refuse_existing
 
         where = as_path(target)
         self.remote: StoragePath | None = None
-        self._upload_dir: Path | None = None
-        self.direct = False
+        self._done = False
         if isinstance(where, StoragePath):
             refuse_existing(where)
             self.remote = where
-            if direct:
-                self.direct = True
-                self.target = self.dir = cast(Path, where)  # a StoragePath offers the Path operations used here
-                self._done = False
-                return
-            self._upload_dir = Path(tempfile.mkdtemp(prefix="statekit-upload-"))  # published data files first
-            where = self._upload_dir / "savepoint"
+            self.target = self.dir = cast(Path, where)  # a StoragePath offers the Path operations used here
+            return
         self.target = where
         check_target(self.target)
         self.dir = self.target.parent / f".{self.target.name}.inprogress-{uuid.uuid4().hex[:12]}"
         with storage_errors(self.target):
             self.dir.mkdir(parents=False)
-        self._done = False
+
+    @property
+    def direct(self) -> bool:
+        """Whether files go straight under the target (a URI) rather than into a local staging directory."""
+        return self.remote is not None
 
     def new_file(self) -> tuple[str, Path]:
         """A fresh relative name (Flink writes random UUIDs) and its path in staging."""
         name = str(uuid.uuid4())
         return name, self.dir / name
+
+    def carry_file(self, source: "Path | StoragePath", name: str) -> None:
+        """The existing state file `source` as `name` in the new savepoint, unchanged: a server-side copy on the
+        same store (S3 CopyObject: no byte through this process), uploaded or downloaded between a store and
+        local disk, a hard link on one local file system (else a copy made by the kernel)."""
+        out = self.dir / name
+        if isinstance(out, StoragePath):
+            if isinstance(source, StoragePath):
+                out.copy_from(source)
+            else:
+                out.upload(source)
+            return
+        out.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(source, StoragePath):
+            source.download(out)
+            return
+        try:
+            os.link(source, out)  # never copied through Python: the same inode
+        except OSError:
+            shutil.copyfile(source, out)  # another file system: the kernel copies it
+
+    def write_new(self, name: str, data: bytes) -> None:
+        """A new file `name` of the savepoint holding `data` (streamed to the store, or written and synced)."""
+        out = self.dir / name
+        if isinstance(out, StoragePath):
+            out.write_bytes(data)
+            return
+        with open(out, "xb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
 
     def commit(self, metadata: bytes) -> Path:
         if self.direct:
@@ -508,22 +535,8 @@ class FlinkStaging:
                 raise SavepointExistsError(f"{self.target} appeared while writing; not overwriting it.") from None
             raise
         _fsync_dir(self.target.parent)
-        if self.remote is not None:
-            from statekit.format.publish import publish
-
-            try:
-                publish(self.target, self.remote)
-            finally:
-                self._drop_upload_dir()
-            self._done = True
-            return cast(Path, self.remote)  # a StoragePath offers the Path operations readers use
         self._done = True
         return self.target
-
-    def _drop_upload_dir(self) -> None:
-        if self._upload_dir is not None:
-            shutil.rmtree(self._upload_dir, ignore_errors=True)
-            self._upload_dir = None
 
     def abort(self) -> None:
         self._done = True
@@ -534,7 +547,6 @@ class FlinkStaging:
             remove_written(self.remote)  # also what Spark tasks of a failed stage wrote
             return
         remove_tree(self.dir)  # also what Spark tasks of a failed stage write after the failure
-        self._drop_upload_dir()
 
     def _failed(self, exc: BaseException) -> None:
         """Remove what a direct write put under the target; raise `exc` with a note of it if it is a storage error."""
@@ -590,8 +602,9 @@ class OperatorData:
     operator_states: Sequence[OperatorStateOut] = ()
     #: the operator coordinator's state (a new-style source's split enumerator) as read, carried unchanged
     coordinator: bytes | None = None
-    #: state carried as it is (`statekit.savepoint.flink_repair.carried`): given the staging directory, the
-    #: operator's subtask handles with its files linked there; layout, tables and operator states unused
+    #: state carried as it is (`statekit.savepoint.flink_repair.carried`): given the `FlinkStaging`, the operator's
+    #: subtask handles with its files placed there (`carry_file`: linked, or copied on the store); layout, tables and
+    #: operator states unused
     carry: Any = None
 
 
@@ -687,8 +700,8 @@ def write_flink_savepoint(target: str | os.PathLike[str], operators: Sequence[Op
         check_metadata_texts([("operator uid", op.uid), ("operator name", op.name)])  # before any file is written
     check_serializers(version, (p for op in operators
                                 for p in serializers_of(op.uid or op.uid_hash, op.layout, op.operator_states)))
-    # straight to the store for a URI target, unless an operator links files into a local staging directory
-    with FlinkStaging(target, direct=all(op.carry is None for op in operators)) as staging:
+    # straight to the store for a URI target (carried files copied there by the server)
+    with FlinkStaging(target) as staging:
         with storage_errors(staging.target):  # a full disk is a StorageFullError, the partial output removed
             outs = [write_operator(staging, op) for op in operators]
         return staging.commit(metadata_bytes(checkpoint_id, outs, flink_version=version))
