@@ -231,6 +231,7 @@ def write_fixed_file(path: "Path | StoragePath", layout: "KeyedLayoutOut", keyed
         if rows is not None:
             col = col.take(pa.array(rows))
         fields: dict[str, Any] = {}
+        pairs: tuple[tuple[str, _Row], ...]
         if s.value.form == "row":
             value = _prepare(col, s.value.logical, s.value.row_kind, f"state {s.name!r}")
             pairs = (("k", key), ("v", value))
