@@ -21,7 +21,7 @@ one invocation:
   Java State Processor API's bootstrap of the same keyed state (`BenchBootstrap.java`: SavepointWriter, BinaryRowData
   keys, RowData accumulators) timed in the same invocation
 
-    python bench/flink_sql_write.py [--rows N] [--ttl-rows N] [--repeat R] [--skip-java]
+    python bench/flink_sql_write.py [--rows N] [--backend rocksdb|hashmap] [--ttl-rows N] [--repeat R] [--skip-java]
     python bench/flink_sql_write.py --bootstrap [--keys K] [--spark-keys K] [--repeat R] [--skip-java]
 
 The machine is shared: numbers move with load, which is printed with them.
@@ -84,6 +84,8 @@ def size(path: Path) -> int:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rows", type=int, default=2_000_000)
+    ap.add_argument("--backend", choices=("rocksdb", "hashmap"), default="rocksdb",
+                    help="state backend of the read bench's savepoint that `set` edits")
     ap.add_argument("--ttl-rows", type=int, default=500_000)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--skip-java", action="store_true")
@@ -98,9 +100,9 @@ def main() -> None:
     from statekit.savepoint import Savepoint
     from statekit.savepoint.patch import SetValue, repair
 
-    read_case = R.CACHE / f"sql-rocksdb-{args.rows}"  # the read bench's case when it was made already
+    read_case = R.CACHE / f"sql-{args.backend}-{args.rows}"  # the read bench's case when it was made already
     R.CACHE = WRITE_CACHE  # every JVM of this bench runs from its own generator copy
-    case = read_case if (read_case / "savepoint" / "_metadata").exists() else R.savepoint(args.rows, "rocksdb")
+    case = read_case if (read_case / "savepoint" / "_metadata").exists() else R.savepoint(args.rows, args.backend)
     sp_path, plan = case / "savepoint", case / "plan.json"
     sp = Savepoint.open(sp_path, plan=plan)
     by_id = next(m for m in sp.operators if sp.operator_kind(m.identifier) == "group aggregate"
