@@ -21,7 +21,8 @@ one invocation:
   Java State Processor API's bootstrap of the same keyed state (`BenchBootstrap.java`: SavepointWriter, BinaryRowData
   keys, RowData accumulators) timed in the same invocation
 
-    python bench/flink_sql_write.py [--rows N] [--backend rocksdb|hashmap] [--ttl-rows N] [--repeat R] [--skip-java]
+    python bench/flink_sql_write.py [--rows N] [--backend rocksdb|hashmap] [--ttl-rows N] [--ttl-backend B]
+                                    [--repeat R] [--skip-java]
     python bench/flink_sql_write.py --bootstrap [--keys K] [--spark-keys K] [--repeat R] [--skip-java]
 
 The machine is shared: numbers move with load, which is printed with them.
@@ -46,14 +47,14 @@ WRITE_CACHE = Path(os.environ.get("STATEKIT_FLINK_SQL_WRITE_BENCH_DIR",
 STATEKIT = str(Path(sys.executable).with_name("statekit"))
 
 
-def ttl_savepoint(rows: int) -> Path:
+def ttl_savepoint(rows: int, backend: str = "rocksdb") -> Path:
     """The TTL case, made with real Flink on first use (in this bench's own cache: its own generator copy)."""
-    case = WRITE_CACHE / f"sql-rocksdb-{rows}-ttl"
+    case = WRITE_CACHE / f"sql-{backend}-{rows}-ttl"
     if not (case / "savepoint" / "_metadata").exists():
-        tmp = WRITE_CACHE / f"sql-rocksdb-{rows}-ttl.tmp"
+        tmp = WRITE_CACHE / f"sql-{backend}-{rows}-ttl.tmp"
         shutil.rmtree(tmp, ignore_errors=True)
         t0 = time.perf_counter()
-        R.run_java("BenchJob", str(tmp), str(rows), "rocksdb", "1 d")
+        R.run_java("BenchJob", str(tmp), str(rows), backend, "1 d")
         shutil.rmtree(case, ignore_errors=True)
         tmp.rename(case)
         print(f"made {case} with real Flink in {time.perf_counter() - t0:.0f} s")
@@ -87,6 +88,8 @@ def main() -> None:
     ap.add_argument("--backend", choices=("rocksdb", "hashmap"), default="rocksdb",
                     help="state backend of the read bench's savepoint that `set` edits")
     ap.add_argument("--ttl-rows", type=int, default=500_000)
+    ap.add_argument("--ttl-backend", choices=("rocksdb", "hashmap"), default="rocksdb",
+                    help="state backend of the TTL savepoint prune-expired reads (made on first use)")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--skip-java", action="store_true")
     ap.add_argument("--bootstrap", action="store_true", help="only the SQL bootstrap bench")
@@ -141,7 +144,7 @@ def main() -> None:
         shutil.rmtree(scratch / "copy", ignore_errors=True)
         shutil.rmtree(scratch / "lib", ignore_errors=True)
 
-        ttl_case = ttl_savepoint(args.ttl_rows)
+        ttl_case = ttl_savepoint(args.ttl_rows, args.ttl_backend)
         tsp_path = ttl_case / "savepoint"
         tsp = Savepoint.open(tsp_path)
         agg = next(m for m in tsp.operators if m.key_type is not None and "bigint" in m.key_type)
