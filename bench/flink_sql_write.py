@@ -15,7 +15,8 @@ one invocation:
   operator is the least an SPA-based repair does before it writes anything
 
 * the SQL bootstrap (``--bootstrap``): the ``GROUP BY id`` aggregate's state (``COUNT(*), SUM(amount),
-  MAX(amount)``) from a table of K rows with K distinct ids (BenchJob's input) written into a template of the bench
+  MAX(amount)``) from a table of K rows with K distinct ids (BenchJob's input; with ``--rows-per-key R`` each id R
+  times, so that the hash aggregation runs) written into a template of the bench
   job taken with no input (BenchJob over 0 rows), by ``statekit.savepoint.sql_bootstrap.bootstrap_sql`` (pyarrow)
   and by ``statekit.spark.bootstrap_sql`` (a local Spark session reading the same rows from Parquet), against the
   Java State Processor API's bootstrap of the same keyed state (`BenchBootstrap.java`: SavepointWriter, BinaryRowData
@@ -23,7 +24,7 @@ one invocation:
 
     python bench/flink_sql_write.py [--rows N] [--backend rocksdb|hashmap] [--ttl-rows N] [--ttl-backend B]
                                     [--repeat R] [--skip-java]
-    python bench/flink_sql_write.py --bootstrap [--keys K] [--spark-keys K] [--repeat R] [--skip-java]
+    python bench/flink_sql_write.py --bootstrap [--keys K] [--rows-per-key R] [--spark-keys K] [--repeat R] [--skip-java]
 
 The machine is shared: numbers move with load, which is printed with them.
 """
@@ -95,6 +96,8 @@ def main() -> None:
     ap.add_argument("--bootstrap", action="store_true", help="only the SQL bootstrap bench")
     ap.add_argument("--keys", type=int, default=10_000_000, help="keys of the SQL bootstrap")
     ap.add_argument("--template-rows", type=int, default=1000, help="rows the bench job's template saw")
+    ap.add_argument("--rows-per-key", type=int, default=1,
+                    help="input rows per key of the SQL bootstrap (above 1 the hash aggregation runs)")
     ap.add_argument("--spark-keys", type=int, default=None, help="keys of the Spark bootstrap (default --keys; 0: skip)")
     args = ap.parse_args()
     if args.bootstrap:
@@ -182,11 +185,13 @@ def bootstrap_bench(args: argparse.Namespace) -> None:
     sp = Savepoint.open(template, plan=plan)
     by_id = next(m for m in sp.operators if sp.operator_kind(m.identifier) == "group aggregate"
                  and "bigint" in (m.key_type or ""))
-    n = args.keys
+    n, per = args.keys, args.rows_per_key
     ids = np.arange(n, dtype=np.int64)
+    if per > 1:  # every key `per` times, the copies far apart (as history arrives)
+        ids = np.tile(ids, per)
     table = pa.table({"id": ids, "amount": ids % 1000})
     print(f"template {template} (operator {by_id.uid}, max parallelism {by_id.max_parallelism}, parallelism "
-          f"{by_id.parallelism}); {n:,} rows / keys; load {R.load()}")
+          f"{by_id.parallelism}); {len(ids):,} rows, {n:,} keys; load {R.load()}")
     scratch = Path(tempfile.mkdtemp(prefix="statekit-sql-bootstrap-bench-"))
     try:
         import resource
@@ -204,7 +209,7 @@ def bootstrap_bench(args: argparse.Namespace) -> None:
                 shutil.rmtree(target)
         out = Savepoint.open(scratch / "local-0", plan=plan)
         got = out.get(by_id.uid, 4242)["accState"]
-        assert (got["count1"], got["sum"], got["max"]) == (1, 242, 242), got
+        assert (got["count1"], got["sum"], got["max"]) == (per, 242 * per, 242), got
         print(f"statekit bootstrap_sql (pyarrow, in-process) of {n:,} keys: best {min(times):.2f} s, all "
               f"{', '.join(f'{t:.2f}' for t in times)} s (CPU {', '.join(f'{c:.2f}' for c in cpus)} s); "
               f"{size(scratch / 'local-0') / 1e6:.0f} MB; load {R.load()}")
