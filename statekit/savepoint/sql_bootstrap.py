@@ -278,11 +278,14 @@ def accumulators(spec: BootstrapSpec, table: pa.Table) -> tuple[pa.Table, int, n
         dcols[args] = i
     for i, c in enumerate(keys):
         check_type(work[f"_k{i}"].type, spec.schema.field("key").type.field(i).type, f"key column {c!r}")
-    if not spec.distinct and distinct_keys([work[f"_k{i}"] for i in range(len(keys))]):
+    groups = None if spec.distinct else key_order([work[f"_k{i}"] for i in range(len(keys))])
+    if groups is not None and len(groups[1]) == rows:
         # one row per key already: each row is its key's group (its input columns ordered, each once)
         ordered, kg = by_key_group(spec, pa.table({c: a for c, a in work.items() if c != "_one"}))
         grouped = per_row({**{c: _combine(ordered.column(c)) for c in ordered.column_names}, "_one": work["_one"]},
                           rules)
+    elif groups is not None and all(_sortable(work[c], f) for c, f, _ in rules if c != "_one"):
+        grouped, kg = by_key_group(spec, sorted_groups(work, rules, *groups))
     else:
         grouped = pa.table(work).group_by([f"_k{i}" for i in range(len(keys))], use_threads=False).aggregate(aggs)
         grouped, kg = by_key_group(spec, grouped)
@@ -346,22 +349,93 @@ def key_groups(spec: BootstrapSpec, columns: dict[str, Any]) -> np.ndarray:
     return sql_key_groups(key_column(spec, columns), spec.key_type, spec.meta.max_parallelism)
 
 
+def _ints(col: pa.Array) -> np.ndarray | None:
+    """The values of an integer or temporal column as numpy integers (zero-copy; slots under NULLs undefined)."""
+    t = col.type
+    if not (pa.types.is_integer(t) or pa.types.is_timestamp(t) or pa.types.is_date(t)):
+        return None
+    width = t.bit_width // 8
+    kind = "u" if pa.types.is_unsigned_integer(t) else "i"
+    return np.frombuffer(col.buffers()[1], f"<{kind}{width}", len(col), col.offset * width)
+
+
+def key_order(columns: list[pa.Array]) -> tuple[np.ndarray, np.ndarray] | None:
+    """For one integer or temporal key column without NULLs: the rows in key order (numpy's stable radix sort, a
+    fraction of a hash aggregation's cost) and where each key's rows start in it. None for other keys (strings,
+    several columns, NULLs): the hash aggregation groups those."""
+    if len(columns) != 1 or columns[0].null_count:
+        return None
+    values = _ints(columns[0])
+    if values is None:
+        return None
+    order = np.argsort(values, kind="stable")
+    ordered = values[order]
+    starts = np.flatnonzero(np.concatenate([[True], ordered[1:] != ordered[:-1]])) if len(ordered) else \
+        np.zeros(0, np.int64)
+    return order, starts
+
+
 def distinct_keys(columns: list[pa.Array]) -> bool:
     """Whether one integer or temporal key column without NULLs holds every key once (a history aggregated
-    already, or the keys of a snapshot), checked with one numpy sort: a fraction of a hash aggregation's cost.
-    False when unsure (other key types, several columns): the hash aggregation then runs."""
-    if len(columns) != 1:
-        return False
-    col = columns[0]
-    t = col.type
-    if col.null_count or not (pa.types.is_integer(t) or pa.types.is_timestamp(t) or pa.types.is_date(t)):
-        return False
-    if len(col) < 2:
+    already, or the keys of a snapshot): then each row is its key's group (`per_row`)."""
+    groups = key_order(columns)
+    return groups is not None and len(groups[1]) == len(columns[0])
+
+
+def _sortable(col: pa.Array, func: str) -> bool:
+    """Whether `sorted_groups` computes `func` over `col` (integers; MIN/MAX of dates and timestamps too)."""
+    if func == "count":
         return True
-    width = t.bit_width // 8
-    values = np.frombuffer(col.buffers()[1], f"<i{width}", len(col), col.offset * width)
-    ordered = np.sort(values)
-    return not bool((ordered[1:] == ordered[:-1]).any())
+    t = col.type
+    return pa.types.is_integer(t) or (func in ("min", "max") and (pa.types.is_timestamp(t) or pa.types.is_date(t)))
+
+
+def sorted_groups(work: dict[str, pa.Array], rules: list[tuple[str, str, str]], order: np.ndarray,
+                  starts: np.ndarray) -> pa.Table:
+    """What the grouping's ``aggregate`` returns for `rules` (as `per_row`), computed over the rows in key order
+    (`key_order`) with numpy's ``reduceat`` per key: integer sums (wrapping as Java's), counts, MIN/MAX ignoring
+    NULLs; a key with no value has a NULL SUM/MIN/MAX (0 for SUM0/AVG's sum). Keys come in key order, so the bytes
+    written are the same whatever order the rows arrive in."""
+    out: dict[str, pa.Array] = {}
+    counts = np.diff(np.append(starts, len(order)))
+    valid_of: dict[str, np.ndarray | None] = {}
+
+    def valid(c: str) -> np.ndarray | None:  # per key: how many of its rows hold a value (None: all of them)
+        if c not in valid_of:
+            col = work[c]
+            valid_of[c] = np.add.reduceat(col.is_valid().to_numpy(zero_copy_only=False)[order].astype(np.int64),
+                                          starts) if col.null_count and len(starts) else None
+        return valid_of[c]
+
+    for c, func, rule in rules:
+        col = work[c]
+        n_valid = valid(c)
+        if func == "count":
+            out[f"{c}_count"] = pa.array(counts if rule == "all" or n_valid is None else n_valid, pa.int64())
+            continue
+        values = _ints(col)
+        assert values is not None
+        ordered = values[order]
+        if col.null_count:
+            present = col.is_valid().to_numpy(zero_copy_only=False)[order]
+            if func == "sum":
+                fill = 0
+            else:
+                info = np.iinfo(ordered.dtype)
+                fill = info.max if func == "min" else info.min
+            ordered = np.where(present, ordered, ordered.dtype.type(fill))
+        mask = None if n_valid is None or (func == "sum" and rule == "zero") else n_valid == 0
+        if func == "sum":
+            got = np.add.reduceat(ordered.astype(np.int64), starts) if len(starts) else np.zeros(0, np.int64)
+            out[f"{c}_sum"] = pa.array(got, pa.int64(), mask=mask)
+            continue
+        reduce = np.minimum if func == "min" else np.maximum
+        got = reduce.reduceat(ordered, starts) if len(starts) else ordered[:0]
+        storage = pa.int64() if got.dtype.itemsize == 8 and not pa.types.is_integer(col.type) else \
+            pa.int32() if not pa.types.is_integer(col.type) else col.type
+        out[f"{c}_{func}"] = pa.array(got, storage, mask=mask).view(col.type)
+    keys = {c: work[c].take(pa.array(order[starts])) for c in work if c.startswith("_k")}
+    return pa.table({**out, **keys})
 
 
 def per_row(work: dict[str, pa.Array], rules: list[tuple[str, str, str]]) -> pa.Table:
