@@ -68,14 +68,27 @@ def _sql_row_ok(t: "FlinkType", at: pa.DataType) -> bool:
     return t.kind == "bytes" and t.form == "row" and _row_ok(t.logical, t.row_kind, at)
 
 
+def _primitive_ok(t: "FlinkType", at: pa.DataType) -> bool:
+    return t.kind in ARROW and at == ARROW[t.kind]
+
+
+def _ttl_ok(t: "FlinkType", at: pa.DataType) -> bool:
+    """A SQL row or a primitive under a state TTL (``TtlSerializer``: the last access as a long, then the value)
+    from its ``struct<last_access, value>`` column."""
+    return (t.kind == "tuple" and t.snapshot_class.endswith("TtlSerializerSnapshot") and len(t.children) == 2
+            and t.children[0].kind == "long" and pa.types.is_struct(at) and at.num_fields == 2
+            and at.field(0).name == "last_access" and at.field(0).type == pa.int64()
+            and (_sql_row_ok(t.children[1], at.field(1).type) or _primitive_ok(t.children[1], at.field(1).type)))
+
+
 def _value_ok(t: "FlinkType", at: pa.DataType) -> bool:
-    """A fixed-width SQL row, or a primitive (a deduplication's flag) from exactly its Arrow type."""
-    return _sql_row_ok(t, at) or (t.kind in ARROW and at == ARROW[t.kind])
+    """A fixed-width SQL row (under a TTL too), or a primitive (a deduplication's flag) from exactly its Arrow type."""
+    return _sql_row_ok(t, at) or _ttl_ok(t, at) or _primitive_ok(t, at)
 
 
 def fixed_layout(layout: "KeyedLayoutOut", schema: pa.Schema, has_timers: bool) -> bool:
     """Whether the keyed table of `schema` is written by this module: a fixed-width SQL key row, value states
-    holding fixed-width SQL rows or primitives, void namespace, no timers."""
+    holding fixed-width SQL rows (with or without a TTL) or primitives, void namespace, no timers."""
     if has_timers or layout.namespace is not None or "key" not in schema.names or not layout.states:
         return False
     if not _sql_row_ok(layout.key, schema.field("key").type) or layout.key.row_kind:
@@ -177,7 +190,18 @@ def entry_dtype(nb: int, key: "FlinkType", value: "FlinkType") -> tuple[np.dtype
     fields += _row_fields("k", key.logical, 8 + nb)
     fields += [("ns", "u1", 8 + nb + kw), ("vl", ">i4", v0)]
     constants = {"kl": nb + 4 + kw + 1, "krl": kw, "ns": 0}
-    if value.form == "row":
+    if value.kind == "tuple" and value.children[1].form == "row":  # TtlSerializer: i64 last access, then the row
+        row = value.children[1]
+        vw = _width(row.logical)
+        fields += [("vt", ">i8", v0 + 4), ("vrl", ">i4", v0 + 12)] + _row_fields("v", row.logical, v0 + 16)
+        constants.update(vl=12 + vw, vrl=vw)
+        size = v0 + 16 + vw
+    elif value.kind == "tuple":  # TtlSerializer: i64 last access, then the primitive
+        vt = np.dtype(PRIMITIVE[value.children[1].kind])
+        fields += [("vt", ">i8", v0 + 4), ("v", vt.str, v0 + 12)]
+        constants["vl"] = 8 + vt.itemsize
+        size = v0 + 12 + vt.itemsize
+    elif value.form == "row":
         vw = _width(value.logical)
         fields += [("vrl", ">i4", v0 + 4)] + _row_fields("v", value.logical, v0 + 8)
         constants.update(vl=4 + vw, vrl=vw)
@@ -211,10 +235,11 @@ def fixed_rows(arr: Any, types: Sequence[LogicalType], *, row_kind: bool = False
 
 
 def write_fixed_file(path: "Path | StoragePath", layout: "KeyedLayoutOut", keyed: pa.Table, start: int,
-                     end: int) -> tuple[list[int], int]:
+                     end: int) -> tuple[list[int], int] | None:
     """One keyed state file for key groups [start, end] from `keyed` (sorted by key group, every row in that
     range; `fixed_layout` holds): the backend proxy, then per key group each state's run (rows whose state is
-    NULL hold none). Returns the key-group offsets (0 = empty) and the file size."""
+    NULL hold none). Returns the key-group offsets (0 = empty) and the file size; None, before anything is
+    written, for a value it leaves to the general path."""
     nb = layout.prefix_bytes
     kg = keyed.column("key_group").to_numpy().astype(np.int32, copy=False)
     if len(kg) and (kg[0] < start or kg[-1] > end):
@@ -232,7 +257,18 @@ def write_fixed_file(path: "Path | StoragePath", layout: "KeyedLayoutOut", keyed
             col = col.take(pa.array(rows))
         fields: dict[str, Any] = {}
         pairs: tuple[tuple[str, _Row], ...]
-        if s.value.form == "row":
+        if s.value.kind == "tuple":  # under a TTL: the last access, then the row or primitive
+            inner = s.value.children[1]
+            if col.field(0).null_count or (inner.form != "row" and col.field(1).null_count):
+                return None  # a TTL entry without its time or value: the general path says what is wrong
+            fields["vt"] = col.field(0).fill_null(0).to_numpy(zero_copy_only=False)
+            if inner.form == "row":
+                value = _prepare(col.field(1), inner.logical, inner.row_kind, f"state {s.name!r}")
+                pairs = (("k", key), ("v", value))
+            else:
+                fields["v"] = col.field(1).to_numpy(zero_copy_only=False)
+                pairs = (("k", key),)
+        elif s.value.form == "row":
             value = _prepare(col, s.value.logical, s.value.row_kind, f"state {s.name!r}")
             pairs = (("k", key), ("v", value))
         else:  # a primitive, zero-copy from its Arrow buffer

@@ -21,7 +21,7 @@ from statekit.savepoint.flink_out import operator_data
 
 SQL = Path(__file__).resolve().parents[2] / "fixtures" / "flink" / "sql"
 CASES = [SQL / "2.3.0" / c / "savepoint" for c in ("plan-hashmap-canonical", "plan-rocksdb-canonical",
-                                                    "default-hashmap-canonical")] + \
+                                                    "default-hashmap-canonical", "default-hashmap-canonical-ttl")] + \
     [SQL / "2.3.0-types" / "plan-hashmap-types" / "savepoint"]
 
 
@@ -44,7 +44,9 @@ def _both(tmp_path: Path, layout, keyed: pa.Table, maxp: int) -> int:
         part = keyed.slice(int(lo), int(hi - lo))
         if not part.num_rows:
             continue
-        offsets, size = sqlfixed.write_fixed_file(tmp_path / f"fixed-{i}", layout, part, rng.start, rng.end)
+        written = sqlfixed.write_fixed_file(tmp_path / f"fixed-{i}", layout, part, rng.start, rng.end)
+        assert written is not None
+        offsets, size = written
         fast = (tmp_path / f"fixed-{i}").read_bytes()
         assert size == len(fast)
         slow = _general(tmp_path / f"general-{i}", layout, part, rng.start, rng.end)
@@ -77,7 +79,10 @@ def test_the_corpus_operators_it_applies_to_are_written_with_the_general_paths_b
         out.mkdir()
         assert _both(out, data.layout, data.keyed, data.max_parallelism) > 0
         seen.append(label)
-    assert len(seen) >= 3, seen  # the keep-first deduplication (BIGINT key, boolean flag) of each corpus case
+    # the keep-first deduplication (BIGINT key, boolean flag) of each corpus case, the TTL case's aggregate (a row
+    # under a TtlSerializer)
+    assert len(seen) >= 4, seen
+    assert any(data.layout.states[0].value.kind == "tuple" for _, data in _fixed_operators()), seen
 
 
 def _with_row_state(data, types: list[LogicalType], row: pa.StructArray, row_kind: bool):
@@ -104,6 +109,22 @@ def test_nulls_row_kinds_missing_state_and_narrow_fields_are_written_with_the_ge
     assert sqlfixed.fixed_layout(layout, keyed.schema, False)
     (tmp_path / "acc").mkdir()
     assert _both(tmp_path / "acc", layout, keyed, data.max_parallelism) == n
+
+    # the same rows under a state TTL (TtlSerializer: the last access, then the row)
+    ttl_case = next(d for lb, d in _fixed_operators() if d.layout.states[0].value.kind == "tuple")
+    from dataclasses import replace
+
+    ttl_t = ttl_case.layout.states[0].value
+    row_t = replace(data.layout.key, logical=(LogicalType("BIGINT"),) * 3, row_kind=True)
+    ttl_layout = replace(layout, states=(replace(layout.states[0], value=replace(ttl_t, children=(ttl_t.children[0],
+                                                                                                  row_t))),))
+    inner = pa.StructArray.from_arrays([acc.field(i) for i in range(4)], names=["count1", "sum", "max", "row_kind"])
+    wrapped = pa.StructArray.from_arrays([pa.array(vals * 1000), inner], ["last_access", "value"],
+                                         mask=pa.array(every % 3 == 1))
+    ttl_keyed = keyed.set_column(2, "acc", wrapped)
+    assert sqlfixed.fixed_layout(ttl_layout, ttl_keyed.schema, False)
+    (tmp_path / "ttl").mkdir()
+    assert _both(tmp_path / "ttl", ttl_layout, ttl_keyed, data.max_parallelism) == n
 
     # narrow, boolean, float, date and timestamp fields (with NULLs and negative values)
     types = [LogicalType("TINYINT"), LogicalType("SMALLINT"), LogicalType("INTEGER"), LogicalType("BOOLEAN"),
