@@ -15,14 +15,16 @@ one invocation:
   operator is the least an SPA-based repair does before it writes anything
 
 * the SQL bootstrap (``--bootstrap``): the ``GROUP BY id`` aggregate's state (``COUNT(*), SUM(amount),
-  MAX(amount)``) from a table of K rows with K distinct ids (BenchJob's input) written into a template of the bench
+  MAX(amount)``) from a table of K rows with K distinct ids (BenchJob's input; with ``--rows-per-key R`` each id R
+  times, so that the hash aggregation runs) written into a template of the bench
   job taken with no input (BenchJob over 0 rows), by ``statekit.savepoint.sql_bootstrap.bootstrap_sql`` (pyarrow)
   and by ``statekit.spark.bootstrap_sql`` (a local Spark session reading the same rows from Parquet), against the
   Java State Processor API's bootstrap of the same keyed state (`BenchBootstrap.java`: SavepointWriter, BinaryRowData
   keys, RowData accumulators) timed in the same invocation
 
-    python bench/flink_sql_write.py [--rows N] [--ttl-rows N] [--repeat R] [--skip-java]
-    python bench/flink_sql_write.py --bootstrap [--keys K] [--spark-keys K] [--repeat R] [--skip-java]
+    python bench/flink_sql_write.py [--rows N] [--backend rocksdb|hashmap] [--ttl-rows N] [--ttl-backend B]
+                                    [--repeat R] [--skip-java]
+    python bench/flink_sql_write.py --bootstrap [--keys K] [--rows-per-key R] [--spark-keys K] [--repeat R] [--skip-java]
 
 The machine is shared: numbers move with load, which is printed with them.
 """
@@ -46,14 +48,14 @@ WRITE_CACHE = Path(os.environ.get("STATEKIT_FLINK_SQL_WRITE_BENCH_DIR",
 STATEKIT = str(Path(sys.executable).with_name("statekit"))
 
 
-def ttl_savepoint(rows: int) -> Path:
+def ttl_savepoint(rows: int, backend: str = "rocksdb") -> Path:
     """The TTL case, made with real Flink on first use (in this bench's own cache: its own generator copy)."""
-    case = WRITE_CACHE / f"sql-rocksdb-{rows}-ttl"
+    case = WRITE_CACHE / f"sql-{backend}-{rows}-ttl"
     if not (case / "savepoint" / "_metadata").exists():
-        tmp = WRITE_CACHE / f"sql-rocksdb-{rows}-ttl.tmp"
+        tmp = WRITE_CACHE / f"sql-{backend}-{rows}-ttl.tmp"
         shutil.rmtree(tmp, ignore_errors=True)
         t0 = time.perf_counter()
-        R.run_java("BenchJob", str(tmp), str(rows), "rocksdb", "1 d")
+        R.run_java("BenchJob", str(tmp), str(rows), backend, "1 d")
         shutil.rmtree(case, ignore_errors=True)
         tmp.rename(case)
         print(f"made {case} with real Flink in {time.perf_counter() - t0:.0f} s")
@@ -84,12 +86,18 @@ def size(path: Path) -> int:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rows", type=int, default=2_000_000)
+    ap.add_argument("--backend", choices=("rocksdb", "hashmap"), default="rocksdb",
+                    help="state backend of the read bench's savepoint that `set` edits")
     ap.add_argument("--ttl-rows", type=int, default=500_000)
+    ap.add_argument("--ttl-backend", choices=("rocksdb", "hashmap"), default="rocksdb",
+                    help="state backend of the TTL savepoint prune-expired reads (made on first use)")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--skip-java", action="store_true")
     ap.add_argument("--bootstrap", action="store_true", help="only the SQL bootstrap bench")
     ap.add_argument("--keys", type=int, default=10_000_000, help="keys of the SQL bootstrap")
     ap.add_argument("--template-rows", type=int, default=1000, help="rows the bench job's template saw")
+    ap.add_argument("--rows-per-key", type=int, default=1,
+                    help="input rows per key of the SQL bootstrap (above 1 the hash aggregation runs)")
     ap.add_argument("--spark-keys", type=int, default=None, help="keys of the Spark bootstrap (default --keys; 0: skip)")
     args = ap.parse_args()
     if args.bootstrap:
@@ -98,9 +106,9 @@ def main() -> None:
     from statekit.savepoint import Savepoint
     from statekit.savepoint.patch import SetValue, repair
 
-    read_case = R.CACHE / f"sql-rocksdb-{args.rows}"  # the read bench's case when it was made already
+    read_case = R.CACHE / f"sql-{args.backend}-{args.rows}"  # the read bench's case when it was made already
     R.CACHE = WRITE_CACHE  # every JVM of this bench runs from its own generator copy
-    case = read_case if (read_case / "savepoint" / "_metadata").exists() else R.savepoint(args.rows, "rocksdb")
+    case = read_case if (read_case / "savepoint" / "_metadata").exists() else R.savepoint(args.rows, args.backend)
     sp_path, plan = case / "savepoint", case / "plan.json"
     sp = Savepoint.open(sp_path, plan=plan)
     by_id = next(m for m in sp.operators if sp.operator_kind(m.identifier) == "group aggregate"
@@ -139,7 +147,7 @@ def main() -> None:
         shutil.rmtree(scratch / "copy", ignore_errors=True)
         shutil.rmtree(scratch / "lib", ignore_errors=True)
 
-        ttl_case = ttl_savepoint(args.ttl_rows)
+        ttl_case = ttl_savepoint(args.ttl_rows, args.ttl_backend)
         tsp_path = ttl_case / "savepoint"
         tsp = Savepoint.open(tsp_path)
         agg = next(m for m in tsp.operators if m.key_type is not None and "bigint" in m.key_type)
@@ -177,11 +185,13 @@ def bootstrap_bench(args: argparse.Namespace) -> None:
     sp = Savepoint.open(template, plan=plan)
     by_id = next(m for m in sp.operators if sp.operator_kind(m.identifier) == "group aggregate"
                  and "bigint" in (m.key_type or ""))
-    n = args.keys
+    n, per = args.keys, args.rows_per_key
     ids = np.arange(n, dtype=np.int64)
+    if per > 1:  # every key `per` times, the copies far apart (as history arrives)
+        ids = np.tile(ids, per)
     table = pa.table({"id": ids, "amount": ids % 1000})
     print(f"template {template} (operator {by_id.uid}, max parallelism {by_id.max_parallelism}, parallelism "
-          f"{by_id.parallelism}); {n:,} rows / keys; load {R.load()}")
+          f"{by_id.parallelism}); {len(ids):,} rows, {n:,} keys; load {R.load()}")
     scratch = Path(tempfile.mkdtemp(prefix="statekit-sql-bootstrap-bench-"))
     try:
         import resource
@@ -199,7 +209,7 @@ def bootstrap_bench(args: argparse.Namespace) -> None:
                 shutil.rmtree(target)
         out = Savepoint.open(scratch / "local-0", plan=plan)
         got = out.get(by_id.uid, 4242)["accState"]
-        assert (got["count1"], got["sum"], got["max"]) == (1, 242, 242), got
+        assert (got["count1"], got["sum"], got["max"]) == (per, 242 * per, 242), got
         print(f"statekit bootstrap_sql (pyarrow, in-process) of {n:,} keys: best {min(times):.2f} s, all "
               f"{', '.join(f'{t:.2f}' for t in times)} s (CPU {', '.join(f'{c:.2f}' for c in cpus)} s); "
               f"{size(scratch / 'local-0') / 1e6:.0f} MB; load {R.load()}")

@@ -78,6 +78,31 @@ class DirectFile:
                         self._buffered([memoryview(src)[at:], *pieces[i + 1 :]])
                         return
 
+    def copy_range(self, fd: int, offset: int, length: int) -> None:
+        """Append bytes [offset, offset + length) of open file `fd`: read straight into the aligned block (one
+        copy, no page cache for the new file) or, buffered, copied by the kernel."""
+        done = 0
+        while done < length and self.direct:
+            k = min(BLOCK - self._fill, length - done)
+            with memoryview(self._map) as whole, whole[self._fill : self._fill + k] as view:
+                n = os.preadv(fd, [view], offset + done)
+            if n <= 0:
+                raise OSError(errno.EIO, f"reading {length} bytes at {offset} stopped after {done}")
+            self._fill += n
+            self.size += n
+            done += n
+            if self._fill == BLOCK:
+                self._write_block(BLOCK)
+        while done < length:  # buffered (refused O_DIRECT): the kernel copies, at this file's position
+            try:
+                n = os.copy_file_range(fd, self.fd, length - done, offset + done)
+            except OSError:  # not between these file systems: sendfile, still in the kernel
+                n = os.sendfile(self.fd, fd, offset + done, length - done)
+            if n <= 0:
+                raise OSError(errno.EIO, f"copying {length} bytes at {offset} stopped after {done}")
+            self.size += n
+            done += n
+
     def _write_block(self, n: int) -> None:
         """Write the first `n` bytes of the block (a multiple of ALIGN) directly; on refusal, buffered."""
         with memoryview(self._map) as whole, whole[:n] as view:

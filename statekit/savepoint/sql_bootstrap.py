@@ -191,7 +191,9 @@ def fit(col: pa.Array, want: pa.DataType, what: str) -> pa.Array:
 
 
 def _combine(a: Any) -> pa.Array:
-    return a.combine_chunks() if isinstance(a, pa.ChunkedArray) else a
+    if isinstance(a, pa.ChunkedArray):  # one chunk (the usual table): that array, not a copy of it
+        return a.chunk(0) if a.num_chunks == 1 else a.combine_chunks()
+    return a
 
 
 def struct_of(fields: list[pa.Array], t: pa.StructType) -> pa.StructArray:
@@ -217,10 +219,12 @@ def _map(keys: pa.Array, parent: np.ndarray, n: int, bits: int, t: pa.MapType) -
     return pa.MapArray.from_arrays(pa.array(offsets), k.cast(t.key_type), items, type=t, mask=mask)
 
 
-def accumulators(spec: BootstrapSpec, table: pa.Table) -> tuple[pa.Table, int]:
-    """The template's physical keyed table (without key groups) holding `table`'s accumulators per key, and its input rows.
+def accumulators(spec: BootstrapSpec, table: pa.Table) -> tuple[pa.Table, int, np.ndarray]:
+    """The template's physical keyed table (without key groups) holding `table`'s accumulators per key, its input
+    rows and the key group of each of its rows (which it is sorted by).
 
-    One pyarrow ``group_by`` computes every buffer; DISTINCT aggregates run over each key's distinct values.
+    One pyarrow ``group_by`` computes every buffer (unless each key occurs once: `distinct_keys`, `per_row`);
+    DISTINCT aggregates run over each key's distinct values.
     """
     rows = table.num_rows
     acc_t = spec.schema.field(spec.acc_state).type
@@ -232,6 +236,7 @@ def accumulators(spec: BootstrapSpec, table: pa.Table) -> tuple[pa.Table, int]:
     work = {f"_k{i}": _combine(table.column(c)) for i, c in enumerate(keys)}
     work["_one"] = pa.array(np.ones(rows, np.int8)) if rows else pa.array([], pa.int8())
     aggs: list[tuple[str, str, Any]] = []
+    rules: list[tuple[str, str, str]] = []  # the same aggregates for `per_row`: (column, function, NULL rule)
     plan: list[tuple[Any, list[str]]] = []  # per call: the output column of each buffer
     for a in spec.aggs:
         if a.distinct:
@@ -239,6 +244,7 @@ def accumulators(spec: BootstrapSpec, table: pa.Table) -> tuple[pa.Table, int]:
             continue
         if not a.args:  # COUNT(*)
             aggs.append(("_one", "count", pc.CountOptions("all")))
+            rules.append(("_one", "count", "all"))
             plan.append((a, ["_one_count"]))
             continue
         j = len(work)
@@ -250,12 +256,16 @@ def accumulators(spec: BootstrapSpec, table: pa.Table) -> tuple[pa.Table, int]:
                 check_type(work[c].type, acc_t.field(a.first + k).type, _what(spec, a))
             if b in ("count", "count1"):
                 aggs.append((c, "count", pc.CountOptions("only_valid")))
+                rules.append((c, "count", "only_valid"))
                 outs.append(f"{c}_count")
             elif b.startswith("sum"):
-                aggs.append((c, "sum", pc.ScalarAggregateOptions(min_count=0 if a.func in ("SUM0", "AVG") else 1)))
+                zero = a.func in ("SUM0", "AVG")  # SUM0 and AVG's sum start at 0; SUM is NULL until a value
+                aggs.append((c, "sum", pc.ScalarAggregateOptions(min_count=0 if zero else 1)))
+                rules.append((c, "sum", "zero" if zero else "null"))
                 outs.append(f"{c}_sum")
             else:  # min / max
                 aggs.append((c, b, pc.ScalarAggregateOptions(min_count=1)))
+                rules.append((c, b, "null"))
                 outs.append(f"{c}_{b}")
         plan.append((a, outs))
     dcols = {}
@@ -268,7 +278,17 @@ def accumulators(spec: BootstrapSpec, table: pa.Table) -> tuple[pa.Table, int]:
         dcols[args] = i
     for i, c in enumerate(keys):
         check_type(work[f"_k{i}"].type, spec.schema.field("key").type.field(i).type, f"key column {c!r}")
-    grouped = pa.table(work).group_by([f"_k{i}" for i in range(len(keys))], use_threads=False).aggregate(aggs)
+    groups = None if spec.distinct else key_order([work[f"_k{i}"] for i in range(len(keys))])
+    if groups is not None and len(groups[1]) == rows:
+        # one row per key already: each row is its key's group (its input columns ordered, each once)
+        ordered, kg = by_key_group(spec, pa.table({c: a for c, a in work.items() if c != "_one"}))
+        grouped = per_row({**{c: _combine(ordered.column(c)) for c in ordered.column_names}, "_one": work["_one"]},
+                          rules)
+    elif groups is not None and all(_sortable(work[c], f) for c, f, _ in rules if c != "_one"):
+        grouped, kg = by_key_group(spec, sorted_groups(work, rules, *groups))
+    else:
+        grouped = pa.table(work).group_by([f"_k{i}" for i in range(len(keys))], use_threads=False).aggregate(aggs)
+        grouped, kg = by_key_group(spec, grouped)
     n = grouped.num_rows
     fields: list[pa.Array | None] = [None] * acc_t.num_fields
     distinct_values: dict[int, tuple[pa.Array, np.ndarray]] = {}
@@ -290,7 +310,7 @@ def accumulators(spec: BootstrapSpec, table: pa.Table) -> tuple[pa.Table, int]:
         fields[pos] = pa.array([MAPVIEW_PLACEHOLDER] * n, acc_t.field(pos).type)
     names = [acc_t.field(i).name for i in range(acc_t.num_fields)]
     if "row_kind" in names:
-        fields[names.index("row_kind")] = pa.array(["+I"] * n, acc_t.field(names.index("row_kind")).type)
+        fields[names.index("row_kind")] = _repeated("+I", n).cast(acc_t.field(names.index("row_kind")).type)
     if any(f is None for f in fields):
         raise PlanMismatchError(f"operator {spec.label}: the template's accumulator row {names} does not match the "
                                 "plan's aggregate calls; is the template a savepoint of this job?")
@@ -308,7 +328,139 @@ def accumulators(spec: BootstrapSpec, table: pa.Table) -> tuple[pa.Table, int]:
         if name in spec.schema.names:
             cols[name] = pa.array(np.where(nulls > 0, bits, 0), spec.schema.field(name).type,
                                   mask=nulls == 0)
-    return physical_table(spec, cols, n), rows
+    return physical_table(spec, cols, n), rows, kg
+
+
+def by_key_group(spec: BootstrapSpec, grouped: pa.Table) -> tuple[pa.Table, np.ndarray]:
+    """`grouped` (its key columns ``_k0``... and the buffers) in key-group order (stable) and the key groups: sorted
+    here, where the columns are few and plain, the writer takes no rows, and what is built after (the row kinds,
+    the struct columns) is built in order."""
+    kg = key_groups(spec, {c: grouped.column(f"_k{i}") for i, c in enumerate(spec.key_columns)})
+    if len(kg) > 1 and (kg[1:] < kg[:-1]).any():
+        order = np.argsort(kg.astype(np.int16), kind="stable")  # key groups < 32768: numpy's radix sort
+        grouped, kg = grouped.take(pa.array(order)), kg[order]
+    return grouped, kg
+
+
+def key_groups(spec: BootstrapSpec, columns: dict[str, Any]) -> np.ndarray:
+    """The key group (int32) of every key given as its columns (by input column name)."""
+    from statekit.format.flink.sqlwrite import key_groups as sql_key_groups
+
+    return sql_key_groups(key_column(spec, columns), spec.key_type, spec.meta.max_parallelism)
+
+
+def _ints(col: pa.Array) -> np.ndarray | None:
+    """The values of an integer or temporal column as numpy integers (zero-copy; slots under NULLs undefined)."""
+    t = col.type
+    if not (pa.types.is_integer(t) or pa.types.is_timestamp(t) or pa.types.is_date(t)):
+        return None
+    width = t.bit_width // 8
+    kind = "u" if pa.types.is_unsigned_integer(t) else "i"
+    return np.frombuffer(col.buffers()[1], f"<{kind}{width}", len(col), col.offset * width)
+
+
+def key_order(columns: list[pa.Array]) -> tuple[np.ndarray, np.ndarray] | None:
+    """For one integer or temporal key column without NULLs: the rows in key order (numpy's stable radix sort, a
+    fraction of a hash aggregation's cost) and where each key's rows start in it. None for other keys (strings,
+    several columns, NULLs): the hash aggregation groups those."""
+    if len(columns) != 1 or columns[0].null_count:
+        return None
+    values = _ints(columns[0])
+    if values is None:
+        return None
+    order = np.argsort(values, kind="stable")
+    ordered = values[order]
+    starts = np.flatnonzero(np.concatenate([[True], ordered[1:] != ordered[:-1]])) if len(ordered) else \
+        np.zeros(0, np.int64)
+    return order, starts
+
+
+def distinct_keys(columns: list[pa.Array]) -> bool:
+    """Whether one integer or temporal key column without NULLs holds every key once (a history aggregated
+    already, or the keys of a snapshot): then each row is its key's group (`per_row`)."""
+    groups = key_order(columns)
+    return groups is not None and len(groups[1]) == len(columns[0])
+
+
+def _sortable(col: pa.Array, func: str) -> bool:
+    """Whether `sorted_groups` computes `func` over `col` (integers; MIN/MAX of dates and timestamps too)."""
+    if func == "count":
+        return True
+    t = col.type
+    return pa.types.is_integer(t) or (func in ("min", "max") and (pa.types.is_timestamp(t) or pa.types.is_date(t)))
+
+
+def sorted_groups(work: dict[str, pa.Array], rules: list[tuple[str, str, str]], order: np.ndarray,
+                  starts: np.ndarray) -> pa.Table:
+    """What the grouping's ``aggregate`` returns for `rules` (as `per_row`), computed over the rows in key order
+    (`key_order`) with numpy's ``reduceat`` per key: integer sums (wrapping as Java's), counts, MIN/MAX ignoring
+    NULLs; a key with no value has a NULL SUM/MIN/MAX (0 for SUM0/AVG's sum). Keys come in key order, so the bytes
+    written are the same whatever order the rows arrive in."""
+    out: dict[str, pa.Array] = {}
+    counts = np.diff(np.append(starts, len(order)))
+    valid_of: dict[str, np.ndarray | None] = {}
+
+    def valid(c: str) -> np.ndarray | None:  # per key: how many of its rows hold a value (None: all of them)
+        if c not in valid_of:
+            col = work[c]
+            valid_of[c] = np.add.reduceat(col.is_valid().to_numpy(zero_copy_only=False)[order].astype(np.int64),
+                                          starts) if col.null_count and len(starts) else None
+        return valid_of[c]
+
+    for c, func, rule in rules:
+        col = work[c]
+        n_valid = valid(c)
+        if func == "count":
+            out[f"{c}_count"] = pa.array(counts if rule == "all" or n_valid is None else n_valid, pa.int64())
+            continue
+        values = _ints(col)
+        assert values is not None
+        ordered = values[order]
+        if col.null_count:
+            present = col.is_valid().to_numpy(zero_copy_only=False)[order]
+            if func == "sum":
+                fill = 0
+            else:
+                info = np.iinfo(ordered.dtype)
+                fill = info.max if func == "min" else info.min
+            ordered = np.where(present, ordered, ordered.dtype.type(fill))
+        mask = None if n_valid is None or (func == "sum" and rule == "zero") else n_valid == 0
+        if func == "sum":
+            got = np.add.reduceat(ordered.astype(np.int64), starts) if len(starts) else np.zeros(0, np.int64)
+            out[f"{c}_sum"] = pa.array(got, pa.int64(), mask=mask)
+            continue
+        reduce = np.minimum if func == "min" else np.maximum
+        got = reduce.reduceat(ordered, starts) if len(starts) else ordered[:0]
+        storage = pa.int64() if got.dtype.itemsize == 8 and not pa.types.is_integer(col.type) else \
+            pa.int32() if not pa.types.is_integer(col.type) else col.type
+        out[f"{c}_{func}"] = pa.array(got, storage, mask=mask).view(col.type)
+    keys = {c: work[c].take(pa.array(order[starts])) for c in work if c.startswith("_k")}
+    return pa.table({**out, **keys})
+
+
+def per_row(work: dict[str, pa.Array], rules: list[tuple[str, str, str]]) -> pa.Table:
+    """What the grouping's ``aggregate`` returns when every key occurs once, for `rules` ((column, count | sum |
+    min | max, "all" / "only_valid" for a count, "zero" / "null" for a sum)): each buffer over its one row (a
+    count of 1 or 0, the value itself, 0 or NULL for a NULL), in the input's order (as the grouping keeps it)."""
+    out: dict[str, pa.Array] = {}
+    for col, func, rule in rules:
+        arr = work[col]
+        if func == "count":
+            valid = np.ones(len(arr), np.int64) if rule == "all" or not arr.null_count else \
+                arr.is_valid().to_numpy(zero_copy_only=False).astype(np.int64)
+            out[f"{col}_count"] = pa.array(valid)
+        elif func == "sum" and rule == "zero" and arr.null_count:
+            out[f"{col}_sum"] = arr.fill_null(pa.scalar(0, arr.type))
+        else:  # sum (min_count 1), min, max of one value: the value, NULL stays NULL
+            out[f"{col}_{func}"] = arr
+    return pa.table({**out, **{c: work[c] for c in work if c.startswith("_k")}})
+
+
+def _repeated(text: str, n: int) -> pa.Array:
+    """A string column of `n` rows all `text`, built from its buffers (not from n Python strings)."""
+    raw = text.encode()
+    offsets = np.arange(n + 1, dtype=np.int32) * len(raw)
+    return pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(raw * n)])
 
 
 def _what(spec: BootstrapSpec, a: Any) -> str:
@@ -343,25 +495,28 @@ def physical_table(spec: BootstrapSpec, cols: dict[str, pa.Array], n: int) -> pa
     return pa.table(out)
 
 
-def first_keys(spec: BootstrapSpec, table: pa.Table) -> tuple[pa.Table, int]:
-    """A keep-first deduplication's state: every key of `table` seen (its first row was emitted), and the input rows."""
+def first_keys(spec: BootstrapSpec, table: pa.Table) -> tuple[pa.Table, int, np.ndarray]:
+    """A keep-first deduplication's state: every key of `table` seen (its first row was emitted), the input rows
+    and the key groups (as `accumulators`)."""
     missing = [c for c in spec.key_columns if c not in table.column_names]
     if missing:
         raise InvalidArgumentError(f"operator {spec.label}: the input has no column(s) {missing}; it needs the "
                                    f"operator's partition key {list(spec.key_columns)} (by name).")
     work = pa.table({f"_k{i}": _combine(table.column(c)) for i, c in enumerate(spec.key_columns)})
     grouped = work.group_by(list(work.column_names), use_threads=False).aggregate([])
+    grouped, kg = by_key_group(spec, grouped)
     n = grouped.num_rows
     cols = {"key": key_column(spec, {c: grouped.column(f"_k{i}") for i, c in enumerate(spec.key_columns)}),
             spec.acc_state: pa.array(np.ones(n, bool), spec.schema.field(spec.acc_state).type)}
-    return physical_table(spec, cols, n), table.num_rows
+    return physical_table(spec, cols, n), table.num_rows, kg
 
 
-def with_key_groups(spec: BootstrapSpec, keyed: pa.Table) -> pa.Table:
-    """`keyed` with its ``key_group`` column (Flink's hash of each key's BinaryRowData), first."""
+def with_key_groups(spec: BootstrapSpec, keyed: pa.Table, kg: np.ndarray | None = None) -> pa.Table:
+    """`keyed` with its ``key_group`` column (Flink's hash of each key's BinaryRowData, unless given), first."""
     from statekit.format.flink.sqlwrite import key_groups
 
-    kg = key_groups(_combine(keyed.column("key")), spec.key_type, spec.meta.max_parallelism)
+    if kg is None:
+        kg = key_groups(_combine(keyed.column("key")), spec.key_type, spec.meta.max_parallelism)
     return keyed.add_column(0, spec.schema.field("key_group"), pa.array(kg, pa.int32()))
 
 
@@ -459,11 +614,11 @@ def bootstrap_sql(data: Any, template: str | os.PathLike[str] | Savepoint, targe
     sp, spec, report = prepare(template, target, operator=operator, plan=plan, sql=sql, replace=replace)
     out = report.target
     table = _as_table(data)
-    keyed, rows = accumulators(spec, table) if spec.kind == "group aggregate" else first_keys(spec, table)
+    keyed, rows, kg = accumulators(spec, table) if spec.kind == "group aggregate" else first_keys(spec, table)
     report.operators.append((spec.label, spec.kind, keyed.num_rows, rows))
     if dry_run:
         return report
-    keyed = with_key_groups(spec, keyed)
+    keyed = with_key_groups(spec, keyed, kg)
     from statekit.savepoint.flink_repair import write_operators
 
     write_operators(sp, out, {spec.meta.uid_hash: lambda _keyed, timers: (keyed, timers.slice(0, 0))})

@@ -211,3 +211,68 @@ def test_rowtime_keep_first_marks_every_key_emitted(tmp_path):
              Savepoint.open(SQL / "plan-hashmap-canonical" / "savepoint", plan=PLAN).keyed_table("34_deduplicate").to_pylist()}
     assert set(flink) == set(got)
     assert {k for k, r in flink.items() if r["already-emitted-state-boolean"]} < set(got)
+
+
+def test_keys_that_occur_once_skip_the_hash_aggregation_with_its_results():
+    """`per_row` (every key once, found by `distinct_keys`) gives what pyarrow's group_by gives for each buffer rule:
+    COUNT(*), COUNT(x), SUM (NULL if no value), SUM0 / AVG's sum (0), MIN, MAX, over NULLs too."""
+    import numpy as np
+
+    from statekit.savepoint.sql_bootstrap import distinct_keys, per_row
+
+    n = 1000
+    rng = np.random.default_rng(3)
+    keys = pa.array(rng.permutation(n).astype(np.int64) * 7 - 3000)
+    work = {"_k0": keys, "_one": pa.array(np.ones(n, np.int8)),
+            "_a2": pa.array(rng.integers(-50, 50, n).astype(np.int32), mask=np.arange(n) % 3 == 0),
+            "_a3": pa.array(rng.random(n), mask=np.arange(n) % 4 == 0)}
+    specs = [("_one", "count", pc.CountOptions("all"), "all"), ("_a2", "count", pc.CountOptions("only_valid"), "only_valid"),
+             ("_a2", "sum", pc.ScalarAggregateOptions(min_count=1), "null"),
+             ("_a3", "sum", pc.ScalarAggregateOptions(min_count=0), "zero"),
+             ("_a2", "min", pc.ScalarAggregateOptions(min_count=1), "null"),
+             ("_a3", "max", pc.ScalarAggregateOptions(min_count=1), "null")]
+    want = pa.table(work).group_by("_k0", use_threads=False).aggregate([(c, f, o) for c, f, o, _ in specs])
+    got = per_row(work, [(c, f, r) for c, f, _, r in specs])
+    assert sorted(got.column_names) == sorted(want.column_names)
+    for name in want.column_names:
+        assert got.column(name).cast(want.column(name).type).equals(want.column(name)), name
+    assert distinct_keys([keys]) and distinct_keys([keys.slice(10, 20)])
+    assert not distinct_keys([pa.concat_arrays([keys, keys.slice(5, 1)])])  # one key twice
+    assert not distinct_keys([pa.array(["a", "b"])]) and not distinct_keys([keys, keys])  # strings, two columns
+    assert not distinct_keys([pa.array([1, None, 2])])  # a NULL key: the grouping decides
+
+
+def test_integer_keys_are_grouped_by_sorting_with_the_hash_aggregations_results():
+    """`sorted_groups` (one integer key: rows in key order, numpy reduceat per key) equals pyarrow's group_by for
+    every buffer rule, over keys seen once, several times, only with NULL values; MIN/MAX of timestamps too."""
+    import numpy as np
+
+    from statekit.savepoint.sql_bootstrap import key_order, sorted_groups
+
+    rng = np.random.default_rng(5)
+    n = 3000
+    keys = pa.array(rng.integers(-400, 400, n).astype(np.int64))
+    none = np.isin(keys.to_numpy(), [7, 8])  # keys whose values are all NULL
+    work = {"_k0": keys, "_one": pa.array(np.ones(n, np.int8)),
+            "_a2": pa.array(rng.integers(-10**12, 10**12, n), mask=(np.arange(n) % 3 == 0) | none),
+            "_a3": pa.array(rng.integers(0, 10**15, n), pa.timestamp("us"), mask=(np.arange(n) % 5 == 0) | none),
+            "_a4": pa.array(rng.integers(-100, 100, n).astype(np.int16))}
+    specs = [("_one", "count", pc.CountOptions("all"), "all"), ("_a2", "count", pc.CountOptions("only_valid"), "only_valid"),
+             ("_a2", "sum", pc.ScalarAggregateOptions(min_count=1), "null"),
+             ("_a2", "sum", pc.ScalarAggregateOptions(min_count=0), "zero"),
+             ("_a2", "min", pc.ScalarAggregateOptions(min_count=1), "null"),
+             ("_a3", "max", pc.ScalarAggregateOptions(min_count=1), "null"),
+             ("_a3", "min", pc.ScalarAggregateOptions(min_count=1), "null"),
+             ("_a4", "sum", pc.ScalarAggregateOptions(min_count=1), "null"),
+             ("_a4", "max", pc.ScalarAggregateOptions(min_count=1), "null")]
+    for c, f, o, r in specs[2:4]:  # SUM and SUM0 of one column: both names once in pyarrow's output, so apart
+        want = pa.table(work).group_by("_k0", use_threads=False).aggregate([(c, f, o)]).sort_by("_k0")
+        got = sorted_groups(work, [(c, f, r)], *key_order([keys]))
+        assert got.column(f"{c}_{f}").equals(want.column(f"{c}_{f}")), r
+    specs = [s for i, s in enumerate(specs) if i not in (2, 3)]
+    want = pa.table(work).group_by("_k0", use_threads=False).aggregate([(c, f, o) for c, f, o, _ in specs])
+    want = want.sort_by("_k0")
+    got = sorted_groups(work, [(c, f, r) for c, f, _, r in specs], *key_order([keys]))
+    assert got.column("_k0").equals(want.column("_k0"))  # in key order
+    for name in want.column_names:
+        assert got.column(name).cast(want.column(name).type).equals(want.column(name)), name

@@ -89,15 +89,15 @@ def _column(arr: pa.Array) -> tuple[np.ndarray, np.ndarray | None]:
     return np.frombuffer(arr.buffers()[1], dt, count=arr.offset + n)[arr.offset:], valid
 
 
-class _Out:
+class EntryBuffers:
     """Per-run entry buffers (states, then timer queues) and the writes of one file (stream positions counted as
-    queued). Each buffer's constant fields are filled once."""
+    queued). Each buffer starts zeroed (bytes no field covers stay 0) and its constant fields are filled once."""
 
     def __init__(self, file: "DirectFile | ObjectWriter", pos: int, templates: list[tuple[np.dtype, dict[str, int]]], cap: int) -> None:
         self.file, self.pos, self.cap = file, pos, cap
         self.bufs = []
         for dt, constants in templates:
-            b = np.empty(cap, dt)
+            b = np.zeros(cap, dt)
             for name, value in constants.items():
                 b[name] = value
             self.bufs.append(b)
@@ -108,10 +108,10 @@ class _Out:
         self.queued.append(data)
         self.pos += len(data)
 
-    def entries(self, run: int, kg: int, fields: dict[str, np.ndarray]) -> np.ndarray:
-        """Queue entries of buffer `run` in key group `kg` with `fields` (``k`` and ``v``, or ``ts`` and ``k``);
-        the bytes of the last chunk queued."""
-        i, n, raw = 0, len(fields["k"]), None
+    def entries(self, run: int, kg: int, fields: dict[str, np.ndarray], count: int | None = None) -> np.ndarray:
+        """Queue `count` entries (default: as many as ``k`` holds) of buffer `run` in key group `kg` with `fields`
+        (``k`` and ``v``, or ``ts`` and ``k``; other names for other dtypes); the bytes of the last chunk queued."""
+        i, n, raw = 0, len(fields["k"]) if count is None else count, None
         while i < n:
             used = self.used[run]
             if used == self.cap:
@@ -191,7 +191,7 @@ def write_regular_key_groups(f: "DirectFile | ObjectWriter", layout: "KeyedLayou
     templates = [(entry_dtype(nb, layout.key.kind, s.value.kind),
                   {"kl": nb + kw + 1, "ns": 0, "vl": np.dtype(PRIMITIVE[s.value.kind]).itemsize}) for s in states]
     templates += [(timer_dtype(nb, layout.key.kind), {"kl": nb + 8 + kw + 1, "ns": 0, "vl": 0})] * len(queues)
-    out = _Out(f, pos, templates, cap or CHUNK_ROWS)
+    out = EntryBuffers(f, pos, templates, cap or CHUNK_ROWS)
     sids = [sid.to_bytes(2, "big") for sid in range(len(templates))]
     widths = [b.dtype.itemsize for b in out.bufs]
     offsets = [0] * (end - start + 1)
@@ -274,5 +274,5 @@ def write_regular_key_groups(f: "DirectFile | ObjectWriter", layout: "KeyedLayou
     return offsets
 
 
-__all__ = ["ARROW", "CHUNK_ROWS", "PRIMITIVE", "entry_dtype", "is_regular", "timer_dtype", "write_regular_file",
+__all__ = ["ARROW", "CHUNK_ROWS", "END_OF_KEY_GROUP", "PRIMITIVE", "EntryBuffers", "entry_dtype", "is_regular", "timer_dtype", "write_regular_file",
            "write_regular_key_groups"]

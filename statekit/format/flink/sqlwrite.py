@@ -189,6 +189,12 @@ def encode_serialized(arr: pa.Array, t: FlinkType, *, what: str = "a SQL row") -
 
 def key_groups(keys: pa.Array, key: FlinkType, max_parallelism: int) -> np.ndarray:
     """The key group of every SQL key row of `keys` (int32): murmur of ``BinaryRowData.hashCode()``."""
+    from statekit.format.flink.sqlfixed import fixed_rows
+
+    matrix = fixed_rows(keys, key.logical, what="a SQL key")  # fixed-width key rows: one structured fill
+    if matrix is not None:
+        words = matrix.view("<u4") if len(matrix) else np.zeros((0, matrix.shape[1] // 4), np.uint32)
+        return compute_key_groups_for_key_hashes(binary_row_words_hashes(words), max_parallelism).astype(np.int32)
     rows = row_bytes(keys, key.logical, what="a SQL key")
     data, offs = rows.data, rows.offsets
     lengths = np.diff(offs)

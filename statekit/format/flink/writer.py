@@ -328,6 +328,13 @@ def write_keyed_file(path: Path, layout: KeyedLayoutOut, keyed: pa.Table | None,
         assert keyed is not None
         sorted_timers = _sorted_by_key_group(timers)[0] if timers is not None and timers.num_rows else None
         return write_regular_file(path, layout, [_sorted_by_key_group(keyed)[0]], start, end, sorted_timers)
+    if keyed is not None and keyed.num_rows and layout.key.form == "row":
+        from statekit.format.flink import sqlfixed  # here: DataStream writes never load the SQL encoders
+
+        if sqlfixed.fixed_layout(layout, keyed.schema, timers is not None and timers.num_rows > 0):
+            done = sqlfixed.write_fixed_file(path, layout, _sorted_by_key_group(keyed)[0], start, end)
+            if done is not None:
+                return done
     runs = keyed_runs(layout, keyed, timers)
     for r in runs:
         if len(r.key_groups) and (r.key_groups[0] < start or r.key_groups[-1] > end):

@@ -168,8 +168,9 @@ def test_files_sharing_key_groups_are_read_as_one_table():
 
 @pytest.mark.parametrize("refuse_after", [None, 0, 2])
 def test_direct_file_writes_every_byte_in_order(tmp_path, monkeypatch, refuse_after):
-    """Pieces of every size across block boundaries, the padded tail cut back; a file system that refuses
-    O_DIRECT at open (None: on this one it is accepted) or after some blocks continues buffered, same bytes."""
+    """Pieces of every size and ranges of another file (`copy_range`) across block boundaries, the padded tail cut
+    back; a file system that refuses O_DIRECT at open (None: on this one it is accepted) or after some blocks
+    continues buffered, same bytes."""
     import errno
     import os
     import random
@@ -188,12 +189,18 @@ def test_direct_file_writes_every_byte_in_order(tmp_path, monkeypatch, refuse_af
             return real(fd, data)
 
         monkeypatch.setattr(D.os, "write", write)
-    with D.DirectFile(tmp_path / "f") as f:
+    source = bytes(rng.getrandbits(8) for _ in range(5 * D.ALIGN + 17))
+    (tmp_path / "src").write_bytes(source)
+    want = []
+    with D.DirectFile(tmp_path / "f") as f, open(tmp_path / "src", "rb") as src:
         assert f.direct == D.USE_DIRECT
         for i in range(0, len(pieces), 3):
             f.write(pieces[i : i + 3])
+            at, n = rng.randrange(len(source)), rng.choice([0, 1, 4096, 3 * D.ALIGN + 5])
+            f.copy_range(src.fileno(), at, min(n, len(source) - at))
+            want += [*pieces[i : i + 3], source[at : at + n]]
         size = f.close()
-    assert size == sum(map(len, pieces)) and (tmp_path / "f").read_bytes() == b"".join(pieces)
+    assert size == sum(map(len, want)) and (tmp_path / "f").read_bytes() == b"".join(want)
     if refuse_after is not None:
         assert not f.direct
 
