@@ -419,7 +419,8 @@ class _StreamSink:
     """A spliced subtask file as an object on a store, streamed under the target (no local file)."""
 
     def __init__(self, path: StoragePath) -> None:
-        self.out = self.file = path.create()
+        self.file = path.create()
+        self.out = cast(BinaryIO, self.file)
 
     @property
     def size(self) -> int:

@@ -247,18 +247,16 @@ def _scanned_table(lay: KeyedLayout, buf: np.ndarray, located: Located, groups: 
     per_state = [_by_chain(g, located) for g in keyed]
     base = per_state[0]
     for ps in per_state[1:]:
-        if len(ps) != len(base) or any(len(a) != len(b) or a.chain[0] != b.chain[0] for a, b in zip(ps, base)):
+        if not (np.array_equal(ps.chains, base.chains) and np.array_equal(ps.counts, base.counts)):
             return None
     P = lay.prefix_bytes
-    kp = np.concatenate([e.kp for e in base])
-    klen = np.concatenate([e.klen for e in base])
+    kp, klen = base.entries.kp, base.entries.klen
     base_runs = _one_run_per_chain(keyed[0])
     for g, ps in zip(keyed[1:], per_state[1:]):
         if base_runs and _one_run_per_chain(g):
-            if not all(_same_keys_in_runs(buf, located, a, b) for a, b in zip(base, ps)):
+            if not all(_same_keys_in_runs(buf, located, a, b) for a, b in zip(base.split(), ps.split())):
                 return None
-        elif not (np.array_equal(klen, np.concatenate([e.klen for e in ps]))
-                  and ranges_equal(buf, kp, np.concatenate([e.kp for e in ps]), klen)):
+        elif not (np.array_equal(klen, ps.entries.klen) and ranges_equal(buf, kp, ps.entries.kp, klen)):
             return None
     kend = kp + klen
     got = decode_open(lay.key_type, buf, kp + P, kend, where, stats, "key")
@@ -266,12 +264,11 @@ def _scanned_table(lay: KeyedLayout, buf: np.ndarray, located: Located, groups: 
         return None
     n = len(kp)
     kg, kg_buf = allocate(n, np.int32)
-    kg[:] = np.repeat(chain_kg[[int(e.chain[0]) for e in base]], [len(e) for e in base])
+    kg[:] = np.repeat(chain_kg[base.chains], base.counts)
     cols = {"key_group": primitive(kg_buf, n, pa.int32()), "key": got[0]}
     for g, ps in zip(keyed, per_state):
-        vp = np.concatenate([e.vp for e in ps])
-        vend = np.concatenate([e.vp + e.vlen for e in ps])
-        vals = decode_exact(g.meta.value_type, buf, vp, vend, where, stats, g.meta.name)
+        vp = ps.entries.vp
+        vals = decode_exact(g.meta.value_type, buf, vp, vp + ps.entries.vlen, where, stats, g.meta.name)
         t = _column_type(g.meta)
         cols[g.meta.name] = vals if vals.type == t else vals.cast(t)
     return _with_all_states(lay, cols, n)
@@ -307,23 +304,48 @@ def _same_keys_in_runs(buf: np.ndarray, located: Located, a: Entries, b: Entries
     return a1 - a0 == b1 - b0 and equal_except_values(buf, a0, b0, a1 - a0, a.vp - a0, w)
 
 
-def _by_chain(g: _Group, located: Located) -> list[Entries]:
-    """The state's entries per chain, in chain order (a chain is located wholly one way: runs, scan or walk)."""
-    parts = [(r.chain, Entries.of_runs([r])) for r in g.runs] + [(int(e.chain[0]), e) for e in g.pieces or []]
+@dataclass(frozen=True)
+class _ByChain:
+    """A state's entries in chain order, with the chains they lie in and how many lie in each."""
+
+    entries: Entries
+    chains: np.ndarray  # ascending
+    counts: np.ndarray
+
+    def split(self) -> list[Entries]:
+        """The entries of each chain (slices)."""
+        ends = np.cumsum(self.counts).tolist()
+        return [self.entries.take(slice(a, b)) for a, b in zip([0, *ends[:-1]], ends)]
+
+
+def _by_chain(g: _Group, located: Located) -> _ByChain:
+    """The state's entries in chain order (a chain is located wholly one way: runs, scan or walk)."""
+    parts = [(int(e.chain[0]), e) for e in g.pieces or []]
+    ran = Entries.of_runs(g.runs) if g.runs else None  # in chain order (`locate` goes chain by chain)
+    if ran is not None:
+        parts += _per_chain(ran)
     if len(g.chained):
         walked = located.chained.take(g.chained)  # step by step over all chains: regroup by chain, stably
-        walked = walked.take(np.argsort(walked.chain, kind="stable"))
-        cut = np.flatnonzero(np.diff(walked.chain)) + 1
-        parts += [(int(walked.chain[a]), walked.take(slice(a, b)))
-                  for a, b in zip([0, *cut.tolist()], [*cut.tolist(), len(walked)])]
-    parts.sort(key=lambda p: p[0])
-    out: list[tuple[int, list[Entries]]] = []
+        parts += _per_chain(walked.take(np.argsort(walked.chain, kind="stable")))
+    if any(a[0] > b[0] for a, b in zip(parts, parts[1:])):
+        parts.sort(key=lambda p: p[0])
+    chains: list[int] = []
+    counts: list[int] = []
     for chain, e in parts:
-        if out and out[-1][0] == chain:
-            out[-1][1].append(e)
+        if chains and chains[-1] == chain:
+            counts[-1] += len(e)
         else:
-            out.append((chain, [e]))
-    return [Entries.concat(es) for _, es in out]
+            chains.append(chain)
+            counts.append(len(e))
+    whole = ran if ran is not None and not g.pieces and not len(g.chained) else \
+        Entries.concat([e for _, e in parts])  # (runs alone: no copy of their slices)
+    return _ByChain(whole, np.array(chains, np.int64), np.array(counts, np.int64))
+
+
+def _per_chain(e: Entries) -> list[tuple[int, Entries]]:
+    """Entries grouped by chain (`e` in chain order) as (chain, that chain's entries), slices of `e`."""
+    cut = (np.flatnonzero(np.diff(e.chain)) + 1).tolist()
+    return [(int(e.chain[a]), e.take(slice(a, b))) for a, b in zip([0, *cut], [*cut, len(e)])]
 
 
 def _with_all_states(lay: KeyedLayout, cols: dict[str, pa.Array], n: int) -> pa.Table:

@@ -6,7 +6,9 @@ state run has 0x80 in its first key byte and is followed by the next state id or
 
 * ``strided``: a run of entries with one key and value size is one strided probe (doubling
   blocks) and stays a `Run` (position, count, stride), decoded later as a 2-D strided view with
-  no per-entry index at all - Long keys with Long values.
+  no per-entry index at all - Long keys with Long values. A chain of mostly equal-sized entries
+  with a few others among them (SQL STRING keys: ``user-106`` beside ``user-1976134``) is runs
+  too, the odd entries runs of their own, while they are few (`_IRREGULAR_EVERY`).
 * ``chained``: entries of varying size (String keys) advance all chains together, one entry per
   numpy step over every key group at once.
 """
@@ -25,7 +27,12 @@ _PROBE = 64  # first strided probe; grown 4x while the run goes on
 _FEW_EXCEPTIONS = 256  # at most this many candidates off the simple chain: `_follow` walks them in Python
 _PRUNE_ROUNDS = 4  # rounds of pruning stray candidates before pointer doubling
 _CHUNK = 1 << 19  # bytes proven per step of the value-length scan (see `_scan_value_lengths`)
-_MIN_RUN = 8  # shorter runs are left to the chained walk (probing them costs more than it saves)
+_MIN_RUN = 8  # a run shorter than this is "irregular": probing it costs more than a scan would
+#: a chain stays strided while it has at most `_IRREGULAR_FREE` irregular runs plus one per this many entries; past
+#: that its sizes vary too often (String keys of any length) and the whole chain goes to the scan. A probe costs
+#: about what the scan of ~150 entries does, and each odd entry costs two (its own run and the next).
+_IRREGULAR_EVERY = 256
+_IRREGULAR_FREE = 8
 
 
 @dataclass
@@ -127,7 +134,20 @@ class Entries:
 
     @staticmethod
     def of_runs(runs: list[Run]) -> "Entries":
-        return Entries.concat([r.entries() for r in runs])
+        """The entries of `runs`, in order (a few passes over all of them, however many runs: one may be one entry)."""
+        if len(runs) <= 2:
+            return Entries.concat([r.entries() for r in runs])
+        chain, sid, pos, count, stride, klen, vlen = (np.array(col, np.int64) for col in zip(
+            *((r.chain, r.sid, r.pos, r.count, r.stride, r.klen, r.vlen) for r in runs)))
+        first = np.zeros(len(runs), np.int64)  # each run's first entry among all
+        np.cumsum(count[:-1], out=first[1:])
+        of = np.repeat(np.arange(len(runs)), count)
+        at = np.arange(len(of), dtype=np.int64)
+        at -= first[of]  # the entry's index in its run
+        at *= stride[of]
+        at += pos[of]  # the entry's start
+        k = klen[of]
+        return Entries(chain[of], sid[of], at + 4, k, at + 8 + k, vlen[of])
 
 
 @dataclass
@@ -179,8 +199,13 @@ def locate(buf: np.ndarray, starts: np.ndarray, limits: np.ndarray, where: str, 
         sid0 = sid = int(buf[p]) << 8 | int(buf[p + 1])
         p += 2
         first_run = len(runs)
+        located = irregular = 0
         while True:
             got = _strided(buf, p, lim)
+            if got is not None and got[0] < _MIN_RUN:
+                irregular += 1
+                if irregular > _IRREGULAR_FREE + located // _IRREGULAR_EVERY:
+                    got = None
             if got is None:
                 # the whole chain goes to the scan (or walk), so that every state of a key group is located
                 # one way and all states list their keys in the same order
@@ -191,6 +216,7 @@ def locate(buf: np.ndarray, starts: np.ndarray, limits: np.ndarray, where: str, 
             count, stride, k, v, ends_run = got
             runs.append(Run(c, sid, p, count, stride, k, v))
             stats.strided_entries += count
+            located += count
             p += count * stride
             if ends_run:
                 if p + 2 > lim:
@@ -495,7 +521,7 @@ def equal_except_values(buf: np.ndarray, a: int, b: int, length: int, values: np
 
 
 def _strided(buf: np.ndarray, p: int, lim: int) -> tuple[int, int, int, int, bool] | None:
-    """A run of equal-sized entries from `p`: (count, stride, klen, vlen, run ends), or None if it is short."""
+    """A run of equal-sized entries from `p`: (count, stride, klen, vlen, run ends), or None where no entry starts."""
     if p + 8 > lim:
         return None
     k = int.from_bytes(buf[p : p + 4].tobytes(), "big", signed=True)
@@ -516,14 +542,14 @@ def _strided(buf: np.ndarray, p: int, lim: int) -> tuple[int, int, int, int, boo
         first_bad = int(bad[0]) if len(bad) else m
         first_flag = int(flagged[0]) if len(flagged) else m
         if first_flag < first_bad:
-            count = done + first_flag + 1
-            return (count, stride, k, v, True) if count >= _MIN_RUN else None
+            return done + first_flag + 1, stride, k, v, True
         if first_bad < m:
-            count = done + first_bad
-            return (count, stride, k, v, False) if count >= _MIN_RUN else None
+            return done + first_bad, stride, k, v, False
         done += m
         block *= 4
-    return None  # runs to the end of the stream without an end flag: the chained walk reports it
+    # No full stride is left: a shorter entry may follow (the next run), else the chain's end is damaged (the
+    # next probe finds no entry and the scan or walk reports it)
+    return (done, stride, k, v, False) if done else None
 
 
 def _follow(c: np.ndarray, nxt: np.ndarray) -> np.ndarray | None:

@@ -15,17 +15,19 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import struct
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 import numpy as np
 import pyarrow as pa
 
 from statekit.errors import InvalidArgumentError
-from statekit.format.flink.gather import binary_array, gather_fixed, gather_values
+from statekit.format.arrow_memory import allocate, arrow_type, copy_buffer, from_numpy, primitive
+from statekit.format.flink.gather import binary_array, gather_fixed
 from statekit.format.flink.logical import LogicalType
 from statekit.types import parse_ddl
 
-__all__ = ["ROW_KINDS", "decode_row", "decode_rows", "encode_nested", "encode_row", "header_bytes"]
+__all__ = ["ROW_KINDS", "decode_row", "decode_rows", "decode_sized_rows", "encode_nested", "encode_row", "header_bytes"]
 
 ROW_KINDS = ("+I", "-U", "+U", "-D")
 _EPOCH = dt.datetime(1970, 1, 1)
@@ -56,29 +58,86 @@ def decode_rows(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray, types:
     Fixed-width fields and strings are cut from every row at once; nested values and wide decimals
     are decoded per record (their layout is irregular).
     """
-    n = len(starts)
     starts = starts.astype(np.int64, copy=False)
     lengths = lengths.astype(np.int64, copy=False)
-    hb = header_bytes(len(types))
-    if n and (lengths < hb + 8 * len(types)).any():
-        raise RowFault(f"a row is shorter than the {hb + 8 * len(types)} bytes of its {len(types)} fields")
-    arrays = []
-    null_bytes: dict[int, np.ndarray] = {}  # header byte -> that byte of every row (gathered once for 8 fields)
-    for i, t in enumerate(types):
-        slot_at = starts + hb + 8 * i
-        bit = 8 + i
-        if bit // 8 not in null_bytes:
-            null_bytes[bit // 8] = buf[starts + bit // 8] if n else np.zeros(0, np.uint8)
-        isnull = (null_bytes[bit // 8] & np.uint8(1 << (bit % 8))) != 0
-        arrays.append(_column(buf, starts, lengths, slot_at, isnull, t))
-    fields = list(names)
-    if row_kind:
-        kinds = buf[starts] if n else np.zeros(0, np.uint8)
-        if n and kinds.max() > 3:
-            raise RowFault(f"a row's RowKind byte is {int(kinds.max())}, not one of 0..3")
-        arrays.append(_row_kinds(kinds))
-        fields.append("row_kind")
-    return pa.StructArray.from_arrays(arrays, fields)
+    width = _fixed_width(types)
+    if len(starts) and (lengths < width).any():
+        raise RowFault(f"a row is shorter than the {width} bytes of its {len(types)} fields")
+    return _Rows(buf, starts, lengths, gather_fixed(buf, starts, width), 0).decode(types, names, row_kind)
+
+
+def decode_sized_rows(buf: np.ndarray, at: np.ndarray, types: Sequence[LogicalType], names: Sequence[str], *,
+                      row_kind: bool = False) -> tuple[pa.StructArray, np.ndarray]:
+    """Rows as `BinaryRowDataSerializer` writes them at `at` (a big-endian i32 length, then the row): the struct
+    array (as `decode_rows`) and where each ends. One gather reads every row's length and fixed part together.
+
+    Raises
+    ------
+    IndexError
+        If a row's fixed part runs past the end of `buf`.
+    RowFault
+        If a length is shorter than the row's fixed part or runs past the end of `buf`.
+    """
+    at = at.astype(np.int64, copy=False)
+    width = _fixed_width(types)
+    fixed = gather_fixed(buf, at, 4 + width)
+    lengths = _field(fixed, 0, ">i4").astype(np.int64)
+    if len(at) and lengths.min() < width:
+        raise RowFault(f"a row is shorter than the {width} bytes of its {len(types)} fields")
+    starts = at + 4
+    ends = starts + lengths
+    if len(at) and int(ends.max()) > len(buf):
+        raise RowFault("a row's length runs past the end of its bytes")
+    return _Rows(buf, starts, lengths, fixed, 4).decode(types, names, row_kind), ends
+
+
+def _fixed_width(types: Sequence[LogicalType]) -> int:
+    """The bytes of a row's fixed part: its header and one 8-byte slot per field."""
+    return header_bytes(len(types)) + 8 * len(types)
+
+
+def _field(fixed: np.ndarray, at: int, dtype: str) -> np.ndarray:
+    """The `dtype` value at byte `at` of every line of `fixed` (one row's bytes each), as a strided view (no copy)."""
+    if not len(fixed):
+        return np.zeros(0, np.dtype(dtype))
+    return np.ndarray((len(fixed),), np.dtype(dtype), buffer=fixed, offset=at, strides=(fixed.shape[1],))
+
+
+@dataclass(frozen=True)
+class _Rows:
+    """Rows at [starts, starts + lengths) of `buf`, with each row's fixed part gathered once: line i of `fixed` is
+    `skip` bytes before row i (its length), then the row's header and slots."""
+
+    buf: np.ndarray
+    starts: np.ndarray
+    lengths: np.ndarray
+    fixed: np.ndarray
+    skip: int
+
+    def field(self, at: int, dtype: str) -> np.ndarray:
+        """The `dtype` value at byte `at` of every row (a strided view of `fixed`)."""
+        return _field(self.fixed, self.skip + at, dtype)
+
+    def decode(self, types: Sequence[LogicalType], names: Sequence[str], row_kind: bool) -> pa.StructArray:
+        hb = header_bytes(len(types))
+        arrays = []
+        no_nulls = np.zeros(len(self.fixed), bool)
+        seen: dict[int, int] = {}  # header byte -> its bits set in any row
+        for i, t in enumerate(types):
+            byte, bit = divmod(8 + i, 8)
+            col = self.fixed[:, self.skip + byte]
+            if byte not in seen:
+                seen[byte] = int(np.bitwise_or.reduce(col)) if len(col) else 0
+            isnull = (col & np.uint8(1 << bit)) != 0 if seen[byte] >> bit & 1 else no_nulls
+            arrays.append(_column(self, hb + 8 * i, isnull, t))
+        fields = list(names)
+        if row_kind:
+            kinds = self.fixed[:, self.skip]
+            if len(kinds) and kinds.max() > 3:
+                raise RowFault(f"a row's RowKind byte is {int(kinds.max())}, not one of 0..3")
+            arrays.append(_row_kinds(kinds))
+            fields.append("row_kind")
+        return pa.StructArray.from_arrays(arrays, fields)
 
 
 #: every RowKind's 2-character name, one 2-byte item each
@@ -88,72 +147,85 @@ _KIND_NAMES = np.frombuffer("".join(ROW_KINDS).encode(), np.dtype("V2"))
 def _row_kinds(kinds: np.ndarray) -> pa.Array:
     """RowKind bytes (0..3) as their names ('+I', ...), built as Arrow buffers (no Python string per row)."""
     n = len(kinds)
-    offsets = np.arange(0, 2 * n + 1, 2, dtype=np.int32)
-    data = _KIND_NAMES[kinds].tobytes()
-    return pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
-
-
-def _slots(buf: np.ndarray, at: np.ndarray) -> np.ndarray:
-    return gather_fixed(buf, at, 8).view("<u8").reshape(-1)
+    offsets, offsets_buf = allocate(n + 1, np.int32)
+    offsets[:] = np.arange(0, 2 * n + 1, 2, dtype=np.int32)
+    data, data_buf = allocate(n, _KIND_NAMES.dtype)
+    data[:] = _KIND_NAMES[0] if not kinds.any() else _KIND_NAMES[kinds]  # (an accumulator row is mostly +I)
+    return pa.Array.from_buffers(pa.string(), n, [None, offsets_buf, data_buf])
 
 
 def _with_nulls(arr: pa.Array, isnull: np.ndarray) -> pa.Array:
+    """`arr` (flat, without nulls, not sliced) with the rows where `isnull` is set NULL: a validity bitmap added."""
     if not isnull.any():
         return arr
-    import pyarrow.compute as pc  # here: rows without NULL strings never need it
+    validity = copy_buffer(np.packbits(~isnull, bitorder="little"))
+    return pa.Array.from_buffers(arr.type, len(arr), [validity, *arr.buffers()[1:]], null_count=int(isnull.sum()))
 
-    return pc.if_else(pa.array(isnull), pa.scalar(None, arr.type), arr)
 
-
-def _column(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray, slot_at: np.ndarray, isnull: np.ndarray,
-            t: LogicalType) -> pa.Array:
+def _column(rows: _Rows, slot: int, isnull: np.ndarray, t: LogicalType) -> pa.Array:
+    """Field `t` of every row, its 8-byte slot at byte `slot` of each row."""
     r = t.root
-    n = len(slot_at)
+    n = len(rows.starts)
     if r == "NULL":
         return pa.nulls(n, pa.string())
     if r in _INT_WIDTH:
-        code, w = _INT_WIDTH[r]
-        raw = gather_values(buf, slot_at, code)
-        mask = isnull if isnull.any() else None  # no validity buffer to build when nothing is NULL
-        arr = pa.array(raw != 0 if r == "BOOLEAN" else raw, mask=mask)
+        code, _ = _INT_WIDTH[r]
+        raw = rows.field(slot, code)
+        if r == "BOOLEAN":
+            return _with_nulls(from_numpy(raw != 0), isnull)
+        out, data = allocate(n, code)
+        out[:] = raw
+        arr = _with_nulls(primitive(data, n, arrow_type(out.dtype)), isnull)
         return arr.view(pa.date32()) if r == "DATE" else arr
     if r in ("TIMESTAMP_WITHOUT_TIME_ZONE", "TIMESTAMP_WITH_LOCAL_TIME_ZONE", "TIMESTAMP_WITH_TIME_ZONE"):
         target = parse_ddl(t.ddl())
-        slots = _slots(buf, slot_at) if n else np.zeros(0, np.uint64)
+        slots = rows.field(slot, "<u8")
         if t.fixed:
             micros = slots.view(np.int64) * 1000
         else:
             off = (slots >> np.uint64(32)).astype(np.int64)
             nanos = (slots & np.uint64(0xFFFFFFFF)).astype(np.int64)
-            _check_within(off, 8, lengths, isnull)
-            millis = gather_fixed(buf, starts + np.where(isnull, 0, off), 8).view("<i8").reshape(-1)
+            _check_within(off, 8, rows.lengths, isnull)
+            millis = gather_fixed(rows.buf, rows.starts + np.where(isnull, 0, off), 8).view("<i8").reshape(-1)
             micros = millis * 1000 + nanos // 1000
-        return pa.array(micros, pa.int64(), mask=isnull).view(target)
+        return _with_nulls(from_numpy(micros, pa.int64()), isnull).view(target)
     if r == "DECIMAL":
         target = parse_ddl(t.ddl())
         if t.fixed:
-            unscaled = _slots(buf, slot_at).view(np.int64) if n else np.zeros(0, np.int64)
-            words = np.empty((n, 2), np.int64)
-            words[:, 0] = unscaled
-            words[:, 1] = np.where(unscaled < 0, -1, 0)
-            validity = None if not isnull.any() else pa.py_buffer(np.packbits(~isnull, bitorder="little"))
-            return pa.Array.from_buffers(target, n, [validity, pa.py_buffer(words.tobytes())])
+            unscaled = rows.field(slot, "<i8")
+            words, data = allocate(2 * n, np.int64)
+            words[0::2] = unscaled
+            words[1::2] = unscaled >> 63  # the high word: the sign
+            validity = None if not isnull.any() else copy_buffer(np.packbits(~isnull, bitorder="little"))
+            return pa.Array.from_buffers(target, n, [validity, data])
     if r in _STRINGS or r in _BYTES:
-        slots = _slots(buf, slot_at) if n else np.zeros(0, np.uint64)
-        inline = (slots >> np.uint64(63)).astype(bool)
-        off = (slots >> np.uint64(32)).astype(np.int64)
-        ln = (slots & np.uint64(0xFFFFFFFF)).astype(np.int64)
-        ln = np.where(inline, (slots >> np.uint64(56)).astype(np.int64) & 0x7F, ln)
-        ln[isnull] = 0
-        begin = np.where(inline, slot_at, starts + off)
-        _check_within(np.where(inline, 0, off), np.where(inline, 0, ln), lengths, isnull)
-        arr = binary_array(buf, begin, ln, pa.string() if r in _STRINGS else pa.binary())
-        return _with_nulls(arr, isnull)
+        return _with_nulls(_strings(rows, slot, isnull, pa.string() if r in _STRINGS else pa.binary()), isnull)
     # nested values and wide decimals: per record
-    mv = buf.data
-    out = [None if isnull[i] else _slot_value(mv, int(starts[i]), int(starts[i]) + int(lengths[i]),
-                                               int(slot_at[i]), t) for i in range(n)]
-    return pa.array(out, parse_ddl(t.ddl()))
+    mv = rows.buf.data
+    starts, lengths = rows.starts.tolist(), rows.lengths.tolist()
+    out_ = [None if isnull[i] else _slot_value(mv, starts[i], starts[i] + lengths[i], starts[i] + slot, t)
+            for i in range(n)]
+    return pa.array(out_, parse_ddl(t.ddl()))
+
+
+def _strings(rows: _Rows, slot: int, isnull: np.ndarray, type_: pa.DataType) -> pa.Array:
+    """A string (or bytes) field of every row, NULLs as empty values: each inline in its slot (up to 7 bytes, the
+    slot's last byte ``0x80 | length``) or ``offset << 32 | length`` into its row; no Python object per row."""
+    low = rows.field(slot, "<u4")  # a long value's length
+    high = rows.field(slot + 4, "<u4")  # its offset in the row; inline: the length byte on top
+    off = high.astype(np.int64)
+    ln = low.astype(np.int64)
+    inline = np.flatnonzero(high >= 0x80000000)
+    if len(inline):
+        ln[inline] = off[inline] >> 24 & 0x7F
+        off[inline] = slot  # the bytes sit in the slot itself
+    if isnull.any():
+        ln[isnull] = 0
+        off[isnull] = 0
+    if (off + ln > rows.lengths).any():
+        raise RowFault("a field's offset and length point past the end of its row")
+    off += rows.starts
+    return binary_array(rows.buf, off, ln, type_)
 
 
 def _check_within(off: np.ndarray, ln: Any, lengths: np.ndarray, isnull: np.ndarray) -> None:

@@ -82,7 +82,10 @@ def _as_type(a: Any, plan_type: str | None, zone: str) -> Any:
 
 
 def _combine(x: Any) -> pa.Array:
-    return x.combine_chunks() if isinstance(x, pa.ChunkedArray) else x
+    """A column as one array: a single chunk as it is (``combine_chunks`` would copy it)."""
+    if not isinstance(x, pa.ChunkedArray):
+        return x
+    return x.chunk(0) if x.num_chunks == 1 else x.combine_chunks()
 
 
 def _unwrap(a: pa.Array) -> pa.Array:
@@ -133,7 +136,8 @@ def _sink_order(names: OperatorNames, values: dict[int, pa.Array], keys: dict[in
 def _aggregate(names: OperatorNames, table: pa.Table, zone: str) -> tuple[dict[int, pa.Array], pa.Table]:
     """Output index -> result column of an aggregate node's calls, over rows that hold an accumulator."""
     assert names.acc is not None and names.acc_state is not None
-    table = table.filter(pc.is_valid(table.column(names.acc_state)))
+    if table.column(names.acc_state).null_count:  # rows without an accumulator (else no copy of every column)
+        table = table.filter(pc.is_valid(table.column(names.acc_state)))
     acc = _unwrap(_combine(table.column(names.acc_state)))
     ngroup = len(names.key)
     out: dict[int, pa.Array] = {}
@@ -232,7 +236,8 @@ def assemble_windows(names: OperatorNames, table: pa.Table, win: dict, watermark
     if names.acc.distinct:
         raise UnsupportedFormatError(f"{names.node.uid}: DISTINCT aggregates of HOP/CUMULATE windows are not assembled "
                                      "by statekit; their slices are in the physical table.")
-    table = table.filter(pc.is_valid(table.column(names.acc_state)))
+    if table.column(names.acc_state).null_count:  # rows without an accumulator (else no copy of every column)
+        table = table.filter(pc.is_valid(table.column(names.acc_state)))
     s = _combine(table.column("namespace")).to_numpy(zero_copy_only=False).astype(np.int64)
     if win.get("type") == "HoppingWindow":
         size, slide = millis(win.get("size", "")), millis(win.get("slide", ""))

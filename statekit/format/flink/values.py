@@ -200,19 +200,16 @@ def bulk(t: FlinkType, buf: np.ndarray, starts: np.ndarray) -> tuple[pa.Array, n
     if k == "string":
         return strings(buf, starts)
     if k == "bytes":
-        lengths = _be32(buf, starts)
-        if n and lengths.min() < 0:
-            return None
         if t.form == "row":
             from statekit.format.flink import rowdata  # here: DataStream savepoints never load the SQL decoders
 
-            if n and int((starts + 4 + lengths).max()) > len(buf):
-                return None
             try:
-                return (rowdata.decode_rows(buf, starts + 4, lengths, t.logical, t.field_names, row_kind=t.row_kind),
-                        starts + 4 + lengths)
+                return rowdata.decode_sized_rows(buf, starts, t.logical, t.field_names, row_kind=t.row_kind)
             except rowdata.RowFault:
                 return None  # the per-record decoder names the row at fault
+        lengths = _be32(buf, starts)
+        if n and lengths.min() < 0:
+            return None
         return binary_array(buf, starts + 4, lengths, pa.string() if t.form == "string" else pa.binary()), \
             starts + 4 + lengths
     if k == "enum":

@@ -51,6 +51,34 @@ def test_string_keys_take_the_scan_and_bulk_strings(tmp_path: Path, extra: list)
     assert " scanned" in stats and "key: bulk" in stats and "a: bulk" in stats and "rows: direct" in stats, stats
 
 
+def test_keys_of_mostly_one_length_take_strided_runs_with_the_odd_entries_between(tmp_path: Path) -> None:
+    """Keys of one length but a few (SQL's ``user-106`` beside ``user-1976134``): the key groups are strided runs,
+    each odd entry a run of its own, none scanned; too many odd entries (every length mixed) and they are scanned."""
+    keys = [f"key-{i:06d}" for i in range(4 * N)] + ["odd", "x" * 40, "", "y" * 11]
+    path = _flink_savepoint(tmp_path / "few", keys, "string")
+    stats = _check(path, keys)
+    assert " 0 scanned" in stats and " 0 chained" in stats and "rows: direct" in stats, stats
+    sp = Savepoint.open(path)
+    for i in (0, 7, len(keys) - 4, len(keys) - 3, len(keys) - 2, len(keys) - 1):
+        assert sp.get("bench", keys[i]) == {"a": i, "b": 2 * i + 1}, keys[i]
+    assert sp.get("bench", "key-") is None and sp.get("bench", "od") is None
+    mixed = [f"key-{i}" + "x" * (i % 7) for i in range(N)]
+    stats = _check(_flink_savepoint(tmp_path / "mixed", mixed, "string"), mixed)
+    assert " 0 strided" in stats and "rows: direct" in stats, stats
+
+
+def test_entries_of_many_runs_are_each_runs_entries_in_order() -> None:
+    import numpy as np
+
+    from statekit.format.flink.locate import Entries, Run
+
+    runs = [Run(0, 1, 2, 5, 20, 9, 7), Run(0, 1, 102, 1, 30, 19, 7), Run(1, 1, 500, 3, 12, 4, 4), Run(1, 2, 600, 1, 8, 2, 2)]
+    got, want = Entries.of_runs(runs), Entries.concat([r.entries() for r in runs])
+    for f in ("chain", "sid", "kp", "klen", "vp", "vlen"):
+        assert np.array_equal(getattr(got, f), getattr(want, f)), f
+    assert got.kp.tolist() == [6, 26, 46, 66, 86, 106, 504, 516, 528, 604]
+
+
 def test_non_ascii_string_keys_fall_back_to_records(tmp_path: Path) -> None:
     keys = [f"key-{i}" for i in range(200)] + ["über", "日本"]
     stats = _check(_flink_savepoint(tmp_path, keys, "string"), keys)
@@ -64,6 +92,15 @@ def test_a_whole_process_read_does_not_import_pandas(tmp_path: Path) -> None:
             "t = sp.keyed_table('bench'); assert t.num_rows == 3000; "
             "assert 'pandas' not in sys.modules, 'pandas was imported'")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def _scan_every_irregular_chain(monkeypatch) -> None:
+    """Key groups with any run shorter than `_MIN_RUN` go to the scan (keys sorted by their bytes, as Flink writes
+    them, group by length: these tests' key groups would mostly be strided runs)."""
+    from statekit.format.flink import locate as L
+
+    monkeypatch.setattr(L, "_IRREGULAR_FREE", 0)
+    monkeypatch.setattr(L, "_IRREGULAR_EVERY", 1 << 62)
 
 
 def _joined(scanned):
@@ -93,6 +130,7 @@ def test_value_length_scan_finds_what_the_key_group_scan_finds(tmp_path: Path, m
 
     if chunk:
         monkeypatch.setattr(L, "_CHUNK", chunk)
+    _scan_every_irregular_chain(monkeypatch)
 
     keys = [f"key-{i}" for i in range(N)] + [f"k{i:04d}" for i in range(N)] + ["\x08" * 9, "a\x00\x00\x00\x08b"]
     vals = [8, 0x0000000800000008, 0x0800000008000000, -8, 0, (1 << 63) - 1]
@@ -153,6 +191,7 @@ def test_get_matches_whole_keys_only_when_a_key_hides_inside_another(tmp_path: P
         from statekit.format.flink import locate as L
 
         monkeypatch.setattr(L, "_CHUNK", chunk)
+    _scan_every_irregular_chain(monkeypatch)
     # Flink writes "key-7" as 06 'key-7' and the VoidNamespace byte 00: the bytes of that key (and its
     # namespace byte) also occur inside the key "a\x06key-7", at a position where no entry starts.
     hidden = [f"a\x06key-{i}" for i in range(0, N, 3)]
