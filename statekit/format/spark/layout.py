@@ -187,6 +187,31 @@ def read_checked(path: Path, where: str) -> bytes:
     return data
 
 
+def hadoop_checked(path: Path, data: bytes) -> bool:
+    """Whether `data` (the bytes of `path`) was verified against Hadoop's ``.<name>.crc`` side file: False when
+    there is none; a mismatch raises.
+
+    Hadoop's ChecksumFileSystem (Spark's local checkpoint files, e.g. RocksDB SSTs) writes ``"crc\\0"``, the
+    bytes per checksum (int32 BE), then the CRC32 (BE) of every chunk.
+    """
+    import zlib
+
+    side = path.with_name(f".{path.name}.crc")
+    if not side.is_file():
+        return False
+    doc = side.read_bytes()
+    chunk = int.from_bytes(doc[4:8], "big") if len(doc) >= 8 and doc[:4] == b"crc\0" else 0
+    view = memoryview(data)
+    count = (len(data) + chunk - 1) // chunk if chunk > 0 else -1
+    if count < 0 or len(doc) != 8 + 4 * count or any(
+            zlib.crc32(view[i * chunk:(i + 1) * chunk]) != int.from_bytes(doc[8 + 4 * i:12 + 4 * i], "big")
+            for i in range(count)):
+        raise StateChecksumMismatchError(
+            f"{path} does not match its checksum file {side.name} (Hadoop CRC32 per {chunk or '?'} bytes). The file "
+            "is damaged; restore it from a copy of the checkpoint.")
+    return True
+
+
 def checksum_doc(data: bytes) -> bytes:
     """The ``<file>.crc`` side file Spark 4.1 writes for `data` (ChecksumCheckpointFileManager)."""
     import time

@@ -12,10 +12,12 @@ type`` (little-endian). Entries are parsed for every restart segment of every bl
 entry of all segments in one numpy step), so no Python object is made per entry.
 
 Across the SSTs of one checkpoint the newest entry (highest sequence number) of a user key wins and a
-deletion hides it: resolved by sorting a 64-bit hash of the user keys. Anything this reader does not
-handle exactly (merge operands, range deletions, a hash index in data blocks, multi-byte lengths, other
-compressions, a hash collision, an unflushed write-ahead log) raises `Unsupported`, and the caller opens
-the checkpoint with RocksDB instead (`statekit.format.spark.providers`): never a wrong answer.
+deletion hides it: resolved by sorting a 64-bit hash of the user keys. The blocks' own checksums (XXH3)
+are not verified here; the SST's Hadoop ``.crc`` side file is, and an SST without one is left to RocksDB.
+Anything this reader does not handle exactly (merge operands, range deletions, a hash index in data
+blocks, lengths of 128 bytes or more, other compressions, a hash collision, no checksum side file)
+raises `Unsupported`, and the caller opens the checkpoint with RocksDB instead
+(`statekit.format.spark.providers`): never a wrong answer.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from statekit.errors import CorruptSavepointError
+from statekit.format.spark.layout import hadoop_checked
 
 _MAGIC = 0x88E241B785F4CFF7  # kBlockBasedTableMagicNumber
 _FOOTER = 53
@@ -135,6 +138,8 @@ def _handles(block: bytes, delta: bool) -> list[tuple[int, int]]:
 def _data_blocks(path: Path) -> list[bytes]:
     """The decompressed data blocks of one SST, in key order."""
     data = path.read_bytes()
+    if not hadoop_checked(path, data):
+        raise Unsupported("no checksum side file: RocksDB verifies its blocks' own checksums instead")
     where = str(path)
     if len(data) < _FOOTER or int.from_bytes(data[-8:], "little") != _MAGIC:
         raise CorruptSavepointError(f"{where} does not end with RocksDB's block-based table magic; the SST is damaged. "
