@@ -111,8 +111,22 @@ def _plain_entries(block: bytes) -> list[tuple[bytes, bytes]]:
     return out
 
 
+def _varints(buf: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The varint at each position of `pos` in `buf` (padded with 10 bytes), and the position after it."""
+    window = np.lib.stride_tricks.sliding_window_view(buf, 10)[pos].astype(np.int64)
+    more = window >= 0x80
+    size = np.argmin(more, axis=1) + 1
+    if np.any(more.all(axis=1)):
+        raise CorruptSavepointError("an SST index holds a varint longer than 10 bytes; the SST is damaged.")
+    digits = np.where(np.arange(10) < size[:, None], window & 0x7F, 0)
+    return (digits << (7 * np.arange(10))).sum(axis=1), pos + size
+
+
 def _handles(block: bytes, delta: bool) -> list[tuple[int, int]]:
     """The data block handles of an index block (kBinarySearch)."""
+    fast = _restart_handles(block, delta)
+    if fast is not None:
+        return fast
     (nr,) = np.frombuffer(block[-4:], "<u4")
     restarts = set(np.frombuffer(block[-4 - 4 * int(nr):-4], "<u4").tolist())
     end = len(block) - 4 - 4 * int(nr)
@@ -135,8 +149,28 @@ def _handles(block: bytes, delta: bool) -> list[tuple[int, int]]:
     return out
 
 
-def _data_blocks(path: Path) -> list[bytes]:
-    """The decompressed data blocks of one SST, in key order."""
+def _restart_handles(block: bytes, delta: bool) -> list[tuple[int, int]] | None:
+    """`_handles` at once with numpy when every index entry is a restart point (index_block_restart_interval 1,
+    Spark's setting): each entry then holds its whole handle. None when the entries do not tile the block so."""
+    (nr,) = np.frombuffer(block[-4:], "<u4")
+    end = len(block) - 4 - 4 * int(nr)
+    if nr == 0 or end < 0:
+        return None
+    buf = np.frombuffer(block + b"\0" * 10, np.uint8)
+    at = np.frombuffer(block[end:end + 4 * int(nr)], "<u4").astype(np.int64)
+    shared, pos = _varints(buf, at)
+    non_shared, pos = _varints(buf, pos)
+    if not delta:
+        _, pos = _varints(buf, pos)  # value length
+    off, pos = _varints(buf, pos + non_shared)
+    size, pos = _varints(buf, pos)
+    if np.any(shared != 0) or np.any(pos != np.r_[at[1:], end]):
+        return None
+    return list(zip(off.tolist(), size.tolist()))
+
+
+def _data_blocks(path: Path) -> list:
+    """The decompressed data blocks of one SST, in key order (bytes-like)."""
     data = path.read_bytes()
     if not hadoop_checked(path, data):
         raise Unsupported("no checksum side file: RocksDB verifies its blocks' own checksums instead")
@@ -172,7 +206,22 @@ def _data_blocks(path: Path) -> list[bytes]:
     if props.get(b"rocksdb.comparator", b"leveldb.BytewiseComparator") != b"leveldb.BytewiseComparator":
         raise Unsupported("comparator")
     delta = prop("rocksdb.index.value.is.delta.encoded") == 1
-    return [_block(data, off, size, where) for off, size in _handles(_block(data, index_off, index_size, where), delta)]
+    import cramjam
+
+    out: list = []
+    lz4 = cramjam.lz4.decompress_block
+    view = memoryview(data)
+    for off, size in _handles(_block(data, index_off, index_size, where), delta):
+        if off + size + _TRAILER > len(data) or data[off + size] != _LZ4 or size < 2 or data[off + 1] >= 0x80:
+            out.append(_block(data, off, size, where))  # the general path: other kinds, long sizes, damage
+            continue
+        b0 = data[off]
+        n, head = (b0, 1) if b0 < 0x80 else ((b0 & 0x7F) | data[off + 1] << 7, 2)
+        try:  # the common case inline: LZ4 with an uncompressed size of one or two bytes
+            out.append(lz4(view[off + head:off + size], output_len=n))
+        except Exception as exc:  # cramjam raises its own DecompressionError
+            raise CorruptSavepointError(f"{where}: a block does not decompress ({exc}); the SST is damaged.") from None
+    return out
 
 
 def _u64(buf: np.ndarray) -> np.ndarray:
