@@ -236,13 +236,14 @@ def _restart(spark, tmp_path, case: str) -> None:
 
     got = _results(spark, name, out, src_in, 4)
 
+    events = model.JOIN if name == "join" else model.EVENTS
     m = model.MODELS[name]()
-    m.run(model.EVENTS["run1"])
+    m.run(events["run1"])
     assert m.sim.batch_id == exp["latest_batch_id"] + 1
     _edit_model(name, m)
     m.sim.batch_id += 1  # the repair's batch: no input
     m.sim.outputs = {}
-    m.run(model.EVENTS["run2"])
+    m.run(events["run2"])
 
     def key(v):
         return json.dumps(v, sort_keys=True, ensure_ascii=False)
