@@ -231,18 +231,22 @@ class SparkCheckpoint(Savepoint):
         directory = self.layout.store_dir(info.id, partition, store)
         direct = providers.sst_entries(directory, self.version, self.conf, where=str(directory))
         if direct is not None:  # straight from the SSTs: no RocksDB, no Python object per entry
-            n = len(direct)
-            kc = decode_buffer(direct.keys, direct.key_starts, direct.key_ends, shape.key, skip=skip)
-            vc = decode_buffer(direct.values, direct.value_starts, direct.value_ends, shape.value, skip=skip)
-        else:
-            data = self.load(info.id, partition, store)
-            keys, values = list(data.entries), list(data.entries.values())  # (decode_columns checks the version byte)
-            n = len(keys)
-            kc = decode_columns(keys, shape.key, skip=skip)
-            vc = decode_columns(values, shape.value, skip=skip)
+            tables = []
+            for e in direct:
+                kc = decode_buffer(e.keys, e.key_starts, e.key_ends, shape.key, skip=skip)
+                vc = decode_buffer(e.values, e.value_starts, e.value_ends, shape.value, skip=skip)
+                if kc is None or vc is None:
+                    return None
+                pid = pa.array(np.full(len(e), partition, np.int32))
+                tables.append(pa.Table.from_arrays([pid, *kc, *vc], schema=schema))
+            return pa.concat_tables(tables) if tables else schema.empty_table()
+        data = self.load(info.id, partition, store)
+        keys, values = list(data.entries), list(data.entries.values())  # (decode_columns checks the version byte)
+        kc = decode_columns(keys, shape.key, skip=skip)
+        vc = decode_columns(values, shape.value, skip=skip)
         if kc is None or vc is None:
             return None
-        pid = pa.array(np.full(n, partition, np.int32))
+        pid = pa.array(np.full(len(keys), partition, np.int32))
         return pa.Table.from_arrays([pid, *kc, *vc], schema=schema)
 
     def _pairs(self, info: OperatorInfo, store: str, partition: int) -> list[tuple[dict, dict]]:

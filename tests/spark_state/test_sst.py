@@ -32,10 +32,10 @@ def _with_crcs(case: str, into: Path) -> Path:
     return cp
 
 
-def _as_dict(e: sst.Entries) -> dict[bytes, bytes]:
-    out = {e.keys[a:b].tobytes(): e.values[c:d].tobytes()
+def _as_dict(chunks: list[sst.Entries]) -> dict[bytes, bytes]:
+    out = {e.keys[a:b].tobytes(): e.values[c:d].tobytes() for e in chunks
            for a, b, c, d in zip(e.key_starts, e.key_ends, e.value_starts, e.value_ends)}
-    assert len(out) == len(e)  # no user key twice
+    assert len(out) == sum(map(len, chunks))  # no user key twice
     return out
 
 
@@ -74,7 +74,9 @@ def _options():
     return opts
 
 
-def test_overwrites_deletions_and_variable_keys(tmp_path):
+@pytest.mark.parametrize("chunk", [2048, 1])  # 1: every data block its own chunk, versions of a key across chunks
+def test_overwrites_deletions_and_variable_keys(tmp_path, monkeypatch, chunk):
+    monkeypatch.setattr(sst, "_CHUNK", chunk)
     opts = _options()
     opts.set_disable_auto_compactions(True)
     opts.set_compression_type(rocksdict.DBCompressionType.lz4())

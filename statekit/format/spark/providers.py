@@ -165,8 +165,9 @@ def _zip_members(directory: Path, version: int, data: StoreData) -> tuple[zipfil
     return archive, ssts
 
 
-def sst_entries(directory: Path, version: int, conf: dict[str, str], *, where: str) -> sst.Entries | None:
-    """The RocksDB store partition at `version` read straight from its SSTs (`statekit.format.spark.sst`), or None
+def sst_entries(directory: Path, version: int, conf: dict[str, str], *, where: str) -> list[sst.Entries] | None:
+    """The RocksDB store partition at `version` read straight from its SSTs (`statekit.format.spark.sst`, in
+    chunks), or None
     when RocksDB itself must open it: changelogs to replay after the zip, a write-ahead log with writes in it, or
     an SST feature the direct reader leaves to RocksDB."""
     if provider_kind(conf, where) != "rocksdb":

@@ -239,12 +239,75 @@ def _masked(word: np.ndarray, valid: np.ndarray) -> np.ndarray:
         return word & np.where(v == 8, np.uint64(0xFFFFFFFFFFFFFFFF), (np.uint64(1) << (np.uint64(8) * v)) - np.uint64(1))
 
 
-def read(paths: list[Path]) -> Entries:
-    """The live entries (newest version of each user key, deletions applied) of the SSTs of one RocksDB checkpoint."""
+_CHUNK = 2048  # data blocks parsed together (~8 MB): arrays small enough for the allocator to reuse, not page in
+
+
+@dataclass
+class _Chunk:
+    """The entries of some data blocks before deduplication."""
+
+    flat: np.ndarray
+    stride: int
+    ulen: np.ndarray
+    kind: np.ndarray
+    seq: np.ndarray
+    h: np.ndarray
+    buf: np.ndarray
+    vstart: np.ndarray
+    vlen: np.ndarray
+
+    def key(self, i: int) -> bytes:
+        return self.flat[i * self.stride:i * self.stride + int(self.ulen[i])].tobytes()
+
+    def entries(self, live: np.ndarray) -> Entries:
+        if live.all():
+            kstarts, ul, vs, vl = np.arange(len(live)) * self.stride, self.ulen, self.vstart, self.vlen
+        else:
+            keep = np.flatnonzero(live)
+            kstarts, ul, vs, vl = keep * self.stride, self.ulen[keep], self.vstart[keep], self.vlen[keep]
+        return Entries(self.flat, kstarts, kstarts + ul, self.buf, vs, vs + vl)
+
+
+def read(paths: list[Path]) -> list[Entries]:
+    """The live entries (newest version of each user key, deletions applied) of the SSTs of one RocksDB checkpoint,
+    in chunks (each chunk's user keys distinct from every other's)."""
     blocks = [b for p in paths for b in _data_blocks(p)]
-    if not blocks:
-        empty = np.zeros(0, np.int64)
-        return Entries(np.zeros(8, np.uint8), empty, empty, np.zeros(8, np.uint8), empty, empty)
+    chunks = [_parse(blocks[i:i + _CHUNK]) for i in range(0, len(blocks), _CHUNK)]
+    if not chunks:
+        return []
+    # the newest version of each user key wins: sort the 64-bit hashes of the user keys; equal hashes must be
+    # equal keys, and in a group of equal keys the highest sequence number is kept
+    h = np.concatenate([c.h for c in chunks]) if len(chunks) > 1 else chunks[0].h
+    kind = np.concatenate([c.kind for c in chunks]) if len(chunks) > 1 else chunks[0].kind
+    order = np.argsort(h)
+    hs = h[order]
+    dup = np.flatnonzero(hs[1:] == hs[:-1]) + 1
+    live = kind == _PUT
+    if len(dup):
+        seq = np.concatenate([c.seq for c in chunks])
+        bounds = np.cumsum([0] + [len(c.h) for c in chunks])
+        group = np.unique(np.r_[dup - 1, dup])  # sorted positions in a group of equal hashes
+        members = order[group]
+        gid = np.cumsum(np.r_[True, hs[group[1:]] != hs[group[:-1]]])
+        lead = members[np.r_[0, np.flatnonzero(np.diff(gid)) + 1]][gid - 1]
+
+        def key(i: int) -> bytes:
+            c = int(np.searchsorted(bounds, i, side="right")) - 1
+            return chunks[c].key(i - int(bounds[c]))
+        if any(key(a) != key(b) for a, b in zip(members.tolist(), lead.tolist()) if a != b):
+            raise Unsupported("a 64-bit hash collision between user keys")
+        by = np.lexsort((-seq[members].astype(np.int64), gid))
+        newest = np.r_[True, gid[by][1:] != gid[by][:-1]]
+        live[members[by][~newest]] = False  # older versions
+    out, at = [], 0
+    for c in chunks:
+        out.append(c.entries(live[at:at + len(c.h)]))
+        at += len(c.h)
+    return out
+
+
+def _parse(blocks: list) -> _Chunk:
+    """The entries of decompressed data blocks, keys rebuilt, hashed, not yet deduplicated."""
     sizes = np.fromiter(map(len, blocks), np.int64, len(blocks))
     bases = np.cumsum(sizes) - sizes
     buf = np.frombuffer(b"".join(blocks) + b"\0" * 8, np.uint8)
@@ -336,35 +399,13 @@ def read(paths: list[Path]) -> Entries:
     if np.any((kind != _PUT) & (kind != _DELETE) & (kind != _SINGLE_DELETE)):
         raise Unsupported("entry types other than put and delete")
     ulen = klen - 8
-
-    # the newest version of each user key wins: sort a 64-bit hash of the user keys; equal hashes must be equal
-    # keys, and in a group of equal keys the highest sequence number is kept
     fixed = int(klen.min()) == width
     user = [words[:n, w] if fixed and 8 * w + 8 <= width - 8 else _masked(words[:n, w], ulen - 8 * w)
             for w in range((width - 8 + 7) // 8)]
     h = ulen.astype(np.uint64) ^ np.uint64(1469598103934665603)
     with np.errstate(over="ignore"):
-        for word in user:
-            h = (h ^ word) * np.uint64(1099511628211)
-            h ^= h >> np.uint64(29)
-    order = np.argsort(h)
-    hs = h[order]
-    dup = np.flatnonzero(hs[1:] == hs[:-1]) + 1
-    live = kind == _PUT
-    if len(dup):
-        group = np.unique(np.r_[dup - 1, dup])  # sorted positions in a group of equal hashes
-        members = order[group]
-        gid = np.cumsum(np.r_[True, hs[group[1:]] != hs[group[:-1]]])
-        lead = members[np.r_[0, np.flatnonzero(np.diff(gid)) + 1]][gid - 1]
-        if np.any(ulen[members] != ulen[lead]) or any(np.any(u[members] != u[lead]) for u in user):
-            raise Unsupported("a 64-bit hash collision between user keys")
-        by = np.lexsort((-seq[members].astype(np.int64), gid))
-        newest = np.r_[True, gid[by][1:] != gid[by][:-1]]
-        live[members[by][~newest]] = False  # older versions
-    vstart = at + ns
-    if live.all():
-        kstarts, ul, vs, vl = np.arange(n) * stride, ulen, vstart, vlen
-    else:
-        keep = np.flatnonzero(live)
-        kstarts, ul, vs, vl = keep * stride, ulen[keep], vstart[keep], vlen[keep]
-    return Entries(flat, kstarts, kstarts + ul, buf, vs, vs + vl)
+        for w, word in enumerate(user):  # only the words a key has: the same hash in chunks of other widths
+            mixed = (h ^ word) * np.uint64(1099511628211)
+            mixed ^= mixed >> np.uint64(29)
+            h = mixed if fixed else np.where(8 * w < ulen, mixed, h)
+    return _Chunk(flat, stride, ulen, kind, seq, h, buf, at + ns, vlen)
