@@ -201,11 +201,13 @@ def hadoop_checked(path: Path, data: bytes) -> bool:
         return False
     doc = side.read_bytes()
     chunk = int.from_bytes(doc[4:8], "big") if len(doc) >= 8 and doc[:4] == b"crc\0" else 0
+    import numpy as np
+
     view = memoryview(data)
     count = (len(data) + chunk - 1) // chunk if chunk > 0 else -1
-    if count < 0 or len(doc) != 8 + 4 * count or any(
-            zlib.crc32(view[i * chunk:(i + 1) * chunk]) != int.from_bytes(doc[8 + 4 * i:12 + 4 * i], "big")
-            for i in range(count)):
+    if count < 0 or len(doc) != 8 + 4 * count or not np.array_equal(
+            np.fromiter(map(zlib.crc32, (view[i:i + chunk] for i in range(0, len(data), chunk))), np.uint32, count),
+            np.frombuffer(doc, ">u4", count, 8)):
         raise StateChecksumMismatchError(
             f"{path} does not match its checksum file {side.name} (Hadoop CRC32 per {chunk or '?'} bytes). The file "
             "is damaged; restore it from a copy of the checkpoint.")
