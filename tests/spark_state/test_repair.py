@@ -305,3 +305,13 @@ def test_cli_repairs_on_a_checkpoint(tmp_path):
     d = SparkCheckpoint.open(tmp_path / "d")
     assert code == 0 and d.get(0, A)[0]["sum"] == 1 and not d.get(0, C), out
     assert "no change" in out  # D has no state
+    # a list variable's whole list and a join side's rows, given as JSON arrays
+    tws = copy_case("tws-rocksdb", tmp_path)
+    code, out = run("set", tws, tmp_path / "e", "--uid", "0", "--state", "seen", "--key", '"ü-straße"',
+                    "--value", '[{"n": 5, "t": 100}]', "--apply")
+    assert code == 0 and "3 elements -> 1" in out, out
+    assert [(r["n"], r["t"]) for r in SparkCheckpoint.open(tmp_path / "e").get(0, "ü-straße", store="seen")] == [(5, 100)]
+    join = copy_case("join-hdfs", tmp_path)
+    code, out = run("set", join, tmp_path / "f", "--uid", "0", "--state", "left-keyToNumValues", "--key", '"🙂"',
+                    "--value", "2", "--apply")
+    assert code != 0 and "keyWithIndexToValue" in out and not (tmp_path / "f").exists()
