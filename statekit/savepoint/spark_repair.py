@@ -39,7 +39,7 @@ from statekit.format.spark.types import Struct, arrow_type
 from statekit.format.spark.unsaferow import row_decoder, row_encoder
 from statekit.format.spark.writers import write_rocksdb_checkpoint, write_with_checksum
 from statekit.savepoint.spark_checkpoint import SparkCheckpoint
-from statekit.savepoint.spark_repartition import grouping_rows, refuse_running
+from statekit.savepoint.spark_repartition import grouping_rows, refuse_running, schema_paths_into
 from statekit.savepoint.transforms import TransformPlan
 
 _JOIN = "symmetricHashJoin"
@@ -110,6 +110,7 @@ def repair(source: str | os.PathLike[str], target: str | os.PathLike[str], edits
     stage = out.with_name(f".{out.name}.statekit-{uuid.uuid4().hex[:8]}")
     try:
         _copy_tree(src, stage)
+        _schema_paths(sp, stage, out)
         editor.write(stage)
         _append_batch(sp, stage)
         os.rename(stage, out)
@@ -491,6 +492,21 @@ def _copy_tree(src: Path, stage: Path) -> None:
                 except OSError:
                     pass
             shutil.copyfile(a, b)
+
+
+def _schema_paths(sp: SparkCheckpoint, stage: Path, final: Path) -> None:
+    """transformWithState operator metadata (v2) names its schema files by absolute path: point them into the copy."""
+    for info in sp.spark_operators:
+        for f in sorted((stage / "state" / str(info.id) / "_metadata").rglob("*")):
+            if f.is_dir() or f.name.startswith(".") or f.name.endswith(".crc"):
+                continue
+            lines = f.read_text("utf-8").split("\n")
+            doc = json.loads(lines[1]) if lines[0] == "v2" and len(lines) > 1 else None
+            if not doc or not any("stateSchemaFilePaths" in st for st in doc.get("stateStoreInfo", [])):
+                continue
+            schema_paths_into(doc, final, info.id)
+            f.unlink()  # a fresh file, never written through anything shared with the source
+            f.write_text("\n".join([lines[0], json.dumps(doc, separators=(",", ":")), *lines[2:]]), "utf-8")
 
 
 def _append_batch(sp: SparkCheckpoint, stage: Path) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 import streaming_harness as H
@@ -162,6 +163,12 @@ def test_set_on_lists_maps_and_join_sides(tmp_path, case):
         data = new.load(0, part, "default")
         counter = data.column_families["$rowCounter_seen"].to_bytes(2, "little", signed=True)
         assert any(k.startswith(counter) and v.endswith((1).to_bytes(8, "little")) for k, v in data.entries.items())
+        # the copy names its own schema files (the corpus's metadata names the generator's absolute paths)
+        for f in (tmp_path / "out" / "state" / "0" / "_metadata" / "v2").iterdir():
+            for st in json.loads(f.read_text().split("\n")[1])["stateStoreInfo"]:
+                assert st["stateSchemaFilePaths"] and all(
+                    p.startswith(f"file:{(tmp_path / 'out').resolve()}/state/0/_stateSchema/") and
+                    Path(p[5:]).is_file() for p in st["stateSchemaFilePaths"])
         changed = {"seen", "by_n"}
     else:
         rows = new.get(0, "🙂", store="left-keyWithIndexToValue")
