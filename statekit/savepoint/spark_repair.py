@@ -34,12 +34,12 @@ from statekit.errors import InvalidArgumentError, SavepointExistsError, UnknownS
 from statekit.format.spark import providers, records
 from statekit.format.spark.codec import compress
 from statekit.format.spark.layout import OperatorInfo
-from statekit.format.spark.tables import TIMERS
+from statekit.format.spark.tables import TIMERS, list_elements, sub_struct
 from statekit.format.spark.types import Struct, arrow_type
 from statekit.format.spark.unsaferow import row_decoder, row_encoder
 from statekit.format.spark.writers import write_rocksdb_checkpoint, write_with_checksum
 from statekit.savepoint.spark_checkpoint import SparkCheckpoint
-from statekit.savepoint.spark_repartition import grouping_rows, refuse_running
+from statekit.savepoint.spark_repartition import grouping_rows, refuse_running, schema_paths_into
 from statekit.savepoint.transforms import TransformPlan
 
 _JOIN = "symmetricHashJoin"
@@ -110,6 +110,7 @@ def repair(source: str | os.PathLike[str], target: str | os.PathLike[str], edits
     stage = out.with_name(f".{out.name}.statekit-{uuid.uuid4().hex[:8]}")
     try:
         _copy_tree(src, stage)
+        _schema_paths(sp, stage, out)
         editor.write(stage)
         _append_batch(sp, stage)
         os.rename(stage, out)
@@ -190,15 +191,21 @@ class _Editor:
              noops: list[str]) -> None:
         sp = self.sp
         if info.name == _JOIN:
-            raise InvalidArgumentError(f"set on {name}: a stream-stream join keeps each key's rows in four stores "
-                                       "that must agree (counts and indexed rows); delete the key instead.")
+            self._set_join(info, key, store, value, name, changes, noops)
+            return
+        if sp.is_tws(info.id) and sp._var(info, store)[0] == "MapState":
+            self._set_map_entry(info, key, store, value, name, changes, noops)
+            return
         k = self._key(info, key)
         p = sp.partition_of(info.id, k)
         if sp.is_tws(info.id):
             kind, cf = sp._var(info, store)
+            if kind == "ListState":
+                self._set_list(info, k, p, store, cf, value, name, changes, noops)
+                return
             if kind != "ValueState":
-                raise InvalidArgumentError(f"set on {name} variable {store!r}: it is a {kind}; statekit sets value "
-                                           "state variables (delete the key, or rm-state the variable, for the others).")
+                raise InvalidArgumentError(f"set on {name} variable {store!r}: it is a {kind}; statekit sets value, "
+                                           "list and map variables (delete the key, or rm-state, for timers).")
             key_schema, value_schema = cf.key, cf.value
             prefix = _cf_prefix(self.part(info, store, p), cf.name, name) + b"\0"  # column family, encoding version
         else:
@@ -231,6 +238,115 @@ class _Editor:
         part.edits[key_bytes] = value_bytes
         was = _text(old) if old is not None else "no state"
         changes.append(f"set {name} {store} key {_text(k)} (partition {p}): {was} -> {_text(new)}")
+
+    def _set_list(self, info: OperatorInfo, k: dict[str, Any], p: int, store: str, cf: Any, value: Any, name: str,
+                  changes: list[str], noops: list[str]) -> None:
+        """ListState: the key's whole list replaced by `value` (a list of element objects; [] deletes it), and its
+        ``$rowCounter_`` entry set to the new length."""
+        where = f"set on {name} list variable {store!r} key {_text(k)}"
+        if not isinstance(value, list):
+            raise InvalidArgumentError(f"{where}: give the whole list, a JSON array of elements with the fields "
+                                       f"{cf.value.names} (the key's list is replaced; [] empties it).")
+        new_list = [_value(e, cf.value, None, f"{where} element {i}") for i, e in enumerate(value)]
+        part = self.part(info, store, p)
+        key_row = row_encoder(cf.key)(k)
+        list_key = _cf_prefix(part, cf.name, name) + b"\0" + key_row
+        raw = part.current().get(list_key)
+        old = [row_decoder(cf.value)(e, 0, len(e)) for e in list_elements(raw, where)] if raw is not None else []
+        if _normalized(old, cf.value, where) == _normalized(new_list, cf.value, where):
+            noops.append(f"{name} {store} key {_text(k)} already holds {_text(old)}")
+            return
+        enc = row_encoder(cf.value)
+        part.edits[list_key] = b",".join(len(b := b"\0" + enc(e)).to_bytes(4, "little", signed=True) + b
+                                         for e in new_list) if new_list else None
+        counter = sp_families(self.sp, info).get(f"$rowCounter_{store}")
+        if counter is not None:  # Spark keeps the element count beside the list (ListStateMetricsImpl)
+            count_key = _cf_prefix(part, counter.name, name) + b"\0" + key_row
+            part.edits[count_key] = (b"\0" + row_encoder(counter.value)({counter.value.names[0]: len(new_list)})
+                                     if new_list else None)
+        changes.append(f"set {name} {store} key {_text(k)} (partition {p}): {len(old)} elements -> "
+                       f"{len(new_list)} {_text(new_list)}")
+
+    def _set_map_entry(self, info: OperatorInfo, key: Any, store: str, value: Any, name: str, changes: list[str],
+                       noops: list[str]) -> None:
+        """MapState: one map entry, named by the grouping key's fields and the map key's fields together (the
+        table's key columns); `value` its value's fields (merged into a stored entry)."""
+        sp = self.sp
+        kind, cf = sp._var(info, store)
+        grouping, user = sub_struct(cf.key, "key"), sub_struct(cf.key, "userKey")
+        want = [*grouping.names, *user.names]
+        if not isinstance(key, dict) or sorted(key) != sorted(want):
+            raise InvalidArgumentError(f"set on {name} map variable {store!r}: the key is an object of the grouping "
+                                       f"key's fields {grouping.names} and the map key's fields {user.names}; got "
+                                       f"{key!r}.")
+        k = self._key(info, {n: key[n] for n in grouping.names})
+        u = {n: key[n] for n in user.names}
+        _normalized([u], user, f"map key {u!r} of {name} {store!r}")
+        p = sp.partition_of(info.id, k)
+        part = self.part(info, store, p)
+        prefix_schema, rest_schema = Struct(cf.key.fields[:cf.prefix_columns]), Struct(cf.key.fields[cf.prefix_columns:])
+        head = b"\0" + row_encoder(prefix_schema)({"key": k})
+        entry_key = (_cf_prefix(part, cf.name, name) + len(head).to_bytes(4, "little", signed=True) + head + b"\0"
+                     + row_encoder(rest_schema)({"userKey": u}))
+        raw = part.current().get(entry_key)
+        old = row_decoder(cf.value)(raw, 1, len(raw) - 1) if raw is not None else None
+        new = _value(value, cf.value, old, f"set on {name} {store} key {_text(key)}")
+        if old is not None and _normalized([old], cf.value, "")[0] == _normalized([new], cf.value, "")[0]:
+            noops.append(f"{name} {store} key {_text(key)} already holds {_text(new)}")
+            return
+        part.edits[entry_key] = b"\0" + row_encoder(cf.value)(new)
+        changes.append(f"set {name} {store} key {_text(key)} (partition {p}): "
+                       f"{_text(old) if old is not None else 'no entry'} -> {_text(new)}")
+
+    def _set_join(self, info: OperatorInfo, key: Any, store: str, value: Any, name: str, changes: list[str],
+                  noops: list[str]) -> None:
+        """A stream-stream join: one side's rows of a join key replaced (``<side>-keyWithIndexToValue``, or just
+        ``<side>``), its ``<side>-keyToNumValues`` count set to match; [] removes the key from that side."""
+        sp = self.sp
+        side = store.split("-", 1)[0]
+        rows_store, count_store = f"{side}-keyWithIndexToValue", f"{side}-keyToNumValues"
+        if side not in ("left", "right") or store not in (side, rows_store):
+            raise InvalidArgumentError(
+                f"set on {name} store {store!r}: a join key's state is its rows on one side; set them with --state "
+                f"left-keyWithIndexToValue or right-keyWithIndexToValue (or left/right) and a JSON array of rows. The "
+                "count in <side>-keyToNumValues follows the rows, it is not set on its own.")
+        shape = sp.shape(info.id, rows_store)
+        fields = [f for f in shape.value.names if f != "matched"]
+        where = f"set on {name} {rows_store} key {key!r}"
+        if not isinstance(value, list):
+            raise InvalidArgumentError(f"{where}: give the side's rows of the key, a JSON array of objects with the "
+                                       f"fields {fields} and optionally 'matched' (false when omitted); [] removes "
+                                       "the key from this side.")
+        rows = [_value({"matched": False, **r} if isinstance(r, dict) else r, shape.value, None, f"{where} row {i}")
+                for i, r in enumerate(value)]
+        k = self._key(info, key)
+        p = sp.partition_of(info.id, k)
+        pre = b"\0" if sp.provider == "rocksdb" else b""
+        rows_part, count_part = self.part(info, rows_store, p), self.part(info, count_store, p)
+        skip = len(pre)
+        stored = {}
+        current = rows_part.current()
+        for kb in self._matching(info, rows_store, rows_part, k):
+            index = row_decoder(shape.key)(kb, skip, len(kb) - skip)["index"]
+            stored[index] = row_decoder(shape.value)(current[kb], skip, len(current[kb]) - skip)
+        old = [stored[i] for i in sorted(stored)]
+        if _normalized(old, shape.value, where) == _normalized(rows, shape.value, where):
+            noops.append(f"{name} {side} key {_text(k)} already holds {_text(old)}")
+            return
+        for kb in self._matching(info, rows_store, rows_part, k):
+            rows_part.edits[kb] = None
+        key_enc, value_enc = row_encoder(shape.key), row_encoder(shape.value)
+        for i, r in enumerate(rows):
+            rows_part.edits[pre + key_enc({**k, "index": i})] = pre + value_enc(r)
+        count_shape = sp.shape(info.id, count_store)
+        found = self._matching(info, count_store, count_part, k)
+        count_key = found[0] if found else pre + row_encoder(count_shape.key)(k)
+        for kb in found[1:]:
+            count_part.edits[kb] = None
+        count_part.edits[count_key] = (pre + row_encoder(count_shape.value)({count_shape.value.names[0]: len(rows)})
+                                       if rows else None)
+        changes.append(f"set {name} {side} key {_text(k)} (partition {p}): {len(old)} rows -> {len(rows)} "
+                       f"{_text(rows)}")
 
     # -- delete-key --------------------------------------------------------------------------------------------
     def _delete(self, info: OperatorInfo, key: Any, name: str, changes: list[str], noops: list[str]) -> None:
@@ -316,6 +432,11 @@ def _companions(sp: SparkCheckpoint, info: OperatorInfo, store: str) -> dict[int
     return out
 
 
+def sp_families(sp: SparkCheckpoint, info: OperatorInfo) -> dict[str, Any]:
+    """Every column family of a transformWithState operator's schema (internal ones too), by name."""
+    return sp._tws(info)["families"]  # type: ignore[no-any-return]
+
+
 def _cf_prefix(part: _Partition, family: str, name: str) -> bytes:
     ids = part.data.column_families
     if family not in ids:
@@ -371,6 +492,21 @@ def _copy_tree(src: Path, stage: Path) -> None:
                 except OSError:
                     pass
             shutil.copyfile(a, b)
+
+
+def _schema_paths(sp: SparkCheckpoint, stage: Path, final: Path) -> None:
+    """transformWithState operator metadata (v2) names its schema files by absolute path: point them into the copy."""
+    for info in sp.spark_operators:
+        for f in sorted((stage / "state" / str(info.id) / "_metadata").rglob("*")):
+            if f.is_dir() or f.name.startswith(".") or f.name.endswith(".crc"):
+                continue
+            lines = f.read_text("utf-8").split("\n")
+            doc = json.loads(lines[1]) if lines[0] == "v2" and len(lines) > 1 else None
+            if not doc or not any("stateSchemaFilePaths" in st for st in doc.get("stateStoreInfo", [])):
+                continue
+            schema_paths_into(doc, final, info.id)
+            f.unlink()  # a fresh file, never written through anything shared with the source
+            f.write_text("\n".join([lines[0], json.dumps(doc, separators=(",", ":")), *lines[2:]]), "utf-8")
 
 
 def _append_batch(sp: SparkCheckpoint, stage: Path) -> None:

@@ -140,6 +140,16 @@ def _copy_logs(src: Path, stage: Path, partitions: int) -> None:
             shutil.copyfile(entry, stage / entry.name)
 
 
+def schema_paths_into(doc: dict[str, Any], final: Path, op_id: int) -> None:
+    """Point the ``stateSchemaFilePaths`` of operator metadata v2 `doc` (absolute URIs) at the schema files of the
+    checkpoint at `final`: a copy must not depend on the files of the checkpoint it was made from."""
+    for store in doc.get("stateStoreInfo", []):
+        if "stateSchemaFilePaths" in store:
+            store["stateSchemaFilePaths"] = [
+                "file:" + str(final.resolve() / "state" / str(op_id) / "_stateSchema" / Path(p).parent.name / Path(p).name)
+                for p in store["stateSchemaFilePaths"]]
+
+
 def _copy_operator_files(sp: SparkCheckpoint, info: OperatorInfo, stage: Path, final: Path, partitions: int) -> None:
     """Operator metadata (numPartitions = `partitions`), schema files; v2 metadata names the new schema paths."""
     src_op = sp.path / "state" / str(info.id)
@@ -156,11 +166,7 @@ def _copy_operator_files(sp: SparkCheckpoint, info: OperatorInfo, stage: Path, f
         doc = json.loads(lines[0])
         for store in doc.get("stateStoreInfo", []):
             store["numPartitions"] = partitions
-            store["stateSchemaFilePaths"] = [
-                "file:" + str(final.resolve() / "state" / str(info.id) / "_stateSchema" / Path(p).parent.name / Path(p).name)
-                for p in store.get("stateSchemaFilePaths", [])] if "stateSchemaFilePaths" in store else None
-            if store["stateSchemaFilePaths"] is None:
-                del store["stateSchemaFilePaths"]
+        schema_paths_into(doc, final, info.id)
         (dst_op / rel).parent.mkdir(parents=True, exist_ok=True)
         (dst_op / rel).write_text(f"{f.read_text('utf-8').split(chr(10))[0]}\n" + json.dumps(doc, separators=(",", ":"))
                                   + "".join("\n" + x for x in lines[1:]), "utf-8")

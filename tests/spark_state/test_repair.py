@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 import streaming_harness as H
@@ -39,6 +40,12 @@ EDITS = {
             DeleteKeys(0, (C,))],
     "window_agg": [SetValue(0, WA, None, {"count": 100, "sum": 1000}), DeleteKeys(0, (WC,)),
                    SetValue(0, WZ, "default", {"count": 5, "sum": 50})],
+    # the left side of join key 🙂 replaced by one row at 168 s: run 2's right row (🙂, 171 s) joins it
+    "join": [SetValue(0, "🙂", "left", [{"lk": "🙂", "lt": 168 * US, "lv": 42}])],
+    # ü-straße's list replaced, one map entry of it set anew, a list for a key with no state at all
+    "tws": [SetValue(0, "ü-straße", "seen", [{"n": 5, "t": 100}, {"n": None, "t": 7}]),
+            SetValue(0, {"k": "ü-straße", "n": 77}, "by_n", {"v_sum": 9}),
+            SetValue(0, "brand-new", "seen", [{"n": 1, "t": 2}])],
 }
 
 
@@ -47,10 +54,16 @@ def _edit_model(name: str, m) -> None:
         m.state[("a", 1)] = (100, 1000, 50)
         m.state[("d", 2)] = (10, 20, 9)
         del m.state[("c", 8)]
-    else:
+    elif name == "window_agg":
         m.state[(160, 170, "a")] = (100, 1000)
         del m.state[(160, 170, "c")]
         m.state[(170, 180, "z")] = (5, 50)
+    elif name == "join":
+        m.state["left"]["🙂"] = [[{"lk": "🙂", "lt": 168, "lv": 42}, False]]
+    else:
+        m.lists["ü-straße"] = [(5, 100), (None, 7)]
+        m.maps["ü-straße"][77] = 9
+        m.lists["brand-new"] = [(1, 2)]
 
 
 def _rows(sp: SparkCheckpoint, store: str = "default") -> list[str]:
@@ -125,9 +138,66 @@ def test_tws_and_join_delete_key_and_rm_state(tmp_path):
         assert not jnew.get(0, jkey, store=s)
     with pytest.raises(InvalidArgumentError, match="remove all of them"):
         repair(join, tmp_path / "join-out2", [RemoveState(0, "left-keyToNumValues")])
-    with pytest.raises(InvalidArgumentError, match="four stores"):
+    with pytest.raises(InvalidArgumentError, match="keyToNumValues"):  # a count alone is ambiguous
         repair(join, tmp_path / "join-out2", [SetValue(0, jkey, "left-keyToNumValues", 1)])
     assert not (tmp_path / "join-out2").exists()
+
+
+@pytest.mark.parametrize("case", ["tws-rocksdb", "tws-rocksdb_changelog", "join-hdfs", "join-rocksdb",
+                                  "join-rocksdb_changelog"])
+def test_set_on_lists_maps_and_join_sides(tmp_path, case):
+    src = copy_case(case, tmp_path)
+    before = tree_digest(src)
+    old = SparkCheckpoint.open(src)
+    name = case.split("-")[0]
+    plan = repair(src, tmp_path / "out", EDITS[name])
+    new = SparkCheckpoint.open(tmp_path / "out")
+    assert plan.written and check_checkpoint(new).ok and new.batch == old.batch + 1 and tree_digest(src) == before
+    if name == "tws":
+        assert [(r["n"], r["t"]) for r in new.get(0, "ü-straße", store="seen")] == [(5, 100), (None, 7)]
+        assert {r["n"]: r["v_sum"] for r in new.get(0, "ü-straße", store="by_n")} == \
+            {**{r["n"]: r["v_sum"] for r in old.get(0, "ü-straße", store="by_n")}, 77: 9}
+        assert [(r["n"], r["t"]) for r in new.get(0, "brand-new", store="seen")] == [(1, 2)]
+        # the list's element counter (Spark's $rowCounter_seen family) follows the list
+        part = new.partition_of(0, "brand-new")
+        data = new.load(0, part, "default")
+        counter = data.column_families["$rowCounter_seen"].to_bytes(2, "little", signed=True)
+        assert any(k.startswith(counter) and v.endswith((1).to_bytes(8, "little")) for k, v in data.entries.items())
+        # the copy names its own schema files (the corpus's metadata names the generator's absolute paths)
+        for f in (tmp_path / "out" / "state" / "0" / "_metadata" / "v2").iterdir():
+            for st in json.loads(f.read_text().split("\n")[1])["stateStoreInfo"]:
+                assert st["stateSchemaFilePaths"] and all(
+                    p.startswith(f"file:{(tmp_path / 'out').resolve()}/state/0/_stateSchema/") and
+                    Path(p[5:]).is_file() for p in st["stateSchemaFilePaths"])
+        changed = {"seen", "by_n"}
+    else:
+        rows = new.get(0, "🙂", store="left-keyWithIndexToValue")
+        assert [(r["index"], r["lv"], r["matched"]) for r in rows] == [(0, 42, False)]
+        assert [r["value"] for r in new.get(0, "🙂", store="left-keyToNumValues")] == [1]
+        changed = {"left-keyWithIndexToValue", "left-keyToNumValues"}
+    for store in set(old.tables(0)) - changed:  # every other table exactly as before
+        assert _rows(new, store) == _rows(old, store)
+    edited = {"ü-straße", "🙂", "brand-new"}
+
+    def others(sp, store):
+        return [r for r in _rows(sp, store) if json.loads(r).get("k", json.loads(r).get("field0")) not in edited]
+    for store in changed:  # and in the changed ones, every other key
+        assert others(new, store) == others(old, store)
+    # [] empties a side / a list; bad shapes are refused with the fields named, nothing written
+    if name == "join":
+        plan = repair(src, tmp_path / "out2", [SetValue(0, "🙂", "left-keyWithIndexToValue", [])])
+        gone = SparkCheckpoint.open(tmp_path / "out2")
+        assert not gone.get(0, "🙂", store="left-keyWithIndexToValue") and not gone.get(0, "🙂", store="left-keyToNumValues")
+        with pytest.raises(InvalidArgumentError, match=r"\['lk', 'lt', 'lv'\]"):
+            repair(src, tmp_path / "bad", [SetValue(0, "🙂", "left", {"lk": "🙂", "lt": 1, "lv": 1})])
+        with pytest.raises(InvalidArgumentError, match="every field"):
+            repair(src, tmp_path / "bad", [SetValue(0, "🙂", "right", [{"rk": "🙂"}])])
+    else:
+        with pytest.raises(InvalidArgumentError, match=r"\['n', 't'\]"):
+            repair(src, tmp_path / "bad", [SetValue(0, "ü-straße", "seen", {"n": 1, "t": 2})])
+        with pytest.raises(InvalidArgumentError, match=r"map key's fields \['n'\]"):
+            repair(src, tmp_path / "bad", [SetValue(0, "ü-straße", "by_n", {"v_sum": 1})])
+    assert not (tmp_path / "bad").exists()
 
 
 def test_bad_repairs_write_nothing(tmp_path):
@@ -169,22 +239,25 @@ def _restart(spark, tmp_path, case: str) -> None:
     shutil.copytree(case_dir(case) / "checkpoint", src_cp)
     H.place_input(case_dir(case), exp, src_cp, src_in)
     repair(src_cp, out, EDITS[name])
-    got = H.restart_results(spark, name, out, src_in, 4)
+    from test_repartition_spark import _results  # the pandas-UDF queries (tws) run in their own venv
 
+    got = _results(spark, name, out, src_in, 4)
+
+    events = model.JOIN if name == "join" else model.EVENTS
     m = model.MODELS[name]()
-    m.run(model.EVENTS["run1"])
+    m.run(events["run1"])
     assert m.sim.batch_id == exp["latest_batch_id"] + 1
     _edit_model(name, m)
     m.sim.batch_id += 1  # the repair's batch: no input
     m.sim.outputs = {}
-    m.run(model.EVENTS["run2"])
+    m.run(events["run2"])
 
     def key(v):
         return json.dumps(v, sort_keys=True, ensure_ascii=False)
 
     # the restarted query continued from the edited state, exactly as the model does
     assert got["outputs"] == {str(b): sorted(key(r) for r in rows) for b, rows in sorted(m.sim.outputs.items()) if rows}
-    want = [("default", k, v) for k, v, _ in m.state_rows()["default"]]
+    want = [(s, k, v) for s, rows in m.state_rows().items() for k, v, _ in rows]
     assert sorted(key([s, k, v]) for s, _, k, v in got["state_after"]) == sorted(key(list(w)) for w in want)
     last = max(int(p.name) for p in (out / "commits").iterdir() if p.name.isdigit())
     assert last == m.sim.batch_id - 1
@@ -192,7 +265,7 @@ def _restart(spark, tmp_path, case: str) -> None:
 
 @pytest.mark.spark
 @pytest.mark.slow
-@pytest.mark.parametrize("case", ["agg-hdfs"])
+@pytest.mark.parametrize("case", ["agg-hdfs", "join-hdfs"])
 def test_repaired_checkpoint_restarts_with_the_edited_state(spark, tmp_path, case):
     _restart(spark, tmp_path, case)
 
@@ -200,7 +273,8 @@ def test_repaired_checkpoint_restarts_with_the_edited_state(spark, tmp_path, cas
 @pytest.mark.spark
 @pytest.mark.extended
 @pytest.mark.parametrize("case", ["agg-rocksdb", "agg-rocksdb_changelog", "window_agg-hdfs", "window_agg-rocksdb",
-                                  "window_agg-rocksdb_changelog"])
+                                  "window_agg-rocksdb_changelog", "join-rocksdb", "join-rocksdb_changelog",
+                                  "tws-rocksdb", "tws-rocksdb_changelog"])
 def test_every_provider_restarts_with_the_edited_state(spark, tmp_path, case):
     _restart(spark, tmp_path, case)
 
@@ -238,3 +312,13 @@ def test_cli_repairs_on_a_checkpoint(tmp_path):
     d = SparkCheckpoint.open(tmp_path / "d")
     assert code == 0 and d.get(0, A)[0]["sum"] == 1 and not d.get(0, C), out
     assert "no change" in out  # D has no state
+    # a list variable's whole list and a join side's rows, given as JSON arrays
+    tws = copy_case("tws-rocksdb", tmp_path)
+    code, out = run("set", tws, tmp_path / "e", "--uid", "0", "--state", "seen", "--key", '"ü-straße"',
+                    "--value", '[{"n": 5, "t": 100}]', "--apply")
+    assert code == 0 and "3 elements -> 1" in out, out
+    assert [(r["n"], r["t"]) for r in SparkCheckpoint.open(tmp_path / "e").get(0, "ü-straße", store="seen")] == [(5, 100)]
+    join = copy_case("join-hdfs", tmp_path)
+    code, out = run("set", join, tmp_path / "f", "--uid", "0", "--state", "left-keyToNumValues", "--key", '"🙂"',
+                    "--value", "2", "--apply")
+    assert code != 0 and "keyWithIndexToValue" in out and not (tmp_path / "f").exists()

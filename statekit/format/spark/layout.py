@@ -187,6 +187,33 @@ def read_checked(path: Path, where: str) -> bytes:
     return data
 
 
+def hadoop_checked(path: Path, data: bytes) -> bool:
+    """Whether `data` (the bytes of `path`) was verified against Hadoop's ``.<name>.crc`` side file: False when
+    there is none; a mismatch raises.
+
+    Hadoop's ChecksumFileSystem (Spark's local checkpoint files, e.g. RocksDB SSTs) writes ``"crc\\0"``, the
+    bytes per checksum (int32 BE), then the CRC32 (BE) of every chunk.
+    """
+    import zlib
+
+    side = path.with_name(f".{path.name}.crc")
+    if not side.is_file():
+        return False
+    doc = side.read_bytes()
+    chunk = int.from_bytes(doc[4:8], "big") if len(doc) >= 8 and doc[:4] == b"crc\0" else 0
+    import numpy as np
+
+    view = memoryview(data)
+    count = (len(data) + chunk - 1) // chunk if chunk > 0 else -1
+    if count < 0 or len(doc) != 8 + 4 * count or not np.array_equal(
+            np.fromiter(map(zlib.crc32, (view[i:i + chunk] for i in range(0, len(data), chunk))), np.uint32, count),
+            np.frombuffer(doc, ">u4", count, 8)):
+        raise StateChecksumMismatchError(
+            f"{path} does not match its checksum file {side.name} (Hadoop CRC32 per {chunk or '?'} bytes). The file "
+            "is damaged; restore it from a copy of the checkpoint.")
+    return True
+
+
 def checksum_doc(data: bytes) -> bytes:
     """The ``<file>.crc`` side file Spark 4.1 writes for `data` (ChecksumCheckpointFileManager)."""
     import time

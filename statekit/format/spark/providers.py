@@ -20,7 +20,7 @@ from pathlib import Path
 
 from statekit.errors import CorruptSavepointError
 from statekit.extras import require
-from statekit.format.spark import records
+from statekit.format.spark import records, sst
 from statekit.format.spark.codec import decompress
 from statekit.format.spark.errors import MissingStateFileError, UnsupportedStateFormatError
 from statekit.format.spark.layout import HDFS, ROCKSDB, read_checked
@@ -76,6 +76,11 @@ def load(directory: Path, version: int, conf: dict[str, str], *, where: str) -> 
     have = versions(directory)
     if kind == "hdfs":
         return _load_hdfs(directory, version, codec, have)
+    _check_rocksdb(conf, where)
+    return _load_rocksdb(directory, version, codec, have)
+
+
+def _check_rocksdb(conf: dict[str, str], where: str) -> None:
     fmt = conf.get("spark.sql.streaming.stateStore.rocksdb.formatVersion", "5")
     if fmt != "5":
         raise UnsupportedStateFormatError(f"{where}: RocksDB state format version {fmt}; statekit reads version 5 "
@@ -84,7 +89,6 @@ def load(directory: Path, version: int, conf: dict[str, str], *, where: str) -> 
     if enc != "unsaferow":
         raise UnsupportedStateFormatError(f"{where}: RocksDB state encoding {enc!r}; statekit reads 'unsaferow' "
                                           "(Spark's default).")
-    return _load_rocksdb(directory, version, codec, have)
 
 
 def _load_hdfs(directory: Path, version: int, codec: str, have: dict[str, set[int]]) -> StoreData:
@@ -121,7 +125,8 @@ def _load_rocksdb(directory: Path, version: int, codec: str, have: dict[str, set
     return data
 
 
-def _read_zip(directory: Path, version: int, data: StoreData) -> None:
+def _zip_members(directory: Path, version: int, data: StoreData) -> tuple[zipfile.ZipFile, list[tuple[str, Path]]]:
+    """The zip of `version` (its metadata recorded in `data`) and its SSTs as (local name, checked path)."""
     path = directory / f"{version}.zip"
     blob = read_checked(path, str(path))
     try:
@@ -142,31 +147,61 @@ def _read_zip(directory: Path, version: int, data: StoreData) -> None:
     data.column_families = {str(k): int(v) for k, v in (meta.get("columnFamilyMapping") or {}).items()}
     data.internal = {str(k): bool(v) for k, v in (meta.get("columnFamilyTypeMap") or {}).items()}
     data.files.append(path)
-    ssts = meta.get("sstFiles", [])
+    ssts = []
+    for entry in meta.get("sstFiles", []):
+        local, dfs, size = str(entry["localFileName"]), str(entry["dfsSstFileName"]), int(entry["sizeBytes"])
+        if "/" in local or "/" in dfs or not local.endswith(".sst"):
+            raise CorruptSavepointError(f"{path}: metadata names SST {dfs!r} as {local!r}; it is damaged.")
+        src = directory / "SSTs" / dfs
+        if not src.is_file():
+            raise MissingStateFileError(
+                f"{src} is missing: version {version}'s RocksDB checkpoint ({path.name}) needs it. The checkpoint "
+                "is incomplete; restore the SST from a copy of the checkpoint.")
+        if src.stat().st_size != size:
+            raise CorruptSavepointError(f"{src} holds {src.stat().st_size} bytes but {path.name} says {size}; the "
+                                        "SST is damaged. Restore it from a copy of the checkpoint.")
+        ssts.append((local, src))
+        data.files.append(src)
+    return archive, ssts
+
+
+def sst_entries(directory: Path, version: int, conf: dict[str, str], *, where: str) -> list[sst.Entries] | None:
+    """The RocksDB store partition at `version` read straight from its SSTs (`statekit.format.spark.sst`, in
+    chunks), or None
+    when RocksDB itself must open it: changelogs to replay after the zip, a write-ahead log with writes in it, or
+    an SST feature the direct reader leaves to RocksDB."""
+    if provider_kind(conf, where) != "rocksdb":
+        return None
+    have = versions(directory)
+    base = max((z for z in have["zip"] if z <= version), default=0)
+    if base != version:
+        return None
+    _check_rocksdb(conf, where)
+    data = StoreData({})
+    archive, ssts = _zip_members(directory, version, data)
+    if any(i.filename.endswith(".log") and i.file_size for i in archive.infolist()):
+        return None
+    try:
+        return sst.read([p for _, p in sorted(ssts, key=lambda s: s[0])])
+    except sst.Unsupported:
+        return None
+
+
+def _read_zip(directory: Path, version: int, data: StoreData) -> None:
+    archive, ssts = _zip_members(directory, version, data)
     if not ssts:
         return
     require("rocksdb", "Reading Spark's RocksDB state store")
     import rocksdict  # deferred: only RocksDB state needs it
 
+    path = directory / f"{version}.zip"
     tmp = Path(tempfile.mkdtemp(prefix="statekit-spark-rocksdb-"))
     try:
-        for name in names:
+        for name in archive.namelist():
             if name != "metadata":
                 (tmp / name).write_bytes(archive.read(name))
-        for sst in ssts:
-            local, dfs, size = str(sst["localFileName"]), str(sst["dfsSstFileName"]), int(sst["sizeBytes"])
-            if "/" in local or "/" in dfs or not local.endswith(".sst"):
-                raise CorruptSavepointError(f"{path}: metadata names SST {dfs!r} as {local!r}; it is damaged.")
-            src = directory / "SSTs" / dfs
-            if not src.is_file():
-                raise MissingStateFileError(
-                    f"{src} is missing: version {version}'s RocksDB checkpoint ({path.name}) needs it. The checkpoint "
-                    "is incomplete; restore the SST from a copy of the checkpoint.")
-            if src.stat().st_size != size:
-                raise CorruptSavepointError(f"{src} holds {src.stat().st_size} bytes but {path.name} says {size}; the "
-                                            "SST is damaged. Restore it from a copy of the checkpoint.")
+        for local, src in ssts:
             shutil.copyfile(src, tmp / local)
-            data.files.append(src)
         try:
             opts, cf_opts = rocksdict.Options.load_latest(str(tmp), ignore_unknown_options=True)
             db = rocksdict.Rdict(str(tmp), options=opts, column_families=cf_opts,

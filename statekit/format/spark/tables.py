@@ -81,7 +81,8 @@ def _prefix_key(k: bytes, where: str) -> tuple[bytes, bytes]:
     return _strip_version(k[4:4 + n], where), _strip_version(k[4 + n:], where)
 
 
-def _elements(v: bytes, where: str) -> list[bytes]:
+def list_elements(v: bytes, where: str) -> list[bytes]:
+    """The rows (version byte removed) of a ListState value: ``int32 LE len`` + (``0x00`` + row), joined by ``,``."""
     out, pos = [], 0
     while pos < len(v):
         (n,) = _I.unpack_from(v, pos)
@@ -122,7 +123,7 @@ def variable_rows(kind: str, cf: ColumnFamily, items: list[tuple[bytes, bytes]],
             kd, vd = row_decoder(cf.key), row_decoder(cf.value)
             for k, v in items:
                 key = kd(b := _strip_version(k, where), 0, len(b))
-                out += [(key, vd(e, 0, len(e))) for e in _elements(v, where)]
+                out += [(key, vd(e, 0, len(e))) for e in list_elements(v, where)]
         elif kind in ("MapState", "TimerState"):
             prefix_schema = Struct(cf.key.fields[:cf.prefix_columns])
             rest_schema = Struct(cf.key.fields[cf.prefix_columns:])

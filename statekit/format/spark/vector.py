@@ -30,19 +30,15 @@ def supported(schema: Struct) -> bool:
     return True
 
 
-def _gather(buf: np.ndarray, at: np.ndarray, width: int) -> np.ndarray:
-    """``width`` bytes at each offset of `at`, one row each."""
-    if len(at) > 1:
-        step = int(at[1] - at[0])
-        if step >= width and int(at[-1]) + width <= len(buf) and bool(np.all(np.diff(at) == step)):
-            # rows of one length (fixed-width schemas): a strided view, no index matrix
-            return np.lib.stride_tricks.as_strided(buf[int(at[0]):], shape=(len(at), width), strides=(step, 1))
-    idx = at[:, None] + np.arange(width, dtype=np.int64)[None, :]
-    return buf[idx]
+def _at(buf: np.ndarray, at: np.ndarray, dtype: str) -> np.ndarray:
+    """The little-endian `dtype` value at each byte offset of `at`: a view with an item at every byte of `buf`
+    (overlapping, unaligned), so one gather moves whole values instead of their bytes one by one."""
+    size = np.dtype(dtype).itemsize
+    return np.ndarray((len(buf) - size + 1,), dtype, buf, 0, (1,))[at]
 
 
 def _words(buf: np.ndarray, at: np.ndarray) -> np.ndarray:
-    return np.ascontiguousarray(_gather(buf, at, 8)).view("<i8").reshape(-1)
+    return _at(buf, at, "<i8")
 
 
 def _columns(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, schema: Struct) -> list[pa.Array]:
@@ -80,8 +76,7 @@ def _columns(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, schema: Stru
             out.append(arr.cast(pa.string() if t == "string" else pa.binary()))
         else:
             dt = np.dtype(_FIXED[t])
-            raw = np.ascontiguousarray(_gather(buf, at, dt.itemsize)).view("<" + dt.str[1:] if dt.itemsize > 1 else dt)
-            values = raw.reshape(-1).astype(dt) if t != "boolean" else (_gather(buf, at, 1).reshape(-1) != 0)
+            values = _at(buf, at, "<" + dt.str[1:]).astype(dt) if t != "boolean" else _at(buf, at, "u1") != 0
             arr = pa.array(values, mask=null)
             out.append(arr if t not in ("timestamp", "timestamp_ntz", "date") else arr.cast(arrow_type(t)))
     return out
@@ -93,11 +88,19 @@ def decode_columns(rows: list[bytes], schema: Struct, *, skip: int = 0) -> list[
         return None
     lengths = np.fromiter(map(len, rows), np.int64, len(rows))
     ends = np.cumsum(lengths)
-    starts = ends - lengths + skip
     buf = np.frombuffer(b"".join(rows) + b"\0" * 8, np.uint8)
-    if skip and len(rows) and (int(np.min(lengths)) < skip or np.any(buf[starts - skip] != 0)):
+    return decode_buffer(buf, ends - lengths, ends, schema, skip=skip)
+
+
+def decode_buffer(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, schema: Struct, *,
+                  skip: int = 0) -> list[pa.Array] | None:
+    """`decode_columns` of rows ``buf[starts[i]:ends[i]]`` already in one buffer (padded with 8 bytes after the last
+    row), or None if unsupported."""
+    if not supported(schema):
+        return None
+    if skip and len(starts) and (int(np.min(ends - starts)) < skip or np.any(buf[starts] != 0)):
         return None  # a leading byte that is not RocksDB's encoding version 0: the row decoder names the entry
     try:
-        return _columns(buf, starts, ends, schema)
+        return _columns(buf, starts + skip, ends, schema)
     except IndexError:
         raise CorruptSavepointError("an UnsafeRow's offsets point outside the row") from None

@@ -1,0 +1,125 @@
+"""RocksDB SSTs read straight with numpy (statekit/format/spark/sst.py) give exactly what RocksDB itself gives."""
+
+from __future__ import annotations
+
+import zlib
+from pathlib import Path
+
+import pytest
+import rocksdict
+from spark_corpus import CASES, copy_case
+
+from statekit.format.spark import providers, sst
+from statekit.format.spark.errors import StateChecksumMismatchError
+from statekit.savepoint.spark_checkpoint import SparkCheckpoint
+
+ROCKSDB_CASES = [c for c in CASES if "rocksdb" in c]
+
+
+def _hadoop_crc(path: Path) -> None:
+    """Hadoop's ``.<name>.crc`` side file for `path`, as Spark's local checkpoint file system writes it."""
+    data = path.read_bytes()
+    sums = b"".join(zlib.crc32(data[i:i + 512]).to_bytes(4, "big") for i in range(0, len(data), 512))
+    path.with_name(f".{path.name}.crc").write_bytes(b"crc\0" + (512).to_bytes(4, "big") + sums)
+
+
+def _with_crcs(case: str, into: Path) -> Path:
+    cp = copy_case(case, into)
+    for f in cp.glob("state/*/*/*/SSTs/*.sst"):
+        _hadoop_crc(f)
+    for f in cp.glob("state/*/*/SSTs/*.sst"):
+        _hadoop_crc(f)
+    return cp
+
+
+def _as_dict(chunks: list[sst.Entries]) -> dict[bytes, bytes]:
+    out = {e.keys[a:b].tobytes(): e.values[c:d].tobytes() for e in chunks
+           for a, b, c, d in zip(e.key_starts, e.key_ends, e.value_starts, e.value_ends)}
+    assert len(out) == sum(map(len, chunks))  # no user key twice
+    return out
+
+
+@pytest.mark.parametrize("case", ROCKSDB_CASES)
+def test_every_store_partition_equals_rocksdb(case, tmp_path):
+    cp = SparkCheckpoint.open(_with_crcs(case, tmp_path))
+    direct = 0
+    for d in sorted({p.parent.parent for p in cp.path.glob("state/**/SSTs/*.sst")}):
+        got = providers.sst_entries(d, cp.version, cp.conf, where=str(d))
+        if got is None:  # changelogs after the zip, or merge operands (list state): RocksDB opens it
+            continue
+        direct += 1
+        assert _as_dict(got) == providers.load(d, cp.version, cp.conf, where=str(d)).entries, d
+    assert direct, f"{case}: no store partition was read directly"
+
+
+@pytest.mark.parametrize("case", ["agg-rocksdb", "window_agg-rocksdb", "dedup-rocksdb", "join-rocksdb"])
+def test_keyed_table_the_same_either_way(case, tmp_path):
+    plain = SparkCheckpoint.open(copy_case(case, tmp_path / "plain"))  # no side files: RocksDB opens every SST
+    checked = SparkCheckpoint.open(_with_crcs(case, tmp_path / "crc"))
+    for op in range(len(plain.operators)):
+        for store in plain.tables(op):
+            want = plain.keyed_table(op, store=store)
+            got = checked.keyed_table(op, store=store)
+            assert got.schema == want.schema and sorted(map(repr, got.to_pylist())) == \
+                sorted(map(repr, want.to_pylist())), (op, store)
+
+
+def _options():
+    """Spark's RocksDB (rocksdbjni 9.x) writes table format_version 5 (rocksdict's newer RocksDB: 6)."""
+    opts = rocksdict.Options(raw_mode=True)
+    opts.create_if_missing(True)
+    table = rocksdict.BlockBasedOptions()
+    table.set_format_version(5)
+    opts.set_block_based_table_factory(table)
+    return opts
+
+
+@pytest.mark.parametrize("chunk", [2048, 1])  # 1: every data block its own chunk, versions of a key across chunks
+def test_overwrites_deletions_and_variable_keys(tmp_path, monkeypatch, chunk):
+    monkeypatch.setattr(sst, "_CHUNK", chunk)
+    opts = _options()
+    opts.set_disable_auto_compactions(True)
+    opts.set_compression_type(rocksdict.DBCompressionType.lz4())
+    db = rocksdict.Rdict(str(tmp_path / "db"), options=opts)
+    want: dict[bytes, bytes] = {}
+    for flush in range(3):  # three overlapping L0 files: later puts and deletes must win
+        for i in range(flush, 3000, 2 + flush):
+            k, v = b"k%d" % (i * 7919 % 3001) + b"x" * (i % 40), b"v%d-%d" % (flush, i) * (1 + i % 5)
+            db[k] = v
+            want[k] = v
+        for i in range(0, 3000, 11 + flush):
+            k = b"k%d" % (i * 7919 % 3001) + b"x" * (i % 40)
+            del db[k]
+            want.pop(k, None)
+        db.flush()
+    db.close()
+    ssts = sorted((tmp_path / "db").glob("*.sst"))
+    assert len(ssts) == 3
+    with pytest.raises(sst.Unsupported, match="side file"):
+        sst.read(ssts)
+    for f in ssts:
+        _hadoop_crc(f)
+    assert _as_dict(sst.read(ssts)) == want
+
+
+def test_long_values_are_left_to_rocksdb(tmp_path):
+    opts = _options()
+    db = rocksdict.Rdict(str(tmp_path / "db"), options=opts)
+    db[b"a"] = b"y" * 300
+    db.flush()
+    db.close()
+    ssts = sorted((tmp_path / "db").glob("*.sst"))
+    for f in ssts:
+        _hadoop_crc(f)
+    with pytest.raises(sst.Unsupported, match="128 bytes"):
+        sst.read(ssts)
+
+
+def test_damaged_sst_with_side_file_is_refused(tmp_path):
+    cp = _with_crcs("agg-rocksdb", tmp_path)
+    victim = next(cp.glob("state/0/1/SSTs/*.sst"))
+    data = bytearray(victim.read_bytes())
+    data[40] ^= 0xFF
+    victim.write_bytes(bytes(data))
+    with pytest.raises(StateChecksumMismatchError, match=victim.name):
+        SparkCheckpoint.open(cp).keyed_table(0)
