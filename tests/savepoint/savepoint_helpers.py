@@ -6,6 +6,7 @@ import shutil
 from pathlib import Path
 
 GOLDEN = Path(__file__).resolve().parent.parent / "golden" / "v1"
+KAFKA = Path(__file__).resolve().parent.parent / "fixtures" / "flink" / "kafka" / "kafka-source-2p"
 
 
 def copy_golden(target: Path) -> Path:
@@ -44,3 +45,28 @@ def write_native(path: Path, work: Path, *, keys: int = 200) -> Path:
             op.write_native_keyed(subtask, snap.native_dir, kgs, list(snap.native_files))
             backend.close()
     return path
+
+
+def filed_kafka(target: Path) -> Path:
+    """The Kafka-source fixture at `target` with its reader state moved into files next to `_metadata` (as a
+    larger source state is; the fixture's is inline) and the operator's record re-spliced, so that a rewrite
+    carries files."""
+    from dataclasses import replace
+
+    from statekit.format.flink.metadata import StreamHandle, read_metadata
+    from statekit.format.flink.sources import operator_record
+
+    md = read_metadata(KAFKA)
+    fop = next(o for o in md.operators if o.uid == "kafka-source")
+    target.mkdir()
+    subtasks = []
+    for st in fop.subtasks:
+        h = st.managed_operator
+        assert h is not None and h.delegate.data is not None
+        name = f"op-state-{st.index}"
+        (target / name).write_bytes(h.delegate.data)
+        subtasks.append(replace(st, managed_operator=replace(h, delegate=StreamHandle("relative", name, h.delegate.size))))
+    data, (start, end) = (KAFKA / "_metadata").read_bytes(), fop.span
+    (target / "_metadata").write_bytes(data[:start] + operator_record(replace(fop, subtasks=tuple(subtasks)), md.version)
+                                       + data[end:])
+    return target

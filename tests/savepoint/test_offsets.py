@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
+from savepoint_helpers import filed_kafka
 from typer.testing import CliRunner
 
 from statekit.errors import (
@@ -87,27 +88,7 @@ def test_set_offsets_rewrites_exactly_the_offsets(tmp_path):
 def test_rewritten_stream_files_are_new_files(tmp_path):
     """Reader state in a file next to `_metadata` (a larger source state): the rewritten stream is a new file, the
     others are carried; the same rewrite as when the state is inline."""
-    md = read_metadata(KAFKA)
-    fop = next(o for o in md.operators if o.uid == "kafka-source")
-    # the fixture's state is inline; move subtask 0's stream into a relative file and re-splice the record
-    from dataclasses import replace
-
-    from statekit.format.flink.metadata import StreamHandle
-    from statekit.format.flink.sources import operator_record
-
-    src = tmp_path / "filed"
-    src.mkdir()
-    subtasks = []
-    for st in fop.subtasks:
-        h = st.managed_operator
-        assert h is not None and h.delegate.data is not None
-        name = f"op-state-{st.index}"
-        (src / name).write_bytes(h.delegate.data)
-        subtasks.append(replace(st, managed_operator=replace(h, delegate=StreamHandle("relative", name, h.delegate.size))))
-    data = (KAFKA / "_metadata").read_bytes()
-    start, end = fop.span
-    (src / "_metadata").write_bytes(data[:start] + operator_record(replace(fop, subtasks=tuple(subtasks)), md.version)
-                                    + data[end:])
+    src = filed_kafka(tmp_path / "filed")
     assert _positions(src) == _positions(KAFKA)
     out = tmp_path / "out"
     set_offsets(src, out, op="kafka-source", topic="events", partition=0, offset=11, dry_run=False)

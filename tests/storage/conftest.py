@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parents[1] / "savepoint"))  # savepoint_helpers (the fixtures on files)
 
 from s3_server import BUCKET, S3Server  # noqa: E402
 

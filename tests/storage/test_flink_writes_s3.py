@@ -9,6 +9,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from savepoint_helpers import filed_kafka
 from test_read_s3 import FIXTURES
 
 from statekit.errors import StorageUnavailableError
@@ -74,36 +75,11 @@ def _fail_on(monkeypatch, method: str, nth: int) -> list[str]:
     return calls
 
 
-def _filed_kafka(tmp_path: Path) -> Path:
-    """The Kafka-source fixture with its reader state in files next to `_metadata` (as a larger source state is;
-    the fixture's is inline), so that a rewrite carries files."""
-    from dataclasses import replace
-
-    from statekit.format.flink.metadata import StreamHandle, read_metadata
-    from statekit.format.flink.sources import operator_record
-
-    md = read_metadata(KAFKA)
-    fop = next(o for o in md.operators if o.uid == "kafka-source")
-    src = tmp_path / "filed"
-    src.mkdir()
-    subtasks = []
-    for st in fop.subtasks:
-        h = st.managed_operator
-        assert h is not None and h.delegate.data is not None
-        (src / f"op-state-{st.index}").write_bytes(h.delegate.data)
-        subtasks.append(replace(st, managed_operator=replace(h, delegate=StreamHandle(
-            "relative", f"op-state-{st.index}", h.delegate.size))))
-    data, (start, end) = (KAFKA / "_metadata").read_bytes(), fop.span
-    (src / "_metadata").write_bytes(data[:start] + operator_record(replace(fop, subtasks=tuple(subtasks)), md.version)
-                                    + data[end:])
-    return src
-
-
 ARGS = dict(op="kafka-source", topic="events", partition=1, shift=1, dry_run=False)
 
 
 def test_set_offsets_s3_to_s3_copies_on_the_server_with_no_local_disk(s3_server, s3, tmp_path, monkeypatch):
-    filed = _filed_kafka(tmp_path)
+    filed = filed_kafka(tmp_path / "filed")
     source = _upload(s3_server, s3, filed, "kafka")
     set_offsets(filed, tmp_path / "local", **ARGS)
     before = _objects(s3_server, source)
@@ -127,7 +103,7 @@ def test_set_offsets_s3_to_s3_copies_on_the_server_with_no_local_disk(s3_server,
 
 @pytest.mark.parametrize("method, nth", [("copy_from", 2), ("write_bytes", 1)])
 def test_set_offsets_failing_mid_write_leaves_nothing(s3_server, s3, tmp_path, monkeypatch, method, nth):
-    source = _upload(s3_server, s3, _filed_kafka(tmp_path), "kafka")
+    source = _upload(s3_server, s3, filed_kafka(tmp_path / "filed"), "kafka")
     before = _objects(s3_server, source)
     target = s3("out")
     _fail_on(monkeypatch, method, nth)
