@@ -310,7 +310,9 @@ def accumulators(spec: BootstrapSpec, table: pa.Table) -> tuple[pa.Table, int, n
         fields[pos] = pa.array([MAPVIEW_PLACEHOLDER] * n, acc_t.field(pos).type)
     names = [acc_t.field(i).name for i in range(acc_t.num_fields)]
     if "row_kind" in names:
-        fields[names.index("row_kind")] = _repeated("+I", n).cast(acc_t.field(names.index("row_kind")).type)
+        from statekit.format.flink.rowdata import row_kinds
+
+        fields[names.index("row_kind")] = row_kinds(np.zeros(n, np.uint8)).cast(acc_t.field(names.index("row_kind")).type)
     if any(f is None for f in fields):
         raise PlanMismatchError(f"operator {spec.label}: the template's accumulator row {names} does not match the "
                                 "plan's aggregate calls; is the template a savepoint of this job?")
@@ -454,13 +456,6 @@ def per_row(work: dict[str, pa.Array], rules: list[tuple[str, str, str]]) -> pa.
         else:  # sum (min_count 1), min, max of one value: the value, NULL stays NULL
             out[f"{col}_{func}"] = arr
     return pa.table({**out, **{c: work[c] for c in work if c.startswith("_k")}})
-
-
-def _repeated(text: str, n: int) -> pa.Array:
-    """A string column of `n` rows all `text`, built from its buffers (not from n Python strings)."""
-    raw = text.encode()
-    offsets = np.arange(n + 1, dtype=np.int32) * len(raw)
-    return pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(raw * n)])
 
 
 def _what(spec: BootstrapSpec, a: Any) -> str:

@@ -27,7 +27,8 @@ from statekit.format.flink.gather import binary_array, gather_fixed
 from statekit.format.flink.logical import LogicalType
 from statekit.types import parse_ddl
 
-__all__ = ["ROW_KINDS", "decode_row", "decode_rows", "decode_sized_rows", "encode_nested", "encode_row", "header_bytes"]
+__all__ = ["ROW_KINDS", "decode_row", "decode_rows", "decode_sized_rows", "encode_nested", "encode_row", "header_bytes",
+           "row_kinds"]
 
 ROW_KINDS = ("+I", "-U", "+U", "-D")
 _EPOCH = dt.datetime(1970, 1, 1)
@@ -135,7 +136,7 @@ class _Rows:
             kinds = self.fixed[:, self.skip]
             if len(kinds) and kinds.max() > 3:
                 raise RowFault(f"a row's RowKind byte is {int(kinds.max())}, not one of 0..3")
-            arrays.append(_row_kinds(kinds))
+            arrays.append(row_kinds(kinds))
             fields.append("row_kind")
         return pa.StructArray.from_arrays(arrays, fields)
 
@@ -144,7 +145,7 @@ class _Rows:
 _KIND_NAMES = np.frombuffer("".join(ROW_KINDS).encode(), np.dtype("V2"))
 
 
-def _row_kinds(kinds: np.ndarray) -> pa.Array:
+def row_kinds(kinds: np.ndarray) -> pa.Array:
     """RowKind bytes (0..3) as their names ('+I', ...), built as Arrow buffers (no Python string per row)."""
     n = len(kinds)
     offsets, offsets_buf = allocate(n + 1, np.int32)
