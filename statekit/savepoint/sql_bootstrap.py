@@ -400,13 +400,18 @@ def sorted_groups(work: dict[str, pa.Array], rules: list[tuple[str, str, str]], 
     written are the same whatever order the rows arrive in."""
     out: dict[str, pa.Array] = {}
     counts = np.diff(np.append(starts, len(order)))
+    present_of: dict[str, np.ndarray] = {}
     valid_of: dict[str, np.ndarray | None] = {}
+
+    def present(c: str) -> np.ndarray:  # per row in key order: whether it holds a value (columns with NULLs)
+        if c not in present_of:
+            present_of[c] = work[c].is_valid().to_numpy(zero_copy_only=False)[order]
+        return present_of[c]
 
     def valid(c: str) -> np.ndarray | None:  # per key: how many of its rows hold a value (None: all of them)
         if c not in valid_of:
-            col = work[c]
-            valid_of[c] = np.add.reduceat(col.is_valid().to_numpy(zero_copy_only=False)[order].astype(np.int64),
-                                          starts) if col.null_count and len(starts) else None
+            valid_of[c] = np.add.reduceat(present(c).astype(np.int64), starts) \
+                if work[c].null_count and len(starts) else None
         return valid_of[c]
 
     for c, func, rule in rules:
@@ -419,13 +424,12 @@ def sorted_groups(work: dict[str, pa.Array], rules: list[tuple[str, str, str]], 
         assert values is not None
         ordered = values[order]
         if col.null_count:
-            present = col.is_valid().to_numpy(zero_copy_only=False)[order]
             if func == "sum":
                 fill = 0
             else:
                 info = np.iinfo(ordered.dtype)
                 fill = info.max if func == "min" else info.min
-            ordered = np.where(present, ordered, ordered.dtype.type(fill))
+            ordered = np.where(present(c), ordered, ordered.dtype.type(fill))
         mask = None if n_valid is None or (func == "sum" and rule == "zero") else n_valid == 0
         if func == "sum":
             got = np.add.reduceat(ordered.astype(np.int64), starts) if len(starts) else np.zeros(0, np.int64)
