@@ -16,6 +16,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from statekit.format.flink.sqlplan import short_table
+
 __all__ = ["SourceCarry", "plan_sources"]
 
 _UID = re.compile(r"^(\d+)_(.+)$")
@@ -49,15 +51,9 @@ def _scans(sp: Any) -> dict[str, tuple[str, str]]:
     for m in sp.operators:
         hit = _UID.match(m.uid or "")
         node = plan.nodes.get(int(hit.group(1))) if hit else None
-        if hit is not None and node is not None and node.stem == "table-source-scan":
-            ident = str(node.spec.get("scanTableSource", {}).get("table", {}).get("identifier", ""))
-            if ident:
-                out[m.uid_hash] = (ident, hit.group(2))
+        if hit is not None and node is not None and node.scanned_table:
+            out[m.uid_hash] = (node.scanned_table, hit.group(2))
     return out
-
-
-def _short(ident: str) -> str:
-    return ident.rsplit(".", 1)[-1].strip("`")
 
 
 def plan_sources(old_sp: Any, tmpl: Any, keyed_sql: set[str]) -> tuple[list[SourceCarry], list[str]]:
@@ -90,7 +86,7 @@ def plan_sources(old_sp: Any, tmpl: Any, keyed_sql: set[str]) -> tuple[list[Sour
             notes.append(f"{shown(m)} is not carried: it is no table scan of the old plan; the new job's comes "
                          "from the template")
             continue
-        table, how = _short(scan[0]), scan[1]
+        table, how = short_table(scan[0]), scan[1]
         cands = [n for n in by_scan.get(scan, []) if n.uid_hash not in taken]
         if len(cands) != 1:
             why = "the new job does not read that table" if not cands else \

@@ -17,7 +17,7 @@ from typing import Any
 
 from statekit.errors import InvalidArgumentError
 
-__all__ = ["EVALUATED", "Column", "Plan", "PlanNode", "STATEFUL", "load_plan", "plain_ref", "type_root"]
+__all__ = ["EVALUATED", "Column", "Plan", "PlanNode", "STATEFUL", "load_plan", "plain_ref", "short_table", "type_root"]
 
 #: ExecNode type stem -> the SQL operator kind statekit names it by (`statekit.format.flink.sql.operator_kind`)
 STATEFUL = {
@@ -144,6 +144,18 @@ class PlanNode:
     def kind(self) -> str | None:
         return STATEFUL.get(self.stem)
 
+    @property
+    def scanned_table(self) -> str:
+        """The identifier of the table a ``table-source-scan`` node reads (```cat`.`db`.`t```), else ""."""
+        if self.stem != "table-source-scan":
+            return ""
+        return str(self.spec.get("scanTableSource", {}).get("table", {}).get("identifier", ""))
+
+
+def short_table(identifier: str) -> str:
+    """A table identifier's last part, unquoted (```cat`.`db`.`orders``` -> ``orders``)."""
+    return identifier.rsplit(".", 1)[-1].strip("`")
+
 
 @dataclass
 class Plan:
@@ -173,8 +185,7 @@ class Plan:
         cur = self.nodes.get(node.inputs[i]) if i < len(node.inputs) else None
         while cur is not None:
             if cur.stem == "table-source-scan":
-                ident = str(cur.spec.get("scanTableSource", {}).get("table", {}).get("identifier", ""))
-                return ident.rsplit(".", 1)[-1].strip("`") or None
+                return short_table(cur.scanned_table) or None
             if len(cur.inputs) != 1:
                 return None
             cur = self.nodes.get(cur.inputs[0])
