@@ -259,7 +259,7 @@ class _Editor:
         enc = row_encoder(cf.value)
         part.edits[list_key] = b",".join(len(b := b"\0" + enc(e)).to_bytes(4, "little", signed=True) + b
                                          for e in new_list) if new_list else None
-        counter = sp_families(self.sp, info).get(f"$rowCounter_{store}")
+        counter = _column_families(self.sp, info).get(f"$rowCounter_{store}")
         if counter is not None:  # Spark keeps the element count beside the list (ListStateMetricsImpl)
             count_key = _cf_prefix(part, counter.name, name) + b"\0" + key_row
             part.edits[count_key] = (b"\0" + row_encoder(counter.value)({counter.value.names[0]: len(new_list)})
@@ -432,7 +432,7 @@ def _companions(sp: SparkCheckpoint, info: OperatorInfo, store: str) -> dict[int
     return out
 
 
-def sp_families(sp: SparkCheckpoint, info: OperatorInfo) -> dict[str, Any]:
+def _column_families(sp: SparkCheckpoint, info: OperatorInfo) -> dict[str, Any]:
     """Every column family of a transformWithState operator's schema (internal ones too), by name."""
     return sp._tws(info)["families"]  # type: ignore[no-any-return]
 
