@@ -112,7 +112,9 @@ class Broker:
         log4j.write_text(_LOG4J.format(log=self.log))
         java = ["java", "-Xmx512m", "-XX:+UseSerialGC", f"-Dlog4j2.configurationFile={log4j}",
                 "-cp", _classpath("broker")]
-        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        cluster_id = "-"
+        while cluster_id.startswith("-"):  # the tool's argument parser would take a leading '-' for an option
+            cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
         proc = subprocess.run([*java, "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(props)],
                               capture_output=True, text=True, timeout=120)
         if proc.returncode != 0:
