@@ -81,8 +81,9 @@ class S3Server:
         iam = boto3.client("iam", endpoint_url=self.endpoint, region_name=REGION, aws_access_key_id="setup",
                            aws_secret_access_key="setup-secret")
         self.admin = self._user(iam, "admin", ["s3:*"])
-        self.reader = self._user(iam, "reader", ["s3:GetObject", "s3:ListBucket", "s3:HeadObject", "s3:GetBucketLocation",
-                                                 "s3:HeadBucket", "s3:ListAllMyBuckets"])
+        # the reader's policy is AWS's managed AmazonS3ReadOnlyAccess (wildcards): moto 5.2.6 checks a listing
+        # against ``s3:ListObjectsV2`` where AWS (and moto before it) checks ``s3:ListBucket``
+        self.reader = self._user(iam, "reader", ["s3:Get*", "s3:List*", "s3:Head*", "s3:Describe*"])
         self.client().create_bucket(Bucket=BUCKET)
 
     @staticmethod
