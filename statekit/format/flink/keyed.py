@@ -21,7 +21,7 @@ import numpy as np
 import pyarrow as pa
 
 from statekit.errors import CorruptSavepointError, UnsupportedFormatError
-from statekit.format.arrow_memory import allocate, arrow_type, copy_buffer, empty_table, from_numpy, primitive
+from statekit.format.arrow_memory import allocate, copy_buffer, empty_table, from_numpy, primitive
 from statekit.format.flink.binary import DataInput
 from statekit.format.flink.columns import decode_exact, decode_list, decode_nullable, decode_open
 from statekit.format.flink.files import StateFiles
@@ -30,6 +30,7 @@ from statekit.format.flink.locate import DecodeStats, Entries, Located, Run, cor
 from statekit.format.flink.metadata import KeyGroupsHandle
 from statekit.format.flink.proxy import KeyedProxy, StateMeta, read_keyed_proxy
 from statekit.format.flink.serializers import FlinkType
+from statekit.format.flink.strided import constant_column, fixed_column, same_bytes, string_column
 from statekit.format.flink.values import FIXED_DTYPES
 from statekit.types import parse_ddl
 
@@ -181,55 +182,66 @@ def _direct_state(lay: KeyedLayout, g: _Group) -> bool:
     return g.meta.keyed_kind in ("value", "reducing", "aggregating") and (ns is None or ns.kind == "void")
 
 
-def _strided_runs(lay: KeyedLayout, g: _Group) -> bool:
-    """Whether every entry of the state is in a strided run of fixed-width keys and values."""
-    wk, wv = FIXED_DTYPES.get(lay.key_type.kind), FIXED_DTYPES.get(g.meta.value_type.kind)
-    if len(g.chained) or g.pieces or not g.runs or wk is None or wv is None or not _direct_state(lay, g):
-        return False
-    return all(r.klen == lay.prefix_bytes + np.dtype(wk).itemsize + 1 and r.vlen == np.dtype(wv).itemsize
-               for r in g.runs)
+#: a table is cut from strided runs while they hold this many entries on average; shorter runs (many odd entries)
+#: cost more per run than `_scanned_table`'s gathers do per entry
+_MIN_MEAN_RUN = 16
 
 
-def _strided_table(lay: KeyedLayout, buf: np.ndarray, groups: dict[str, _Group], chain_kg: np.ndarray,
-                   stats: DecodeStats) -> pa.Table | None:
-    """The keyed table straight from strided views: every state fixed-width, every state listing the same keys."""
+def _run_table(lay: KeyedLayout, buf: np.ndarray, located: Located, groups: dict[str, _Group], chain_kg: np.ndarray,
+               where: str, stats: DecodeStats) -> pa.Table | None:
+    """The keyed table cut from strided runs (`strided`) when every state's entries are runs listing the same keys.
+
+    The states' runs must pair up (same key group, count and key size); the other states' keys are
+    proven equal to the first's run by run, 8-byte windows of strided views. Fixed-width keys and
+    values and ASCII `StringValue`s are copied from 2-D strided views (``strided-view``), no
+    per-entry position; other types are decoded from the runs' entries (`columns`).
+    """
     keyed = [g for g in groups.values() if not g.meta.is_timer]
-    if not keyed or lay.namespace_type is not None or not all(_strided_runs(lay, g) for g in keyed):
+    if not keyed or lay.namespace_type is not None or not all(
+            g.runs and not len(g.chained) and not g.pieces and _direct_state(lay, g) for g in keyed):
         return None
-    P, wk = lay.prefix_bytes, FIXED_DTYPES[lay.key_type.kind]
     base = keyed[0].runs
-    for g in keyed[1:]:
-        if len(g.runs) != len(base) or any(a.count != b.count or a.chain != b.chain for a, b in zip(g.runs, base)):
-            return None
     n = sum(r.count for r in base)
-    # Columns are written straight from the unaligned big-endian strided views into Arrow memory (one
-    # pass each). A run lies in one key group (the reader checked every entry's prefix), so its
-    # key-group column is a constant.
-    kg, kg_buf = allocate(n, np.int32)
-    key, key_buf = allocate(n, wk)
-    at = 0
-    for r in base:
-        kg[at : at + r.count] = chain_kg[r.chain]
-        key[at : at + r.count] = r.field(buf, 4 + P, wk)
-        at += r.count
-    for g in keyed[1:]:  # the same keys in the same order: then one row per entry, no join
-        at = 0
-        for r in g.runs:
-            if not np.array_equal(key[at : at + r.count], r.field(buf, 4 + P, wk)):
-                return None
-            at += r.count
-    cols = {"key_group": primitive(kg_buf, n, pa.int32()), "key": primitive(key_buf, n, arrow_type(key.dtype))}
+    if n < _MIN_MEAN_RUN * len(base):
+        return None
+    P = lay.prefix_bytes
+    for g in keyed[1:]:  # the key (and VoidNamespace's byte) of every entry, the key-group prefix aside
+        if len(g.runs) != len(base) or not all(a.chain == b.chain and a.klen == b.klen and
+                                               same_bytes(buf, a, b, 4 + P, a.klen - P) for a, b in zip(base, g.runs)):
+            return None
+    widths = [r.klen - P - 1 for r in base]  # the key's bytes, before VoidNamespace's one
+    key = _run_column(lay.key_type, buf, base, [4 + P] * len(base), widths, stats, "key")
+    if key is None:
+        e = Entries.of_runs(base)
+        kend = e.kp + e.klen
+        key, ends = decode_open(lay.key_type, buf, e.kp + P, kend, where, stats, "key")
+        if not np.array_equal(ends + 1, kend):
+            return None
+    cols = {"key_group": constant_column(base, chain_kg[[r.chain for r in base]].tolist(), np.int32), "key": key}
     for g in keyed:
-        wv = FIXED_DTYPES[g.meta.value_type.kind]
-        val, val_buf = allocate(n, wv)
-        at = 0
-        for r in g.runs:
-            val[at : at + r.count] = r.field(buf, 8 + r.klen, wv)
-            at += r.count
-        cols[g.meta.name] = primitive(val_buf, n, arrow_type(val.dtype))
-        stats.states[g.meta.name] = "strided-view"
-    stats.states["key"] = "strided-view"
+        name, vt = g.meta.name, g.meta.value_type
+        vals = _run_column(vt, buf, g.runs, [8 + r.klen for r in g.runs], [r.vlen for r in g.runs], stats, name)
+        if vals is None:
+            e = Entries.of_runs(g.runs)
+            vals = decode_exact(vt, buf, e.vp, e.vp + e.vlen, where, stats, name)
+        t = _column_type(g.meta)
+        cols[name] = vals if vals.type == t else vals.cast(t)
     return _with_all_states(lay, cols, n)
+
+
+def _run_column(t: FlinkType, buf: np.ndarray, runs: list[Run], offsets: list[int], widths: list[int],
+                stats: DecodeStats, label: str) -> pa.Array | None:
+    """Values of `t` of `widths[i]` bytes at `offsets[i]` of the entries of `runs[i]`, from strided views; None: not so."""
+    wt = FIXED_DTYPES.get(t.kind)
+    if wt is not None and all(w == np.dtype(wt).itemsize for w in widths):
+        col = fixed_column(buf, runs, offsets, wt)
+    elif t.kind == "string":
+        col = string_column(buf, runs, offsets, widths)
+    else:
+        return None
+    if col is not None:
+        stats.states.setdefault(label, "strided-view")
+    return col
 
 
 def _scanned_table(lay: KeyedLayout, buf: np.ndarray, located: Located, groups: dict[str, _Group],
@@ -367,7 +379,7 @@ def decode(lay: KeyedLayout, buf: np.ndarray, located: Located, stream_of_chain:
             timer_tables.append(_timers(lay, buf, g.meta, g.entries(located), where, stats))
     table = None
     if chain_kg is not None:
-        table = _strided_table(lay, buf, groups, chain_kg, stats)
+        table = _run_table(lay, buf, located, groups, chain_kg, where, stats)
         if table is None:
             table = _scanned_table(lay, buf, located, groups, chain_kg, where, stats)
         stats.table = "direct" if table is not None else "joined"
