@@ -532,19 +532,19 @@ def _strided(buf: np.ndarray, p: int, lim: int) -> tuple[int, int, int, int, boo
         return None
     stride = 8 + k + v
     room = (lim - p) // stride
+    # the length fields compared as little-endian words against their byte-swapped values: no conversion pass
+    k_le, v_le = (int.from_bytes(x.to_bytes(4, "big"), "little") for x in (k, v))
     done, block = 0, _PROBE
     while done < room:
         m = min(block, room - done)
         at = p + done * stride
-        ok = (field_view(buf, at, m, stride, ">i4") == k) & (field_view(buf, at + 4 + k, m, stride, ">i4") == v)
-        bad = np.flatnonzero(~ok)
-        flagged = np.flatnonzero(field_view(buf, at + 4, m, stride, "u1") & 0x80)
-        first_bad = int(bad[0]) if len(bad) else m
-        first_flag = int(flagged[0]) if len(flagged) else m
-        if first_flag < first_bad:
-            return done + first_flag + 1, stride, k, v, True
-        if first_bad < m:
-            return done + first_bad, stride, k, v, False
+        bad = field_view(buf, at, m, stride, "<u4") != k_le
+        bad |= field_view(buf, at + 4 + k, m, stride, "<u4") != v_le
+        stop = field_view(buf, at + 4, m, stride, "u1") >= 0x80  # a state run's last entry
+        stop |= bad
+        i = int(stop.argmax())
+        if stop[i]:  # the first entry of another size, or the run's last entry (if its sizes are the run's)
+            return (done + i, stride, k, v, False) if bad[i] else (done + i + 1, stride, k, v, True)
         done += m
         block *= 4
     # No full stride is left: a shorter entry may follow (the next run), else the chain's end is damaged (the

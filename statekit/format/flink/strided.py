@@ -82,16 +82,16 @@ def string_column(buf: np.ndarray, runs: list[Run], offsets: list[int], widths: 
             return None
         lengths.append(ln)
     total = sum(r.count * ln for r, ln in zip(runs, lengths))
-    if total >= 1 << 31:
+    if total >= (1 << 31) - 1:
         return None  # past int32 offsets: the entry path makes the large array
     ends, ends_buf = allocate(n + 1, np.int32)
     data, data_buf = allocate(total, np.uint8)
     ends[0] = 0
     at = byte = 0
     for r, off, w, ln in zip(runs, offsets, widths, lengths):
-        if ln:
-            data[byte : byte + r.count * ln].reshape(r.count, ln)[:] = _block(buf, r, off + w - ln, ln)
-        ends[at + 1 : at + r.count + 1] = np.arange(1, r.count + 1) * ln + byte if ln else byte
+        if ln:  # each string's bytes one item of `ln` bytes: a copy per item, not per byte
+            data[byte : byte + r.count * ln].view(f"V{ln}")[:] = r.field(buf, off + w - ln, f"V{ln}")
+        ends[at + 1 : at + r.count + 1] = np.arange(byte + ln, byte + r.count * ln + 1, ln, np.int32) if ln else byte
         at += r.count
         byte += r.count * ln
     if total and data.max() >= 0x80:
