@@ -91,7 +91,7 @@ def string_column(buf: np.ndarray, runs: list[Run], offsets: list[int], widths: 
     for r, off, w, ln in zip(runs, offsets, widths, lengths):
         if ln:  # each string's bytes one item of `ln` bytes: a copy per item, not per byte
             data[byte : byte + r.count * ln].view(f"V{ln}")[:] = r.field(buf, off + w - ln, f"V{ln}")
-        ends[at + 1 : at + r.count + 1] = np.arange(byte + ln, byte + r.count * ln + 1, ln, np.int32) if ln else byte
+        ends[at + 1 : at + r.count + 1] = np.arange(byte + ln, byte + r.count * ln + 1, ln, dtype=np.int32) if ln else byte
         at += r.count
         byte += r.count * ln
     if total and data.max() >= 0x80:
