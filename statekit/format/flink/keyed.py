@@ -205,11 +205,11 @@ def _run_table(lay: KeyedLayout, buf: np.ndarray, located: Located, groups: dict
     if n < _MIN_MEAN_RUN * len(base):
         return None
     P = lay.prefix_bytes
-    for g in keyed[1:]:  # the key (and VoidNamespace's byte) of every entry, the key-group prefix aside
-        if len(g.runs) != len(base) or not all(a.chain == b.chain and a.klen == b.klen and
-                                               same_bytes(buf, a, b, 4 + P, a.klen - P) for a, b in zip(base, g.runs)):
-            return None
     widths = [r.klen - P - 1 for r in base]  # the key's bytes, before VoidNamespace's one
+    for g in keyed[1:]:  # every entry's key bytes (its key-group prefix is checked by the reader)
+        if len(g.runs) != len(base) or not all(a.chain == b.chain and a.klen == b.klen and
+                                               same_bytes(buf, a, b, 4 + P, w) for a, b, w in zip(base, g.runs, widths)):
+            return None
     key = _run_column(lay.key_type, buf, base, [4 + P] * len(base), widths, stats, "key")
     if key is None:
         e = Entries.of_runs(base)
