@@ -140,6 +140,26 @@ _handles: "OrderedDict[tuple[int, str], Any]" = OrderedDict()
 _HANDLES = 64
 
 
+#: each thread's own open files for `StoragePath.read_range_into` (a file's read position is its own: not shared)
+_own = threading.local()
+
+
+def _own_input_file(fs: pafs.FileSystem, path: str) -> Any:
+    """This thread's open random-access file of `path` (opening one costs a HEAD request: kept for later reads)."""
+    files = getattr(_own, "files", None)
+    if files is None:
+        files = _own.files = {}
+    key = (id(fs), path)
+    f = files.get(key)
+    if f is None:
+        if len(files) >= _HANDLES:
+            for old in files.values():
+                old.close()
+            files.clear()
+        f = files[key] = fs.open_input_file(path)
+    return f
+
+
 def _input_file(fs: pafs.FileSystem, path: str) -> Any:
     """An open random-access file of `path`, kept for later ranged reads (opening one costs a HEAD request)."""
     key = (id(fs), path)
@@ -361,6 +381,22 @@ class StoragePath:
         buf = got if isinstance(got, pa.Buffer) else pa.py_buffer(got)
         self.stats.add_read(buf.size)
         return buf
+
+    def read_range_into(self, start: int, out: "np.ndarray") -> None:
+        """Bytes [start, start + len(out)) into `out` (a writable uint8 array) in one ranged request.
+
+        Why: a response read into new memory (`read_range`) is fresh pages the kernel hands out at first
+        touch, which cost the client more CPU than the download itself; a caller that reuses `out` from
+        one range to the next pays that once.
+        """
+        with translated(self):
+            f = _own_input_file(self.fs, self.path)
+            f.seek(start)
+            n = f.readinto(out)
+        self.stats.add_read(n)
+        if n != len(out):
+            raise StorageError(f"{self}: holds fewer bytes than asked for ({start + n} < {start + len(out)}); it "
+                               "changed or was truncated while being read. Copy the savepoint again or take a new one.")
 
     def read_range_array(self, lo: int, hi: int) -> "np.ndarray":
         """Bytes [lo, hi) as a read-only uint8 array: one request when short, else up to `_PARALLEL` ranged

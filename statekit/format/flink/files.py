@@ -151,7 +151,7 @@ class StateFiles:
             pos += n
         return buf, bases
 
-    def range_array(self, h: StreamHandle, lo: int, hi: int) -> np.ndarray:
+    def range_array(self, h: StreamHandle, lo: int, hi: int, into: np.ndarray | None = None) -> np.ndarray:
         """Bytes [lo, hi) of a stream as a read-only uint8 array: memory-mapped when long, copied when short.
 
         Why a mapping: a full read of a large savepoint copied every state file into fresh memory, and a
@@ -161,6 +161,10 @@ class StateFiles:
         decoder copies into Arrow-owned memory (`statekit.format.arrow_memory`). As with any mapping, a
         file truncated by another process while it is being decoded ends the process (SIGBUS); a file
         found shorter than `_metadata` says before mapping is a `CorruptSavepointError`.
+
+        `into`: on object storage, a writable uint8 array of at least ``hi - lo`` bytes to read into (memory
+        the caller reuses, see `StoragePath.read_range_into`); the result is then its first ``hi - lo`` bytes.
+        Local files are mapped either way.
         """
         if h.kind == "bytes":
             data = h.data or b""
@@ -175,6 +179,11 @@ class StateFiles:
                 f"({size} bytes). The savepoint is damaged; take a new one."
             )
         if isinstance(p, StoragePath):  # ranged requests (in parallel when long) into one read-only buffer
+            if into is not None:
+                p.read_range_into(lo, into[: hi - lo])
+                got = into[: hi - lo]
+                got.flags.writeable = False  # as every other range: decoders only read
+                return got
             return p.read_range_array(lo, hi)
         if hi - lo >= MAP_MIN_BYTES:
             mapped = pa.memory_map(str(p), "r")

@@ -21,7 +21,7 @@ import numpy as np
 import pyarrow as pa
 
 from statekit.errors import CorruptSavepointError, StatekitError, UnsupportedFormatError
-from statekit.format.arrow_memory import small_pages
+from statekit.format.arrow_memory import allocate, small_pages
 from statekit.format.flink import keyed as K
 from statekit.format.flink.binary import DataInput
 from statekit.format.flink.checkpoints import is_heap_stream, read_heap
@@ -102,19 +102,46 @@ _WINDOW = 2 * _FETCHES
 
 
 class _Window:
-    """At most `n` fetched batches not yet decoded: a fetch waits for a place, a decoded batch gives it back."""
+    """At most `n` fetched batches not yet decoded: a fetch waits for a place, a decoded batch gives it back.
+
+    Each place keeps its memory: a batch is read into a buffer a decoded batch gave back (decoded columns
+    never point into the bytes they came from), so a read touches fresh pages for `n` batches, not for
+    every one (the kernel's first touch of fresh memory cost more CPU than the download).
+    """
 
     def __init__(self, n: int) -> None:
         self._places = threading.Semaphore(n)
         self._closed = False
+        self._free: list[np.ndarray] = []  # buffers of decoded batches
+        self._lent: dict[int, np.ndarray] = {}  # id of a fetched batch's bytes -> the buffer they lie in
+        self._lock = threading.Lock()
 
-    def fetch(self, read: Any, *args: Any) -> Any:
+    def fetch(self, read: Any, *args: Any, size: int) -> Any:
+        """``read(*args, into=buffer)`` with a buffer of at least `size` bytes, once a place is free."""
         self._places.acquire()
         if self._closed:  # the read ended (an error): fetch nothing more
             raise RuntimeError("the read was abandoned")
-        return read(*args)
+        with self._lock:
+            fits = [i for i, b in enumerate(self._free) if len(b) >= size]
+            buf = self._free.pop(fits[0]) if fits else None
+        if buf is None:
+            buf, _ = allocate(max(size, BATCH_BYTES + BATCH_BYTES // 4), np.uint8)
+        try:
+            got = read(*args, into=buf)
+        except BaseException:
+            with self._lock:
+                self._free.append(buf)
+            raise
+        with self._lock:
+            self._lent[id(got)] = buf
+        return got
 
-    def done(self) -> None:
+    def done(self, got: Any = None) -> None:
+        """A fetched batch is decoded (`got`, its bytes), or its fetch failed: its place and buffer are free again."""
+        with self._lock:
+            buf = self._lent.pop(id(got), None) if got is not None else None
+            if buf is not None:
+                self._free.append(buf)
         self._places.release()
 
     def close(self) -> None:
@@ -277,7 +304,8 @@ class FlinkStateReader:
             for seg, (stream, lo, hi) in enumerate(segments):
                 for batch in _batches([c for c in chains if c[0] == seg]):
                     blo, bhi = min(c[2] for c in batch), max(c[3] for c in batch)
-                    got = fetch.submit(window.fetch, self.files.range_array, stream, lo + blo, lo + bhi)
+                    got = fetch.submit(window.fetch, self.files.range_array, stream, lo + blo, lo + bhi,
+                                       size=bhi - blo)
                     jobs.append((got, [(s, kg, a - blo, b - blo) for s, kg, a, b in batch], seg, DecodeStats()))
             return self._decode_jobs(lay, jobs, segments, compressed, sid_maps, where, stats, window)
         finally:
@@ -294,11 +322,13 @@ class FlinkStateReader:
             buf, batch, seg, own = job
             if not isinstance(buf, Future):
                 return self._decode_segment(lay, buf, batch, seg, compressed, sid_maps, where, own)
+            got = None
             try:
-                return self._decode_segment(lay, buf.result(), batch, seg, compressed, sid_maps, where, own)
+                got = buf.result()
+                return self._decode_segment(lay, got, batch, seg, compressed, sid_maps, where, own)
             finally:
                 if window is not None:
-                    window.done()
+                    window.done(got)
 
         threads = min(_THREADS, len(jobs)) if sum(hi - lo for _, lo, hi in segments) >= 2 * BATCH_BYTES else 1
         if threads > 1:
