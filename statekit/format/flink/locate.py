@@ -201,7 +201,7 @@ def locate(buf: np.ndarray, starts: np.ndarray, limits: np.ndarray, where: str, 
         first_run = len(runs)
         located = irregular = 0
         while True:
-            got = _strided(buf, p, lim)
+            got = _strided(buf, p, lim, None if chain_kg is None else (int(chain_kg[c]), prefix_bytes))
             if got is not None and got[0] < _MIN_RUN:
                 irregular += 1
                 if irregular > _IRREGULAR_FREE + located // _IRREGULAR_EVERY:
@@ -520,8 +520,13 @@ def equal_except_values(buf: np.ndarray, a: int, b: int, length: int, values: np
     return not diff.any()
 
 
-def _strided(buf: np.ndarray, p: int, lim: int) -> tuple[int, int, int, int, bool] | None:
-    """A run of equal-sized entries from `p`: (count, stride, klen, vlen, run ends), or None where no entry starts."""
+def _strided(buf: np.ndarray, p: int, lim: int,
+             prefix: tuple[int, int] | None = None) -> tuple[int, int, int, int, bool] | None:
+    """A run of equal-sized entries from `p`: (count, stride, klen, vlen, run ends), or None where no entry starts.
+
+    With `prefix` (the chain's key group, and the prefix's 1 or 2 bytes) every entry of the run carries
+    that key group in its key's prefix (the run ends before one that does not; None if the first does not).
+    """
     if p + 8 > lim:
         return None
     k = int.from_bytes(buf[p : p + 4].tobytes(), "big", signed=True)
@@ -534,17 +539,31 @@ def _strided(buf: np.ndarray, p: int, lim: int) -> tuple[int, int, int, int, boo
     room = (lim - p) // stride
     # the length fields compared as little-endian words against their byte-swapped values: no conversion pass
     k_le, v_le = (int.from_bytes(x.to_bytes(4, "big"), "little") for x in (k, v))
+    # The key's first byte: the run's last entry has 0x80 set. With the chain's key group it is the prefix,
+    # word compared whole (the flag set in the run's last entry only).
+    if prefix is None:
+        head, want, last = "u1", None, None
+    else:
+        kg, P = prefix
+        head = "u1" if P == 1 else "<u2"
+        want = kg if P == 1 else kg >> 8 | (kg & 0xFF) << 8  # the big-endian prefix read little-endian
+        last = want | 0x80
     done, block = 0, _PROBE
     while done < room:
         m = min(block, room - done)
         at = p + done * stride
         bad = field_view(buf, at, m, stride, "<u4") != k_le
         bad |= field_view(buf, at + 4 + k, m, stride, "<u4") != v_le
-        stop = field_view(buf, at + 4, m, stride, "u1") >= 0x80  # a state run's last entry
+        first = field_view(buf, at + 4, m, stride, head)
+        stop = first >= 0x80 if want is None else first != want  # the run's last entry, or another key group
         stop |= bad
         i = int(stop.argmax())
-        if stop[i]:  # the first entry of another size, or the run's last entry (if its sizes are the run's)
-            return (done + i, stride, k, v, False) if bad[i] else (done + i + 1, stride, k, v, True)
+        if stop[i]:  # the first entry of another size, the run's last entry, or one of another key group
+            if bad[i]:
+                return done + i, stride, k, v, False
+            if want is None or int(first[i]) == last:
+                return done + i + 1, stride, k, v, True
+            return (done + i, stride, k, v, False) if done + i else None  # (that entry: the scan or walk)
         done += m
         block *= 4
     # No full stride is left: a shorter entry may follow (the next run), else the chain's end is damaged (the
