@@ -202,3 +202,33 @@ def test_locate_with_open_storage_path(s3_server):
     uri = _upload(s3_server, FIXTURES / "2.3.0" / "long-hashmap-canonical" / "savepoint", "located/long")
     where = locate(uri, storage_options=s3_server.options())
     assert Savepoint.open(where).operators
+
+
+def test_full_read_in_many_batches_reuses_buffers_and_reads_as_from_disk(s3_server, tmp_path, monkeypatch):
+    """Batches far smaller than the savepoint: each fetched into a buffer a decoded batch gave back, and the tables
+    equal the local read's (a column pointing into a reused buffer would show a later batch's bytes)."""
+    from statekit.format.flink import reader
+    from statekit.savepoint.flink_out import write_flink
+
+    src = tmp_path / "sk"
+    n = 3000
+    with SavepointBuilder(src) as b:
+        for uid, keys in (("runs", [f"key-{i:05d}" for i in range(n)]),  # strided runs: cut from views
+                          ("scanned", [f"key-{i}" + "x" * (i % 11) for i in range(n)])):  # located one by one
+            op = b.add_operator(uid, parallelism=2, max_parallelism=128, key_type="string",
+                                keyed_states=[ValueStateDescriptor("a", "bigint"), ValueStateDescriptor("b", "string")])
+            op.write_keyed(pa.table({"key": pa.array(keys), "a": pa.array(range(n), pa.int64()),
+                                     "b": pa.array([k * 2 for k in keys])}))
+    local = write_flink(src, tmp_path / "flink")
+    uri = _upload(s3_server, local, "batches/sp")
+    monkeypatch.setattr(reader, "BATCH_BYTES", 2048)
+    allocated = []
+    real = reader.allocate
+    monkeypatch.setattr(reader, "allocate", lambda size, dtype: allocated.append(size) or real(size, dtype))
+    for uid in ("runs", "scanned"):
+        allocated.clear()
+        remote = Savepoint.open(uri, storage_options=s3_server.options())
+        got = remote.keyed_table(uid, with_key_group=True)
+        assert got.equals(Savepoint.open(local).keyed_table(uid, with_key_group=True)), uid
+        batches = len(remote.flink.key_group_batches(remote.flink_operator(uid)))
+        assert batches > 3 * reader._WINDOW and 0 < len(allocated) < batches // 2, (uid, batches, len(allocated))

@@ -124,8 +124,10 @@ class _Window:
         with self._lock:
             fits = [i for i, b in enumerate(self._free) if len(b) >= size]
             buf = self._free.pop(fits[0]) if fits else None
-        if buf is None:
-            buf, _ = allocate(max(size, BATCH_BYTES + BATCH_BYTES // 4), np.uint8)
+            if buf is None and self._free:
+                self._free.pop()  # too small: dropped, so that no more than `n` buffers ever exist
+        if buf is None:  # with room to spare: batches differ in size by up to a key group
+            buf, _ = allocate(max(size, BATCH_BYTES) * 5 // 4, np.uint8)
         try:
             got = read(*args, into=buf)
         except BaseException:
@@ -151,8 +153,10 @@ class _Window:
             self._places.release()
 
 
-def _batches(chains: list[tuple[int, int, int, int]], batch_bytes: int = BATCH_BYTES) -> list[list[tuple[int, int, int, int]]]:
-    """Consecutive chains (segment, key group, start, limit) in groups of about `batch_bytes`."""
+def _batches(chains: list[tuple[int, int, int, int]],
+             batch_bytes: int | None = None) -> list[list[tuple[int, int, int, int]]]:
+    """Consecutive chains (segment, key group, start, limit) in groups of about `batch_bytes` (`BATCH_BYTES`)."""
+    batch_bytes = BATCH_BYTES if batch_bytes is None else batch_bytes  # read now: tests make batches small
     out: list[list[tuple[int, int, int, int]]] = []
     size = batch_bytes
     for c in chains:
@@ -241,7 +245,7 @@ class FlinkStateReader:
         nxt = {o: (nz[i + 1] if i + 1 < len(nz) else size) for i, o in enumerate(nz)}
         return [(h.start + i, o, nxt[o]) for i, o in enumerate(h.offsets) if o]
 
-    def key_group_batches(self, op: OperatorState, batch_bytes: int = BATCH_BYTES) -> list[tuple[int, int]]:
+    def key_group_batches(self, op: OperatorState, batch_bytes: int | None = None) -> list[tuple[int, int]]:
         """(first, last) key group of each batch `read_keyed` would decode (about `batch_bytes` of one stream), in
         order; the operator's handles must be canonical."""
         out = []

@@ -361,3 +361,116 @@ def test_a_state_run_is_taken_as_a_copy_of_the_first_only_when_its_bytes_say_so(
         assert bounds == [0, 41, len(walked)]
         for f in ("sid", "kp", "klen", "vp", "vlen"):
             assert np.array_equal(getattr(entries, f), getattr(walked, f)), f
+
+
+# -- tables cut from strided runs (`strided`): every state's entries in runs of one key and value size ---------------
+@pytest.mark.parametrize("max_parallelism", [128, 256], ids=["1-byte-prefix", "2-byte-prefix"])
+def test_string_runs_of_several_lengths_are_cut_from_strided_views(tmp_path: Path, max_parallelism: int) -> None:
+    """Keys of a few lengths (each key group a few strided runs), strings past 126 chars (a two-byte length header),
+    the empty string and a few odd lengths among them: read exactly from 2-D views, no entry located one by one."""
+    keys = ([f"key-{i:05d}" for i in range(4 * N)] + [("x" * 130) + f"{i:05d}" for i in range(N)]
+            + ["", "odd", "y" * 126, "z" * 127, "w" * 128])
+    stats = _check(_flink_savepoint(tmp_path, keys, "string", max_parallelism), keys)
+    assert " 0 scanned" in stats and " 0 chained" in stats and "rows: direct" in stats, stats
+    assert "key: strided-view" in stats and "a: strided-view" in stats, stats
+
+
+def test_non_ascii_string_runs_are_decoded_entry_by_entry(tmp_path: Path) -> None:
+    """Keys of one length in chars but multi-byte chars (a run's width no longer says its length): exact, not cut."""
+    keys = [f"ключ-{i:05d}" for i in range(N)] + [f"é{i:05d}" for i in range(N)]
+    stats = _check(_flink_savepoint(tmp_path, keys, "string"), keys)
+    assert "key: per-record" in stats and "rows: direct" in stats, stats
+
+
+def test_string_values_in_runs_are_cut_from_strided_views(tmp_path: Path) -> None:
+    """ValueState<String> values of one length, with a few of other lengths between them (runs of their own).
+    (The state alone: another state's runs would be cut elsewhere, and states whose runs do not pair up are read
+    entry by entry.)"""
+    keys = list(range(4 * N))
+    vals = [f"v{i:06d}" if i % 500 else ("" if i % 1000 else "long" * 40) for i in keys]
+    src = tmp_path / "sk"
+    with SavepointBuilder(src) as b:
+        op = b.add_operator("bench", parallelism=2, max_parallelism=128, key_type="bigint",
+                            keyed_states=[ValueStateDescriptor("s", "string")])
+        op.write_keyed(pa.table({"key": pa.array(keys, pa.int64()), "s": pa.array(vals)}))
+    sp = Savepoint.open(write_flink(src, tmp_path / "flink"))
+    got = {r["key"]: r["s"] for r in sp.keyed_table("bench").to_pylist()}
+    assert got == dict(zip(keys, vals))
+    stats = sp.stats.describe()
+    assert "s: strided-view" in stats and "key: strided-view" in stats and "rows: direct" in stats, stats
+
+
+def test_runs_of_equal_sizes_but_other_keys_are_joined_not_paired(tmp_path: Path) -> None:
+    """Keys of one length; in every key group state a misses one key and b another: the states' runs pair up in
+    count and size, but not in key bytes, so rows are joined by key, never paired by position."""
+    from statekit.format.keyed import compute_key_groups
+
+    keys = [f"key-{i:05d}" for i in range(N)]
+    groups: dict[int, list[int]] = {}
+    for i, g in enumerate(compute_key_groups(pa.array(keys), 128, "string").tolist()):
+        groups.setdefault(g, []).append(i)
+    no_a = {rows[0] for rows in groups.values() if len(rows) > 2}
+    no_b = {rows[-1] for rows in groups.values() if len(rows) > 2}
+    assert len(no_a) > 100
+    a = [None if i in no_a else i for i in range(N)]
+    b = [None if i in no_b else 2 * i + 1 for i in range(N)]
+    src = tmp_path / "sk"
+    with SavepointBuilder(src) as sb:
+        op = sb.add_operator("bench", parallelism=2, max_parallelism=128, key_type="string",
+                             keyed_states=[ValueStateDescriptor("a", "bigint"), ValueStateDescriptor("b", "bigint")])
+        op.write_keyed(pa.table({"key": pa.array(keys), "a": pa.array(a, pa.int64()), "b": pa.array(b, pa.int64())}))
+    sp = Savepoint.open(write_flink(src, tmp_path / "flink"))
+    got = {r["key"]: (r["a"], r["b"]) for r in sp.keyed_table("bench").to_pylist()}
+    assert got == {k: (x, y) for k, x, y in zip(keys, a, b)}
+    assert "rows: joined" in sp.stats.describe() and " 0 scanned" in sp.stats.describe(), sp.stats.describe()
+
+
+@pytest.mark.parametrize("length", [3, 8, 12, 17])
+def test_same_bytes_of_runs_sees_every_byte(length: int) -> None:
+    """Two runs built by hand (stride 29, other values): equal, then unequal in each single key byte in turn."""
+    import numpy as np
+
+    from statekit.format.flink.locate import Run
+    from statekit.format.flink.strided import same_bytes
+
+    rng = np.random.default_rng(length)
+    count, stride = 40, 29
+    a = rng.integers(0, 256, count * stride, dtype=np.uint8).reshape(count, stride)
+    b = rng.integers(0, 256, count * stride, dtype=np.uint8).reshape(count, stride)
+    b[:, 4 : 4 + length] = a[:, 4 : 4 + length]
+    buf = np.concatenate([a.ravel(), b.ravel()])
+    ra, rb = Run(0, 1, 0, count, stride, length, 8), Run(0, 2, count * stride, count, stride, length, 8)
+    assert same_bytes(buf, ra, rb, 4, length)
+    for j in range(length):
+        for row in (0, count // 2, count - 1):
+            other = buf.copy()
+            other[count * stride + row * stride + 4 + j] ^= 0x40
+            assert not same_bytes(other, ra, rb, 4, length), (j, row)
+
+
+@pytest.mark.parametrize("max_parallelism", [128, 256], ids=["1-byte-prefix", "2-byte-prefix"])
+@pytest.mark.parametrize("where", ["first", "middle", "last"])
+def test_an_entry_under_another_key_groups_prefix_is_reported(tmp_path: Path, max_parallelism: int, where: str) -> None:
+    """One entry of a strided run (Long keys) carries another key group in its prefix: a typed error, not a row."""
+    from statekit.errors import CorruptSavepointError
+
+    path = _flink_savepoint(tmp_path, list(range(N)), "bigint", max_parallelism)
+    sp = Savepoint.open(path)
+    h = sp.flink.keyed_handles(sp.flink_operator("bench"))[0]
+    kg, start, end = sp.flink.key_group_spans(h)[0]
+    P = 1 if max_parallelism <= 128 else 2
+    stride = 4 + (P + 8 + 1) + 4 + 8
+    n = (end - start - 6) // (2 * stride)  # state a's entries (b holds the same keys)
+    assert n > 4
+    j = {"first": 0, "middle": n // 2, "last": n - 1}[where]
+    f = path / h.delegate.path
+    data = bytearray(f.read_bytes())
+    at = start + 2 + j * stride + 4
+    other = (kg + 1) % max_parallelism
+    if P == 1:
+        data[at] = data[at] & 0x80 | other
+    else:
+        data[at], data[at + 1] = data[at] & 0x80 | other >> 8, other & 0xFF
+    f.write_bytes(bytes(data))
+    with pytest.raises(CorruptSavepointError, match="key-group prefix differs"):
+        Savepoint.open(path).keyed_table("bench")
