@@ -403,7 +403,7 @@ def decode(lay: KeyedLayout, buf: np.ndarray, located: Located, stream_of_chain:
                 raise corrupt(where, f"keys of state {name!r} do not end where their entries do")
             row_keys.append((name, e, kstart, nsend, keys, ns_arr, _key_groups(buf, e.kp, P)))
         table = _assemble(lay, buf, row_keys, groups, where, stats) if row_keys else _empty_keyed(lay)
-    timers = pa.concat_tables(timer_tables) if timer_tables else _empty_timers(lay)
+    timers = _in_key_group_order(pa.concat_tables(timer_tables)) if timer_tables else _empty_timers(lay)
     return KeyedResult(table, timers)
 
 
@@ -458,10 +458,16 @@ def _assemble(lay: KeyedLayout, buf: np.ndarray, row_keys: list, groups: dict[st
     for meta in lay.states:
         cols[meta.name] = pieces.get(meta.name, pa.nulls(nrows, _column_type(meta)))
     table = pa.table(cols)
-    kg = cols["key_group"].to_numpy()
-    if len(kg) > 1 and not (kg[1:] >= kg[:-1]).all():  # chained entries come step by step: group by key group
-        table = table.take(pa.array(np.argsort(kg.astype(np.int16 if lay.prefix_bytes == 1 else np.int32),
-                                               kind="stable")))
+    return _in_key_group_order(table)
+
+
+def _in_key_group_order(table: pa.Table) -> pa.Table:
+    """`table`'s rows grouped by key group, each key group's in their order (chained entries come step by step, over
+    every key group of a batch at once: so the rows do not depend on how key groups were batched)."""
+    col = table.column("key_group")
+    kg = np.concatenate([c.to_numpy() for c in col.chunks]) if col.num_chunks else np.zeros(0, np.int32)
+    if len(kg) > 1 and not (kg[1:] >= kg[:-1]).all():
+        table = table.take(pa.array(np.argsort(kg, kind="stable")))
     return table
 
 
