@@ -126,3 +126,17 @@ def to_numpy(arr: pa.Array | pa.ChunkedArray) -> np.ndarray:
 def empty_table(schema: pa.Schema) -> pa.Table:
     """A table of `schema` with no rows (``Schema.empty_table`` imports pandas)."""
     return pa.Table.from_batches([], schema=schema)
+
+
+def as_schema(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """`table.cast(schema)`, without a cast where only nullability (or nothing) differs: the columns kept as they are.
+
+    Why: a table's first ``cast`` imports ``pyarrow.compute`` (~0.2 s of a fresh process), and a decoded keyed
+    table usually differs from its declared schema only in the ``not null`` of its key columns.
+    """
+    if table.schema.equals(schema, check_metadata=True):
+        return table
+    if table.schema.names == schema.names and all(
+            a.type == f.type and (f.nullable or c.null_count == 0) for a, f, c in zip(table.schema, schema, table.columns)):
+        return pa.Table.from_arrays(table.columns, schema=schema)
+    return table.cast(schema)

@@ -16,6 +16,7 @@ from typing import Any, Iterator, Literal
 import pyarrow as pa
 
 from statekit.errors import InvalidArgumentError, StatekitError, UnsupportedFormatError
+from statekit.format.arrow_memory import as_schema
 from statekit.format.flink.keyed import DecodeStats, KeyedLayout, KeyedResult
 from statekit.format.flink.kinds import JobKind, choose
 from statekit.format.flink.lookup import lookup
@@ -284,7 +285,7 @@ class FlinkSavepoint(Savepoint):
             table = self._read_keyed(op, (key_groups.start, key_groups.end)).table
         else:
             table = self._keyed(op).table  # type: ignore[union-attr]
-        table = table.cast(self.keyed_schema(op))
+        table = as_schema(table, self.keyed_schema(op))
         return table if with_key_group else table.drop_columns(["key_group"])
 
     def keyed_batches(self, op: OpLike, *, batch_bytes: int = BATCH_BYTES) -> Iterator[pa.Table] | None:
@@ -325,7 +326,7 @@ class FlinkSavepoint(Savepoint):
                     for r in islice(todo, 1):
                         pending.append(pool.submit(decode, r))
                     self.stats.merge(own)
-                    yield table.cast(schema)
+                    yield as_schema(table, schema)
         return batches()
 
     def key_group_of(self, op: OpLike, key: Any) -> int | None:
