@@ -206,9 +206,13 @@ def _run_table(lay: KeyedLayout, buf: np.ndarray, located: Located, groups: dict
         return None
     P = lay.prefix_bytes
     widths = [r.klen - P - 1 for r in base]  # the key's bytes, before VoidNamespace's one
-    for g in keyed[1:]:  # every entry's key bytes (its key-group prefix is checked by the reader)
-        if len(g.runs) != len(base) or not all(a.chain == b.chain and a.klen == b.klen and
-                                               same_bytes(buf, a, b, 4 + P, w) for a, b, w in zip(base, g.runs, widths)):
+    # Every entry's key bytes (the key-group prefix is proven by `locate`), and VoidNamespace's byte where the entry
+    # path compares it too (it tells rows apart there): all but a fixed-width key's, as before
+    wk = FIXED_DTYPES.get(lay.key_type.kind)
+    ns = 0 if wk is not None and all(w == np.dtype(wk).itemsize for w in widths) else 1
+    for g in keyed[1:]:
+        if len(g.runs) != len(base) or not all(a.chain == b.chain and a.klen == b.klen and same_bytes(
+                buf, a, b, 4 + P, w + ns) for a, b, w in zip(base, g.runs, widths)):
             return None
     key = _run_column(lay.key_type, buf, base, [4 + P] * len(base), widths, stats, "key")
     if key is None:

@@ -476,3 +476,30 @@ def test_an_entry_under_another_key_groups_prefix_is_reported(tmp_path: Path, ma
     f.write_bytes(bytes(data))
     with pytest.raises(CorruptSavepointError, match="key-group prefix differs"):
         Savepoint.open(path).keyed_table("bench")
+
+
+def test_runs_and_the_entry_path_agree_on_a_damaged_namespace_byte(tmp_path: Path, monkeypatch) -> None:
+    """String keys in runs; one entry's VoidNamespace byte (0 as written) set to 1 in state b: the key bytes the entry
+    path compares include that byte, so the strided-run table must not pair the states either - both read the same."""
+    import re
+
+    from statekit.format.flink import keyed
+
+    keys = [f"key-{i:05d}" for i in range(N)]
+    path = _flink_savepoint(tmp_path, keys, "string")
+    damaged = 0
+    for f in sorted(p for p in path.iterdir() if p.name != "_metadata"):
+        data = bytearray(f.read_bytes())
+        hits = [m.start() for m in re.finditer(rb"\x00\x00\x00\x0c[\x00-\xff]\x0akey-", bytes(data))]
+        if hits:
+            at = hits[len(hits) // 2 + 3]  # past the middle: an entry of state b
+            assert data[at + 15] == 0
+            data[at + 15] = 1
+            f.write_bytes(bytes(data))
+            damaged += 1
+    assert damaged
+    runs = Savepoint.open(path).keyed_table("bench", with_key_group=True)
+    monkeypatch.setattr(keyed, "_MIN_MEAN_RUN", 1 << 40)  # every table from the located entries
+    entries = Savepoint.open(path).keyed_table("bench", with_key_group=True)
+    assert runs.equals(entries)
+    assert runs.num_rows > N  # the damaged keys are not paired with state a's
