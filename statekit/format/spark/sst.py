@@ -22,8 +22,10 @@ raises `Unsupported`, and the caller opens the checkpoint with RocksDB instead
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 
@@ -43,7 +45,7 @@ class Unsupported(Exception):
 
 @dataclass
 class Entries:
-    """Live entries as two byte buffers with row bounds: ``keys[key_starts[i]:key_ends[i]]`` is entry i's user key.
+    """Entries as two byte buffers with row bounds: ``keys[key_starts[i]:key_ends[i]]`` is entry i's user key.
 
     Both buffers hold at least 8 bytes after the last row (the column decoder reads whole words).
     """
@@ -57,6 +59,13 @@ class Entries:
 
     def __len__(self) -> int:
         return len(self.key_starts)
+
+    def where(self, mask: np.ndarray | None) -> Entries:
+        """The entries where `mask` is True (all when None)."""
+        if mask is None:
+            return self
+        return Entries(self.keys, self.key_starts[mask], self.key_ends[mask], self.values, self.value_starts[mask],
+                       self.value_ends[mask])
 
 
 def _varint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
@@ -292,7 +301,8 @@ _CHUNK = 2048  # data blocks parsed together (~8 MB): arrays small enough for th
 
 @dataclass
 class _Chunk:
-    """The entries of some data blocks before deduplication."""
+    """What deduplication needs of the entries of some data blocks: their user keys (rows of `stride` bytes in
+    `flat`), whether each is a put, its 8-byte trailer (sequence number and type) and its hash."""
 
     flat: np.ndarray
     stride: int
@@ -300,27 +310,27 @@ class _Chunk:
     put: np.ndarray
     trailer: np.ndarray
     h: np.ndarray
-    buf: np.ndarray
-    vstart: np.ndarray
-    vlen: np.ndarray
 
     def key(self, i: int) -> bytes:
         return self.flat[i * self.stride:i * self.stride + int(self.ulen[i])].tobytes()
 
-    def entries(self, live: np.ndarray | None) -> Entries:
-        if live is None:
-            kstarts, ul, vs, vl = np.arange(len(self.h)) * self.stride, self.ulen, self.vstart, self.vlen
-        else:
-            keep = np.flatnonzero(live)
-            kstarts, ul, vs, vl = keep * self.stride, self.ulen[keep], self.vstart[keep], self.vlen[keep]
-        return Entries(self.flat, kstarts, kstarts + ul, self.buf, vs, vs + vl)
+
+T = TypeVar("T")
 
 
-def read(paths: list[Path]) -> list[Entries]:
-    """The live entries (newest version of each user key, deletions applied) of the SSTs of one RocksDB checkpoint,
-    in chunks (each chunk's user keys distinct from every other's)."""
+def read(paths: list[Path], decode: Callable[[Entries], T]) -> list[tuple[T, np.ndarray | None]]:
+    """The entries of the SSTs of one RocksDB checkpoint, in chunks: each chunk's puts are given to `decode` as soon
+    as they are parsed (its decompressed blocks are released after it unless `decode` keeps them); returned with,
+    once every chunk is parsed, which of them are live (a mask, None when all are): the newest version of each user
+    key wins, and a deletion hides it. The live entries of different chunks have different user keys."""
     tables = [_table(p) for p in paths]
-    chunks = [_parse(*_decompress(t, i, i + _CHUNK)) for t in tables for i in range(0, len(t.offsets), _CHUNK)]
+    chunks: list[_Chunk] = []
+    decoded = []
+    for t in tables:
+        for i in range(0, len(t.offsets), _CHUNK):
+            chunk, entries = _parse(*_decompress(t, i, i + _CHUNK))
+            decoded.append(decode(entries.where(None if chunk.put.all() else chunk.put)))
+            chunks.append(chunk)
     if not chunks:
         return []
     # the newest version of each user key wins. Equal keys have equal 64-bit hashes: sort the hashes with each
@@ -333,18 +343,26 @@ def read(paths: list[Path]) -> list[Entries]:
     order.sort()
     top = order >> bits
     near = np.flatnonzero(top[1:] == top[:-1])
-    live = None if all(c.put.all() for c in chunks) else np.concatenate([c.put for c in chunks])
-    older: np.ndarray | list = _older(chunks, h, order[np.unique(np.r_[near, near + 1])] & ((np.uint64(1) << bits) - np.uint64(1))) \
-        if len(near) else []
-    if len(older):
-        if live is None:
-            live = np.ones(len(h), bool)
-        live[older] = False
-    out, at = [], 0
-    for c in chunks:
-        out.append(c.entries(None if live is None else live[at:at + len(c.h)]))
+    older = _older(chunks, h, order[np.unique(np.r_[near, near + 1])] & ((np.uint64(1) << bits) - np.uint64(1))) \
+        if len(near) else np.zeros(0, np.int64)
+    older.sort()
+    out: list[tuple[T, np.ndarray | None]] = []
+    at = 0
+    for c, d in zip(chunks, decoded):
+        hidden = older[np.searchsorted(older, at):np.searchsorted(older, at + len(c.h))] - at
         at += len(c.h)
+        if not len(hidden):
+            out.append((d, None))  # (its deletions were never given to `decode`)
+            continue
+        live = c.put.copy()
+        live[hidden] = False
+        out.append((d, live[c.put]))
     return out
+
+
+def live_entries(paths: list[Path]) -> list[Entries]:
+    """`read` without decoding: the live entries, in chunks."""
+    return [e.where(live) for e, live in read(paths, lambda e: e)]
 
 
 def _older(chunks: list[_Chunk], h: np.ndarray, candidates: np.ndarray) -> np.ndarray:
@@ -370,7 +388,7 @@ def _older(chunks: list[_Chunk], h: np.ndarray, candidates: np.ndarray) -> np.nd
     return members[by][~newest]
 
 
-def _parse(buf: np.ndarray, bases: np.ndarray, sizes: np.ndarray) -> _Chunk:
+def _parse(buf: np.ndarray, bases: np.ndarray, sizes: np.ndarray) -> tuple[_Chunk, Entries]:
     """The entries of decompressed data blocks (``buf[bases[i]:bases[i] + sizes[i]]``, padded with `_PAD` zero
     bytes), keys rebuilt, hashed, not yet deduplicated."""
     u32 = _view(buf, "<u4")
@@ -474,7 +492,10 @@ def _parse(buf: np.ndarray, bases: np.ndarray, sizes: np.ndarray) -> _Chunk:
             mixed = (h ^ word) * np.uint64(1099511628211)
             mixed ^= mixed >> np.uint64(29)
             h = mixed if fixed else np.where(8 * w < ulen, mixed, h)
-    return _Chunk(flat, stride, ulen, put, trailer, h, buf, at + ns, (heads >> 16 & 0xFF).astype(np.int64))
+    kstarts = np.arange(n) * stride
+    vstarts = at + ns
+    return _Chunk(flat, stride, ulen, put, trailer, h), \
+        Entries(flat, kstarts, kstarts + ulen, buf, vstarts, vstarts + (heads >> 16 & 0xFF))
 
 
 def _long_lengths(steps: list[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> None:
