@@ -222,7 +222,7 @@ class SparkCheckpoint(Savepoint):
                  schema: pa.Schema) -> pa.Table | None:
         """A plain store partition decoded column by column (`statekit.format.spark.vector`), or None if its types
         need the row decoder."""
-        from statekit.format.spark.vector import decode_buffer, decode_columns, supported
+        from statekit.format.spark.vector import arrow_array, decode_buffer, decode_columns, supported
 
         if not 0 <= partition < info.num_partitions:
             raise InvalidArgumentError(f"operator {info.id} has partitions 0-{info.num_partitions - 1}, not {partition}")
@@ -237,12 +237,12 @@ class SparkCheckpoint(Savepoint):
             vc = decode_buffer(e.values, e.value_starts, e.value_ends, shape.value, skip=skip)
             if kc is None or vc is None:
                 return None
-            return pa.Table.from_arrays([pa.array(np.full(len(e), partition, np.int32)), *kc, *vc], schema=schema)
+            return pa.Table.from_arrays([arrow_array(np.full(len(e), partition, np.int32)), *kc, *vc], schema=schema)
         direct = providers.sst_entries(directory, self.version, self.conf, where=str(directory), decode=decode)
         if direct is not None:  # straight from the SSTs: no RocksDB, no Python object per entry
             if any(t is None for t, _ in direct):
                 return None
-            tables = [t if live is None else t.filter(pa.array(live)) for t, live in direct]  # type: ignore[union-attr]
+            tables = [t if live is None else t.filter(arrow_array(live)) for t, live in direct]  # type: ignore[union-attr]
             return pa.concat_tables(tables) if tables else schema.empty_table()
         data = self.load(info.id, partition, store)
         keys, values = list(data.entries), list(data.entries.values())  # (decode_columns checks the version byte)
@@ -250,7 +250,7 @@ class SparkCheckpoint(Savepoint):
         vc = decode_columns(values, shape.value, skip=skip)
         if kc is None or vc is None:
             return None
-        pid = pa.array(np.full(len(keys), partition, np.int32))
+        pid = arrow_array(np.full(len(keys), partition, np.int32))
         return pa.Table.from_arrays([pid, *kc, *vc], schema=schema)
 
     def _pairs(self, info: OperatorInfo, store: str, partition: int) -> list[tuple[dict, dict]]:
