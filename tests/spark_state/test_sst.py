@@ -205,3 +205,29 @@ def test_hadoop_side_file_finds_damage(tmp_path, chunk):
             bad[i] ^= 0x40
         with pytest.raises(StateChecksumMismatchError):
             hadoop_checked(f, bytes(bad))
+
+
+def test_equal_hashes_of_different_keys_are_left_to_rocksdb(tmp_path, monkeypatch):
+    """Versions of a key are found by equal 64-bit hashes, then checked byte by byte: different keys whose hashes
+    are equal (forced here) are not taken for versions of one key."""
+    opts = _options()
+    db = rocksdict.Rdict(str(tmp_path / "db"), options=opts)
+    for i in range(50):
+        db[b"k%d" % i] = b"v"
+    db.flush()
+    db[b"k7"] = b"w"  # a second version in a second SST: its hash is held twice
+    db.flush()
+    db.close()
+    ssts = sorted((tmp_path / "db").glob("*.sst"))
+    for f in ssts:
+        _hadoop_crc(f)
+    assert _as_dict(sst.live_entries(ssts)) == {b"k%d" % i: b"w" if i == 7 else b"v" for i in range(50)}
+    parse = sst._parse
+
+    def colliding(*a):
+        chunk, entries = parse(*a)
+        chunk.h = chunk.h & np.uint64(0xFF)  # 50 keys, 256 hashes: some different keys share one
+        return chunk, entries
+    monkeypatch.setattr(sst, "_parse", colliding)
+    with pytest.raises(sst.Unsupported, match="collision"):
+        sst.live_entries(ssts)
