@@ -9,6 +9,7 @@ batch ``b`` is store version ``b + 1``.
 from __future__ import annotations
 
 import json
+import mmap
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -187,7 +188,7 @@ def read_checked(path: Path, where: str) -> bytes:
     return data
 
 
-def hadoop_checked(path: Path, data: bytes) -> bool:
+def hadoop_checked(path: Path, data: bytes | mmap.mmap) -> bool:
     """Whether `data` (the bytes of `path`) was verified against Hadoop's ``.<name>.crc`` side file: False when
     there is none; a mismatch raises.
 

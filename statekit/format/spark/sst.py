@@ -22,6 +22,7 @@ raises `Unsupported`, and the caller opens the checkpoint with RocksDB instead
 
 from __future__ import annotations
 
+import mmap
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -83,7 +84,7 @@ def _zigzag(n: int) -> int:
     return (n >> 1) ^ -(n & 1)
 
 
-def _block(data: bytes, offset: int, size: int, where: str) -> bytes:
+def _block(data: bytes | mmap.mmap, offset: int, size: int, where: str) -> bytes:
     """The contents of the block at (offset, size), decompressed."""
     if offset + size + _TRAILER > len(data):
         raise CorruptSavepointError(f"{where}: a block handle points past the end of the file; the SST is damaged.")
@@ -183,14 +184,15 @@ class _Table:
     """One SST's bytes and the handles of its data blocks, in key order."""
 
     path: Path
-    data: bytes
+    data: bytes | mmap.mmap
     offsets: np.ndarray
     sizes: np.ndarray
 
 
 def _table(path: Path) -> _Table:
     """The data block handles of one SST (footer, metaindex, properties and index read; no data block yet)."""
-    data = path.read_bytes()
+    with path.open("rb") as f:  # mapped, not read: no copy, no fresh memory (SSTs are never rewritten in place)
+        data: bytes | mmap.mmap = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if path.stat().st_size else b""
     if not hadoop_checked(path, data):
         raise Unsupported("no checksum side file: RocksDB verifies its blocks' own checksums instead")
     where = str(path)
@@ -295,7 +297,8 @@ def _u64(buf: np.ndarray) -> np.ndarray:
 
 
 _PAD = 8 * 33  # zero bytes after a chunk's blocks: a key's words (< 256 bytes) read from any entry stay inside
-_LOW = np.array([(1 << (8 * i)) - 1 for i in range(8)] + [(1 << 64) - 1], np.uint64)  # the low i bytes of a word
+# _SHARED[w][s]: the bytes of word w of a key that an entry sharing s bytes takes from the entry before
+_SHARED = [np.array([(1 << (8 * min(max(s - 8 * w, 0), 8))) - 1 for s in range(256)], np.uint64) for w in range(32)]
 _CHUNK = 2048  # data blocks parsed together (~8 MB): arrays small enough for the allocator to reuse, not page in
 
 
@@ -464,7 +467,7 @@ def _parse(buf: np.ndarray, bases: np.ndarray, sizes: np.ndarray) -> tuple[_Chun
         col = words[:n, w].copy()
         for j in range(1, len(rows)):
             row = rows[j]
-            keep = _LOW[np.clip((steps[j][2] & 0xFF).astype(np.int64) - 8 * w, 0, 8)]  # the bytes shared
+            keep = _SHARED[w][steps[j][2] & 0xFF]
             mine = col[row]
             col[row] = mine ^ ((mine ^ col[row - 1]) & keep)
         words[:n, w] = col
