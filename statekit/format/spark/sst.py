@@ -123,7 +123,7 @@ def _plain_entries(block: bytes) -> list[tuple[bytes, bytes]]:
 
 def _varints(buf: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The varint at each position of `pos` in `buf` (padded with 10 bytes), and the position after it."""
-    window = np.lib.stride_tricks.sliding_window_view(buf, 10)[pos].astype(np.int64)
+    window = np.ndarray((len(buf) - 9, 10), np.uint8, buf, 0, (1, 1))[pos].astype(np.int64)  # 10 bytes at each
     more = window >= 0x80
     size = np.argmin(more, axis=1) + 1
     if np.any(more.all(axis=1)):
@@ -435,7 +435,8 @@ def _parse(buf: np.ndarray, bases: np.ndarray, sizes: np.ndarray) -> tuple[_Chun
         at[row] = p + 3
         heads[row] = hd
         rows.append(row)
-    _long_lengths(steps)
+    if np.any(heads & 0x808080):
+        _long_lengths(steps)
     b = heads.view(np.uint8).reshape(n, 4)
     shared, ns, vlen = b[:, 0], b[:, 1], b[:, 2]  # (strided views)
     klen = np.add(shared, ns, dtype=np.int64)

@@ -67,7 +67,7 @@ def _columns(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, schema: Stru
     # then every field is a strided view of the gathered rows
     rows = np.ndarray((len(buf) - fixed + 1,), f"V{fixed}", buf, 0, (1,))[starts] if len(starts) and fixed else \
         np.zeros(len(starts), f"V{max(fixed, 1)}")
-    if skip and rows.view(np.uint8).reshape(len(rows), fixed)[:, :skip].any():
+    if any(_field(rows, i, "u1").any() for i in range(skip)):
         return None
     # the null bits of up to 64 fields are one word: when no row has one set (the common case), no field needs a mask
     nulls = bitset > 8 or bool(bitset and _field(rows, skip, "<u8").any())
