@@ -233,7 +233,7 @@ class SparkCheckpoint(Savepoint):
         directory = self.layout.store_dir(info.id, partition, store)
 
         def decode(e: sst.Entries) -> pa.Table | None:
-            kc = decode_buffer(e.keys, e.key_starts, e.key_ends, shape.key, skip=skip)
+            kc = decode_buffer(e.keys, e.key_starts, e.key_ends, shape.key, skip=skip, stride=e.key_stride)
             vc = decode_buffer(e.values, e.value_starts, e.value_ends, shape.value, skip=skip)
             if kc is None or vc is None:
                 return None

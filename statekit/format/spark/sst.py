@@ -57,6 +57,7 @@ class Entries:
     values: np.ndarray
     value_starts: np.ndarray
     value_ends: np.ndarray
+    key_stride: int = 0  # when not 0: ``key_starts[i] == key_starts[0] + i * key_stride``
 
     def __len__(self) -> int:
         return len(self.key_starts)
@@ -494,7 +495,7 @@ def _parse(buf: np.ndarray, bases: np.ndarray, sizes: np.ndarray) -> tuple[_Chun
     kstarts = np.arange(0, n * stride, stride)
     vstarts = at + ns
     return _Chunk(flat, stride, ulen, put, trailer, h), Entries(flat, kstarts, kstarts + ulen, buf, vstarts,
-                                                                vstarts + vlen)
+                                                                vstarts + vlen, stride)
 
 
 def _long_lengths(steps: list[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> None:

@@ -9,6 +9,8 @@ nested structs) from their ``offset << 32 | size`` words. Types without a vector
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pyarrow as pa
 
@@ -45,17 +47,26 @@ def arrow_array(values: np.ndarray, null: np.ndarray | None = None) -> pa.Array:
     return pa.Array.from_buffers(pa.from_numpy_dtype(values.dtype), len(values), [valid, pa.py_buffer(data)])
 
 
-def _field(rows: np.ndarray, offset: int, dtype: str) -> np.ndarray:
-    """The `dtype` value at byte `offset` of every row of `rows` (one item a row): a strided view."""
-    if not len(rows):
-        return np.zeros(0, dtype)
-    return np.ndarray((len(rows),), dtype, rows, offset, (rows.itemsize,))
+@dataclass
+class _Rows:
+    """The fixed parts of `count` rows: row i at byte ``first + i * stride`` of `base`."""
+
+    base: np.ndarray
+    first: int
+    stride: int
+    count: int
+
+    def field(self, offset: int, dtype: str) -> np.ndarray:
+        """The `dtype` value at byte `offset` of every row (one item a row): a strided view."""
+        if not self.count:
+            return np.zeros(0, dtype)
+        return np.ndarray((self.count,), dtype, self.base, self.first + offset, (self.stride,))
 
 
-def _columns(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, schema: Struct, *,
-             skip: int = 0) -> list[pa.Array] | None:
-    """The fields of rows ``buf[starts[i] + skip:ends[i]]``, or None when a row's `skip` leading bytes are not all 0
-    (RocksDB's encoding version)."""
+def _columns(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, schema: Struct, *, skip: int = 0,
+             stride: int = 0) -> list[pa.Array] | None:
+    """The fields of rows ``buf[starts[i] + skip:ends[i]]`` (``starts[i] = starts[0] + i * stride`` when `stride`),
+    or None when a row's `skip` leading bytes are not all 0 (RocksDB's encoding version)."""
     n = len(schema.fields)
     bitset = ((n + 63) // 64) * 8
     fixed = skip + bitset + 8 * n
@@ -64,21 +75,26 @@ def _columns(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, schema: Stru
             return None
         raise CorruptSavepointError(f"an UnsafeRow is shorter than its schema's {fixed - skip} bytes")
     # the fixed part of every row (null bits, then a word a field) in one gather: each row's memory is read once,
-    # then every field is a strided view of the gathered rows
-    rows = np.ndarray((len(buf) - fixed + 1,), f"V{fixed}", buf, 0, (1,))[starts] if len(starts) and fixed else \
-        np.zeros(len(starts), f"V{max(fixed, 1)}")
-    if any(_field(rows, i, "u1").any() for i in range(skip)):
+    # then every field is a strided view of the gathered rows (rows at a stride are read where they are)
+    if stride and len(starts):
+        rows = _Rows(buf, int(starts[0]), stride, len(starts))
+    elif len(starts) and fixed:
+        rows = _Rows(np.ndarray((len(buf) - fixed + 1,), f"V{fixed}", buf, 0, (1,))[starts], 0, fixed, len(starts))
+    else:
+        rows = _Rows(np.zeros(0, np.uint8), 0, 1, 0) if not len(starts) else \
+            _Rows(np.zeros(len(starts), np.uint8), 0, 1, len(starts))  # (no fixed part: no field read)
+    if any(rows.field(i, "u1").any() for i in range(skip)):
         return None
     # the null bits of up to 64 fields are one word: when no row has one set (the common case), no field needs a mask
-    nulls = bitset > 8 or bool(bitset and _field(rows, skip, "<u8").any())
+    nulls = bitset > 8 or bool(bitset and rows.field(skip, "<u8").any())
     base = starts + skip
     out = []
     for i, f in enumerate(schema.fields):
-        null = (_field(rows, skip + (i >> 3), "u1") >> (i & 7)) & 1 == 1 if nulls else None
+        null = (rows.field(skip + (i >> 3), "u1") >> (i & 7)) & 1 == 1 if nulls else None
         at = skip + bitset + 8 * i
         t = f.type
         if isinstance(t, Struct):
-            w = _field(rows, at, "<i8")
+            w = rows.field(at, "<i8")
             sub = base + (w >> 32)
             size = w & 0xFFFFFFFF
             children = _columns(buf, sub, sub + size, t) if null is None else \
@@ -90,7 +106,7 @@ def _columns(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, schema: Stru
         elif t in ("null", "void"):
             out.append(pa.nulls(len(starts)))
         elif t in ("string", "binary"):
-            w = _field(rows, at, "<i8")
+            w = rows.field(at, "<i8")
             off = base + (w >> 32) if null is None else np.where(null, 0, base + (w >> 32))
             size = w & 0xFFFFFFFF if null is None else np.where(null, 0, w & 0xFFFFFFFF)
             if len(off) and int(np.max(off + size)) > len(buf):
@@ -106,7 +122,7 @@ def _columns(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, schema: Stru
             out.append(arr.cast(pa.string() if t == "string" else pa.binary()))
         else:
             dt = np.dtype(_FIXED[t])
-            values = _field(rows, at, "<" + dt.str[1:]).astype(dt) if t != "boolean" else _field(rows, at, "u1") != 0
+            values = rows.field(at, "<" + dt.str[1:]).astype(dt) if t != "boolean" else rows.field(at, "u1") != 0
             arr = arrow_array(values, null)
             out.append(arr if t not in ("timestamp", "timestamp_ntz", "date") else arr.cast(arrow_type(t)))
     return out
@@ -123,12 +139,12 @@ def decode_columns(rows: list[bytes], schema: Struct, *, skip: int = 0) -> list[
 
 
 def decode_buffer(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, schema: Struct, *,
-                  skip: int = 0) -> list[pa.Array] | None:
+                  skip: int = 0, stride: int = 0) -> list[pa.Array] | None:
     """`decode_columns` of rows ``buf[starts[i]:ends[i]]`` already in one buffer (padded with 8 bytes after the last
-    row), or None if unsupported."""
+    row), or None if unsupported. `stride`, when given: ``starts[i] = starts[0] + i * stride`` (read in place)."""
     if not supported(schema):
         return None
     try:  # None for a leading byte that is not RocksDB's encoding version 0: the row decoder names the entry
-        return _columns(buf, starts, ends, schema, skip=skip)
+        return _columns(buf, starts, ends, schema, skip=skip, stride=stride)
     except IndexError:
         raise CorruptSavepointError("an UnsafeRow's offsets point outside the row") from None
