@@ -297,6 +297,7 @@ def _u64(buf: np.ndarray) -> np.ndarray:
     return _view(buf, "<u8")
 
 
+_LOW = np.array([(1 << (8 * i)) - 1 for i in range(8)], np.uint64)  # the low i bytes of a word
 _PAD = 8 * 33  # zero bytes after a chunk's blocks: a key's words (< 256 bytes) read from any entry stay inside
 # _SHARED[w][s]: the bytes of word w of a key that an entry sharing s bytes takes from the entry before
 _SHARED = [np.array([(1 << (8 * min(max(s - 8 * w, 0), 8))) - 1 for s in range(256)], np.uint64) for w in range(32)]
@@ -461,9 +462,13 @@ def _parse(buf: np.ndarray, bases: np.ndarray, sizes: np.ndarray) -> tuple[_Chun
     words = rowview[own].view("<u8").reshape(n + 1, nw)
     lo = min((int((hd & 0xFF).min()) for _, _, hd in steps[1:]), default=width)  # steps 1.. : no restart entry
     hi = int(shared.max())
-    if lo >= 8:
-        lead = np.repeat(first, count)
-        for w in range(lo // 8):
+    lead = None
+    for w in range(lo // 8):  # the restart key's word: one value in every restart key (often: Spark's version
+        heads_w = words[first, w]  # byte and null bits) fills the column, else each entry takes its segment's
+        if np.all(heads_w == heads_w[0]):
+            words[:n, w] = heads_w[0]
+        else:
+            lead = np.repeat(first, count) if lead is None else lead
             words[:n, w] = words[lead, w]
     for w in range(lo // 8, (hi + 7) // 8):
         col = words[:n, w].copy()
@@ -475,18 +480,21 @@ def _parse(buf: np.ndarray, bases: np.ndarray, sizes: np.ndarray) -> tuple[_Chun
         words[:n, w] = col
     flat = words.view(np.uint8).reshape(-1)
     fixed = int(klen.min()) == width
-    if fixed:  # every key of one length: the trailer at one place in each row
-        trailer = np.ndarray((n,), "<u8", flat, width - 8, (stride,)).copy()
+    if fixed:  # every key of one length: the trailer at one place in each row (views, no copy)
+        trailer = np.ndarray((n,), "<u8", flat, width - 8, (stride,))
+        kind = np.ndarray((n,), np.uint8, flat, width - 8, (stride,))
     else:
         trailer = _u64(flat)[np.arange(n) * stride + klen - 8]
-    kind = (trailer & np.uint64(0xFF)).astype(np.uint8)
+        kind = (trailer & np.uint64(0xFF)).astype(np.uint8)
     put = kind == _PUT
     if not put.all() and np.any((kind != _PUT) & (kind != _DELETE) & (kind != _SINGLE_DELETE)):
         raise Unsupported("entry types other than put and delete")
     ulen = klen - 8
-    user = [words[:n, w] if fixed and 8 * w + 8 <= width - 8 else _masked(words[:n, w], ulen - 8 * w)
+    user = [words[:n, w] if fixed and 8 * w + 8 <= width - 8 else
+            words[:n, w] & _LOW[(width - 8) - 8 * w] if fixed else _masked(words[:n, w], ulen - 8 * w)
             for w in range((width - 8 + 7) // 8)]
-    h = ulen.astype(np.uint64) ^ np.uint64(1469598103934665603)
+    h = np.full(n, np.uint64(width - 8) ^ np.uint64(1469598103934665603)) if fixed else \
+        ulen.astype(np.uint64) ^ np.uint64(1469598103934665603)
     with np.errstate(over="ignore"):
         for w, word in enumerate(user):  # only the words a key has: the same hash in chunks of other widths
             mixed = (h ^ word) * np.uint64(1099511628211)
@@ -494,8 +502,8 @@ def _parse(buf: np.ndarray, bases: np.ndarray, sizes: np.ndarray) -> tuple[_Chun
             h = mixed if fixed else np.where(8 * w < ulen, mixed, h)
     kstarts = np.arange(0, n * stride, stride)
     vstarts = at + ns
-    return _Chunk(flat, stride, ulen, put, trailer, h), Entries(flat, kstarts, kstarts + ulen, buf, vstarts,
-                                                                vstarts + vlen, stride)
+    return _Chunk(flat, stride, ulen, put, trailer, h), \
+        Entries(flat, kstarts, kstarts + (width - 8 if fixed else ulen), buf, vstarts, vstarts + vlen, stride)
 
 
 def _long_lengths(steps: list[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> None:
