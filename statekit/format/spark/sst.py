@@ -124,13 +124,18 @@ def _plain_entries(block: bytes) -> list[tuple[bytes, bytes]]:
 
 def _varints(buf: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The varint at each position of `pos` in `buf` (padded with 10 bytes), and the position after it."""
-    window = np.ndarray((len(buf) - 9, 10), np.uint8, buf, 0, (1, 1))[pos].astype(np.int64)  # 10 bytes at each
-    more = window >= 0x80
-    size = np.argmin(more, axis=1) + 1
-    if np.any(more.all(axis=1)):
+    byte = buf[pos].astype(np.int64)
+    value, more, size = byte & 0x7F, byte >= 0x80, np.ones(len(pos), np.int64)
+    for k in range(1, 10):  # byte k of the varints not yet ended
+        if not more.any():
+            return value, pos + size
+        byte = buf[pos + k].astype(np.int64)
+        value |= np.where(more, (byte & 0x7F) << (7 * k), 0)
+        size += more
+        more &= byte >= 0x80
+    if more.any():
         raise CorruptSavepointError("an SST index holds a varint longer than 10 bytes; the SST is damaged.")
-    digits = np.where(np.arange(10) < size[:, None], window & 0x7F, 0)
-    return (digits << (7 * np.arange(10))).sum(axis=1), pos + size
+    return value, pos + size
 
 
 def _handles(block: bytes, delta: bool) -> tuple[np.ndarray, np.ndarray]:
