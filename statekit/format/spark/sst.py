@@ -257,7 +257,7 @@ def _decompress(table: _Table, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray
     n, head = _varints(data, off)
     head = np.where(packed, head - off, 0)
     n = np.where(packed, n, size)
-    if np.any(packed & (head >= size)) or int(n.max(initial=0)) >= 1 << 31:
+    if np.any(packed & (head >= size)) or np.any(n > 256 * size + 64):  # (LZ4 expands 255:1 at most, Snappy less)
         raise CorruptSavepointError(f"{table.path}: a data block's size is damaged; the SST is damaged.")
     bases = np.cumsum(n) - n
     total = int(bases[-1] + n[-1]) if len(n) else 0
