@@ -1,10 +1,10 @@
 """UnsafeRows decoded column by column with numpy: many rows of one schema straight into Arrow arrays.
 
-The rows are concatenated into one buffer; each field's 8-byte word is gathered at ``start + bitset +
-8 * i`` for every row at once, null bits likewise, and variable-width values (strings, binary,
-nested structs) from their ``offset << 32 | size`` words. Types without a vector form here
-(decimals) make `decode_columns` return None, and the caller decodes row by row
-(`statekit.format.spark.unsaferow`).
+The rows are in one buffer; the fixed part of every row (null bits, then one 8-byte word a field) is
+gathered once (read in place when the rows lie at a fixed stride), each field is then a strided view of it,
+and variable-width values (strings, binary, nested structs) come from their ``offset << 32 | size`` words.
+Types without a vector form here (decimals) make `decode_columns` return None, and the caller decodes row
+by row (`statekit.format.spark.unsaferow`).
 """
 
 from __future__ import annotations
