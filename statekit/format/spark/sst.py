@@ -306,7 +306,7 @@ _LOW = np.array([(1 << (8 * i)) - 1 for i in range(8)], np.uint64)  # the low i 
 _PAD = 8 * 33  # zero bytes after a chunk's blocks: a key's words (< 256 bytes) read from any entry stay inside
 # _SHARED[w][s]: the bytes of word w of a key that an entry sharing s bytes takes from the entry before
 _SHARED = [np.array([(1 << (8 * min(max(s - 8 * w, 0), 8))) - 1 for s in range(256)], np.uint64) for w in range(32)]
-_CHUNK = 512  # data blocks parsed together (~2 MB): a buffer the cache holds, arrays the allocator reuses
+_CHUNK = 1024  # data blocks parsed together (~4 MB): a buffer the cache holds, arrays the allocator reuses
 
 
 @dataclass
