@@ -302,6 +302,7 @@ def _u64(buf: np.ndarray) -> np.ndarray:
     return _view(buf, "<u8")
 
 
+_ADVANCE = 3 + (np.arange(1 << 16) & 0xFF) + (np.arange(1 << 16) >> 8)  # header + key part + value from bytes 1-2
 _LOW = np.array([(1 << (8 * i)) - 1 for i in range(8)], np.uint64)  # the low i bytes of a word
 _PAD = 8 * 33  # zero bytes after a chunk's blocks: a key's words (< 256 bytes) read from any entry stay inside
 # _SHARED[w][s]: the bytes of word w of a key that an entry sharing s bytes takes from the entry before
@@ -421,8 +422,7 @@ def _parse(buf: np.ndarray, bases: np.ndarray, sizes: np.ndarray) -> tuple[_Chun
     while len(seg):
         head = u32[p]
         steps.append((seg, p, head))
-        b = head.view(np.uint8).reshape(-1, 4)
-        p = p + np.add(b[:, 1], b[:, 2], dtype=np.int64) + 3
+        p = p + _ADVANCE[np.ndarray((len(p),), "<u2", head, 1, (4,))]  # header bytes 1-2: non_shared, value length
         more = p < end
         if not more.all():
             done = ~more
@@ -465,7 +465,9 @@ def _parse(buf: np.ndarray, bases: np.ndarray, sizes: np.ndarray) -> tuple[_Chun
     own[n] = len(buf) - _PAD  # + one row of the zero padding: the column decoder reads whole words
     rowview = np.ndarray((len(buf) - stride + 1,), f"V{stride}", buf, 0, (1,))  # a row at every byte
     words = rowview[own].view("<u8").reshape(n + 1, nw)
-    lo = min((int((hd & 0xFF).min()) for _, _, hd in steps[1:]), default=width)  # steps 1.. : no restart entry
+    others = shared.copy()
+    others[first] = 255  # (a restart entry shares nothing by definition)
+    lo = min(int(others.min()), width)
     hi = int(shared.max())
     lead = None
     for w in range(lo // 8):  # the restart key's word: one value in every restart key (often: Spark's version
