@@ -481,7 +481,8 @@ def _parse(buf: np.ndarray, bases: np.ndarray, sizes: np.ndarray) -> tuple[_Chun
         col = words[:n, w].copy()
         for j in range(1, len(rows)):
             row = rows[j]
-            keep = _SHARED[w][steps[j][2] & 0xFF]
+            hd = steps[j][2]
+            keep = _SHARED[w][np.ndarray((len(hd),), np.uint8, hd, 0, (4,))]  # by header byte 0: shared
             mine = col[row]
             col[row] = mine ^ ((mine ^ col[row - 1]) & keep)
         words[:n, w] = col
