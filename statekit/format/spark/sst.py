@@ -265,9 +265,10 @@ def _decompress(table: _Table, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray
     buf[total:] = 0
     into, dst, src = cramjam.lz4.decompress_block_into, memoryview(buf.data), memoryview(table.data)
     try:
-        if bool(np.all(kind == _LZ4)):  # Spark's setting: one call per block, no branch
-            for o, s, h, b, m in zip(off.tolist(), size.tolist(), head.tolist(), bases.tolist(), n.tolist()):
-                if into(src[o + h:o + s], dst[b:b + m], output_len=m) != m:
+        if bool(np.all(kind == _LZ4)):  # Spark's setting: one call per block, no branch, little Python around it
+            for a, e, b, c, m in zip((off + head).tolist(), (off + size).tolist(), bases.tolist(), (bases + n).tolist(),
+                                     n.tolist()):
+                if into(src[a:e], dst[b:c], m) != m:  # (m: the output length, so no size prefix is looked for)
                     raise ValueError(f"fewer bytes than its {m}")
         else:
             for o, s, h, b, m, k in zip(off.tolist(), size.tolist(), head.tolist(), bases.tolist(), n.tolist(),
