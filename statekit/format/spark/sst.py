@@ -435,14 +435,13 @@ def _parse(buf: np.ndarray, bases: np.ndarray, sizes: np.ndarray) -> tuple[_Chun
     # rows in file order: entry j of segment s is row first[s] + j
     first = np.cumsum(count) - count
     n = int(count.sum())
+    rows = [first[seg] + j if j else first for j, (seg, _, _) in enumerate(steps)]
+    order = np.concatenate(rows)  # (one scatter of all steps: fewer numpy calls, each holding the GIL a while)
     at = np.empty(n, np.int64)
+    at[order] = np.concatenate([p for _, p, _ in steps])
+    at += 3
     heads = np.empty(n, np.uint32)
-    rows = []
-    for j, (seg, p, hd) in enumerate(steps):
-        row = first[seg] + j if j else first
-        at[row] = p + 3
-        heads[row] = hd
-        rows.append(row)
+    heads[order] = np.concatenate([hd for _, _, hd in steps])
     if np.any(heads & 0x808080):
         _long_lengths(steps)
     b = heads.view(np.uint8).reshape(n, 4)
