@@ -21,7 +21,7 @@ import pyarrow as pa
 
 from statekit.errors import InvalidArgumentError, UnknownOperatorError, UnknownStateError
 from statekit.format.manifest import Manifest, OperatorMetadata
-from statekit.format.spark import providers
+from statekit.format.spark import providers, sst
 from statekit.format.spark.errors import MissingStateFileError, UnsupportedStateFormatError
 from statekit.format.spark.layout import CheckpointLayout, OperatorInfo
 from statekit.format.spark.murmur import partition_ids
@@ -222,23 +222,27 @@ class SparkCheckpoint(Savepoint):
                  schema: pa.Schema) -> pa.Table | None:
         """A plain store partition decoded column by column (`statekit.format.spark.vector`), or None if its types
         need the row decoder."""
-        from statekit.format.spark.vector import decode_buffer, decode_columns
+        from statekit.format.spark.vector import arrow_array, decode_buffer, decode_columns, supported
 
         if not 0 <= partition < info.num_partitions:
             raise InvalidArgumentError(f"operator {info.id} has partitions 0-{info.num_partitions - 1}, not {partition}")
         self._store(info, store)
+        if not supported(shape.key) or not supported(shape.value):
+            return None
         skip = 1 if self.provider == "rocksdb" else 0
         directory = self.layout.store_dir(info.id, partition, store)
-        direct = providers.sst_entries(directory, self.version, self.conf, where=str(directory))
+
+        def decode(e: sst.Entries) -> pa.Table | None:
+            kc = decode_buffer(e.keys, e.key_starts, e.key_ends, shape.key, skip=skip, stride=e.key_stride)
+            vc = decode_buffer(e.values, e.value_starts, e.value_ends, shape.value, skip=skip)
+            if kc is None or vc is None:
+                return None
+            return pa.Table.from_arrays([arrow_array(np.full(len(e), partition, np.int32)), *kc, *vc], schema=schema)
+        direct = providers.sst_entries(directory, self.version, self.conf, where=str(directory), decode=decode)
         if direct is not None:  # straight from the SSTs: no RocksDB, no Python object per entry
-            tables = []
-            for e in direct:
-                kc = decode_buffer(e.keys, e.key_starts, e.key_ends, shape.key, skip=skip)
-                vc = decode_buffer(e.values, e.value_starts, e.value_ends, shape.value, skip=skip)
-                if kc is None or vc is None:
-                    return None
-                pid = pa.array(np.full(len(e), partition, np.int32))
-                tables.append(pa.Table.from_arrays([pid, *kc, *vc], schema=schema))
+            if any(t is None for t, _ in direct):
+                return None
+            tables = [t if live is None else t.filter(arrow_array(live)) for t, live in direct]  # type: ignore[union-attr]
             return pa.concat_tables(tables) if tables else schema.empty_table()
         data = self.load(info.id, partition, store)
         keys, values = list(data.entries), list(data.entries.values())  # (decode_columns checks the version byte)
@@ -246,7 +250,7 @@ class SparkCheckpoint(Savepoint):
         vc = decode_columns(values, shape.value, skip=skip)
         if kc is None or vc is None:
             return None
-        pid = pa.array(np.full(len(keys), partition, np.int32))
+        pid = arrow_array(np.full(len(keys), partition, np.int32))
         return pa.Table.from_arrays([pid, *kc, *vc], schema=schema)
 
     def _pairs(self, info: OperatorInfo, store: str, partition: int) -> list[tuple[dict, dict]]:

@@ -9,10 +9,15 @@ one another. The LZ4 block itself is cramjam's (a core dependency).
 
 from __future__ import annotations
 
+import functools
 import struct
+from typing import TYPE_CHECKING
 
 from statekit.errors import CorruptSavepointError, UnsupportedFormatError
 from statekit.format.spark.errors import TruncatedStateFileError
+
+if TYPE_CHECKING:
+    import numpy as np
 
 MAGIC = b"LZ4Block"
 _HEADER = struct.Struct("<Biii")  # token, compressed length, original length, checksum
@@ -173,6 +178,68 @@ def crc32c(data: bytes) -> int:
     for b in data:
         crc = table[(crc ^ b) & 0xFF] ^ (crc >> 8)
     return crc ^ 0xFFFFFFFF
+
+
+def _times(mat: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """The GF(2) matrix `mat` (32 columns: the image of each bit) applied to every 32-bit value of `v`."""
+    import numpy as np  # deferred, as everywhere in this module's importers: only SST reads need it
+
+    out = np.zeros(v.shape, np.uint32)
+    for i in range(32):
+        out ^= np.where((v >> np.uint32(i)) & np.uint32(1) == 1, mat[i], np.uint32(0))
+    return out
+
+
+@functools.lru_cache(maxsize=None)
+def _zeros_op(log2_bytes: int) -> np.ndarray:
+    """The map of a CRC-32 register over 2**log2_bytes zero bytes (zlib's crc32_combine, as 32 columns)."""
+    import numpy as np
+
+    if log2_bytes < 0:  # one zero bit: shift right, the polynomial where a 1 falls out
+        return np.array([0xEDB88320] + [1 << (i - 1) for i in range(1, 32)], np.uint32)
+    op = _zeros_op(log2_bytes - 1) if log2_bytes else _times(_zeros_op(-1), _zeros_op(-1))  # 2 bits
+    if not log2_bytes:
+        op = _times(op, op)  # 4 bits
+    return _times(op, op)
+
+
+@functools.lru_cache(maxsize=None)
+def _zeros_tables(log2_bytes: int) -> np.ndarray:
+    """`_zeros_op(log2_bytes)` as four 256-entry tables, one per byte of the register."""
+    import numpy as np
+
+    byte = np.arange(256, dtype=np.uint32)
+    return np.stack([_times(_zeros_op(log2_bytes), byte << np.uint32(8 * b)) for b in range(4)])
+
+
+def _shifted(v: np.ndarray, log2_bytes: int) -> np.ndarray:
+    import numpy as np
+
+    t = _zeros_tables(log2_bytes)
+    return t[0][v & 0xFF] ^ t[1][v >> np.uint32(8) & 0xFF] ^ t[2][v >> np.uint32(16) & 0xFF] ^ t[3][v >> np.uint32(24)]
+
+
+def crc32_combined(crcs: np.ndarray, chunk: int, size: int) -> int:
+    """`zlib.crc32` of `size` bytes given the CRC-32s of its consecutive `chunk`-byte pieces (`chunk` a power of
+    two; the last piece the rest): zlib's crc32_combine, vectorized as a tree of pairs, left-padded with empty
+    pieces (CRC 0, which combine to nothing) to a power of two."""
+    import numpy as np
+
+    if not len(crcs):
+        return 0
+    full = size // chunk
+    tail = size - full * chunk  # bytes of a last, shorter piece (0: none)
+    x = crcs[:full].astype(np.uint32)
+    x = np.concatenate([np.zeros((1 << max(full - 1, 0).bit_length()) - full, np.uint32), x])
+    level = chunk.bit_length() - 1
+    while len(x) > 1:  # each left node moves past its right neighbour's bytes, then takes its CRC in
+        x = _shifted(x[0::2], level) ^ x[1::2]
+        level += 1
+    out = np.uint32(x[0]) if full else np.uint32(0)
+    for b in range(tail.bit_length()):  # the last piece: its length bit by bit
+        if tail >> b & 1:
+            out = _shifted(np.array([out], np.uint32), b)[0]
+    return int(out ^ (crcs[-1] if tail else 0))
 
 
 def to_signed32(v: int) -> int:

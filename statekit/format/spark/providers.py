@@ -15,8 +15,10 @@ import re
 import shutil
 import tempfile
 import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, TypeVar
 
 from statekit.errors import CorruptSavepointError
 from statekit.extras import require
@@ -25,6 +27,10 @@ from statekit.format.spark.codec import decompress
 from statekit.format.spark.errors import MissingStateFileError, UnsupportedStateFormatError
 from statekit.format.spark.layout import HDFS, ROCKSDB, read_checked
 
+if TYPE_CHECKING:
+    import numpy as np
+
+T = TypeVar("T")
 _VERSIONED = re.compile(r"(\d+)\.(delta|snapshot|zip|changelog)")
 _ZIP_MEMBER = re.compile(r"(metadata|CURRENT|MANIFEST-\d+|OPTIONS-\d+|\d+\.log|IDENTITY)")
 
@@ -165,11 +171,12 @@ def _zip_members(directory: Path, version: int, data: StoreData) -> tuple[zipfil
     return archive, ssts
 
 
-def sst_entries(directory: Path, version: int, conf: dict[str, str], *, where: str) -> list[sst.Entries] | None:
-    """The RocksDB store partition at `version` read straight from its SSTs (`statekit.format.spark.sst`, in
-    chunks), or None
-    when RocksDB itself must open it: changelogs to replay after the zip, a write-ahead log with writes in it, or
-    an SST feature the direct reader leaves to RocksDB."""
+def sst_entries(directory: Path, version: int, conf: dict[str, str], *, where: str,
+                decode: Callable[[sst.Entries], T]) -> list[tuple[T, np.ndarray | None]] | None:
+    """The RocksDB store partition at `version` read straight from its SSTs (`statekit.format.spark.sst.read`:
+    chunks given to `decode`, with which of their rows are live), or None when RocksDB itself must open it:
+    changelogs to replay after the zip, a write-ahead log with writes in it, or an SST feature the direct reader
+    leaves to RocksDB."""
     if provider_kind(conf, where) != "rocksdb":
         return None
     have = versions(directory)
@@ -182,7 +189,7 @@ def sst_entries(directory: Path, version: int, conf: dict[str, str], *, where: s
     if any(i.filename.endswith(".log") and i.file_size for i in archive.infolist()):
         return None
     try:
-        return sst.read([p for _, p in sorted(ssts, key=lambda s: s[0])])
+        return sst.read([p for _, p in sorted(ssts, key=lambda s: s[0])], decode)
     except sst.Unsupported:
         return None
 

@@ -22,8 +22,11 @@ raises `Unsupported`, and the caller opens the checkpoint with RocksDB instead
 
 from __future__ import annotations
 
+import mmap
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 
@@ -43,7 +46,7 @@ class Unsupported(Exception):
 
 @dataclass
 class Entries:
-    """Live entries as two byte buffers with row bounds: ``keys[key_starts[i]:key_ends[i]]`` is entry i's user key.
+    """Entries as two byte buffers with row bounds: ``keys[key_starts[i]:key_ends[i]]`` is entry i's user key.
 
     Both buffers hold at least 8 bytes after the last row (the column decoder reads whole words).
     """
@@ -54,9 +57,17 @@ class Entries:
     values: np.ndarray
     value_starts: np.ndarray
     value_ends: np.ndarray
+    key_stride: int = 0  # when not 0: ``key_starts[i] == key_starts[0] + i * key_stride``
 
     def __len__(self) -> int:
         return len(self.key_starts)
+
+    def where(self, mask: np.ndarray | None) -> Entries:
+        """The entries where `mask` is True (all when None)."""
+        if mask is None:
+            return self
+        return Entries(self.keys, self.key_starts[mask], self.key_ends[mask], self.values, self.value_starts[mask],
+                       self.value_ends[mask])
 
 
 def _varint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
@@ -74,7 +85,7 @@ def _zigzag(n: int) -> int:
     return (n >> 1) ^ -(n & 1)
 
 
-def _block(data: bytes, offset: int, size: int, where: str) -> bytes:
+def _block(data: bytes | mmap.mmap, offset: int, size: int, where: str) -> bytes:
     """The contents of the block at (offset, size), decompressed."""
     if offset + size + _TRAILER > len(data):
         raise CorruptSavepointError(f"{where}: a block handle points past the end of the file; the SST is damaged.")
@@ -113,17 +124,22 @@ def _plain_entries(block: bytes) -> list[tuple[bytes, bytes]]:
 
 def _varints(buf: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The varint at each position of `pos` in `buf` (padded with 10 bytes), and the position after it."""
-    window = np.lib.stride_tricks.sliding_window_view(buf, 10)[pos].astype(np.int64)
-    more = window >= 0x80
-    size = np.argmin(more, axis=1) + 1
-    if np.any(more.all(axis=1)):
+    byte = buf[pos].astype(np.int64)
+    value, more, size = byte & 0x7F, byte >= 0x80, np.ones(len(pos), np.int64)
+    for k in range(1, 10):  # byte k of the varints not yet ended
+        if not more.any():
+            return value, pos + size
+        byte = buf[pos + k].astype(np.int64)
+        value |= np.where(more, (byte & 0x7F) << (7 * k), 0)
+        size += more
+        more &= byte >= 0x80
+    if more.any():
         raise CorruptSavepointError("an SST index holds a varint longer than 10 bytes; the SST is damaged.")
-    digits = np.where(np.arange(10) < size[:, None], window & 0x7F, 0)
-    return (digits << (7 * np.arange(10))).sum(axis=1), pos + size
+    return value, pos + size
 
 
-def _handles(block: bytes, delta: bool) -> list[tuple[int, int]]:
-    """The data block handles of an index block (kBinarySearch)."""
+def _handles(block: bytes, delta: bool) -> tuple[np.ndarray, np.ndarray]:
+    """The data block handles of an index block (kBinarySearch): offsets and sizes."""
     fast = _restart_handles(block, delta)
     if fast is not None:
         return fast
@@ -146,10 +162,10 @@ def _handles(block: bytes, delta: bool) -> list[tuple[int, int]]:
             d, pos = _varint(block, pos)
             off, size = out[-1][0] + out[-1][1] + _TRAILER, out[-1][1] + _zigzag(d)
         out.append((off, size))
-    return out
+    return np.array([o for o, _ in out], np.int64), np.array([s for _, s in out], np.int64)
 
 
-def _restart_handles(block: bytes, delta: bool) -> list[tuple[int, int]] | None:
+def _restart_handles(block: bytes, delta: bool) -> tuple[np.ndarray, np.ndarray] | None:
     """`_handles` at once with numpy when every index entry is a restart point (index_block_restart_interval 1,
     Spark's setting): each entry then holds its whole handle. None when the entries do not tile the block so."""
     (nr,) = np.frombuffer(block[-4:], "<u4")
@@ -166,12 +182,23 @@ def _restart_handles(block: bytes, delta: bool) -> list[tuple[int, int]] | None:
     size, pos = _varints(buf, pos)
     if np.any(shared != 0) or np.any(pos != np.r_[at[1:], end]):
         return None
-    return list(zip(off.tolist(), size.tolist()))
+    return off, size
 
 
-def _data_blocks(path: Path) -> list:
-    """The decompressed data blocks of one SST, in key order (bytes-like)."""
-    data = path.read_bytes()
+@dataclass
+class _Table:
+    """One SST's bytes and the handles of its data blocks, in key order."""
+
+    path: Path
+    data: bytes | mmap.mmap
+    offsets: np.ndarray
+    sizes: np.ndarray
+
+
+def _table(path: Path) -> _Table:
+    """The data block handles of one SST (footer, metaindex, properties and index read; no data block yet)."""
+    with path.open("rb") as f:  # mapped, not read: no copy, no fresh memory (SSTs are never rewritten in place)
+        data: bytes | mmap.mmap = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if path.stat().st_size else b""
     if not hadoop_checked(path, data):
         raise Unsupported("no checksum side file: RocksDB verifies its blocks' own checksums instead")
     where = str(path)
@@ -206,27 +233,54 @@ def _data_blocks(path: Path) -> list:
     if props.get(b"rocksdb.comparator", b"leveldb.BytewiseComparator") != b"leveldb.BytewiseComparator":
         raise Unsupported("comparator")
     delta = prop("rocksdb.index.value.is.delta.encoded") == 1
-    import cramjam
-
-    out: list = []
-    lz4 = cramjam.lz4.decompress_block
-    view = memoryview(data)
-    for off, size in _handles(_block(data, index_off, index_size, where), delta):
-        if off + size + _TRAILER > len(data) or data[off + size] != _LZ4 or size < 2 or data[off + 1] >= 0x80:
-            out.append(_block(data, off, size, where))  # the general path: other kinds, long sizes, damage
-            continue
-        b0 = data[off]
-        n, head = (b0, 1) if b0 < 0x80 else ((b0 & 0x7F) | data[off + 1] << 7, 2)
-        try:  # the common case inline: LZ4 with an uncompressed size of one or two bytes
-            out.append(lz4(view[off + head:off + size], output_len=n))
-        except Exception as exc:  # cramjam raises its own DecompressionError
-            raise CorruptSavepointError(f"{where}: a block does not decompress ({exc}); the SST is damaged.") from None
-    return out
+    offsets, sizes = _handles(_block(data, index_off, index_size, where), delta)
+    # the data blocks lie before the footer: their trailers' compression bytes, and 10 bytes after a block's start
+    # (the varint `_decompress` reads), stay inside the file
+    if len(offsets) and (int(offsets.min()) < 0 or int(sizes.min()) < 1
+                         or int((offsets + sizes).max()) + _TRAILER > len(data) - _FOOTER):
+        raise CorruptSavepointError(f"{where}: a block handle points past the end of the file; the SST is damaged.")
+    return _Table(path, data, offsets, sizes)
 
 
-def _u64(buf: np.ndarray) -> np.ndarray:
-    """A little-endian uint64 at every byte offset of `buf` (overlapping, unaligned): gathering 8 bytes is one item."""
-    return np.ndarray((len(buf) - 7,), "<u8", buf, 0, (1,))
+def _decompress(table: _Table, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Data blocks lo..hi-1 of `table` decompressed one after another into one buffer (padded with zeros), and
+    each block's start and size in it."""
+    import cramjam  # a core dependency (also Spark's lz4-java blocks)
+
+    data = np.frombuffer(table.data, np.uint8)
+    off, size = table.offsets[lo:hi], table.sizes[lo:hi]
+    kind = data[off + size]
+    packed = kind != _NONE
+    if np.any(packed & (kind != _LZ4) & (kind != _SNAPPY)):
+        raise Unsupported(f"compression type {int(kind[packed & (kind != _LZ4) & (kind != _SNAPPY)][0])}")
+    # LZ4 and Snappy blocks start with their uncompressed size (a varint); an uncompressed block is its bytes
+    n, head = _varints(data, off)
+    head = np.where(packed, head - off, 0)
+    n = np.where(packed, n, size)
+    if np.any(packed & (head >= size)) or np.any(n > 256 * size + 64):  # (LZ4 expands 255:1 at most, Snappy less)
+        raise CorruptSavepointError(f"{table.path}: a data block's size is damaged; the SST is damaged.")
+    bases = np.cumsum(n) - n
+    total = int(bases[-1] + n[-1]) if len(n) else 0
+    buf = np.empty(total + _PAD, np.uint8)
+    buf[total:] = 0
+    into, dst, src = cramjam.lz4.decompress_block_into, memoryview(buf.data), memoryview(table.data)
+    try:
+        if bool(np.all(kind == _LZ4)):  # Spark's setting: one call per block, no branch, little Python around it
+            for a, e, b, c, m in zip((off + head).tolist(), (off + size).tolist(), bases.tolist(), (bases + n).tolist(),
+                                     n.tolist()):
+                if into(src[a:e], dst[b:c], m) != m:  # (m: the output length, so no size prefix is looked for)
+                    raise ValueError(f"fewer bytes than its {m}")
+        else:
+            for o, s, h, b, m, k in zip(off.tolist(), size.tolist(), head.tolist(), bases.tolist(), n.tolist(),
+                                        kind.tolist()):
+                if k == _NONE:
+                    dst[b:b + m] = src[o:o + m]
+                elif (into(src[o + h:o + s], dst[b:b + m], output_len=m) if k == _LZ4 else
+                      cramjam.snappy.decompress_raw_into(src[o:o + s], dst[b:b + m])) != m:
+                    raise ValueError(f"fewer bytes than its {m}")
+    except Exception as exc:  # cramjam raises its own DecompressionError
+        raise CorruptSavepointError(f"{table.path}: a block does not decompress ({exc}); the SST is damaged.") from None
+    return buf, bases, n
 
 
 def _masked(word: np.ndarray, valid: np.ndarray) -> np.ndarray:
@@ -239,173 +293,229 @@ def _masked(word: np.ndarray, valid: np.ndarray) -> np.ndarray:
         return word & np.where(v == 8, np.uint64(0xFFFFFFFFFFFFFFFF), (np.uint64(1) << (np.uint64(8) * v)) - np.uint64(1))
 
 
-_CHUNK = 2048  # data blocks parsed together (~8 MB): arrays small enough for the allocator to reuse, not page in
+def _view(buf: np.ndarray, dtype: str) -> np.ndarray:
+    """A little-endian `dtype` at every byte offset of `buf` (overlapping, unaligned): gathering one is one item."""
+    size = np.dtype(dtype).itemsize
+    return np.ndarray((len(buf) - size + 1,), dtype, buf, 0, (1,))
+
+
+def _u64(buf: np.ndarray) -> np.ndarray:
+    return _view(buf, "<u8")
+
+
+_ADVANCE = 3 + (np.arange(1 << 16) & 0xFF) + (np.arange(1 << 16) >> 8)  # header + key part + value from bytes 1-2
+_LOW = np.array([(1 << (8 * i)) - 1 for i in range(8)], np.uint64)  # the low i bytes of a word
+_PAD = 8 * 33  # zero bytes after a chunk's blocks: a key's words (< 256 bytes) read from any entry stay inside
+# _SHARED[w][s]: the bytes of word w of a key that an entry sharing s bytes takes from the entry before
+_SHARED = [np.array([(1 << (8 * min(max(s - 8 * w, 0), 8))) - 1 for s in range(256)], np.uint64) for w in range(32)]
+_CHUNK = 1024  # data blocks parsed together (~4 MB): a buffer the cache holds, arrays the allocator reuses
 
 
 @dataclass
 class _Chunk:
-    """The entries of some data blocks before deduplication."""
+    """What deduplication needs of the entries of some data blocks: their user keys (rows of `stride` bytes in
+    `flat`), whether each is a put, its 8-byte trailer (sequence number and type) and its hash."""
 
     flat: np.ndarray
     stride: int
     ulen: np.ndarray
-    kind: np.ndarray
-    seq: np.ndarray
+    put: np.ndarray
+    trailer: np.ndarray
     h: np.ndarray
-    buf: np.ndarray
-    vstart: np.ndarray
-    vlen: np.ndarray
-
-    def key(self, i: int) -> bytes:
-        return self.flat[i * self.stride:i * self.stride + int(self.ulen[i])].tobytes()
-
-    def entries(self, live: np.ndarray) -> Entries:
-        if live.all():
-            kstarts, ul, vs, vl = np.arange(len(live)) * self.stride, self.ulen, self.vstart, self.vlen
-        else:
-            keep = np.flatnonzero(live)
-            kstarts, ul, vs, vl = keep * self.stride, self.ulen[keep], self.vstart[keep], self.vlen[keep]
-        return Entries(self.flat, kstarts, kstarts + ul, self.buf, vs, vs + vl)
 
 
-def read(paths: list[Path]) -> list[Entries]:
-    """The live entries (newest version of each user key, deletions applied) of the SSTs of one RocksDB checkpoint,
-    in chunks (each chunk's user keys distinct from every other's)."""
-    blocks = [b for p in paths for b in _data_blocks(p)]
-    chunks = [_parse(blocks[i:i + _CHUNK]) for i in range(0, len(blocks), _CHUNK)]
+T = TypeVar("T")
+
+
+def read(paths: list[Path], decode: Callable[[Entries], T]) -> list[tuple[T, np.ndarray | None]]:
+    """The entries of the SSTs of one RocksDB checkpoint, in chunks: each chunk's puts are given to `decode` as soon
+    as they are parsed (its decompressed blocks are released after it unless `decode` keeps them); returned with,
+    once every chunk is parsed, which of them are live (a mask, None when all are): the newest version of each user
+    key wins, and a deletion hides it. The live entries of different chunks have different user keys."""
+    tables = [_table(p) for p in paths]
+    chunks: list[_Chunk] = []
+    decoded = []
+    for t in tables:
+        for i in range(0, len(t.offsets), _CHUNK):
+            chunk, entries = _parse(*_decompress(t, i, i + _CHUNK))
+            decoded.append(decode(entries.where(None if chunk.put.all() else chunk.put)))
+            chunks.append(chunk)
     if not chunks:
         return []
-    # the newest version of each user key wins: sort the 64-bit hashes of the user keys; equal hashes must be
-    # equal keys, and in a group of equal keys the highest sequence number is kept
+    # the newest version of each user key wins. Equal keys have equal 64-bit hashes: sorted (a sort of plain
+    # integers, several times faster than an argsort), equal neighbours name the hashes held more than once; their
+    # entries must be equal keys, and of a group of equal keys the highest sequence number is kept
     h = np.concatenate([c.h for c in chunks]) if len(chunks) > 1 else chunks[0].h
-    kind = np.concatenate([c.kind for c in chunks]) if len(chunks) > 1 else chunks[0].kind
-    order = np.argsort(h)
-    hs = h[order]
-    dup = np.flatnonzero(hs[1:] == hs[:-1]) + 1
-    live = kind == _PUT
-    if len(dup):
-        seq = np.concatenate([c.seq for c in chunks])
-        bounds = np.cumsum([0] + [len(c.h) for c in chunks])
-        group = np.unique(np.r_[dup - 1, dup])  # sorted positions in a group of equal hashes
-        members = order[group]
-        gid = np.cumsum(np.r_[True, hs[group[1:]] != hs[group[:-1]]])
-        lead = members[np.r_[0, np.flatnonzero(np.diff(gid)) + 1]][gid - 1]
-
-        def key(i: int) -> bytes:
-            c = int(np.searchsorted(bounds, i, side="right")) - 1
-            return chunks[c].key(i - int(bounds[c]))
-        if any(key(a) != key(b) for a, b in zip(members.tolist(), lead.tolist()) if a != b):
-            raise Unsupported("a 64-bit hash collision between user keys")
-        by = np.lexsort((-seq[members].astype(np.int64), gid))
-        newest = np.r_[True, gid[by][1:] != gid[by][:-1]]
-        live[members[by][~newest]] = False  # older versions
-    out, at = [], 0
-    for c in chunks:
-        out.append(c.entries(live[at:at + len(c.h)]))
+    s = np.sort(h)
+    again = s[1:][s[1:] == s[:-1]]
+    older = _older(chunks, h, np.flatnonzero(np.isin(h, again))) if len(again) else np.zeros(0, np.int64)
+    older.sort()
+    out: list[tuple[T, np.ndarray | None]] = []
+    at = 0
+    for c, d in zip(chunks, decoded):
+        hidden = older[np.searchsorted(older, at):np.searchsorted(older, at + len(c.h))] - at
         at += len(c.h)
+        if not len(hidden):
+            out.append((d, None))  # (its deletions were never given to `decode`)
+            continue
+        live = c.put.copy()
+        live[hidden] = False
+        out.append((d, live[c.put]))
     return out
 
 
-def _parse(blocks: list) -> _Chunk:
-    """The entries of decompressed data blocks, keys rebuilt, hashed, not yet deduplicated."""
-    sizes = np.fromiter(map(len, blocks), np.int64, len(blocks))
-    bases = np.cumsum(sizes) - sizes
-    buf = np.frombuffer(b"".join(blocks) + b"\0" * 8, np.uint8)
+def live_entries(paths: list[Path]) -> list[Entries]:
+    """`read` without decoding: the live entries, in chunks."""
+    return [e.where(live) for e, live in read(paths, lambda e: e)]
+
+
+def _older(chunks: list[_Chunk], h: np.ndarray, members: np.ndarray) -> np.ndarray:
+    """The entries (of `members`: the entry numbers of every hash held more than once) that a newer version of
+    their user key hides."""
+    bounds = np.cumsum([0] + [len(c.h) for c in chunks])
+    which = np.searchsorted(bounds, members, side="right") - 1
+    width = max(c.stride for c in chunks)
+    keys = np.zeros((len(members), width), np.uint8)
+    ulen = np.empty(len(members), np.int64)
+    seq = np.empty(len(members), np.int64)
+    for k in np.unique(which).tolist():
+        sel = which == k
+        c, i = chunks[k], members[sel] - bounds[k]
+        keys[sel, :c.stride] = c.flat.reshape(-1, c.stride)[i]
+        ulen[sel] = c.ulen[i]
+        seq[sel] = (c.trailer[i] >> np.uint64(8)).astype(np.int64)
+    keys[np.arange(width) >= ulen[:, None]] = 0  # (a row holds the trailer and more after the user key)
+    _, lead, gid = np.unique(h[members], return_index=True, return_inverse=True)
+    if np.any(ulen != ulen[lead][gid]) or np.any(keys != keys[lead][gid]):
+        raise Unsupported("a 64-bit hash collision between user keys")
+    by = np.lexsort((-seq, gid))
+    newest = np.r_[True, gid[by][1:] != gid[by][:-1]]
+    return members[by][~newest]
+
+
+def _parse(buf: np.ndarray, bases: np.ndarray, sizes: np.ndarray) -> tuple[_Chunk, Entries]:
+    """The entries of decompressed data blocks (``buf[bases[i]:bases[i] + sizes[i]]``, padded with `_PAD` zero
+    bytes), keys rebuilt, hashed, not yet deduplicated."""
+    u32 = _view(buf, "<u4")
     # restart segments of every block: [start, end) in `buf`
-    tails = bases + sizes - 4
-    counts = buf[tails[:, None] + np.arange(4)].view("<u4").reshape(-1).astype(np.int64) if len(blocks) else \
-        np.zeros(0, np.int64)
-    if np.any(counts & 0x80000000) or np.any(counts < 1):
+    counts = u32[bases + sizes - 4].astype(np.int64) if len(bases) else np.zeros(0, np.int64)
+    if np.any(counts & 0x80000000):
         raise Unsupported("data block hash index")
-    ends_of_entries = tails - 4 * counts
-    seg_block = np.repeat(np.arange(len(blocks)), counts)
-    within = np.arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts, counts)
-    rpos = ends_of_entries[seg_block] + 4 * within
-    seg_start = bases[seg_block] + buf[rpos[:, None] + np.arange(4)].view("<u4").reshape(-1).astype(np.int64)
+    if np.any(sizes < 4 * counts + 4) or np.any(counts < 1):
+        raise CorruptSavepointError("an SST data block's restart array is damaged; the SST is damaged.")
+    ends_of_entries = bases + sizes - 4 - 4 * counts
+    seg_block = np.repeat(np.arange(len(bases)), counts)
+    firsts = np.cumsum(counts) - counts
+    within = np.arange(len(seg_block)) - np.repeat(firsts, counts)
+    rel = u32[ends_of_entries[seg_block] + 4 * within].astype(np.int64)
+    seg_start = bases[seg_block] + rel
     last = np.r_[within[1:] == 0, True]  # the last segment of its block ends at the restart array
     seg_end = np.where(last, ends_of_entries[seg_block], np.r_[seg_start[1:], 0])
-    if np.any(seg_end < seg_start):
+    if np.any(rel[firsts] != 0) or np.any(seg_end <= seg_start):
         raise CorruptSavepointError("an SST data block's restart points are out of order; the SST is damaged.")
 
-    # pass 1: the j-th entry of every segment at once -> position, shared, non_shared, value length. Rows stay in
-    # this order (step-major: every segment's first entry, then every segment's second, ...); row s is the
-    # restart entry of segment s
-    steps: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
-    seg = np.arange(len(seg_start))
-    p = seg_start.copy()
-    while len(seg):
-        head = buf[p[:, None] + np.arange(3)]
-        if np.any(head >= 0x80):
-            raise Unsupported("a key or value length of 128 bytes or more")
-        steps.append((seg, p, head))
-        p = p + 3 + head[:, 1] + head[:, 2]
-        if np.any(p > seg_end[seg]):
-            raise CorruptSavepointError("an SST entry runs past its data block; the SST is damaged.")
-        more = p < seg_end[seg]
-        seg, p = seg[more], p[more]
-    # rows in file order (entry j of segment s is row first[s] + j): positions ascend, so the gathers below read
-    # `buf` front to back instead of jumping between segments
+    # pass 1: the j-th entry of every segment at once -> its position and header (shared, non_shared, value
+    # length: one byte each, read as one little-endian word), until each segment ends exactly at its end
     n_seg = len(seg_start)
     count = np.zeros(n_seg, np.int64)
-    for seg, _, _ in steps:
-        count[seg] += 1
+    steps: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+    seg, p, end = np.arange(n_seg), seg_start, seg_end
+    while len(seg):
+        head = u32[p]
+        steps.append((seg, p, head))
+        p = p + _ADVANCE[np.ndarray((len(p),), "<u2", head, 1, (4,))]  # header bytes 1-2: non_shared, value length
+        more = p < end
+        if not more.all():
+            done = ~more
+            if np.any(p[done] != end[done]):
+                _long_lengths(steps)
+                raise CorruptSavepointError("an SST entry runs past its data block; the SST is damaged.")
+            count[seg[done]] = len(steps)
+            seg, p, end = seg[more], p[more], end[more]
+    # rows in file order: entry j of segment s is row first[s] + j
     first = np.cumsum(count) - count
     n = int(count.sum())
+    rows = [first[seg] + j if j else first for j, (seg, _, _) in enumerate(steps)]
+    order = np.concatenate(rows)  # (one scatter of all steps: fewer numpy calls, each holding the GIL a while)
     at = np.empty(n, np.int64)
-    head = np.empty((n, 3), np.int64)
-    for j, (seg, p, hd) in enumerate(steps):
-        row = first[seg] + j
-        at[row] = p + 3
-        head[row] = hd
-    shared, ns, vlen = head[:, 0], head[:, 1], head[:, 2]
-    klen = shared + ns
+    at[order] = np.concatenate([p for _, p, _ in steps])
+    at += 3
+    heads = np.empty(n, np.uint32)
+    heads[order] = np.concatenate([hd for _, _, hd in steps])
+    if np.any(heads & 0x808080):
+        _long_lengths(steps)
+    b = heads.view(np.uint8).reshape(n, 4)
+    shared, ns, vlen = b[:, 0], b[:, 1], b[:, 2]  # (strided views)
+    klen = np.add(shared, ns, dtype=np.int64)
     if int(klen.min()) < 8:
         raise CorruptSavepointError("an SST key is shorter than its 8-byte sequence number; the SST is damaged.")
-    if np.any(shared[first] != 0):
-        raise CorruptSavepointError("an SST restart point shares a key prefix; the SST is damaged.")
+    if np.any(shared[first] != 0) or np.any(shared[1:] > klen[:-1]):
+        raise CorruptSavepointError("an SST entry shares more of a key than the key before it has; the SST is "
+                                    "damaged.")
 
-    # pass 2: every entry's own bytes gathered at once, 8 at a time (row i, byte c = byte c - shared of its key
-    # part), then bytes c < shared taken from the entry before it in its segment. Before byte `lo` every entry
-    # shares its segment's restart key; from byte `hi` on no entry shares anything; between them byte c comes
-    # from the last entry k <= i whose shared <= c (a restart entry has shared 0: never the previous segment).
+    # pass 2: every entry's own bytes gathered at once, a row of whole words (row i, byte c = byte c - shared of
+    # its key part; a key is < 256 bytes, and `_PAD` keeps the row inside `buf`), then bytes c < shared taken from
+    # the entry before it. Below byte `lo` every entry shares its segment's restart key; from byte `hi` on no
+    # entry shares anything: only the words between need the entry-by-entry chain, step by step
     width = int(klen.max())
     nw = (width + 7) // 8
-    if int((at - shared).max()) + 8 * nw > len(buf):
-        buf = np.concatenate([buf, np.zeros(8 * nw, np.uint8)])
-    words = np.zeros((n + 1, nw), "<u8")  # + one zero row: the column decoder reads whole words
-    own = at - shared
-    for w in range(nw):
-        words[:n, w] = _u64(buf)[own + 8 * w]
-    restart = np.zeros(n, bool)
-    restart[first] = True
-    lo = int(shared[~restart].min()) if n > n_seg else width
-    hi = int(shared.max())
-    if lo:
-        lead = np.repeat(first, count)
-    for w in range(min(lo, width) // 8 + (lo % 8 > 0)):
-        if 8 * w + 8 <= lo:
-            words[:n, w] = words[lead, w]
-        else:  # the restart key's bytes below lo, the entry's own above
-            low = np.uint64((1 << (8 * (lo - 8 * w))) - 1)
-            words[:n, w] = (words[lead, w] & low) | (words[:n, w] & ~low)
-    keys = words.view(np.uint8)
-    rows = np.arange(n)
-    for c in range(lo, hi):
-        keys[:n, c] = keys[np.maximum.accumulate(np.where(shared <= c, rows, 0)), c]
-    flat = keys.reshape(-1)
     stride = 8 * nw
-    trailer = _u64(flat)[rows * stride + klen - 8]
-    kind, seq = trailer & np.uint64(0xFF), trailer >> np.uint64(8)
-    if np.any((kind != _PUT) & (kind != _DELETE) & (kind != _SINGLE_DELETE)):
+    own = np.empty(n + 1, np.int64)
+    np.subtract(at, shared, out=own[:n])
+    own[n] = len(buf) - _PAD  # + one row of the zero padding: the column decoder reads whole words
+    rowview = np.ndarray((len(buf) - stride + 1,), f"V{stride}", buf, 0, (1,))  # a row at every byte
+    words = rowview[own].view("<u8").reshape(n + 1, nw)
+    others = shared.copy()
+    others[first] = 255  # (a restart entry shares nothing by definition)
+    lo = min(int(others.min()), width)
+    hi = int(shared.max())
+    lead = None
+    for w in range(lo // 8):  # the restart key's word: one value in every restart key (often: Spark's version
+        heads_w = words[first, w]  # byte and null bits) fills the column, else each entry takes its segment's
+        if np.all(heads_w == heads_w[0]):
+            words[:n, w] = heads_w[0]
+        else:
+            lead = np.repeat(first, count) if lead is None else lead
+            words[:n, w] = words[lead, w]
+    for w in range(lo // 8, (hi + 7) // 8):
+        col = words[:n, w].copy()
+        for j in range(1, len(rows)):
+            row = rows[j]
+            hd = steps[j][2]
+            keep = _SHARED[w][np.ndarray((len(hd),), np.uint8, hd, 0, (4,))]  # by header byte 0: shared
+            mine = col[row]
+            col[row] = mine ^ ((mine ^ col[row - 1]) & keep)
+        words[:n, w] = col
+    flat = words.view(np.uint8).reshape(-1)
+    fixed = int(klen.min()) == width
+    if fixed:  # every key of one length: the trailer at one place in each row (views, no copy)
+        trailer = np.ndarray((n,), "<u8", flat, width - 8, (stride,))
+        kind = np.ndarray((n,), np.uint8, flat, width - 8, (stride,))
+    else:
+        trailer = _u64(flat)[np.arange(n) * stride + klen - 8]
+        kind = (trailer & np.uint64(0xFF)).astype(np.uint8)
+    put = kind == _PUT
+    if not put.all() and np.any((kind != _PUT) & (kind != _DELETE) & (kind != _SINGLE_DELETE)):
         raise Unsupported("entry types other than put and delete")
     ulen = klen - 8
-    fixed = int(klen.min()) == width
-    user = [words[:n, w] if fixed and 8 * w + 8 <= width - 8 else _masked(words[:n, w], ulen - 8 * w)
+    user = [words[:n, w] if fixed and 8 * w + 8 <= width - 8 else
+            words[:n, w] & _LOW[(width - 8) - 8 * w] if fixed else _masked(words[:n, w], ulen - 8 * w)
             for w in range((width - 8 + 7) // 8)]
-    h = ulen.astype(np.uint64) ^ np.uint64(1469598103934665603)
+    h = np.full(n, np.uint64(width - 8) ^ np.uint64(1469598103934665603)) if fixed else \
+        ulen.astype(np.uint64) ^ np.uint64(1469598103934665603)
     with np.errstate(over="ignore"):
         for w, word in enumerate(user):  # only the words a key has: the same hash in chunks of other widths
             mixed = (h ^ word) * np.uint64(1099511628211)
             mixed ^= mixed >> np.uint64(29)
             h = mixed if fixed else np.where(8 * w < ulen, mixed, h)
-    return _Chunk(flat, stride, ulen, kind, seq, h, buf, at + ns, vlen)
+    kstarts = np.arange(0, n * stride, stride)
+    vstarts = at + ns
+    return _Chunk(flat, stride, ulen, put, trailer, h), \
+        Entries(flat, kstarts, kstarts + (width - 8 if fixed else ulen), buf, vstarts, vstarts + vlen, stride)
+
+
+def _long_lengths(steps: list[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> None:
+    """Raise `Unsupported` if an entry header read so far holds a length of 128 or more (a varint of 2+ bytes:
+    the one-byte reading of the steps does not hold)."""
+    if any(np.any(hd & 0x808080) for _, _, hd in steps):
+        raise Unsupported("a key or value length of 128 bytes or more")
