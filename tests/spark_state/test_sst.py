@@ -10,6 +10,7 @@ import pytest
 import rocksdict
 from spark_corpus import CASES, copy_case
 
+from statekit.errors import CorruptSavepointError
 from statekit.format.spark import providers, sst
 from statekit.format.spark.errors import StateChecksumMismatchError
 from statekit.savepoint.spark_checkpoint import SparkCheckpoint
@@ -230,4 +231,47 @@ def test_equal_hashes_of_different_keys_are_left_to_rocksdb(tmp_path, monkeypatc
         return chunk, entries
     monkeypatch.setattr(sst, "_parse", colliding)
     with pytest.raises(sst.Unsupported, match="collision"):
+        sst.live_entries(ssts)
+
+
+def _lz4_only(path: Path, keys: int = 3000) -> tuple[list[Path], dict[bytes, bytes]]:
+    """One SST whose data blocks are all LZ4 (compressible values; Spark's own setting), and what it holds."""
+    opts = _options(block_size=1024)
+    opts.set_compression_type(rocksdict.DBCompressionType.lz4())
+    db = rocksdict.Rdict(str(path), options=opts)
+    want = {b"key-%06d" % i: b"value %d " % (i % 7) * 6 for i in range(keys)}
+    for k, v in want.items():
+        db[k] = v
+    db.flush()
+    db.close()
+    ssts = sorted(path.glob("*.sst"))
+    for f in ssts:
+        _hadoop_crc(f)
+    assert _block_kinds(ssts) == {4}
+    return ssts, want
+
+
+@pytest.mark.parametrize("chunk", [1024, 7])
+def test_lz4_blocks_decompressed_as_one_frame(tmp_path, monkeypatch, chunk):
+    """All-LZ4 chunks are decompressed in one call (the blocks as one LZ4 frame): the same bytes as block by block."""
+    monkeypatch.setattr(sst, "_CHUNK", chunk)
+    ssts, want = _lz4_only(tmp_path / "db")
+    assert _as_dict(sst.live_entries(ssts)) == want
+    t = sst._table(ssts[0])
+    framed = sst._decompress(t, 0, len(t.offsets))
+    monkeypatch.setattr(sst, "_FRAME_BLOCK", 0)  # every block on its own
+    alone = sst._decompress(t, 0, len(t.offsets))
+    assert all(np.array_equal(a, b) for a, b in zip(framed, alone))
+
+
+def test_lz4_block_that_does_not_decompress_is_damage(tmp_path):
+    ssts, _ = _lz4_only(tmp_path / "db")
+    t = sst._table(ssts[0])
+    o, n = int(t.offsets[2]), int(t.sizes[2])
+    data = bytearray(ssts[0].read_bytes())
+    _, head = sst._varint(data, o)  # (the block's uncompressed size)
+    data[head:o + n] = b"\xff" * (o + n - head)  # a literal run longer than the block
+    ssts[0].write_bytes(bytes(data))
+    _hadoop_crc(ssts[0])  # consistent with its side file: the LZ4 decoder is what finds it
+    with pytest.raises(CorruptSavepointError, match="does not decompress"):
         sst.live_entries(ssts)
