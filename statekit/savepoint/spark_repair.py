@@ -415,7 +415,9 @@ class _Editor:
                         write_with_checksum(directory / f"{v + 1}.zip", (directory / f"{v}.zip").read_bytes())
                     else:
                         part = part or self.part(info, store, p)
-                        write_rocksdb_checkpoint(directory, v + 1, part.current(), part.data.rocks_metadata)
+                        current = part.current()
+                        write_rocksdb_checkpoint(directory, v + 1, list(current), list(current.values()),
+                                                 part.data.rocks_metadata)
 
 
 def _companions(sp: SparkCheckpoint, info: OperatorInfo, store: str) -> dict[int, set[int]]:

@@ -26,17 +26,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from statekit.errors import InvalidArgumentError, OutputExistsError
-from statekit.format.spark import providers
+from statekit.format.spark import providers, sst
 from statekit.format.spark.errors import RunningQueryError, UnsupportedStateFormatError
 from statekit.format.spark.layout import SHUFFLE_PARTITIONS, CheckpointLayout, OperatorInfo, read_log
 from statekit.format.spark.murmur import partition_ids
 from statekit.format.spark.schema import ColumnFamily
 from statekit.format.spark.types import Struct, arrow_type
 from statekit.format.spark.unsaferow import row_decoder
-from statekit.format.spark.vector import decode_columns
+from statekit.format.spark.vector import decode_buffer, decode_columns, supported
 from statekit.format.spark.writers import write_hdfs_snapshot, write_rocksdb_checkpoint
 from statekit.savepoint.spark_checkpoint import SparkCheckpoint
 
@@ -180,28 +181,93 @@ def _copy_operator_files(sp: SparkCheckpoint, info: OperatorInfo, stage: Path, f
 
 def _rewrite_store(sp: SparkCheckpoint, info: OperatorInfo, store: str, stage: Path, partitions: int) -> list[int]:
     """Every entry of `store` (all source partitions) written into `partitions` new partitions; entries per partition."""
-    targets: list[dict[bytes, bytes]] = [{} for _ in range(partitions)]
+    keys: list[list[bytes]] = [[] for _ in range(partitions)]
+    values: list[list[bytes]] = [[] for _ in range(partitions)]
     cf_meta: dict = {}
     for p in range(info.num_partitions):
         placed, meta = placed_entries(sp, info, store, p, partitions)
         cf_meta = same_families(cf_meta, meta, sp, info)
-        for q, k, v in placed:
-            targets[q][k] = v
-    for q, entries in enumerate(targets):
-        write_partition(sp, info, store, stage, q, entries, cf_meta)
-    return [len(t) for t in targets]
+        for q, (ks, vs) in enumerate(placed.by_partition(partitions)):
+            keys[q] += ks
+            values[q] += vs
+    for q in range(partitions):
+        write_partition(sp, info, store, stage, q, keys[q], values[q], cf_meta)
+    return [len(k) for k in keys]
 
 
-def placed_entries(sp: SparkCheckpoint, info: OperatorInfo, store: str, p: int,
-                   partitions: int) -> tuple[list[tuple[int, bytes, bytes]], dict]:
-    """Source partition `p` of `store`: (new partition, key, value) of each entry, and its RocksDB column family
-    metadata (``{}`` without column families)."""
+@dataclass
+class Placed:
+    """The entries of one source partition and the new partition of each: ``keys[i]: values[i]`` goes to ``to[i]``
+    (keys and values as stored, in object arrays of bytes)."""
+
+    to: np.ndarray
+    keys: np.ndarray
+    values: np.ndarray
+
+    def by_partition(self, partitions: int) -> list[tuple[list[bytes], list[bytes]]]:
+        """(keys, values) of each new partition 0..partitions-1, in source order."""
+        order = np.argsort(self.to, kind="stable")
+        bounds = np.searchsorted(self.to[order], np.arange(partitions + 1))
+        keys, values = self.keys[order], self.values[order]
+        return [(keys[a:b].tolist(), values[a:b].tolist()) for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist())]
+
+
+def _objects(items: list[bytes]) -> np.ndarray:
+    out = np.empty(len(items), object)
+    out[:] = items
+    return out
+
+
+def _rows(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """``buf[starts[i]:ends[i]]`` as bytes, in an object array: rows of one length are cut in one gather."""
+    lengths = ends - starts
+    if len(starts) and int(lengths.min()) == int(lengths.max()) > 0:
+        size = int(lengths[0])
+        return _objects(np.ndarray((len(buf) - size + 1,), f"V{size}", buf, 0, (1,))[starts].tolist())
+    return _objects([buf[a:b].tobytes() for a, b in zip(starts.tolist(), ends.tolist())])
+
+
+def _sst_placed(sp: SparkCheckpoint, info: OperatorInfo, store: str, p: int, partitions: int,
+                where: str) -> tuple[Placed, dict] | None:
+    """`placed_entries` of a plain RocksDB store partition read straight from its SSTs, or None when they must be
+    opened with RocksDB (`providers.sst_entries`) or a key does not decode column by column."""
+    shape = sp.shape(info.id, store)
+    n_key = len(sp.grouping_key(info.id).fields)
+
+    def decode(e: sst.Entries) -> Placed | None:
+        columns = decode_buffer(e.keys, e.key_starts, e.key_ends, shape.key, skip=1, stride=e.key_stride)
+        if columns is None:
+            return None
+        return Placed(partition_ids(list(columns[:n_key]), partitions), _rows(e.keys, e.key_starts, e.key_ends),
+                      _rows(e.values, e.value_starts, e.value_ends))
+
+    data = providers.StoreData({})
+    chunks = providers.sst_entries(sp.layout.store_dir(info.id, p, store), sp.version, sp.conf, where=where,
+                                   decode=decode, into=data)
+    if chunks is None or any(c is None for c, _ in chunks):
+        return None
+    parts = [c if live is None else Placed(c.to[live], c.keys[live], c.values[live])
+             for c, live in chunks if c is not None]
+    meta = data.rocks_metadata if data.rocks_metadata and data.column_families else {}
+    if not parts:
+        return Placed(np.zeros(0, np.int64), _objects([]), _objects([])), meta
+    return Placed(np.concatenate([c.to for c in parts]), np.concatenate([c.keys for c in parts]),
+                  np.concatenate([c.values for c in parts])), meta
+
+
+def placed_entries(sp: SparkCheckpoint, info: OperatorInfo, store: str, p: int, partitions: int) -> tuple[Placed, dict]:
+    """Source partition `p` of `store`: each entry with its new partition, and its RocksDB column family metadata
+    (``{}`` without column families). A plain RocksDB store is read straight from its SSTs when it can be."""
+    where = f"{sp.path}: operator {info.id} partition {p} store {store}"
+    if sp.provider == "rocksdb" and not sp.is_tws(info.id) and supported(sp.shape(info.id, store).key):
+        direct = _sst_placed(sp, info, store, p, partitions, where)
+        if direct is not None:
+            return direct
     data = sp.load(info.id, p, store)
     meta = data.rocks_metadata if data.rocks_metadata and data.column_families else {}
     if not data.entries:
-        return [], meta
+        return Placed(np.zeros(0, np.int64), _objects([]), _objects([])), meta
     keys = list(data.entries)
-    where = f"{sp.path}: operator {info.id} partition {p} store {store}"
     schema = sp.grouping_key(info.id)
     columns = None
     if not sp.is_tws(info.id):  # plain stores: the key's leading columns, decoded with numpy
@@ -212,7 +278,7 @@ def placed_entries(sp: SparkCheckpoint, info: OperatorInfo, store: str, p: int,
                                                                    for f in schema.fields]))
         columns = [table.column(i) for i in range(table.num_columns)]
     placed = partition_ids(list(columns[:len(schema.fields)]), partitions)
-    return [(q, k, data.entries[k]) for k, q in zip(keys, placed.tolist())], meta
+    return Placed(placed, _objects(keys), _objects(list(data.entries.values()))), meta
 
 
 def same_families(have: dict, meta: dict, sp: SparkCheckpoint, info: OperatorInfo) -> dict:
@@ -225,16 +291,17 @@ def same_families(have: dict, meta: dict, sp: SparkCheckpoint, info: OperatorInf
     return meta or have
 
 
-def write_partition(sp: SparkCheckpoint, info: OperatorInfo, store: str, stage: Path, q: int,
-                    entries: dict[bytes, bytes], cf_meta: dict) -> None:
-    """New partition `q` of `store` under `stage`: a snapshot (HDFS) or a checkpoint zip (RocksDB) at the version."""
+def write_partition(sp: SparkCheckpoint, info: OperatorInfo, store: str, stage: Path, q: int, keys: list[bytes],
+                    values: list[bytes], cf_meta: dict) -> None:
+    """New partition `q` of `store` under `stage` holding ``keys[i]: values[i]`` (each key once): a snapshot (HDFS)
+    or a checkpoint zip (RocksDB) at the version."""
     directory = stage / "state" / str(info.id) / str(q) / ("" if store == "default" else store)
     directory.mkdir(parents=True, exist_ok=True)
     if sp.provider == "hdfs":
         codec = sp.conf.get("spark.sql.streaming.stateStore.compression.codec", "lz4")
-        write_hdfs_snapshot(directory, sp.version, entries, codec)
+        write_hdfs_snapshot(directory, sp.version, keys, values, codec)
     else:
-        write_rocksdb_checkpoint(directory, sp.version, entries, cf_meta)
+        write_rocksdb_checkpoint(directory, sp.version, keys, values, cf_meta)
 
 
 def grouping_rows(sp: SparkCheckpoint, info: OperatorInfo, store: str, keys: list[bytes],

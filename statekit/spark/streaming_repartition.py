@@ -46,27 +46,25 @@ def rewrite_on_executors(spark: Any, sp: SparkCheckpoint, stores: list[tuple[Ope
         i, op, store, p = task
         cp = SparkCheckpoint.open(path, batch=batch)
         placed, meta = placed_entries(cp, cp.spark_operator(op), store, p, partitions)
-        keys: list[list[bytes]] = [[] for _ in range(partitions)]
-        values: list[list[bytes]] = [[] for _ in range(partitions)]
-        for q, k, v in placed:
-            keys[q].append(k)
-            values[q].append(v)
         doc = json.dumps(meta).encode()
-        for q in range(partitions):  # one record per new partition (even an empty one: it hears of the families)
-            yield i * partitions + q, (keys[q], values[q], doc)
+        # one record per new partition (even an empty one: it hears of the families)
+        for q, (keys, values) in enumerate(placed.by_partition(partitions)):
+            yield i * partitions + q, (keys, values, doc)
 
     def write(index: int, items: Iterator[tuple[int, tuple[list[bytes], list[bytes], bytes]]]) -> Iterator[tuple[int, int, int]]:
         i, q = divmod(index, partitions)
         _, op, store, _ = next(t for t in tasks if t[0] == i)
         cp = SparkCheckpoint.open(path, batch=batch)
         info = cp.spark_operator(op)
-        entries: dict[bytes, bytes] = {}
+        keys: list[bytes] = []
+        values: list[bytes] = []
         families: dict = {}
-        for _, (keys, values, doc) in items:
+        for _, (ks, vs, doc) in items:  # (each key comes from one source partition only)
             families = same_families(families, json.loads(doc), cp, info)
-            entries.update(zip(keys, values))
-        write_partition(cp, info, store, Path(out), q, entries, families)
-        yield i, q, len(entries)
+            keys += ks
+            values += vs
+        write_partition(cp, info, store, Path(out), q, keys, values, families)
+        yield i, q, len(keys)
 
     n = len(stores) * partitions
     counts = (spark.sparkContext.parallelize(tasks, len(tasks)).flatMap(place)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import shutil
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,22 @@ def copy_case(case: str, into: Path) -> Path:
     for p in target.rglob("*"):
         p.chmod(0o755 if p.is_dir() else 0o644)
     return target
+
+
+def hadoop_crc(path: Path) -> None:
+    """Hadoop's ``.<name>.crc`` side file for `path`, as Spark's local checkpoint file system writes it."""
+    data = path.read_bytes()
+    sums = b"".join(zlib.crc32(data[i:i + 512]).to_bytes(4, "big") for i in range(0, len(data), 512))
+    path.with_name(f".{path.name}.crc").write_bytes(b"crc\0" + (512).to_bytes(4, "big") + sums)
+
+
+def copy_with_sst_crcs(case: str, into: Path) -> Path:
+    """`copy_case` with Hadoop side files for its SSTs, as a checkpoint on Spark's local file system has (the corpus
+    was committed without them): the SSTs are then read directly (`statekit.format.spark.sst`)."""
+    cp = copy_case(case, into)
+    for f in [*cp.glob("state/*/*/*/SSTs/*.sst"), *cp.glob("state/*/*/SSTs/*.sst")]:
+        hadoop_crc(f)
+    return cp
 
 
 def plain(v: Any) -> Any:

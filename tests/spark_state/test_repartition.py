@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from spark_corpus import CASES, canon, case_dir, copy_case
+from spark_corpus import CASES, canon, case_dir, copy_case, copy_with_sst_crcs
 
 from statekit.errors import OutputExistsError
 from statekit.format.spark.errors import RunningQueryError
@@ -47,6 +47,27 @@ def test_same_state_in_m_partitions(tmp_path, case, m):
         read_checked(crc.with_name(crc.name[:-4]), str(crc))
     for f in (tmp_path / "out" / "offsets").iterdir():
         assert json.loads(f.read_text().split("\n")[1])["conf"]["spark.sql.shuffle.partitions"] == str(m)
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c.endswith("-rocksdb") and not c.startswith("tws")])
+def test_sst_read_repartitions_as_rocksdb_does(tmp_path, monkeypatch, case):
+    """With Hadoop side files the plain stores' SSTs are read directly (RocksDB never opened); the new checkpoint
+    holds exactly what the RocksDB-read repartition writes, store by store and partition by partition."""
+    by_rocksdb = repartition(copy_case(case, tmp_path / "a"), tmp_path / "out-a", partitions=8)
+    src = copy_with_sst_crcs(case, tmp_path / "b")
+
+    def no_rocksdb(*args, **kwargs):
+        raise AssertionError("RocksDB opened: the SSTs were to be read directly")
+
+    monkeypatch.setattr(SparkCheckpoint, "load", no_rocksdb)
+    direct = repartition(src, tmp_path / "out-b", partitions=8)
+    monkeypatch.undo()
+    assert direct.entries == by_rocksdb.entries
+    a, b = SparkCheckpoint.open(tmp_path / "out-a"), SparkCheckpoint.open(tmp_path / "out-b")
+    for store in a.tables(0):
+        rows = [canon([{k: str(v) for k, v in r.items()} for r in sp.keyed_table(0, store=store).to_pylist()])
+                for sp in (a, b)]
+        assert rows[0] == rows[1]
 
 
 def test_transform_with_state_metadata_points_into_the_new_checkpoint(tmp_path):

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import rocksdict
-from spark_corpus import CASES, copy_case
+from spark_corpus import CASES, copy_case, copy_with_sst_crcs, hadoop_crc
 
 from statekit.errors import CorruptSavepointError
 from statekit.format.spark import providers, sst
@@ -16,22 +16,6 @@ from statekit.format.spark.errors import StateChecksumMismatchError
 from statekit.savepoint.spark_checkpoint import SparkCheckpoint
 
 ROCKSDB_CASES = [c for c in CASES if "rocksdb" in c]
-
-
-def _hadoop_crc(path: Path) -> None:
-    """Hadoop's ``.<name>.crc`` side file for `path`, as Spark's local checkpoint file system writes it."""
-    data = path.read_bytes()
-    sums = b"".join(zlib.crc32(data[i:i + 512]).to_bytes(4, "big") for i in range(0, len(data), 512))
-    path.with_name(f".{path.name}.crc").write_bytes(b"crc\0" + (512).to_bytes(4, "big") + sums)
-
-
-def _with_crcs(case: str, into: Path) -> Path:
-    cp = copy_case(case, into)
-    for f in cp.glob("state/*/*/*/SSTs/*.sst"):
-        _hadoop_crc(f)
-    for f in cp.glob("state/*/*/SSTs/*.sst"):
-        _hadoop_crc(f)
-    return cp
 
 
 def _as_dict(chunks: list[sst.Entries]) -> dict[bytes, bytes]:
@@ -43,7 +27,7 @@ def _as_dict(chunks: list[sst.Entries]) -> dict[bytes, bytes]:
 
 @pytest.mark.parametrize("case", ROCKSDB_CASES)
 def test_every_store_partition_equals_rocksdb(case, tmp_path):
-    cp = SparkCheckpoint.open(_with_crcs(case, tmp_path))
+    cp = SparkCheckpoint.open(copy_with_sst_crcs(case, tmp_path))
     direct = 0
     for d in sorted({p.parent.parent for p in cp.path.glob("state/**/SSTs/*.sst")}):
         got = providers.sst_entries(d, cp.version, cp.conf, where=str(d), decode=lambda e: e)
@@ -58,7 +42,7 @@ def test_every_store_partition_equals_rocksdb(case, tmp_path):
 @pytest.mark.parametrize("case", ["agg-rocksdb", "window_agg-rocksdb", "dedup-rocksdb", "join-rocksdb"])
 def test_keyed_table_the_same_either_way(case, tmp_path):
     plain = SparkCheckpoint.open(copy_case(case, tmp_path / "plain"))  # no side files: RocksDB opens every SST
-    checked = SparkCheckpoint.open(_with_crcs(case, tmp_path / "crc"))
+    checked = SparkCheckpoint.open(copy_with_sst_crcs(case, tmp_path / "crc"))
     for op in range(len(plain.operators)):
         for store in plain.tables(op):
             want = plain.keyed_table(op, store=store)
@@ -103,7 +87,7 @@ def test_overwrites_deletions_and_variable_keys(tmp_path, monkeypatch, chunk):
     with pytest.raises(sst.Unsupported, match="side file"):
         sst.live_entries(ssts)
     for f in ssts:
-        _hadoop_crc(f)
+        hadoop_crc(f)
     assert _as_dict(sst.live_entries(ssts)) == want
 
 
@@ -115,13 +99,13 @@ def test_long_values_are_left_to_rocksdb(tmp_path):
     db.close()
     ssts = sorted((tmp_path / "db").glob("*.sst"))
     for f in ssts:
-        _hadoop_crc(f)
+        hadoop_crc(f)
     with pytest.raises(sst.Unsupported, match="128 bytes"):
         sst.live_entries(ssts)
 
 
 def test_damaged_sst_with_side_file_is_refused(tmp_path):
-    cp = _with_crcs("agg-rocksdb", tmp_path)
+    cp = copy_with_sst_crcs("agg-rocksdb", tmp_path)
     victim = next(cp.glob("state/0/1/SSTs/*.sst"))
     data = bytearray(victim.read_bytes())
     data[40] ^= 0xFF
@@ -174,7 +158,7 @@ def test_block_kinds_restart_intervals_and_long_shared_prefixes(tmp_path, monkey
     ssts = sorted((tmp_path / "db").glob("*.sst"))
     assert len(ssts) == 3
     for f in ssts:
-        _hadoop_crc(f)
+        hadoop_crc(f)
     assert _block_kinds(ssts) == kinds  # the kinds this case is about are really there
     assert _as_dict(sst.live_entries(ssts)) == want
 
@@ -221,7 +205,7 @@ def test_equal_hashes_of_different_keys_are_left_to_rocksdb(tmp_path, monkeypatc
     db.close()
     ssts = sorted((tmp_path / "db").glob("*.sst"))
     for f in ssts:
-        _hadoop_crc(f)
+        hadoop_crc(f)
     assert _as_dict(sst.live_entries(ssts)) == {b"k%d" % i: b"w" if i == 7 else b"v" for i in range(50)}
     parse = sst._parse
 
@@ -246,7 +230,7 @@ def _lz4_only(path: Path, keys: int = 3000) -> tuple[list[Path], dict[bytes, byt
     db.close()
     ssts = sorted(path.glob("*.sst"))
     for f in ssts:
-        _hadoop_crc(f)
+        hadoop_crc(f)
     assert _block_kinds(ssts) == {4}
     return ssts, want
 
@@ -272,6 +256,6 @@ def test_lz4_block_that_does_not_decompress_is_damage(tmp_path):
     _, head = sst._varint(data, o)  # (the block's uncompressed size)
     data[head:o + n] = b"\xff" * (o + n - head)  # a literal run longer than the block
     ssts[0].write_bytes(bytes(data))
-    _hadoop_crc(ssts[0])  # consistent with its side file: the LZ4 decoder is what finds it
+    hadoop_crc(ssts[0])  # consistent with its side file: the LZ4 decoder is what finds it
     with pytest.raises(CorruptSavepointError, match="does not decompress"):
         sst.live_entries(ssts)

@@ -172,11 +172,12 @@ def _zip_members(directory: Path, version: int, data: StoreData) -> tuple[zipfil
 
 
 def sst_entries(directory: Path, version: int, conf: dict[str, str], *, where: str,
-                decode: Callable[[sst.Entries], T]) -> list[tuple[T, np.ndarray | None]] | None:
+                decode: Callable[[sst.Entries], T],
+                into: StoreData | None = None) -> list[tuple[T, np.ndarray | None]] | None:
     """The RocksDB store partition at `version` read straight from its SSTs (`statekit.format.spark.sst.read`:
     chunks given to `decode`, with which of their rows are live), or None when RocksDB itself must open it:
     changelogs to replay after the zip, a write-ahead log with writes in it, or an SST feature the direct reader
-    leaves to RocksDB."""
+    leaves to RocksDB. `into`, when given, receives the zip's metadata and the files read (not the entries)."""
     if provider_kind(conf, where) != "rocksdb":
         return None
     have = versions(directory)
@@ -184,7 +185,7 @@ def sst_entries(directory: Path, version: int, conf: dict[str, str], *, where: s
     if base != version:
         return None
     _check_rocksdb(conf, where)
-    data = StoreData({})
+    data = into if into is not None else StoreData({})
     archive, ssts = _zip_members(directory, version, data)
     if any(i.filename.endswith(".log") and i.file_size for i in archive.infolist()):
         return None

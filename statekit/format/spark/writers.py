@@ -14,6 +14,7 @@ import shutil
 import tempfile
 import uuid
 import zipfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,16 +31,19 @@ def write_with_checksum(path: Path, data: bytes) -> None:
     path.with_name(path.name + ".crc").write_bytes(checksum_doc(data))
 
 
-def write_hdfs_snapshot(directory: Path, version: int, entries: dict[bytes, bytes], codec: str) -> Path:
-    """``<version>.snapshot`` holding every entry (bare UnsafeRow keys and values), compressed as Spark does."""
+def write_hdfs_snapshot(directory: Path, version: int, keys: Sequence[bytes], values: Sequence[bytes],
+                        codec: str) -> Path:
+    """``<version>.snapshot`` holding every entry ``keys[i]: values[i]`` (bare UnsafeRow keys and values, each key
+    once), compressed as Spark does."""
     path = directory / f"{version}.snapshot"
-    write_with_checksum(path, compress(records.write_v1(iter(sorted(entries.items()))), codec))
+    write_with_checksum(path, compress(records.write_v1(iter(sorted(zip(keys, values)))), codec))
     return path
 
 
-def write_rocksdb_checkpoint(directory: Path, version: int, entries: dict[bytes, bytes],
+def write_rocksdb_checkpoint(directory: Path, version: int, keys: Sequence[bytes], values: Sequence[bytes],
                              meta: dict[str, Any]) -> list[Path]:
-    """``<version>.zip`` (metadata, CURRENT, MANIFEST, OPTIONS, WAL) and its ``SSTs/`` holding every entry.
+    """``<version>.zip`` (metadata, CURRENT, MANIFEST, OPTIONS, WAL) and its ``SSTs/`` holding every entry
+    ``keys[i]: values[i]`` (each key once).
 
     `meta` is the source zip's metadata for the column family fields (mapping, types, max id);
     ``numKeys`` and ``numInternalKeys`` are recounted.
@@ -59,7 +63,7 @@ def write_rocksdb_checkpoint(directory: Path, version: int, entries: dict[bytes,
             wo = rocksdict.WriteOptions()
             wo.disable_wal = True  # type: ignore[assignment,method-assign]  # a property in rocksdict, a method in its stub
             batch = rocksdict.WriteBatch(raw_mode=True)
-            for k, v in sorted(entries.items()):
+            for k, v in zip(keys, values):  # (in any order: the memtable sorts them, and the SST holds them sorted)
                 batch.put(k, v)
             db.write(batch, wo)
             db.flush()
@@ -76,8 +80,8 @@ def write_rocksdb_checkpoint(directory: Path, version: int, entries: dict[bytes,
         mapping = {str(k): int(v) for k, v in (meta.get("columnFamilyMapping") or {}).items()}
         internal = {str(k): bool(v) for k, v in (meta.get("columnFamilyTypeMap") or {}).items()}
         internal_ids = {i for n, i in mapping.items() if internal.get(n)}
-        n_internal = sum(1 for k in entries if mapping and int.from_bytes(k[:2], "little", signed=True) in internal_ids)
-        doc = {"sstFiles": sst_files, "numKeys": len(entries) - n_internal, "numInternalKeys": n_internal,
+        n_internal = sum(1 for k in keys if int.from_bytes(k[:2], "little", signed=True) in internal_ids) if mapping else 0
+        doc = {"sstFiles": sst_files, "numKeys": len(keys) - n_internal, "numInternalKeys": n_internal,
                "columnFamilyMapping": mapping, "columnFamilyTypeMap": internal,
                "maxColumnFamilyId": int(meta.get("maxColumnFamilyId", 0))}
         buf = io.BytesIO()
