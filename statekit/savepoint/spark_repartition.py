@@ -181,35 +181,49 @@ def _copy_operator_files(sp: SparkCheckpoint, info: OperatorInfo, stage: Path, f
 
 def _rewrite_store(sp: SparkCheckpoint, info: OperatorInfo, store: str, stage: Path, partitions: int) -> list[int]:
     """Every entry of `store` (all source partitions) written into `partitions` new partitions; entries per partition."""
-    keys: list[list[bytes]] = [[] for _ in range(partitions)]
-    values: list[list[bytes]] = [[] for _ in range(partitions)]
+    keys: list[list[np.ndarray]] = [[] for _ in range(partitions)]
+    values: list[list[np.ndarray]] = [[] for _ in range(partitions)]
     cf_meta: dict = {}
     for p in range(info.num_partitions):
         placed, meta = placed_entries(sp, info, store, p, partitions)
         cf_meta = same_families(cf_meta, meta, sp, info)
         for q, (ks, vs) in enumerate(placed.by_partition(partitions)):
-            keys[q] += ks
-            values[q] += vs
+            keys[q].append(ks)
+            values[q].append(vs)
+    counts = []
     for q in range(partitions):
-        write_partition(sp, info, store, stage, q, keys[q], values[q], cf_meta)
-    return [len(k) for k in keys]
+        new_keys, new_values = listed(keys[q]), listed(values[q])
+        keys[q] = values[q] = []  # (the lists hold them now)
+        write_partition(sp, info, store, stage, q, new_keys, new_values, cf_meta)
+        counts.append(len(new_keys))
+    return counts
 
 
 @dataclass
 class Placed:
-    """The entries of one source partition and the new partition of each: ``keys[i]: values[i]`` goes to ``to[i]``
-    (keys and values as stored, in object arrays of bytes)."""
+    """The entries of one source partition and the new partition of each: ``keys[i]: values[i]`` goes to ``to[i]``.
+
+    Keys and values are byte strings as stored, in arrays: rows of one width (a void dtype: copied as plain memory
+    until `listed` makes them bytes objects, once, for the writer) or bytes objects (dtype object).
+    """
 
     to: np.ndarray
     keys: np.ndarray
     values: np.ndarray
 
-    def by_partition(self, partitions: int) -> list[tuple[list[bytes], list[bytes]]]:
+    def by_partition(self, partitions: int) -> list[tuple[np.ndarray, np.ndarray]]:
         """(keys, values) of each new partition 0..partitions-1, in source order."""
         order = np.argsort(self.to, kind="stable")
         bounds = np.searchsorted(self.to[order], np.arange(partitions + 1))
         keys, values = self.keys[order], self.values[order]
-        return [(keys[a:b].tolist(), values[a:b].tolist()) for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist())]
+        return [(keys[a:b], values[a:b]) for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist())]
+
+
+def listed(parts: list[np.ndarray]) -> list[bytes]:
+    """The byte strings of arrays of them (`Placed`), one after another, as one list of bytes objects."""
+    if parts and all(a.dtype == parts[0].dtype for a in parts):
+        return np.concatenate(parts).tolist()  # (a void array's items are bytes objects of its width)
+    return [b for a in parts for b in a.tolist()]
 
 
 def _objects(items: list[bytes]) -> np.ndarray:
@@ -218,12 +232,16 @@ def _objects(items: list[bytes]) -> np.ndarray:
     return out
 
 
+def _joined(parts: list[np.ndarray]) -> np.ndarray:
+    return np.concatenate(parts) if all(a.dtype == parts[0].dtype for a in parts) else _objects(listed(parts))
+
+
 def _rows(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
-    """``buf[starts[i]:ends[i]]`` as bytes, in an object array: rows of one length are cut in one gather."""
+    """``buf[starts[i]:ends[i]]`` in an array (`Placed`): rows of one length in one gather, as plain memory."""
     lengths = ends - starts
     if len(starts) and int(lengths.min()) == int(lengths.max()) > 0:
         size = int(lengths[0])
-        return _objects(np.ndarray((len(buf) - size + 1,), f"V{size}", buf, 0, (1,))[starts].tolist())
+        return np.ndarray((len(buf) - size + 1,), f"V{size}", buf, 0, (1,))[starts]
     return _objects([buf[a:b].tobytes() for a, b in zip(starts.tolist(), ends.tolist())])
 
 
@@ -251,8 +269,8 @@ def _sst_placed(sp: SparkCheckpoint, info: OperatorInfo, store: str, p: int, par
     meta = data.rocks_metadata if data.rocks_metadata and data.column_families else {}
     if not parts:
         return Placed(np.zeros(0, np.int64), _objects([]), _objects([])), meta
-    return Placed(np.concatenate([c.to for c in parts]), np.concatenate([c.keys for c in parts]),
-                  np.concatenate([c.values for c in parts])), meta
+    return Placed(np.concatenate([c.to for c in parts]), _joined([c.keys for c in parts]),
+                  _joined([c.values for c in parts])), meta
 
 
 def placed_entries(sp: SparkCheckpoint, info: OperatorInfo, store: str, p: int, partitions: int) -> tuple[Placed, dict]:

@@ -22,7 +22,13 @@ from typing import Any, Iterator
 from statekit.format.spark.layout import OperatorInfo
 from statekit.savepoint import spark_repartition as local
 from statekit.savepoint.spark_checkpoint import SparkCheckpoint
-from statekit.savepoint.spark_repartition import RepartitionSummary, placed_entries, same_families, write_partition
+from statekit.savepoint.spark_repartition import (
+    RepartitionSummary,
+    listed,
+    placed_entries,
+    same_families,
+    write_partition,
+)
 
 
 def repartition(checkpoint: str | os.PathLike[str], target: str | os.PathLike[str], *, partitions: int,
@@ -49,7 +55,7 @@ def rewrite_on_executors(spark: Any, sp: SparkCheckpoint, stores: list[tuple[Ope
         doc = json.dumps(meta).encode()
         # one record per new partition (even an empty one: it hears of the families)
         for q, (keys, values) in enumerate(placed.by_partition(partitions)):
-            yield i * partitions + q, (keys, values, doc)
+            yield i * partitions + q, (listed([keys]), listed([values]), doc)
 
     def write(index: int, items: Iterator[tuple[int, tuple[list[bytes], list[bytes], bytes]]]) -> Iterator[tuple[int, int, int]]:
         i, q = divmod(index, partitions)
