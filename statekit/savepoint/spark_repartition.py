@@ -30,6 +30,7 @@ import numpy as np
 import pyarrow as pa
 
 from statekit.errors import InvalidArgumentError, OutputExistsError
+from statekit.format.flink.gather import gather_values
 from statekit.format.spark import providers, sst
 from statekit.format.spark.errors import RunningQueryError, UnsupportedStateFormatError
 from statekit.format.spark.layout import SHUFFLE_PARTITIONS, CheckpointLayout, OperatorInfo, read_log
@@ -218,6 +219,10 @@ class Placed:
         keys, values = self.keys[order], self.values[order]
         return [(keys[a:b], values[a:b]) for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist())]
 
+    @staticmethod
+    def empty() -> Placed:
+        return Placed(np.zeros(0, np.int64), _objects([]), _objects([]))
+
 
 def listed(parts: list[np.ndarray]) -> list[bytes]:
     """The byte strings of arrays of them (`Placed`), one after another, as one list of bytes objects."""
@@ -241,7 +246,7 @@ def _rows(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     lengths = ends - starts
     if len(starts) and int(lengths.min()) == int(lengths.max()) > 0:
         size = int(lengths[0])
-        return np.ndarray((len(buf) - size + 1,), f"V{size}", buf, 0, (1,))[starts]
+        return gather_values(buf, starts, f"V{size}")
     return _objects([buf[a:b].tobytes() for a, b in zip(starts.tolist(), ends.tolist())])
 
 
@@ -266,9 +271,9 @@ def _sst_placed(sp: SparkCheckpoint, info: OperatorInfo, store: str, p: int, par
         return None
     parts = [c if live is None else Placed(c.to[live], c.keys[live], c.values[live])
              for c, live in chunks if c is not None]
-    meta = data.rocks_metadata if data.rocks_metadata and data.column_families else {}
+    meta = _families(data)
     if not parts:
-        return Placed(np.zeros(0, np.int64), _objects([]), _objects([])), meta
+        return Placed.empty(), meta
     return Placed(np.concatenate([c.to for c in parts]), _joined([c.keys for c in parts]),
                   _joined([c.values for c in parts])), meta
 
@@ -282,9 +287,9 @@ def placed_entries(sp: SparkCheckpoint, info: OperatorInfo, store: str, p: int, 
         if direct is not None:
             return direct
     data = sp.load(info.id, p, store)
-    meta = data.rocks_metadata if data.rocks_metadata and data.column_families else {}
+    meta = _families(data)
     if not data.entries:
-        return Placed(np.zeros(0, np.int64), _objects([]), _objects([])), meta
+        return Placed.empty(), meta
     keys = list(data.entries)
     schema = sp.grouping_key(info.id)
     columns = None
@@ -297,6 +302,11 @@ def placed_entries(sp: SparkCheckpoint, info: OperatorInfo, store: str, p: int, 
         columns = [table.column(i) for i in range(table.num_columns)]
     placed = partition_ids(list(columns[:len(schema.fields)]), partitions)
     return Placed(placed, _objects(keys), _objects(list(data.entries.values()))), meta
+
+
+def _families(data: providers.StoreData) -> dict:
+    """A store partition's RocksDB column family metadata (``{}`` without column families)."""
+    return data.rocks_metadata if data.rocks_metadata and data.column_families else {}
 
 
 def same_families(have: dict, meta: dict, sp: SparkCheckpoint, info: OperatorInfo) -> dict:
