@@ -142,13 +142,18 @@ _HANDLES = 64
 
 #: each thread's own open files for `StoragePath.read_range_into` (a file's read position is its own: not shared)
 _own = threading.local()
+#: how many times `forget_handles` ran: a thread's own files opened before the last time are dropped at its next read
+_forgotten = 0
 
 
 def _own_input_file(fs: pafs.FileSystem, path: str) -> Any:
     """This thread's open random-access file of `path` (opening one costs a HEAD request: kept for later reads)."""
     files = getattr(_own, "files", None)
-    if files is None:
+    if files is None or _own.forgotten != _forgotten:  # (another thread cannot close this thread's files itself)
+        for old in (files or {}).values():
+            old.close()
         files = _own.files = {}
+        _own.forgotten = _forgotten
     key = (id(fs), path)
     f = files.get(key)
     if f is None:
@@ -177,8 +182,11 @@ def _input_file(fs: pafs.FileSystem, path: str) -> Any:
 
 
 def forget_handles(path_prefix: str = "") -> None:
-    """Drop the kept input files under `path_prefix` (after a write or a delete there)."""
+    """Drop the kept input files under `path_prefix` (after a write or a delete there); each thread's own files
+    (`_own_input_file`) are dropped whole at its next read."""
+    global _forgotten
     with _cache_lock:
+        _forgotten += 1
         for key in [k for k in _handles if k[1].startswith(path_prefix)]:
             _handles.pop(key).close()
 
