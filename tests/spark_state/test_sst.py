@@ -259,3 +259,142 @@ def test_lz4_block_that_does_not_decompress_is_damage(tmp_path):
     hadoop_crc(ssts[0])  # consistent with its side file: the LZ4 decoder is what finds it
     with pytest.raises(CorruptSavepointError, match="does not decompress"):
         sst.live_entries(ssts)
+
+
+def _flushes(path: Path, batches: list[dict[bytes, bytes | None]]) -> tuple[list[Path], dict[bytes, bytes]]:
+    """One SST per batch (None: a deletion), with Hadoop side files, and what the store then holds."""
+    opts = _options(block_size=512)
+    opts.set_disable_auto_compactions(True)
+    opts.set_compression_type(rocksdict.DBCompressionType.lz4())
+    db = rocksdict.Rdict(str(path), options=opts)
+    want: dict[bytes, bytes] = {}
+    for batch in batches:
+        for k, v in batch.items():
+            if v is None:
+                del db[k]
+                want.pop(k, None)
+            else:
+                db[k] = v
+                want[k] = v
+        db.flush()
+    db.close()
+    ssts = sorted(path.glob("*.sst"))
+    assert len(ssts) == len(batches)
+    for f in ssts:
+        hadoop_crc(f)
+    return ssts, want
+
+
+def _spy(monkeypatch) -> list[str]:
+    """Which reading each chunk took: "dedup" (keys hashed, versions resolved) or "distinct"."""
+    took: list[str] = []
+    parse, puts = sst._parse, sst._parse_puts
+    monkeypatch.setattr(sst, "_parse", lambda *a: (took.append("dedup"), parse(*a))[1])
+    monkeypatch.setattr(sst, "_parse_puts", lambda *a: (took.append("distinct"), puts(*a))[1])
+    return took
+
+
+def _disjoint(path: Path) -> tuple[list[Path], dict[bytes, bytes]]:
+    """Three SSTs of different keys of several lengths, no deletion: every entry a distinct live key."""
+    return _flushes(path, [{b"k%d-" % i + b"x" * (i % 9): b"v%d" % i * (1 + i % 3) for i in range(f, 4000, 3)}
+                           for f in range(3)])
+
+
+@pytest.mark.parametrize("chunk", [1024, 5])
+def test_distinct_entries_read_without_dedup_the_same(tmp_path, monkeypatch, chunk):
+    """Σ num.entries == the live keys and no deletion: no hashing, and the same entries as the deduplicating read."""
+    monkeypatch.setattr(sst, "_CHUNK", chunk)
+    ssts, want = _disjoint(tmp_path / "db")
+    took = _spy(monkeypatch)
+    assert _as_dict(sst.live_entries(ssts, live_keys=len(want))) == want
+    assert took and set(took) == {"distinct"}
+    took.clear()
+    assert _as_dict(sst.live_entries(ssts)) == want
+    assert took and set(took) == {"dedup"}
+
+
+@pytest.mark.parametrize("off", [-1, 1])
+def test_a_count_that_is_not_the_entries_keeps_the_dedup(tmp_path, monkeypatch, off):
+    """Versions of keys across SSTs (no deletion) and a count of live keys other than Σ num.entries: deduplicated,
+    never read as distinct. The count is the store's real one for -1, a wrong one for +1."""
+    ssts, want = _flushes(tmp_path / "db", [{b"k%04d" % i: b"a" for i in range(900)},
+                                              {b"k%04d" % i: b"b" for i in range(0, 900, 3)}])
+    entries = sum(sst._table(f).entries for f in ssts)
+    assert entries == len(want) + 300
+    took = _spy(monkeypatch)
+    got = sst.live_entries(ssts, live_keys=len(want) if off < 0 else entries + off)
+    assert _as_dict(got) == want  # (a user key twice fails `_as_dict`)
+    assert set(took) == {"dedup"}
+    took.clear()  # and the count that would prove it: only a wrong count could make it take the shortcut
+    assert sum(map(len, sst.live_entries(ssts, live_keys=entries))) == entries and set(took) == {"distinct"}
+
+
+def test_deletions_keep_the_dedup(tmp_path, monkeypatch):
+    ssts, want = _flushes(tmp_path / "db", [{b"k%04d" % i: b"a" for i in range(500)},
+                                              {b"k%04d" % i: None for i in range(0, 500, 2)}])
+    entries = sum(sst._table(f).entries for f in ssts)
+    took = _spy(monkeypatch)
+    for count in (len(want), entries):
+        assert _as_dict(sst.live_entries(ssts, live_keys=count)) == want
+    assert set(took) == {"dedup"}
+
+
+def test_properties_that_do_not_match_the_data_are_refused(tmp_path, monkeypatch):
+    """The shortcut checks what it parses against the properties it trusted: entries of another type than put, or
+    another number of entries, raise `Unsupported` (RocksDB opens the store) instead of a wrong answer."""
+    ssts, want = _flushes(tmp_path / "db", [{b"k%04d" % i: b"a" for i in range(500)},
+                                              {b"k%04d" % i: None for i in range(0, 500, 2)}])
+    table = sst._table
+
+    def no_deletions(path):
+        t = table(path)
+        t.deletions = 0
+        return t
+    monkeypatch.setattr(sst, "_table", no_deletions)
+    with pytest.raises(sst.Unsupported, match="other than a put"):
+        sst.live_entries(ssts, live_keys=sum(sst._table(f).entries for f in ssts))
+    ssts, want = _disjoint(tmp_path / "db2")
+
+    def one_more(path):
+        t = table(path)
+        t.entries += 1
+        return t
+    monkeypatch.setattr(sst, "_table", one_more)
+    with pytest.raises(sst.Unsupported, match="properties block counts"):
+        sst.live_entries(ssts, live_keys=len(want) + len(ssts))
+
+
+def _store_dirs(cp: SparkCheckpoint) -> list[Path]:
+    return sorted({p.parent.parent for p in cp.path.glob("state/**/SSTs/*.sst")})
+
+
+@pytest.mark.parametrize("case", ROCKSDB_CASES)
+def test_corpus_reads_the_same_with_and_without_the_count(case, tmp_path, monkeypatch):
+    """Each store of the Spark corpus: the read given its zip's numKeys (distinct where it proves so) is the read
+    without it, and RocksDB's."""
+    cp = SparkCheckpoint.open(copy_with_sst_crcs(case, tmp_path))
+    took = _spy(monkeypatch)
+    for d in _store_dirs(cp):
+        data = providers.StoreData({})
+        got = providers.sst_entries(d, cp.version, cp.conf, where=str(d), decode=lambda e: e, into=data)
+        if got is None:
+            continue
+        with_count = _as_dict([e.where(live) for e, live in got])
+        ssts = [p for p in data.files if p.suffix == ".sst"]
+        ssts.sort(key=lambda p: p.name.split("-")[0])  # (local file names: the dfs name's prefix)
+        assert with_count == _as_dict(sst.live_entries(ssts))
+        assert with_count == providers.load(d, cp.version, cp.conf, where=str(d)).entries, d
+    if case == "agg-rocksdb":  # partition 2's SSTs hold distinct keys; 0's hold versions of keys, no deletion
+        assert "distinct" in took and "dedup" in took
+
+
+def test_repartitioned_rocksdb_store_counts_its_keys(tmp_path):
+    """statekit's writer records numKeys as Spark does, the live keys RocksDB reads back, each once: the count the
+    shortcut trusts. (Its SSTs are RocksDB's table format 6, which RocksDB itself reads.)"""
+    from statekit.savepoint.spark_repartition import repartition
+
+    repartition(copy_case("agg-rocksdb", tmp_path / "src"), tmp_path / "out", partitions=3)
+    cp = SparkCheckpoint.open(tmp_path / "out")
+    for d in _store_dirs(cp):
+        data = providers.load(d, cp.version, cp.conf, where=str(d))
+        assert providers._live_keys(data.rocks_metadata) == len(data.entries) > 0

@@ -12,7 +12,8 @@ type`` (little-endian). Entries are parsed for every restart segment of every bl
 entry of all segments in one numpy step), so no Python object is made per entry.
 
 Across the SSTs of one checkpoint the newest entry (highest sequence number) of a user key wins and a
-deletion hides it: resolved by sorting a 64-bit hash of the user keys. The blocks' own checksums (XXH3)
+deletion hides it: resolved by sorting a 64-bit hash of the user keys, unless the SSTs' properties and the
+checkpoint's count of live keys prove every entry a distinct live key (`_distinct`). The blocks' own checksums (XXH3)
 are not verified here; the SST's Hadoop ``.crc`` side file is, and an SST without one is left to RocksDB.
 Anything this reader does not handle exactly (merge operands, range deletions, a hash index in data
 blocks, lengths of 128 bytes or more, other compressions, a hash collision, no checksum side file)
@@ -187,12 +188,15 @@ def _restart_handles(block: bytes, delta: bool) -> tuple[np.ndarray, np.ndarray]
 
 @dataclass
 class _Table:
-    """One SST's bytes and the handles of its data blocks, in key order."""
+    """One SST's bytes and the handles of its data blocks, in key order; how many entries its properties block
+    counts, and how many of them are deletions."""
 
     path: Path
     data: bytes | mmap.mmap
     offsets: np.ndarray
     sizes: np.ndarray
+    entries: int = 0
+    deletions: int = 0
 
 
 def _table(path: Path) -> _Table:
@@ -239,7 +243,7 @@ def _table(path: Path) -> _Table:
     if len(offsets) and (int(offsets.min()) < 0 or int(sizes.min()) < 1
                          or int((offsets + sizes).max()) + _TRAILER > len(data) - _FOOTER):
         raise CorruptSavepointError(f"{where}: a block handle points past the end of the file; the SST is damaged.")
-    return _Table(path, data, offsets, sizes)
+    return _Table(path, data, offsets, sizes, prop("rocksdb.num.entries"), prop("rocksdb.deleted.keys"))
 
 
 def _decompress(table: _Table, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -352,12 +356,20 @@ class _Chunk:
 T = TypeVar("T")
 
 
-def read(paths: list[Path], decode: Callable[[Entries], T]) -> list[tuple[T, np.ndarray | None]]:
+def read(paths: list[Path], decode: Callable[[Entries], T], *,
+         live_keys: int | None = None) -> list[tuple[T, np.ndarray | None]]:
     """The entries of the SSTs of one RocksDB checkpoint, in chunks: each chunk's puts are given to `decode` as soon
     as they are parsed (its decompressed blocks are released after it unless `decode` keeps them); returned with,
     once every chunk is parsed, which of them are live (a mask, None when all are): the newest version of each user
-    key wins, and a deletion hides it. The live entries of different chunks have different user keys."""
+    key wins, and a deletion hides it. The live entries of different chunks have different user keys.
+
+    `live_keys`, when given, is how many live user keys the checkpoint holds, as its writer counted them (Spark's
+    ``numKeys``; `providers.sst_entries` says when it can be trusted): when it proves every entry a distinct live
+    key (`_distinct`), the entries are not deduplicated.
+    """
     tables = [_table(p) for p in paths]
+    if _distinct(tables, live_keys):
+        return _read_distinct(tables, decode)
     chunks: list[_Chunk] = []
     decoded = []
     for t in tables:
@@ -389,9 +401,36 @@ def read(paths: list[Path], decode: Callable[[Entries], T]) -> list[tuple[T, np.
     return out
 
 
-def live_entries(paths: list[Path]) -> list[Entries]:
+def _distinct(tables: list[_Table], live_keys: int | None) -> bool:
+    """Whether the SSTs' properties and the checkpoint's count of live keys prove every entry a distinct live key.
+
+    Each user key that is live has at least one entry, and with no deletions (merge operands and range deletions
+    are refused by `_table`) every user key that has an entry is live: so entries >= distinct user keys == live
+    keys, with equality exactly when no user key has two entries. Σ ``rocksdb.num.entries`` == `live_keys` is that
+    equality. `_read_distinct` checks what it parses against the same counts (each table's entries as many as its
+    properties say, each a put), so a properties block that does not match its data is refused, not believed.
+    """
+    return live_keys is not None and not any(t.deletions for t in tables) \
+        and sum(t.entries for t in tables) == live_keys
+
+
+def _read_distinct(tables: list[_Table], decode: Callable[[Entries], T]) -> list[tuple[T, np.ndarray | None]]:
+    """`read` of SSTs whose entries are proven distinct live keys (`_distinct`): every chunk decoded, all live."""
+    out: list[tuple[T, np.ndarray | None]] = []
+    for t in tables:
+        n = 0
+        for i in range(0, len(t.offsets), _CHUNK):
+            entries = _parse_puts(*_decompress(t, i, i + _CHUNK))
+            n += len(entries)
+            out.append((decode(entries), None))
+        if n != t.entries:
+            raise Unsupported(f"{t.path} holds {n} entries but its properties block counts {t.entries}")
+    return out
+
+
+def live_entries(paths: list[Path], *, live_keys: int | None = None) -> list[Entries]:
     """`read` without decoding: the live entries, in chunks."""
-    return [e.where(live) for e, live in read(paths, lambda e: e)]
+    return [e.where(live) for e, live in read(paths, lambda e: e, live_keys=live_keys)]
 
 
 def _older(chunks: list[_Chunk], h: np.ndarray, members: np.ndarray) -> np.ndarray:
@@ -421,6 +460,71 @@ def _older(chunks: list[_Chunk], h: np.ndarray, members: np.ndarray) -> np.ndarr
 def _parse(buf: np.ndarray, bases: np.ndarray, sizes: np.ndarray) -> tuple[_Chunk, Entries]:
     """The entries of decompressed data blocks (``buf[bases[i]:bases[i] + sizes[i]]``, padded with `_PAD` zero
     bytes), keys rebuilt, hashed, not yet deduplicated."""
+    keys = _rebuilt(buf, bases, sizes)
+    n, width, stride, klen, words, flat = keys.n, keys.width, keys.stride, keys.klen, keys.words, keys.flat
+    fixed = int(klen.min()) == width
+    if fixed:  # every key of one length: the trailer at one place in each row (views, no copy)
+        trailer = np.ndarray((n,), "<u8", flat, width - 8, (stride,))
+        kind = np.ndarray((n,), np.uint8, flat, width - 8, (stride,))
+    else:
+        trailer = _u64(flat)[np.arange(n) * stride + klen - 8]
+        kind = (trailer & np.uint64(0xFF)).astype(np.uint8)
+    put = kind == _PUT
+    if not put.all() and np.any((kind != _PUT) & (kind != _DELETE) & (kind != _SINGLE_DELETE)):
+        raise Unsupported("entry types other than put and delete")
+    ulen = klen - 8
+    user = [words[:n, w] if fixed and 8 * w + 8 <= width - 8 else
+            words[:n, w] & _LOW[(width - 8) - 8 * w] if fixed else _masked(words[:n, w], ulen - 8 * w)
+            for w in range((width - 8 + 7) // 8)]
+    h = np.full(n, np.uint64(width - 8) ^ np.uint64(1469598103934665603)) if fixed else \
+        ulen.astype(np.uint64) ^ np.uint64(1469598103934665603)
+    with np.errstate(over="ignore"):
+        for w, word in enumerate(user):  # only the words a key has: the same hash in chunks of other widths
+            mixed = (h ^ word) * np.uint64(1099511628211)
+            mixed ^= mixed >> np.uint64(29)
+            h = mixed if fixed else np.where(8 * w < ulen, mixed, h)
+    return _Chunk(flat, stride, ulen, put, trailer, h), keys.entries(buf)
+
+
+def _parse_puts(buf: np.ndarray, bases: np.ndarray, sizes: np.ndarray) -> Entries:
+    """`_parse` of entries that are all puts of distinct user keys (`_distinct`): no trailer kept, no hash; an
+    entry of another type raises `Unsupported` (its SST's properties block did not count it as such)."""
+    keys = _rebuilt(buf, bases, sizes)
+    n, width, stride, flat = keys.n, keys.width, keys.stride, keys.flat
+    # the type is the trailer's low byte: at one place in each row when every key has one length (a view)
+    kind = np.ndarray((n,), np.uint8, flat, width - 8, (stride,)) if int(keys.klen.min()) == width else \
+        flat[np.arange(n) * stride + keys.klen - 8]
+    if not np.all(kind == _PUT):
+        raise Unsupported("an entry other than a put in an SST whose properties block counts no deletion")
+    return keys.entries(buf)
+
+
+@dataclass
+class _Keys:
+    """The entries of some data blocks with their keys rebuilt: row i of `words` (``stride`` bytes, the same
+    memory as `flat`) is entry i's key (user key + 8-byte trailer, ``klen[i]`` bytes, then zeros or other bytes);
+    its value is ``vlen[i]`` bytes at ``vstart[i]`` in the decompressed blocks."""
+
+    n: int
+    width: int
+    stride: int
+    klen: np.ndarray
+    words: np.ndarray
+    flat: np.ndarray
+    vstart: np.ndarray
+    vlen: np.ndarray
+
+    def entries(self, buf: np.ndarray) -> Entries:
+        """The entries: user keys in `flat`, values in `buf` (the decompressed blocks)."""
+        fixed = int(self.klen.min()) == self.width
+        kstarts = np.arange(0, self.n * self.stride, self.stride)
+        kends = kstarts + (self.width - 8 if fixed else self.klen - 8)
+        return Entries(self.flat, kstarts, kends, buf, self.vstart, self.vstart + self.vlen, self.stride)
+
+
+def _rebuilt(buf: np.ndarray, bases: np.ndarray, sizes: np.ndarray) -> _Keys:
+    """The entries of decompressed data blocks (``buf[bases[i]:bases[i] + sizes[i]]``, padded with `_PAD` zero
+    bytes), keys rebuilt."""
     u32 = _view(buf, "<u4")
     # restart segments of every block: [start, end) in `buf`
     counts = u32[bases + sizes - 4].astype(np.int64) if len(bases) else np.zeros(0, np.int64)
@@ -512,31 +616,7 @@ def _parse(buf: np.ndarray, bases: np.ndarray, sizes: np.ndarray) -> tuple[_Chun
             col[row] = mine ^ ((mine ^ col[row - 1]) & keep)
         words[:n, w] = col
     flat = words.view(np.uint8).reshape(-1)
-    fixed = int(klen.min()) == width
-    if fixed:  # every key of one length: the trailer at one place in each row (views, no copy)
-        trailer = np.ndarray((n,), "<u8", flat, width - 8, (stride,))
-        kind = np.ndarray((n,), np.uint8, flat, width - 8, (stride,))
-    else:
-        trailer = _u64(flat)[np.arange(n) * stride + klen - 8]
-        kind = (trailer & np.uint64(0xFF)).astype(np.uint8)
-    put = kind == _PUT
-    if not put.all() and np.any((kind != _PUT) & (kind != _DELETE) & (kind != _SINGLE_DELETE)):
-        raise Unsupported("entry types other than put and delete")
-    ulen = klen - 8
-    user = [words[:n, w] if fixed and 8 * w + 8 <= width - 8 else
-            words[:n, w] & _LOW[(width - 8) - 8 * w] if fixed else _masked(words[:n, w], ulen - 8 * w)
-            for w in range((width - 8 + 7) // 8)]
-    h = np.full(n, np.uint64(width - 8) ^ np.uint64(1469598103934665603)) if fixed else \
-        ulen.astype(np.uint64) ^ np.uint64(1469598103934665603)
-    with np.errstate(over="ignore"):
-        for w, word in enumerate(user):  # only the words a key has: the same hash in chunks of other widths
-            mixed = (h ^ word) * np.uint64(1099511628211)
-            mixed ^= mixed >> np.uint64(29)
-            h = mixed if fixed else np.where(8 * w < ulen, mixed, h)
-    kstarts = np.arange(0, n * stride, stride)
-    vstarts = at + ns
-    return _Chunk(flat, stride, ulen, put, trailer, h), \
-        Entries(flat, kstarts, kstarts + (width - 8 if fixed else ulen), buf, vstarts, vstarts + vlen, stride)
+    return _Keys(n, width, stride, klen, words, flat, at + ns, vlen)
 
 
 def _long_lengths(steps: list[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> None:
