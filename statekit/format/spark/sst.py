@@ -461,7 +461,7 @@ def _parse(buf: np.ndarray, bases: np.ndarray, sizes: np.ndarray) -> tuple[_Chun
     bytes), keys rebuilt, hashed, not yet deduplicated."""
     keys = _rebuilt(buf, bases, sizes)
     n, width, stride, klen, words, flat = keys.n, keys.width, keys.stride, keys.klen, keys.words, keys.flat
-    fixed = int(klen.min()) == width
+    fixed = keys.fixed
     if fixed:  # every key of one length: the trailer at one place in each row (views, no copy)
         trailer = np.ndarray((n,), "<u8", flat, width - 8, (stride,))
         kind = np.ndarray((n,), np.uint8, flat, width - 8, (stride,))
@@ -491,7 +491,7 @@ def _parse_puts(buf: np.ndarray, bases: np.ndarray, sizes: np.ndarray) -> Entrie
     keys = _rebuilt(buf, bases, sizes)
     n, width, stride, flat = keys.n, keys.width, keys.stride, keys.flat
     # the type is the trailer's low byte: at one place in each row when every key has one length (a view)
-    kind = np.ndarray((n,), np.uint8, flat, width - 8, (stride,)) if int(keys.klen.min()) == width else \
+    kind = np.ndarray((n,), np.uint8, flat, width - 8, (stride,)) if keys.fixed else \
         flat[np.arange(n) * stride + keys.klen - 8]
     if not np.all(kind == _PUT):
         raise Unsupported("an entry other than a put in an SST whose properties block counts no deletion")
@@ -512,12 +512,12 @@ class _Keys:
     flat: np.ndarray
     vstart: np.ndarray
     vlen: np.ndarray
+    fixed: bool  # every key of one length (`width`)
 
     def entries(self, buf: np.ndarray) -> Entries:
         """The entries: user keys in `flat`, values in `buf` (the decompressed blocks)."""
-        fixed = int(self.klen.min()) == self.width
         kstarts = np.arange(0, self.n * self.stride, self.stride)
-        kends = kstarts + (self.width - 8 if fixed else self.klen - 8)
+        kends = kstarts + (self.width - 8 if self.fixed else self.klen - 8)
         return Entries(self.flat, kstarts, kends, buf, self.vstart, self.vstart + self.vlen, self.stride)
 
 
@@ -615,7 +615,7 @@ def _rebuilt(buf: np.ndarray, bases: np.ndarray, sizes: np.ndarray) -> _Keys:
             col[row] = mine ^ ((mine ^ col[row - 1]) & keep)
         words[:n, w] = col
     flat = words.view(np.uint8).reshape(-1)
-    return _Keys(n, width, stride, klen, words, flat, at + ns, vlen)
+    return _Keys(n, width, stride, klen, words, flat, at + ns, vlen, int(klen.min()) == width)
 
 
 def _scattered(order: np.ndarray, parts: list[np.ndarray]) -> np.ndarray:

@@ -88,13 +88,14 @@ def _columns(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, schema: Stru
     # the null bits of up to 64 fields are one word: when no row has one set (the common case), no field needs a mask
     nulls = bitset > 8 or bool(bitset and rows.field(skip, "<u8").any())
     out = []
+    base = None  # where a row's offsets count from: only variable-width values need it, computed at the first
     for i, f in enumerate(schema.fields):
         null = (rows.field(skip + (i >> 3), "u1") >> (i & 7)) & 1 == 1 if nulls else None
         at = skip + bitset + 8 * i
         t = f.type
         if isinstance(t, Struct):
             w = rows.field(at, "<i8")
-            base = starts + skip  # (where a row's offsets count from: only variable-width values need it)
+            base = starts + skip if base is None else base
             sub = base + (w >> 32)
             size = w & 0xFFFFFFFF
             children = _columns(buf, sub, sub + size, t) if null is None else \
@@ -107,7 +108,7 @@ def _columns(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, schema: Stru
             out.append(pa.nulls(len(starts)))
         elif t in ("string", "binary"):
             w = rows.field(at, "<i8")
-            base = starts + skip
+            base = starts + skip if base is None else base
             off = base + (w >> 32) if null is None else np.where(null, 0, base + (w >> 32))
             size = w & 0xFFFFFFFF if null is None else np.where(null, 0, w & 0xFFFFFFFF)
             if len(off) and int(np.max(off + size)) > len(buf):
