@@ -267,8 +267,10 @@ def _decompress(table: _Table, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray
     total = int(bases[-1] + n[-1]) if len(n) else 0
     buf = np.empty(total + _PAD, np.uint8)
     buf[total:] = 0
+    in_order = bool(np.all(off[1:] + head[1:] - (off[:-1] + size[:-1]) >= 4))  # (as RocksDB writes them)
     try:
-        if bool(np.all(kind == _LZ4)) and int(n.max(initial=0)) <= _FRAME_BLOCK and int(size.max(initial=0)) <= _FRAME_BLOCK:
+        if bool(np.all(kind == _LZ4)) and in_order and int(n.max(initial=0)) <= _FRAME_BLOCK \
+                and int(size.max(initial=0)) <= _FRAME_BLOCK:
             # Spark's setting. One call for all the blocks, as the blocks of one LZ4 frame: a call per block of a few KB
             # releases and takes back the GIL each time, and two threads doing so ran slower than one
             _frame_into(table.data, off + head, off + size, buf[:total])
@@ -294,20 +296,41 @@ _FRAME_BLOCK = 4 << 20
 
 def _frame_into(data: bytes | mmap.mmap, starts: np.ndarray, ends: np.ndarray, out: np.ndarray) -> None:
     """Decompress the raw LZ4 blocks ``data[starts[i]:ends[i]]`` one after another into `out`, which they fill exactly.
+    The blocks are in file order with at least 4 bytes between two (a block's trailer and the next one's varint).
 
     Each block, prefixed with its size, is a block of one LZ4 frame, decoded in one call. The sizes each block
     decompresses to are not checked one by one, only their sum: the whole SST was verified against its checksum
     file before (`_table`), and a data block's restart array is checked when it is parsed.
     """
     import cramjam
+    import pyarrow as pa
+    import pyarrow.compute as pc
 
-    sizes = memoryview((ends - starts).astype("<u4").tobytes())
-    src = memoryview(data)
-    pieces: list[bytes | memoryview] = [_FRAME_HEADER]
-    for i, (a, e) in enumerate(zip(starts.tolist(), ends.tolist())):
-        pieces += (sizes[4 * i:4 * i + 4], src[a:e])
-    pieces.append(b"\0\0\0\0")  # the end mark
-    got = cramjam.lz4.decompress_into(b"".join(pieces), out.data)
+    n = len(starts)
+    if not n:
+        return
+    # The frame is built by two copies that release the GIL, not by a Python loop joining slices (which holds it
+    # while it copies: two threads then waited for each other): the blocks' bytes copied at once behind the frame's
+    # header, each block's size written over the last 4 bytes before it, and one Arrow `take` of the pieces from a
+    # size to the end of its block, leaving out the rest of each gap
+    lo, hi = int(starts[0]), int(ends[-1])
+    head = len(_FRAME_HEADER) + 4  # (+ the first block's size)
+    tmp = np.empty(head + hi - lo + 4, np.uint8)
+    tmp[:len(_FRAME_HEADER)] = np.frombuffer(_FRAME_HEADER, np.uint8)
+    tmp[head:head + hi - lo] = np.frombuffer(data, np.uint8, hi - lo, lo)
+    tmp[head + hi - lo:] = 0  # the end mark
+    at = starts - (lo - head) - 4  # where each block's size goes
+    _view(tmp, "<u4")[at] = (ends - starts).astype("<u4")
+    bounds = np.empty(2 * n, np.int64)  # piece 2i: block i with its size; piece 2i + 1: the rest of the gap after it
+    bounds[0] = 0
+    bounds[1::2] = ends - (lo - head)
+    bounds[2::2] = at[1:]
+    bounds[-1] = len(tmp)
+    pieces = pa.LargeBinaryArray.from_buffers(pa.large_binary(), 2 * n - 1,
+                                              [None, pa.py_buffer(bounds), pa.py_buffer(tmp)])
+    frame = pc.take(pieces, pa.array(np.arange(0, 2 * n, 2))).buffers()[2]
+    size = len(tmp) - int(np.sum(starts[1:] - ends[:-1])) + 4 * (n - 1)
+    got = cramjam.lz4.decompress_into(memoryview(frame)[:size], out.data)
     if got != len(out):
         raise ValueError(f"{got} bytes instead of {len(out)}")
 
