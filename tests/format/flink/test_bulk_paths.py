@@ -38,7 +38,13 @@ def _check(path: Path, keys: list) -> str:
     return sp.stats.describe()
 
 
-def test_long_keys_take_the_strided_view(tmp_path: Path) -> None:
+@pytest.mark.parametrize("probe_bytes", [None, 80], ids=["default-probes", "3-entry-probes"])
+def test_long_keys_take_the_strided_view(tmp_path: Path, monkeypatch, probe_bytes: int | None) -> None:
+    from statekit.format.flink import locate as L
+
+    if probe_bytes is not None:  # a run's probe blocks capped at 3 entries of 26 bytes
+        monkeypatch.setattr(L, "_PROBE", 2)
+        monkeypatch.setattr(L, "_PROBE_BYTES", probe_bytes)
     keys = list(range(N))
     stats = _check(_flink_savepoint(tmp_path, keys, "bigint"), keys)
     assert "a: strided-view" in stats and "key: strided-view" in stats and "rows: direct" in stats, stats
@@ -511,11 +517,18 @@ def test_same_bytes_of_runs_sees_every_byte(length: int) -> None:
             assert not same_bytes(other, ra, rb, 4, length), (j, row)
 
 
+@pytest.mark.parametrize("probe_bytes", [None, 80], ids=["default-probes", "3-entry-probes"])
 @pytest.mark.parametrize("max_parallelism", [128, 256], ids=["1-byte-prefix", "2-byte-prefix"])
 @pytest.mark.parametrize("where", ["first", "middle", "last"])
-def test_an_entry_under_another_key_groups_prefix_is_reported(tmp_path: Path, max_parallelism: int, where: str) -> None:
+def test_an_entry_under_another_key_groups_prefix_is_reported(tmp_path: Path, monkeypatch, max_parallelism: int,
+                                                              where: str, probe_bytes: int | None) -> None:
     """One entry of a strided run (Long keys) carries another key group in its prefix: a typed error, not a row."""
     from statekit.errors import CorruptSavepointError
+    from statekit.format.flink import locate as L
+
+    if probe_bytes is not None:  # a run's probe blocks capped at 3 entries: the entry lies in a later one
+        monkeypatch.setattr(L, "_PROBE", 2)
+        monkeypatch.setattr(L, "_PROBE_BYTES", probe_bytes)
 
     path = _flink_savepoint(tmp_path, list(range(N)), "bigint", max_parallelism)
     sp = Savepoint.open(path)
