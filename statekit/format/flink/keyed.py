@@ -30,7 +30,7 @@ from statekit.format.flink.locate import DecodeStats, Entries, Located, Run, cor
 from statekit.format.flink.metadata import KeyGroupsHandle
 from statekit.format.flink.proxy import KeyedProxy, StateMeta, read_keyed_proxy
 from statekit.format.flink.serializers import FlinkType
-from statekit.format.flink.strided import constant_column, fixed_column, same_bytes, string_column
+from statekit.format.flink.strided import constant_column, fixed_column, fixed_columns, same_bytes, string_column
 from statekit.format.flink.values import FIXED_DTYPES
 from statekit.types import parse_ddl
 
@@ -206,25 +206,43 @@ def _run_table(lay: KeyedLayout, buf: np.ndarray, located: Located, groups: dict
         return None
     P = lay.prefix_bytes
     widths = [r.klen - P - 1 for r in base]  # the key's bytes, before VoidNamespace's one
-    # Every entry's key bytes (the key-group prefix is proven by `locate`), and VoidNamespace's byte where the entry
-    # path compares it too (it tells rows apart there): all but a fixed-width key's, as before
-    wk = FIXED_DTYPES.get(lay.key_type.kind)
-    ns = 0 if wk is not None and all(w == np.dtype(wk).itemsize for w in widths) else 1
+    wk = _fixed_dtype(lay.key_type, widths)
     for g in keyed[1:]:
-        if len(g.runs) != len(base) or not all(a.chain == b.chain and a.klen == b.klen and same_bytes(
-                buf, a, b, 4 + P, w + ns) for a, b, w in zip(base, g.runs, widths)):
+        if len(g.runs) != len(base) or not all(a.chain == b.chain and a.klen == b.klen and a.count == b.count
+                                               for a, b in zip(base, g.runs)):
             return None
-    key = _run_column(lay.key_type, buf, base, [4 + P] * len(base), widths, stats, "key")
-    if key is None:
-        e = Entries.of_runs(base)
-        kend = e.kp + e.klen
-        key, ends = decode_open(lay.key_type, buf, e.kp + P, kend, where, stats, "key")
-        if not np.array_equal(ends + 1, kend):
+    cut: dict[str, pa.Array] = {}
+    if wk is not None:
+        # The key and every fixed-width value cut in one walk over the runs, the other states' keys compared with the
+        # key column as it is cut (a fixed-width key is all its bytes: VoidNamespace's byte need not be compared)
+        fixed = [(g, wv) for g in keyed if (wv := _fixed_dtype(g.meta.value_type, [r.vlen for r in g.runs])) is not None]
+        got = fixed_columns(buf, [(base, [4 + P] * len(base), wk)]
+                            + [(g.runs, [8 + r.klen for r in g.runs], wv) for g, wv in fixed], [g.runs for g in keyed[1:]])
+        if got is None:
             return None
+        stats.states.setdefault("key", "strided-view")
+        key = got[0]
+        cut = {g.meta.name: col for (g, _), col in zip(fixed, got[1:])}
+    else:
+        # Every entry's key bytes (the key-group prefix is proven by `locate`) and VoidNamespace's byte, which the
+        # entry path compares too (it tells rows apart there)
+        if not all(same_bytes(buf, a, b, 4 + P, w + 1) for g in keyed[1:] for a, b, w in zip(base, g.runs, widths)):
+            return None
+        key = _run_column(lay.key_type, buf, base, [4 + P] * len(base), widths, stats, "key")
+        if key is None:
+            e = Entries.of_runs(base)
+            kend = e.kp + e.klen
+            key, ends = decode_open(lay.key_type, buf, e.kp + P, kend, where, stats, "key")
+            if not np.array_equal(ends + 1, kend):
+                return None
     cols = {"key_group": constant_column(base, chain_kg[[r.chain for r in base]].tolist(), np.int32), "key": key}
     for g in keyed:
         name, vt = g.meta.name, g.meta.value_type
-        vals = _run_column(vt, buf, g.runs, [8 + r.klen for r in g.runs], [r.vlen for r in g.runs], stats, name)
+        vals = cut.get(name)
+        if vals is not None:
+            stats.states.setdefault(name, "strided-view")
+        else:
+            vals = _run_column(vt, buf, g.runs, [8 + r.klen for r in g.runs], [r.vlen for r in g.runs], stats, name)
         if vals is None:
             e = Entries.of_runs(g.runs)
             vals = decode_exact(vt, buf, e.vp, e.vp + e.vlen, where, stats, name)
@@ -233,11 +251,17 @@ def _run_table(lay: KeyedLayout, buf: np.ndarray, located: Located, groups: dict
     return _with_all_states(lay, cols, n)
 
 
+def _fixed_dtype(t: FlinkType, widths: list[int]) -> str | None:
+    """The dtype of `t` when it is fixed-width and every run's field is that wide, else None."""
+    wt = FIXED_DTYPES.get(t.kind)
+    return wt if wt is not None and all(w == np.dtype(wt).itemsize for w in widths) else None
+
+
 def _run_column(t: FlinkType, buf: np.ndarray, runs: list[Run], offsets: list[int], widths: list[int],
                 stats: DecodeStats, label: str) -> pa.Array | None:
     """Values of `t` of `widths[i]` bytes at `offsets[i]` of the entries of `runs[i]`, from strided views; None: not so."""
-    wt = FIXED_DTYPES.get(t.kind)
-    if wt is not None and all(w == np.dtype(wt).itemsize for w in widths):
+    wt = _fixed_dtype(t, widths)
+    if wt is not None:
         col = fixed_column(buf, runs, offsets, wt)
     elif t.kind == "string":
         col = string_column(buf, runs, offsets, widths)

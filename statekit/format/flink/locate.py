@@ -24,6 +24,9 @@ from statekit.format.flink.gather import gather_fixed
 
 END_OF_KEY_GROUP = 0xFFFF
 _PROBE = 64  # first strided probe; grown 4x while the run goes on
+#: at most this many bytes of entries per strided probe: the probe reads three fields of each entry, and the second
+#: and third find the bytes in cache (2 MB L2 on this machine kind) only while the block fits
+_PROBE_BYTES = 1 << 19
 _FEW_EXCEPTIONS = 256  # at most this many candidates off the simple chain: `_follow` walks them in Python
 _PRUNE_ROUNDS = 4  # rounds of pruning stray candidates before pointer doubling
 _CHUNK = 1 << 19  # bytes proven per step of the value-length scan (see `_scan_value_lengths`)
@@ -549,8 +552,9 @@ def _strided(buf: np.ndarray, p: int, lim: int,
         want = kg if P == 1 else kg >> 8 | (kg & 0xFF) << 8  # the big-endian prefix read little-endian
         last = want | 0x80
     done, block = 0, _PROBE
+    most = max(_PROBE, _PROBE_BYTES // stride)
     while done < room:
-        m = min(block, room - done)
+        m = min(block, room - done, most)
         at = p + done * stride
         bad = field_view(buf, at, m, stride, "<u4") != k_le
         bad |= field_view(buf, at + 4 + k, m, stride, "<u4") != v_le

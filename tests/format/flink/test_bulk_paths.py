@@ -38,7 +38,13 @@ def _check(path: Path, keys: list) -> str:
     return sp.stats.describe()
 
 
-def test_long_keys_take_the_strided_view(tmp_path: Path) -> None:
+@pytest.mark.parametrize("probe_bytes", [None, 80], ids=["default-probes", "3-entry-probes"])
+def test_long_keys_take_the_strided_view(tmp_path: Path, monkeypatch, probe_bytes: int | None) -> None:
+    from statekit.format.flink import locate as L
+
+    if probe_bytes is not None:  # a run's probe blocks capped at 3 entries of 26 bytes
+        monkeypatch.setattr(L, "_PROBE", 2)
+        monkeypatch.setattr(L, "_PROBE_BYTES", probe_bytes)
     keys = list(range(N))
     stats = _check(_flink_savepoint(tmp_path, keys, "bigint"), keys)
     assert "a: strided-view" in stats and "key: strided-view" in stats and "rows: direct" in stats, stats
@@ -217,14 +223,15 @@ def test_get_of_long_keys_compares_keys_in_place(tmp_path: Path) -> None:
     assert sp.get("bench", N) is None and sp.get("bench", -1) is None
 
 
-def _read_without(tmp_path: Path, keys: list[str], no_a: set[int], no_b: set[int]) -> Savepoint:
+def _read_without(tmp_path: Path, keys: list, no_a: set[int], no_b: set[int]) -> Savepoint:
     """A savepoint of states a = i and b = 2i + 1 over `keys`, but a not at `no_a` and b not at `no_b`, opened
     after its keyed table was checked to read exactly that."""
     a = [None if i in no_a else i for i in range(len(keys))]
     b = [None if i in no_b else 2 * i + 1 for i in range(len(keys))]
     src = tmp_path / "sk"
+    key_type = "bigint" if isinstance(keys[0], int) else "string"
     with SavepointBuilder(src) as sb:
-        op = sb.add_operator("bench", parallelism=2, max_parallelism=128, key_type="string",
+        op = sb.add_operator("bench", parallelism=2, max_parallelism=128, key_type=key_type,
                              keyed_states=[ValueStateDescriptor("a", "bigint"), ValueStateDescriptor("b", "bigint")])
         op.write_keyed(pa.table({"key": pa.array(keys), "a": pa.array(a, pa.int64()), "b": pa.array(b, pa.int64())}))
     sp = Savepoint.open(write_flink(src, tmp_path / "flink"))
@@ -427,6 +434,66 @@ def test_runs_of_equal_sizes_but_other_keys_are_joined_not_paired(tmp_path: Path
     assert "rows: joined" in sp.stats.describe() and " 0 scanned" in sp.stats.describe(), sp.stats.describe()
 
 
+def test_long_key_runs_of_equal_counts_but_other_keys_are_joined_not_paired(tmp_path: Path, monkeypatch) -> None:
+    """Long keys; in every key group state a misses one key and b another: the runs pair up in count and size, and
+    the keys cut from a's runs differ from b's (in a later block of the walk too), so rows are joined by key."""
+    from statekit.format.flink import strided
+    from statekit.format.keyed import compute_key_groups
+
+    monkeypatch.setattr(strided, "_BLOCK", 5)
+    keys = list(range(N))
+    groups: dict[int, list[int]] = {}
+    for i, g in enumerate(compute_key_groups(pa.array(keys, pa.int64()), 128, "bigint").tolist()):
+        groups.setdefault(g, []).append(i)
+    no_a = {rows[len(rows) // 2] for rows in groups.values() if len(rows) > 2}
+    no_b = {rows[-1] for rows in groups.values() if len(rows) > 2}
+    assert len(no_a) > 100
+    sp = _read_without(tmp_path, keys, no_a, no_b)
+    assert "rows: joined" in sp.stats.describe() and " 0 scanned" in sp.stats.describe(), sp.stats.describe()
+
+
+@pytest.mark.parametrize("dtype", [">i8", ">f8", ">i4", "i1"])
+def test_fixed_columns_compare_every_key_byte(dtype: str, monkeypatch) -> None:
+    """Two runs built by hand (stride 29, other values), cut in blocks of 7 entries: the columns are the fields, and
+    a single key byte of the second run changed anywhere refuses them; float keys are compared as bytes (0.0 is not
+    -0.0, a NaN equals itself)."""
+    import numpy as np
+
+    from statekit.format.arrow_memory import to_numpy
+    from statekit.format.flink import strided
+    from statekit.format.flink.locate import Run
+
+    monkeypatch.setattr(strided, "_BLOCK", 7)
+    w = np.dtype(dtype).itemsize
+    rng = np.random.default_rng(w)
+    count, stride = 40, 29
+    a = rng.integers(0, 256, count * stride, dtype=np.uint8).reshape(count, stride)
+    b = rng.integers(0, 256, count * stride, dtype=np.uint8).reshape(count, stride)
+    b[:, 4 : 4 + w] = a[:, 4 : 4 + w]
+    buf = np.concatenate([a.ravel(), b.ravel()])
+    ra, rb = Run(0, 1, 0, count, stride, w, 8), Run(0, 2, count * stride, count, stride, w, 8)
+
+    def cut(data: np.ndarray):
+        return strided.fixed_columns(data, [([ra], [4], dtype), ([ra], [12 + w], ">i8"), ([rb], [12 + w], ">i8")], [[rb]])
+
+    got = cut(buf)
+    assert got is not None
+    for col, (run, at, dt) in zip(got, [(a, 4, dtype), (a, 12 + w, ">i8"), (b, 12 + w, ">i8")]):
+        want = np.ascontiguousarray(run[:, at : at + np.dtype(dt).itemsize]).view(dt).ravel()
+        assert np.array_equal(to_numpy(col).view(f"u{want.itemsize}"), want.astype(want.dtype.newbyteorder("=")).view(f"u{want.itemsize}"))
+    for j in range(w):
+        for row in (0, 6, 7, count // 2, count - 1):
+            other = buf.copy()
+            other[count * stride + row * stride + 4 + j] ^= 0x40
+            assert cut(other) is None, (j, row)
+    if dtype == ">f8":
+        for x, y, same in [(0.0, -0.0, False), (float("nan"), float("nan"), True)]:
+            other = buf.copy()
+            other[10 * stride + 4 : 10 * stride + 12] = np.frombuffer(np.array([x], ">f8").tobytes(), np.uint8)
+            other[(count + 10) * stride + 4 : (count + 10) * stride + 12] = np.frombuffer(np.array([y], ">f8").tobytes(), np.uint8)
+            assert (cut(other) is not None) == same, (x, y)
+
+
 @pytest.mark.parametrize("length", [3, 8, 12, 17])
 def test_same_bytes_of_runs_sees_every_byte(length: int) -> None:
     """Two runs built by hand (stride 29, other values): equal, then unequal in each single key byte in turn."""
@@ -450,11 +517,18 @@ def test_same_bytes_of_runs_sees_every_byte(length: int) -> None:
             assert not same_bytes(other, ra, rb, 4, length), (j, row)
 
 
+@pytest.mark.parametrize("probe_bytes", [None, 80], ids=["default-probes", "3-entry-probes"])
 @pytest.mark.parametrize("max_parallelism", [128, 256], ids=["1-byte-prefix", "2-byte-prefix"])
 @pytest.mark.parametrize("where", ["first", "middle", "last"])
-def test_an_entry_under_another_key_groups_prefix_is_reported(tmp_path: Path, max_parallelism: int, where: str) -> None:
+def test_an_entry_under_another_key_groups_prefix_is_reported(tmp_path: Path, monkeypatch, max_parallelism: int,
+                                                              where: str, probe_bytes: int | None) -> None:
     """One entry of a strided run (Long keys) carries another key group in its prefix: a typed error, not a row."""
     from statekit.errors import CorruptSavepointError
+    from statekit.format.flink import locate as L
+
+    if probe_bytes is not None:  # a run's probe blocks capped at 3 entries: the entry lies in a later one
+        monkeypatch.setattr(L, "_PROBE", 2)
+        monkeypatch.setattr(L, "_PROBE_BYTES", probe_bytes)
 
     path = _flink_savepoint(tmp_path, list(range(N)), "bigint", max_parallelism)
     sp = Savepoint.open(path)
