@@ -38,6 +38,7 @@ from statekit.format.spark.tables import (
 )
 from statekit.format.spark.types import Struct, arrow_type, ddl
 from statekit.identifiers import OperatorIdentifier
+from statekit.savepoint import spark_helper
 from statekit.savepoint.reader import Savepoint
 
 OpRef = int | str | OperatorIdentifier
@@ -209,7 +210,15 @@ class SparkCheckpoint(Savepoint):
             fast = None if self.is_tws(info.id) else self._columns(info, store, p, shape, schema)
             return fast if fast is not None else pa.Table.from_pylist(to_rows(self._pairs(info, store, p), shape, p),
                                                                       schema=schema)
-        if len(wanted) > 1:  # numpy releases the GIL in its loops; more threads than cores only thrash memory
+        h = self._helper(info, store, wanted)
+        if h is not None:  # the caller's thread and the helper process share the partitions (see spark_helper)
+            try:
+                parts = spark_helper.shared_map(h, one, lambda p: {
+                    "path": str(self.path), "batch": self.batch, "op": info.id, "store": store, "partition": p},
+                    schema, wanted)
+            finally:
+                h.busy.release()
+        elif len(wanted) > 1:  # numpy releases the GIL in its loops; more threads than cores only thrash memory
             from concurrent.futures import ThreadPoolExecutor
 
             with ThreadPoolExecutor(min(len(wanted), os.cpu_count() or 1, 4)) as pool:
@@ -217,6 +226,20 @@ class SparkCheckpoint(Savepoint):
         else:
             parts = [one(p) for p in wanted]
         return pa.concat_tables(parts) if parts else schema.empty_table()
+
+    def _helper(self, info: OperatorInfo, store: str, wanted: list[int]) -> spark_helper._Helper | None:
+        """The helper process for a read of `wanted` partitions when it pays (a large read of plain stores), taken for
+        this read (its `busy` lock held: the caller releases it), else None."""
+        if len(wanted) < 2 or self.is_tws(info.id) or not all(0 <= p < info.num_partitions for p in wanted):
+            return None
+        size = 0
+        for p in wanted:
+            for folder, _, files in os.walk(self.layout.store_dir(info.id, p, store)):
+                size += sum(os.stat(os.path.join(folder, f)).st_size for f in files)
+        if size < spark_helper.MIN_BYTES:
+            return None
+        h = spark_helper.helper()
+        return h if h is not None and h.busy.acquire(blocking=False) else None
 
     def _columns(self, info: OperatorInfo, store: str, partition: int, shape: TableShape,
                  schema: pa.Schema) -> pa.Table | None:
