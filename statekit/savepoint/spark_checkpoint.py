@@ -227,7 +227,7 @@ class SparkCheckpoint(Savepoint):
             parts = [one(p) for p in wanted]
         return pa.concat_tables(parts) if parts else schema.empty_table()
 
-    def _helper(self, info: OperatorInfo, store: str, wanted: list[int]) -> spark_helper._Helper | None:
+    def _helper(self, info: OperatorInfo, store: str, wanted: list[int]) -> spark_helper.Helper | None:
         """The helper process for a read of `wanted` partitions when it pays (a large read of plain stores), taken for
         this read (its `busy` lock held: the caller releases it), else None."""
         if len(wanted) < 2 or self.is_tws(info.id) or not all(0 <= p < info.num_partitions for p in wanted):

@@ -8,7 +8,7 @@ hand-back included (`bench/spark_streaming.py`, 10M keys).
 Lifetime: one helper per process, started by the second read large enough to want it (`helper`): a process
 that reads once (a CLI command) never pays its start-up, and the read that starts it does not wait for
 it (it decodes on threads while the helper imports); later reads share it.
-It is a fresh interpreter (``python -m statekit.savepoint.spark_helper``), never a fork of the
+It is a fresh interpreter (``python -m statekit.savepoint.spark_decoder``), never a fork of the
 caller: the caller may hold a JVM gateway, a Spark session or locks a fork would copy half-taken.
 It exits when the caller's end of its socket closes (the caller exits, or forks: a child forgets
 its parent's helper). ``STATEKIT_HELPER_PROCESS=0`` turns it off; Linux only (it needs memfd).
@@ -37,15 +37,15 @@ import pyarrow as pa
 ENV = "STATEKIT_HELPER_PROCESS"
 #: bytes of state files a read must hold before a helper is worth its start-up (~0.4 s of CPU once per process)
 MIN_BYTES = 32 << 20
-_MESSAGE = 1 << 16
+MESSAGE = 1 << 16  # the largest request or reply
 
 _lock = threading.Lock()
-_helper: _Helper | None = None
+_helper: Helper | None = None
 _disabled = False  # a helper died or could not start: this process decodes on threads from now on
 _asked = 0  # large reads so far
 
 
-class _Helper:
+class Helper:
     """The helper process and the caller's end of its socket."""
 
     def __init__(self) -> None:
@@ -53,7 +53,7 @@ class _Helper:
         # the same statekit as the caller's, and no helper of its own
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p), **{ENV: "0"})
         try:
-            self.proc = subprocess.Popen([sys.executable, "-m", "statekit.savepoint.spark_helper",
+            self.proc = subprocess.Popen([sys.executable, "-m", "statekit.savepoint.spark_decoder",
                                           str(theirs.fileno())], pass_fds=(theirs.fileno(),),
                                          stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, env=env)
         finally:
@@ -66,7 +66,7 @@ class _Helper:
 
     def _await_ready(self) -> None:
         try:
-            if json.loads(self.sock.recv(_MESSAGE) or b"{}").get("ready"):
+            if json.loads(self.sock.recv(MESSAGE) or b"{}").get("ready"):
                 self.ready.set()
                 return
         except (OSError, ValueError):
@@ -77,7 +77,7 @@ class _Helper:
         """The table the helper decoded for `request`, or None (it failed, or is gone: the caller decodes)."""
         try:
             self.sock.send(json.dumps(request).encode())
-            msg, fds, _, _ = socket.recv_fds(self.sock, _MESSAGE, 1)
+            msg, fds, _, _ = socket.recv_fds(self.sock, MESSAGE, 1)
         except OSError:
             _give_up(self)
             return None
@@ -103,7 +103,7 @@ class _Helper:
             self.proc.wait()
 
 
-def _give_up(h: _Helper) -> None:
+def _give_up(h: Helper) -> None:
     global _helper, _disabled
     with _lock:
         _disabled = True
@@ -115,7 +115,7 @@ def _give_up(h: _Helper) -> None:
         pass
 
 
-def helper() -> _Helper | None:
+def helper() -> Helper | None:
     """This process's helper when it is ready, else None (starting it on the second call)."""
     global _helper, _asked
     if _disabled or os.environ.get(ENV) == "0" or not hasattr(os, "memfd_create") or (os.cpu_count() or 1) < 2 \
@@ -125,7 +125,7 @@ def helper() -> _Helper | None:
         _asked += 1
         if _helper is None and _asked >= 2:
             try:
-                _helper = _Helper()
+                _helper = Helper()
             except OSError:
                 return None
         h = _helper
@@ -151,7 +151,7 @@ atexit.register(_close)
 os.register_at_fork(after_in_child=_forget)
 
 
-def shared_map(h: _Helper, local: Callable[[int], pa.Table], request: Callable[[int], dict[str, Any]],
+def shared_map(h: Helper, local: Callable[[int], pa.Table], request: Callable[[int], dict[str, Any]],
                schema: pa.Schema, items: Sequence[int]) -> list[pa.Table]:
     """``[local(i) for i in items]``, the items shared between the calling thread and the helper as each is free."""
     out: list[pa.Table | None] = [None] * len(items)
@@ -186,38 +186,3 @@ def shared_map(h: _Helper, local: Callable[[int], pa.Table], request: Callable[[
     if failed:
         raise failed[0]
     return out  # type: ignore[return-value]
-
-
-def _serve(fd: int) -> None:
-    """The helper's loop: a request in, a memfd with the table out, until the caller's end closes."""
-    from statekit.savepoint.spark_checkpoint import SparkCheckpoint
-
-    sock = socket.socket(fileno=fd)
-    sock.send(b'{"ready": true}')
-    opened: dict[tuple[str, int], SparkCheckpoint] = {}
-    while msg := sock.recv(_MESSAGE):
-        req = json.loads(msg)
-        try:
-            key = (req["path"], req["batch"])
-            sp = opened.get(key)
-            if sp is None:
-                opened.clear()
-                sp = opened[key] = SparkCheckpoint.open(req["path"], batch=req["batch"])
-            table = sp.keyed_table(req["op"], store=req["store"], partitions=[req["partition"]])
-            out = os.memfd_create("statekit-partition")
-        except Exception as exc:  # noqa: BLE001 - the caller decodes the partition itself and names the fault
-            sock.send(json.dumps({"error": type(exc).__name__}).encode())
-            continue
-        try:
-            with pa.OSFile(f"/proc/self/fd/{out}", "wb") as f, pa.ipc.new_file(f, table.schema) as w:
-                w.write_table(table)
-            del table
-            socket.send_fds(sock, [b'{"ok": true}'], [out])
-        except OSError:
-            sock.send(b'{"error": "OSError"}')
-        finally:
-            os.close(out)
-
-
-if __name__ == "__main__":
-    _serve(int(sys.argv[1]))
