@@ -15,6 +15,13 @@ from statekit.savepoint.spark_helper import MESSAGE
 
 def serve(fd: int) -> None:
     """The helper's loop: a request in, a memfd with the table out, until the caller's end closes."""
+    # what a partition's decoding imports lazily, imported before saying ready: the first request costs no more
+    # than the others (the caller waits for the helper's last partition)
+    import cramjam  # noqa: F401
+    import pyarrow.compute  # noqa: F401
+
+    import statekit.format.spark.vector  # noqa: F401
+
     sock = socket.socket(fileno=fd)
     sock.send(b'{"ready": true}')
     opened: dict[tuple[str, int], SparkCheckpoint] = {}
