@@ -452,6 +452,21 @@ def test_long_key_runs_of_equal_counts_but_other_keys_are_joined_not_paired(tmp_
     assert "rows: joined" in sp.stats.describe() and " 0 scanned" in sp.stats.describe(), sp.stats.describe()
 
 
+def _two_runs(width: int, count: int, stride: int):
+    """Two runs of `count` entries built by hand (other bytes random), whose keys (`width` bytes at 4) are equal: the
+    buffer, each run's entries as rows, and the two `Run`s."""
+    import numpy as np
+
+    from statekit.format.flink.locate import Run
+
+    rng = np.random.default_rng(width)
+    a = rng.integers(0, 256, count * stride, dtype=np.uint8).reshape(count, stride)
+    b = rng.integers(0, 256, count * stride, dtype=np.uint8).reshape(count, stride)
+    b[:, 4 : 4 + width] = a[:, 4 : 4 + width]
+    buf = np.concatenate([a.ravel(), b.ravel()])
+    return buf, a, b, Run(0, 1, 0, count, stride, width, 8), Run(0, 2, count * stride, count, stride, width, 8)
+
+
 @pytest.mark.parametrize("dtype", [">i8", ">f8", ">i4", "i1"])
 def test_fixed_columns_compare_every_key_byte(dtype: str, monkeypatch) -> None:
     """Two runs built by hand (stride 29, other values), cut in blocks of 7 entries: the columns are the fields, and
@@ -461,17 +476,11 @@ def test_fixed_columns_compare_every_key_byte(dtype: str, monkeypatch) -> None:
 
     from statekit.format.arrow_memory import to_numpy
     from statekit.format.flink import strided
-    from statekit.format.flink.locate import Run
 
     monkeypatch.setattr(strided, "_BLOCK", 7)
     w = np.dtype(dtype).itemsize
-    rng = np.random.default_rng(w)
     count, stride = 40, 29
-    a = rng.integers(0, 256, count * stride, dtype=np.uint8).reshape(count, stride)
-    b = rng.integers(0, 256, count * stride, dtype=np.uint8).reshape(count, stride)
-    b[:, 4 : 4 + w] = a[:, 4 : 4 + w]
-    buf = np.concatenate([a.ravel(), b.ravel()])
-    ra, rb = Run(0, 1, 0, count, stride, w, 8), Run(0, 2, count * stride, count, stride, w, 8)
+    buf, a, b, ra, rb = _two_runs(w, count, stride)
 
     def cut(data: np.ndarray):
         return strided.fixed_columns(data, [([ra], [4], dtype), ([ra], [12 + w], ">i8"), ([rb], [12 + w], ">i8")], [[rb]])
@@ -497,18 +506,11 @@ def test_fixed_columns_compare_every_key_byte(dtype: str, monkeypatch) -> None:
 @pytest.mark.parametrize("length", [3, 8, 12, 17])
 def test_same_bytes_of_runs_sees_every_byte(length: int) -> None:
     """Two runs built by hand (stride 29, other values): equal, then unequal in each single key byte in turn."""
-    import numpy as np
 
-    from statekit.format.flink.locate import Run
     from statekit.format.flink.strided import same_bytes
 
-    rng = np.random.default_rng(length)
     count, stride = 40, 29
-    a = rng.integers(0, 256, count * stride, dtype=np.uint8).reshape(count, stride)
-    b = rng.integers(0, 256, count * stride, dtype=np.uint8).reshape(count, stride)
-    b[:, 4 : 4 + length] = a[:, 4 : 4 + length]
-    buf = np.concatenate([a.ravel(), b.ravel()])
-    ra, rb = Run(0, 1, 0, count, stride, length, 8), Run(0, 2, count * stride, count, stride, length, 8)
+    buf, _, _, ra, rb = _two_runs(length, count, stride)
     assert same_bytes(buf, ra, rb, 4, length)
     for j in range(length):
         for row in (0, count // 2, count - 1):
