@@ -24,15 +24,12 @@ def serve(fd: int) -> None:
 
     sock = socket.socket(fileno=fd)
     sock.send(b'{"ready": true}')
-    opened: dict[tuple[str, int], SparkCheckpoint] = {}
     while msg := sock.recv(MESSAGE):
         req = json.loads(msg)
         try:
-            key = (req["path"], req["batch"])
-            sp = opened.get(key)
-            if sp is None:
-                opened.clear()
-                sp = opened[key] = SparkCheckpoint.open(req["path"], batch=req["batch"])
+            # opened anew for each request, never kept: a checkpoint written again at the same path and batch (a query
+            # started over) is read as it is now, as the caller reads it
+            sp = SparkCheckpoint.open(req["path"], batch=req["batch"])
             table = sp.keyed_table(req["op"], store=req["store"], partitions=[req["partition"]])
             out = os.memfd_create("statekit-partition")
         except Exception as exc:  # noqa: BLE001 - the caller decodes the partition itself and names the fault
