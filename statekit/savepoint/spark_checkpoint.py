@@ -230,9 +230,10 @@ class SparkCheckpoint(Savepoint):
     def _helper(self, info: OperatorInfo, store: str, wanted: list[int]) -> spark_helper.Helper | None:
         """The helper process for a read of `wanted` partitions when it pays (a large read of plain stores), taken for
         this read (its `busy` lock held: the caller releases it), else None."""
-        if len(wanted) < 2 or self.is_tws(info.id) or not all(0 <= p < info.num_partitions for p in wanted):
+        if len(wanted) < 2 or not spark_helper.available() or self.is_tws(info.id) \
+                or not all(0 <= p < info.num_partitions for p in wanted):
             return None
-        size = 0
+        size = 0  # (listed only when a helper could take the read)
         for p in wanted:
             for folder, _, files in os.walk(self.layout.store_dir(info.id, p, store)):
                 size += sum(os.stat(os.path.join(folder, f)).st_size for f in files)

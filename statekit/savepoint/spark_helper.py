@@ -115,11 +115,16 @@ def _give_up(h: Helper) -> None:
         pass
 
 
+def available() -> bool:
+    """Whether this process may have a helper at all (Linux, two cores, not turned off, none died)."""
+    return not _disabled and os.environ.get(ENV) != "0" and hasattr(os, "memfd_create") and (os.cpu_count() or 1) >= 2 \
+        and bool(sys.executable)
+
+
 def helper() -> Helper | None:
     """This process's helper when it is ready, else None (starting it on the second call)."""
     global _helper, _asked
-    if _disabled or os.environ.get(ENV) == "0" or not hasattr(os, "memfd_create") or (os.cpu_count() or 1) < 2 \
-            or not sys.executable:
+    if not available():
         return None
     with _lock:
         _asked += 1

@@ -599,7 +599,8 @@ def _rebuilt(buf: np.ndarray, bases: np.ndarray, sizes: np.ndarray) -> _Keys:
         _long_lengths(steps)
     at += 3
     klen = np.add(shared, ns, dtype=np.int64)
-    if int(klen.min()) < 8:
+    shortest = int(klen.min())
+    if shortest < 8:
         raise CorruptSavepointError("an SST key is shorter than its 8-byte sequence number; the SST is damaged.")
     if np.any(shared[first] != 0) or np.any(shared[1:] > klen[:-1]):
         raise CorruptSavepointError("an SST entry shares more of a key than the key before it has; the SST is "
@@ -638,7 +639,7 @@ def _rebuilt(buf: np.ndarray, bases: np.ndarray, sizes: np.ndarray) -> _Keys:
             col[row] = mine ^ ((mine ^ col[row - 1]) & keep)
         words[:n, w] = col
     flat = words.view(np.uint8).reshape(-1)
-    return _Keys(n, width, stride, klen, words, flat, at + ns, vlen, int(klen.min()) == width)
+    return _Keys(n, width, stride, klen, words, flat, at + ns, vlen, shortest == width)
 
 
 def _scattered(order: np.ndarray, parts: list[np.ndarray]) -> np.ndarray:
