@@ -211,13 +211,16 @@ def _run_table(lay: KeyedLayout, buf: np.ndarray, located: Located, groups: dict
         if len(g.runs) != len(base) or not all(a.chain == b.chain and a.klen == b.klen and a.count == b.count
                                                for a, b in zip(base, g.runs)):
             return None
+    # states `locate` proved to repeat the first's keys run by run (`Located.same_keys_as`) need no key comparison
+    unproven = [g for g in keyed[1:]
+                if not all(located.same_keys_as(b.chain, b.sid, a.sid) for a, b in zip(base, g.runs))]
     cut: dict[str, pa.Array] = {}
     if wk is not None:
         # The key and every fixed-width value cut in one walk over the runs, the other states' keys compared with the
         # key column as it is cut (a fixed-width key is all its bytes: VoidNamespace's byte need not be compared)
         fixed = [(g, wv) for g in keyed if (wv := _fixed_dtype(g.meta.value_type, [r.vlen for r in g.runs])) is not None]
         got = fixed_columns(buf, [(base, [4 + P] * len(base), wk)]
-                            + [(g.runs, [8 + r.klen for r in g.runs], wv) for g, wv in fixed], [g.runs for g in keyed[1:]])
+                            + [(g.runs, [8 + r.klen for r in g.runs], wv) for g, wv in fixed], [g.runs for g in unproven])
         if got is None:
             return None
         stats.states.setdefault("key", "strided-view")
@@ -226,7 +229,7 @@ def _run_table(lay: KeyedLayout, buf: np.ndarray, located: Located, groups: dict
     else:
         # Every entry's key bytes (the key-group prefix is proven by `locate`) and VoidNamespace's byte, which the
         # entry path compares too (it tells rows apart there)
-        if not all(same_bytes(buf, a, b, 4 + P, w + 1) for g in keyed[1:] for a, b, w in zip(base, g.runs, widths)):
+        if not all(same_bytes(buf, a, b, 4 + P, w + 1) for g in unproven for a, b, w in zip(base, g.runs, widths)):
             return None
         key = _run_column(lay.key_type, buf, base, [4 + P] * len(base), widths, stats, "key")
         if key is None:

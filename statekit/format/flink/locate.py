@@ -30,6 +30,8 @@ _PROBE_BYTES = 1 << 19
 _FEW_EXCEPTIONS = 256  # at most this many candidates off the simple chain: `_follow` walks them in Python
 _PRUNE_ROUNDS = 4  # rounds of pruning stray candidates before pointer doubling
 _CHUNK = 1 << 19  # bytes proven per step of the value-length scan (see `_scan_value_lengths`)
+#: bytes compared at a time by `_copies_run` (its scratch stays in the core's cache)
+_COPY_BLOCK_BYTES = 1 << 18
 _MIN_RUN = 8  # a run shorter than this is "irregular": probing it costs more than a scan would
 #: a chain stays strided while it has at most `_IRREGULAR_FREE` irregular runs plus one per this many entries; past
 #: that its sizes vary too often (String keys of any length) and the whole chain goes to the scan. A probe costs
@@ -45,6 +47,7 @@ class DecodeStats:
     every state lists the same keys in the same order, ``joined`` otherwise)."""
 
     strided_entries: int = 0
+    strided_copied: int = 0  # of those, the entries of runs proven to repeat the first state's run (`_copies_run`)
     scanned_entries: int = 0
     value_length_scanned: int = 0  # of the scanned entries, those found by their value lengths
     copied_entries: int = 0  # of those, the entries of state runs proven to repeat the first run's layout (`_copy_run`)
@@ -58,6 +61,7 @@ class DecodeStats:
     def merge(self, other: "DecodeStats") -> None:
         """Add the counts and paths of another part of the same read (`other` decoded after `self`'s parts)."""
         self.strided_entries += other.strided_entries
+        self.strided_copied += other.strided_copied
         self.scanned_entries += other.scanned_entries
         self.value_length_scanned += other.value_length_scanned
         self.copied_entries += other.copied_entries
@@ -72,7 +76,8 @@ class DecodeStats:
     def describe(self) -> str:
         copied = f", {self.copied_entries} of them as copies of a proven state run" if self.copied_entries else ""
         by = f" ({self.value_length_scanned} by value length{copied})" if self.value_length_scanned else ""
-        where = (f"entries located: {self.strided_entries} strided, {self.scanned_entries} scanned{by}, "
+        strided = f" ({self.strided_copied} as copies of a proven state run)" if self.strided_copied else ""
+        where = (f"entries located: {self.strided_entries} strided{strided}, {self.scanned_entries} scanned{by}, "
                  f"{self.chained_entries} chained")
         rows = f"; rows: {self.table}" if self.table else ""
         return where + "; " + ", ".join(f"{k}: {v}" for k, v in sorted(self.states.items())) + rows
@@ -195,6 +200,7 @@ def locate(buf: np.ndarray, starts: np.ndarray, limits: np.ndarray, where: str, 
     runs: list[Run] = []
     pending: list[tuple[int, int, int]] = []  # (chain, position, state id) left for the chained walk
     same_keys: dict[tuple[int, int], int] = {}
+    scratch: np.ndarray | None = None  # `_copies_run`'s
     n = len(buf)
     for c, (p, lim) in enumerate(zip(starts.tolist(), limits.tolist())):
         if p + 2 > lim or lim > n:
@@ -202,9 +208,27 @@ def locate(buf: np.ndarray, starts: np.ndarray, limits: np.ndarray, where: str, 
         sid0 = sid = int(buf[p]) << 8 | int(buf[p + 1])
         p += 2
         first_run = len(runs)
-        located = irregular = 0
+        located = irregular = copied = 0
+        # The states of a key group mostly list the same keys: a later state's runs are tried first as copies of
+        # the first state's runs (`_copies_run`: one contiguous comparison instead of a probe, and the proof that
+        # its keys need no comparison when the columns are cut)
+        base: list[tuple[Run, bool]] = []  # the first state's runs, and whether each ended that state
+        copy_at = 0  # the run of `base` the current state's next run may copy; -1 once one did not
         while True:
-            got = _strided(buf, p, lim, None if chain_kg is None else (int(chain_kg[c]), prefix_bytes))
+            got = None
+            if sid != sid0 and 0 <= copy_at < len(base):
+                r, r_ends = base[copy_at]
+                if scratch is None:
+                    scratch = np.empty(_COPY_BLOCK_BYTES, np.uint8)
+                if _copies_run(buf, r, p, lim, scratch):
+                    got = (r.count, r.stride, r.klen, r.vlen, r_ends)
+                    copy_at += 1
+                    copied += r.count
+                    stats.strided_copied += r.count
+                else:
+                    copy_at = -1
+            if got is None:
+                got = _strided(buf, p, lim, None if chain_kg is None else (int(chain_kg[c]), prefix_bytes))
             if got is not None and got[0] < _MIN_RUN:
                 irregular += 1
                 if irregular > _IRREGULAR_FREE + located // _IRREGULAR_EVERY:
@@ -213,17 +237,25 @@ def locate(buf: np.ndarray, starts: np.ndarray, limits: np.ndarray, where: str, 
                 # the whole chain goes to the scan (or walk), so that every state of a key group is located
                 # one way and all states list their keys in the same order
                 stats.strided_entries -= sum(r.count for r in runs[first_run:])
+                stats.strided_copied -= copied
                 del runs[first_run:]
+                for key in [key for key in same_keys if key[0] == c]:
+                    del same_keys[key]
                 pending.append((c, int(starts[c]) + 2, sid0))
                 break
             count, stride, k, v, ends_run = got
             runs.append(Run(c, sid, p, count, stride, k, v))
+            if sid == sid0:
+                base.append((runs[-1], ends_run))
             stats.strided_entries += count
             located += count
             p += count * stride
             if ends_run:
                 if p + 2 > lim:
                     raise corrupt(where, f"a state run ends at offset {p} without a following state id")
+                if sid != sid0 and copy_at == len(base):  # every run of this state copied the first state's
+                    same_keys[(c, sid)] = sid0
+                copy_at = 0
                 sid = int(buf[p]) << 8 | int(buf[p + 1])
                 p += 2
                 if sid == END_OF_KEY_GROUP:
@@ -509,6 +541,30 @@ def _copy_run(buf: np.ndarray, p: int, m: int, first_run: tuple[int, int, int], 
         return None
     shift = run_pos - start
     return first.kp + shift, first.klen, first.vp + shift
+
+
+def _copies_run(buf: np.ndarray, r: Run, p: int, lim: int, scratch: np.ndarray) -> bool:
+    """Whether the bytes from `p` (before `lim`) repeat those of run `r` everywhere but in its entries' values.
+
+    Equal bytes outside the values mean `r.count` entries of `r`'s key and value sizes, with its keys
+    (key-group prefixes and run-end flags included) in its order. Compared a block at a time: the
+    bytes XORed into `scratch`, the values' bytes zeroed there (a strided view), then one test.
+    """
+    if p + r.count * r.stride > lim:
+        return False
+    per = max(1, len(scratch) // r.stride)
+    for lo in range(0, r.count, per):
+        m = min(per, r.count - lo)
+        size, at = m * r.stride, lo * r.stride
+        diff = scratch[:size] if size <= len(scratch) else np.empty(size, np.uint8)
+        np.bitwise_xor(buf[r.pos + at : r.pos + at + size], buf[p + at : p + at + size], out=diff)
+        if r.vlen in (1, 2, 4, 8):
+            field_view(diff, 8 + r.klen, m, r.stride, f"u{r.vlen}")[:] = 0
+        elif r.vlen:
+            np.ndarray((m, r.vlen), np.uint8, buffer=diff.data, offset=8 + r.klen, strides=(r.stride, 1))[:] = 0
+        if diff.any():
+            return False
+    return True
 
 
 def equal_except_values(buf: np.ndarray, a: int, b: int, length: int, values: np.ndarray, W: int) -> bool:

@@ -381,6 +381,54 @@ def test_a_state_run_is_taken_as_a_copy_of_the_first_only_when_its_bytes_say_so(
             assert np.array_equal(getattr(entries, f), getattr(walked, f)), f
 
 
+@pytest.mark.parametrize("block", [None, 64], ids=["default-blocks", "64-byte-blocks"])
+def test_a_strided_state_run_is_a_copy_of_the_first_only_when_its_bytes_say_so(monkeypatch, block) -> None:
+    """A key group's second state whose runs equal the first's outside the values is located as their copy (recorded,
+    so its keys are not compared again when the columns are cut); one key byte (in any block), one key length, one
+    entry more or a value length that differs each make it probed on its own. Either way the entries are the walk's."""
+    import struct
+
+    import numpy as np
+
+    from statekit.format.flink import locate as L
+
+    if block:
+        monkeypatch.setattr(L, "_COPY_BLOCK_BYTES", block)
+    kg = 5
+
+    def state(keys: list[bytes], values: list[int], widths: list[int] | None = None) -> bytes:
+        out = b""
+        for i, (k, v) in enumerate(zip(keys, values)):
+            key = bytes([kg | (0x80 if i == len(keys) - 1 else 0)]) + k
+            w = 8 if widths is None else widths[i]
+            out += struct.pack(">i", len(key)) + key + struct.pack(">i", w) + v.to_bytes(w, "big")
+        return out
+
+    # two runs a state: 30 keys of 6 bytes, then 20 of 8 (key bytes, VoidNamespace's included)
+    keys = [b"\x05k-%02d\x00" % i for i in range(30)] + [b"\x07k-%04d\x00" % i for i in range(20)]
+    first = state(keys, list(range(50)))
+    cases = [
+        (state(keys, [8 * i + 1 for i in range(50)]), True),  # same keys, other values
+        (state(keys[:3] + [b"\x05k-x3\x00"] + keys[4:], list(range(50))), False),  # one key byte, first run
+        (state(keys[:45] + [b"\x07k-x045\x00"] + keys[46:], list(range(50))), False),  # one key byte, second run
+        (state(keys[:7] + [b"\x06k-077\x00"] + keys[8:], list(range(50))), False),  # one key length
+        (state(keys + [b"\x07k-9999\x00"], list(range(51))), False),  # one entry more
+        (state(keys, list(range(50)), [8] * 40 + [4] + [8] * 9), False),  # one value length
+    ]
+    for second, copied in cases:
+        data = b"\x00\x00" + first + b"\x00\x01" + second + b"\xff\xff"
+        buf = np.frombuffer(data + b"\x00" * 16, np.uint8)
+        walked = L._chained(buf, [(0, 2, 0)], np.array([len(data)]), "test", L.DecodeStats())
+        stats = L.DecodeStats()
+        got = L.locate(buf, np.array([0]), np.array([len(data)]), "test", stats, chain_kg=np.array([kg]))
+        assert not len(got.chained) and not got.pieces, got
+        assert got.same_keys == ({(0, 1): 0} if copied else {})
+        assert (stats.strided_copied == 50) == copied and stats.strided_entries == len(walked)
+        entries = L.Entries.concat([L.Entries.of_runs([r]) for r in got.runs])
+        for f in ("sid", "kp", "klen", "vp", "vlen"):
+            assert np.array_equal(getattr(entries, f), getattr(walked, f)), f
+
+
 # -- tables cut from strided runs (`strided`): every state's entries in runs of one key and value size ---------------
 @pytest.mark.parametrize("max_parallelism", [128, 256], ids=["1-byte-prefix", "2-byte-prefix"])
 def test_string_runs_of_several_lengths_are_cut_from_strided_views(tmp_path: Path, max_parallelism: int) -> None:
