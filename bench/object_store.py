@@ -11,7 +11,8 @@ Measured per savepoint (Long keys, String keys "key-" + k):
   threads (the baselines: nothing decoded)
 * full read to Arrow (`Savepoint.open(uri).keyed_table`), on S3 and on local disk; throughput in MB/s of the
   savepoint's bytes and the ratio to the raw download (target >= 0.8); the download to disk and the full read from S3
-  are taken in turn ``--rounds`` times, best of each (and the ratio of their medians)
+  are taken in turn ``--rounds`` times: best of each, the ratio of their medians, and the median of the per-pair ratios
+  (each pair taken back to back, so a slow phase of the shared machine moves both sides of it)
 * conversion to statekit's format (`convert_to_statekit`), S3 -> local disk, S3 -> S3, and local -> local
 * one-key `get`: the bytes it transferred (`StoragePath.stats`) against its key group's bytes (target < 2x),
   in-process and as a whole process with the credentials in the environment (target < 1 s)
@@ -159,6 +160,7 @@ def bench_one(server: Any, kind: str, n: int, rounds: int = 5) -> None:
     print(f"full read to Arrow: S3 {t_full:.2f} s {size / t_full / 1e6:.0f} MB/s {n / t_full / 1e6:.1f} M keys/s (all: "
           f"{', '.join(f'{x:.2f}' for x in fulls)} s): {size / t_full / raw:.2f}x the raw copy_files throughput, best "
           f"against best; {statistics.median(copies) / statistics.median(fulls):.2f}x median against median; "
+          f"{statistics.median(c / f for c, f in zip(copies, fulls)):.2f}x the median of the {rounds} in-turn pairs' ratios; "
           f"{t_mem / t_full:.2f}x the in-memory one); local disk {t_full_local:.2f} s (S3 costs "
           f"{t_full / t_full_local:.1f}x)")
 

@@ -15,6 +15,7 @@ state run has 0x80 in its first key byte and is followed by the next state id or
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -32,6 +33,7 @@ _PRUNE_ROUNDS = 4  # rounds of pruning stray candidates before pointer doubling
 _CHUNK = 1 << 19  # bytes proven per step of the value-length scan (see `_scan_value_lengths`)
 #: bytes compared at a time by `_copies_run` (its scratch stays in the core's cache)
 _COPY_BLOCK_BYTES = 1 << 18
+_scratch = threading.local()  # each thread's `_copies_run` scratch, kept: fresh memory per call costs page faults
 _MIN_RUN = 8  # a run shorter than this is "irregular": probing it costs more than a scan would
 #: a chain stays strided while it has at most `_IRREGULAR_FREE` irregular runs plus one per this many entries; past
 #: that its sizes vary too often (String keys of any length) and the whole chain goes to the scan. A probe costs
@@ -219,7 +221,9 @@ def locate(buf: np.ndarray, starts: np.ndarray, limits: np.ndarray, where: str, 
             if sid != sid0 and 0 <= copy_at < len(base):
                 r, r_ends = base[copy_at]
                 if scratch is None:
-                    scratch = np.empty(_COPY_BLOCK_BYTES, np.uint8)
+                    scratch = getattr(_scratch, "buf", None)
+                    if scratch is None or len(scratch) != _COPY_BLOCK_BYTES:
+                        scratch = _scratch.buf = np.empty(_COPY_BLOCK_BYTES, np.uint8)
                 if _copies_run(buf, r, p, lim, scratch):
                     got = (r.count, r.stride, r.klen, r.vlen, r_ends)
                     copy_at += 1
