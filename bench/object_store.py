@@ -10,9 +10,9 @@ Measured per savepoint (Long keys, String keys "key-" + k):
 * raw download: `pyarrow.fs.copy_files` of every object to local disk, and every object read into memory on 4
   threads (the baselines: nothing decoded)
 * full read to Arrow (`Savepoint.open(uri).keyed_table`), on S3 and on local disk; throughput in MB/s of the
-  savepoint's bytes and the ratio to the raw download (target >= 0.8); the download to disk and the full read from S3
-  are taken in turn ``--rounds`` times: best of each, the ratio of their medians, and the median of the per-pair ratios
-  (each pair taken back to back, so a slow phase of the shared machine moves both sides of it)
+  savepoint's bytes and the ratio to each raw download (target >= 0.8); both downloads and the full read from S3 are
+  taken in turn ``--rounds`` times, and compared three ways: best against best, median against median, and the
+  median of each round's ratio (a round's runs back to back, so a slow phase of the shared machine moves all of them)
 * conversion to statekit's format (`convert_to_statekit`), S3 -> local disk, S3 -> S3, and local -> local
 * one-key `get`: the bytes it transferred (`StoragePath.stats`) against its key group's bytes (target < 2x),
   in-process and as a whole process with the credentials in the environment (target < 1 s)
@@ -126,9 +126,9 @@ def bench_one(server: Any, kind: str, n: int, rounds: int = 5) -> None:
     def full_local():
         return Savepoint.open(local).keyed_table("bench").num_rows
 
-    # The raw download and the full read taken in turn, `rounds` times: a burst of the machine's other work (or of
-    # the server's JIT and GC, on the same two cores) then moves one pair, not every sample of one side
-    copies, fulls = [], []
+    # The raw downloads and the full read taken in turn, `rounds` times: a burst of the machine's other work (or of
+    # the server's JIT and GC, on the same two cores) then moves one round, not every sample of one side
+    copies, mems, fulls = [], [], []
     with tempfile.TemporaryDirectory(dir=CACHE) as tmp:
         def copy():
             dst = Path(tmp) / f"copy-{time.monotonic_ns()}"
@@ -139,30 +139,33 @@ def bench_one(server: Any, kind: str, n: int, rounds: int = 5) -> None:
             shutil.rmtree(dst)
 
         # The server is a JVM: its first requests run interpreted (a first download took 2-4x its later ones). One
-        # untimed round first, so that both sides meet the server at its steady speed
+        # untimed round first, so that every side meets the server at its steady speed
         copy()
+        into_memory()
         full_s3()
         for _ in range(rounds):
-            t0 = time.perf_counter()
-            copy()
-            copies.append(time.perf_counter() - t0)
-            t0 = time.perf_counter()
-            rows = full_s3()
-            fulls.append(time.perf_counter() - t0)
-            assert rows == n, rows
-    t_mem, got = best(into_memory, 2)
-    assert got == size, (got, size)
-    t_copy, t_full = min(copies), min(fulls)
+            for f, times in ((copy, copies), (into_memory, mems), (full_s3, fulls)):
+                t0 = time.perf_counter()
+                got = f()
+                times.append(time.perf_counter() - t0)
+                assert got in (None, n, size), got
+    t_copy, t_mem, t_full = min(copies), min(mems), min(fulls)
     raw = size / t_copy
+
+    def against(raw: list[float]) -> str:  # the full read's throughput against a download's, three ways
+        return (f"{min(raw) / t_full:.2f}x best against best, {statistics.median(raw) / statistics.median(fulls):.2f}x "
+                f"median against median, {statistics.median(r / f for r, f in zip(raw, fulls)):.2f}x the median of "
+                f"the {rounds} rounds' ratios")
+
+    def runs(times: list[float]) -> str:
+        return ", ".join(f"{x:.2f}" for x in times)
+
     print(f"raw pyarrow.fs download: copy_files to disk {t_copy:.2f} s {size / t_copy / 1e6:.0f} MB/s (all: "
-          f"{', '.join(f'{x:.2f}' for x in copies)} s); into memory (4 threads) {t_mem:.2f} s {size / t_mem / 1e6:.0f} MB/s")
+          f"{runs(copies)} s); into memory (4 threads) {t_mem:.2f} s {size / t_mem / 1e6:.0f} MB/s (all: {runs(mems)} s)")
     t_full_local, _ = best(full_local, 2)
     print(f"full read to Arrow: S3 {t_full:.2f} s {size / t_full / 1e6:.0f} MB/s {n / t_full / 1e6:.1f} M keys/s (all: "
-          f"{', '.join(f'{x:.2f}' for x in fulls)} s): {size / t_full / raw:.2f}x the raw copy_files throughput, best "
-          f"against best; {statistics.median(copies) / statistics.median(fulls):.2f}x median against median; "
-          f"{statistics.median(c / f for c, f in zip(copies, fulls)):.2f}x the median of the {rounds} in-turn pairs' ratios; "
-          f"{t_mem / t_full:.2f}x the in-memory one); local disk {t_full_local:.2f} s (S3 costs "
-          f"{t_full / t_full_local:.1f}x)")
+          f"{runs(fulls)} s); local disk {t_full_local:.2f} s (S3 costs {t_full / t_full_local:.1f}x)\n"
+          f"  against copy_files: {against(copies)}\n  against into memory: {against(mems)}")
 
     # -- conversion -------------------------------------------------------------------------------------------
     with tempfile.TemporaryDirectory(dir=CACHE) as tmp:

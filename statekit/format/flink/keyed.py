@@ -231,7 +231,7 @@ def _run_table(lay: KeyedLayout, buf: np.ndarray, located: Located, groups: dict
         # entry path compares too (it tells rows apart there)
         if not all(same_bytes(buf, a, b, 4 + P, w + 1) for g in unproven for a, b, w in zip(base, g.runs, widths)):
             return None
-        key = _run_column(lay.key_type, buf, base, [4 + P] * len(base), widths, stats, "key")
+        key = _run_column(lay.key_type, buf, base, [4 + P] * len(base), widths, stats, "key", keys=True)
         if key is None:
             e = Entries.of_runs(base)
             kend = e.kp + e.klen
@@ -261,13 +261,14 @@ def _fixed_dtype(t: FlinkType, widths: list[int]) -> str | None:
 
 
 def _run_column(t: FlinkType, buf: np.ndarray, runs: list[Run], offsets: list[int], widths: list[int],
-                stats: DecodeStats, label: str) -> pa.Array | None:
-    """Values of `t` of `widths[i]` bytes at `offsets[i]` of the entries of `runs[i]`, from strided views; None: not so."""
+                stats: DecodeStats, label: str, keys: bool = False) -> pa.Array | None:
+    """Values of `t` of `widths[i]` bytes at `offsets[i]` of the entries of `runs[i]`, from strided views; None: not so.
+    `keys`: the runs' keys (whose String headers `locate` may have checked, `Run.head`)."""
     wt = _fixed_dtype(t, widths)
     if wt is not None:
         col = fixed_column(buf, runs, offsets, wt)
     elif t.kind == "string":
-        col = string_column(buf, runs, offsets, widths)
+        col = string_column(buf, runs, offsets, widths, keys)
     else:
         return None
     if col is not None:

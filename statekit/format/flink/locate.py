@@ -96,6 +96,9 @@ class Run:
     stride: int
     klen: int
     vlen: int
+    #: `locate` proved every key's byte after the prefix to be a one-byte StringValue header saying the key's width
+    #: (``klen - prefix - 1`` bytes: header and ASCII-wide chars, then VoidNamespace's byte); see `locate`'s `string_keys`
+    head: bool = False
 
     def field(self, buf: np.ndarray, offset: int, dtype: str) -> np.ndarray:
         """One fixed-width field of every entry (at `offset` from the entry start) as a strided view, no copy."""
@@ -191,18 +194,21 @@ def _be32(buf: np.ndarray, at: np.ndarray) -> np.ndarray:
 
 def locate(buf: np.ndarray, starts: np.ndarray, limits: np.ndarray, where: str, stats: DecodeStats, *,
            chain_kg: np.ndarray | None = None, prefix_bytes: int = 1, value_width: int | None = None,
-           until: int | None = None) -> Located:
+           until: int | None = None, string_keys: bool = False) -> Located:
     """Every entry of the key groups starting at `starts` (each ending before `limits`).
 
     With `chain_kg` (each chain's key group), variable-sized entries are first found by `_scan`;
     chains it cannot prove are walked by `_chained`. `value_width`: every value is known to be that
     many bytes (fixed-width ValueStates only), which lets the scan look for the value lengths.
     `until` (one-key reads): entries that start after this offset may be left out of a scanned chain.
+    `string_keys`: keys are StringValues in VoidNamespace; strided runs then check each key's length
+    header in the same comparison as its key-group prefix (`Run.head`), where the prefix is one byte.
     """
     runs: list[Run] = []
     pending: list[tuple[int, int, int]] = []  # (chain, position, state id) left for the chained walk
     same_keys: dict[tuple[int, int], int] = {}
     scratch: np.ndarray | None = None  # `_copies_run`'s
+    heads = string_keys and prefix_bytes == 1
     n = len(buf)
     for c, (p, lim) in enumerate(zip(starts.tolist(), limits.tolist())):
         if p + 2 > lim or lim > n:
@@ -225,12 +231,15 @@ def locate(buf: np.ndarray, starts: np.ndarray, limits: np.ndarray, where: str, 
                     if scratch is None or len(scratch) != _COPY_BLOCK_BYTES:
                         scratch = _scratch.buf = np.empty(_COPY_BLOCK_BYTES, np.uint8)
                 if _copies_run(buf, r, p, lim, scratch):
-                    got = (r.count, r.stride, r.klen, r.vlen, r_ends)
+                    got = (r.count, r.stride, r.klen, r.vlen, r_ends, r.head)
                     copy_at += 1
                     copied += r.count
                     stats.strided_copied += r.count
                 else:
                     copy_at = -1
+            if got is None and chain_kg is not None and heads:
+                # an entry whose header does not say its width (non-ASCII chars) starts a run probed without
+                got = _strided(buf, p, lim, (int(chain_kg[c]), prefix_bytes), True)
             if got is None:
                 got = _strided(buf, p, lim, None if chain_kg is None else (int(chain_kg[c]), prefix_bytes))
             if got is not None and got[0] < _MIN_RUN:
@@ -247,8 +256,8 @@ def locate(buf: np.ndarray, starts: np.ndarray, limits: np.ndarray, where: str, 
                     del same_keys[key]
                 pending.append((c, int(starts[c]) + 2, sid0))
                 break
-            count, stride, k, v, ends_run = got
-            runs.append(Run(c, sid, p, count, stride, k, v))
+            count, stride, k, v, ends_run, head = got
+            runs.append(Run(c, sid, p, count, stride, k, v, head))
             if sid == sid0:
                 base.append((runs[-1], ends_run))
             stats.strided_entries += count
@@ -583,12 +592,15 @@ def equal_except_values(buf: np.ndarray, a: int, b: int, length: int, values: np
     return not diff.any()
 
 
-def _strided(buf: np.ndarray, p: int, lim: int,
-             prefix: tuple[int, int] | None = None) -> tuple[int, int, int, int, bool] | None:
-    """A run of equal-sized entries from `p`: (count, stride, klen, vlen, run ends), or None where no entry starts.
+def _strided(buf: np.ndarray, p: int, lim: int, prefix: tuple[int, int] | None = None,
+             string_head: bool = False) -> tuple[int, int, int, int, bool, bool] | None:
+    """A run of equal-sized entries from `p`: (count, stride, klen, vlen, run ends, header checked), or None where no
+    entry starts.
 
     With `prefix` (the chain's key group, and the prefix's 1 or 2 bytes) every entry of the run carries
     that key group in its key's prefix (the run ends before one that does not; None if the first does not).
+    `string_head` (a one-byte prefix): so does the byte after it, a StringValue header saying the key's width (see
+    `Run.head`), read with the prefix as one word; keys wider than 127 bytes have a two-byte header, so not.
     """
     if p + 8 > lim:
         return None
@@ -604,13 +616,17 @@ def _strided(buf: np.ndarray, p: int, lim: int,
     k_le, v_le = (int.from_bytes(x.to_bytes(4, "big"), "little") for x in (k, v))
     # The key's first byte: the run's last entry has 0x80 set. With the chain's key group it is the prefix,
     # word compared whole (the flag set in the run's last entry only).
+    # With `string_head` the prefix and the header are one little-endian word: the header in its high byte.
+    checked = string_head and prefix is not None and prefix[1] == 1 and 1 <= k - 2 <= 127
     if prefix is None:
-        head, want, last = "u1", None, None
+        word, want, last = "u1", None, None
     else:
         kg, P = prefix
-        head = "u1" if P == 1 else "<u2"
+        word = "u1" if P == 1 and not checked else "<u2"
         want = kg if P == 1 else kg >> 8 | (kg & 0xFF) << 8  # the big-endian prefix read little-endian
         last = want | 0x80
+        if checked:
+            want, last = want | (k - 2) << 8, last | (k - 2) << 8
     done, block = 0, _PROBE
     most = max(_PROBE, _PROBE_BYTES // stride)
     while done < room:
@@ -618,21 +634,21 @@ def _strided(buf: np.ndarray, p: int, lim: int,
         at = p + done * stride
         bad = field_view(buf, at, m, stride, "<u4") != k_le
         bad |= field_view(buf, at + 4 + k, m, stride, "<u4") != v_le
-        first = field_view(buf, at + 4, m, stride, head)
+        first = field_view(buf, at + 4, m, stride, word)
         stop = first >= 0x80 if want is None else first != want  # the run's last entry, or another key group
         stop |= bad
         i = int(stop.argmax())
         if stop[i]:  # the first entry of another size, the run's last entry, or one of another key group
             if bad[i]:
-                return done + i, stride, k, v, False
+                return done + i, stride, k, v, False, checked
             if want is None or int(first[i]) == last:
-                return done + i + 1, stride, k, v, True
-            return (done + i, stride, k, v, False) if done + i else None  # (that entry: the scan or walk)
+                return done + i + 1, stride, k, v, True, checked
+            return (done + i, stride, k, v, False, checked) if done + i else None  # (that entry: the scan or walk)
         done += m
         block *= 4
     # No full stride is left: a shorter entry may follow (the next run), else the chain's end is damaged (the
     # next probe finds no entry and the scan or walk reports it)
-    return (done, stride, k, v, False) if done else None
+    return (done, stride, k, v, False, checked) if done else None
 
 
 def _follow(c: np.ndarray, nxt: np.ndarray) -> np.ndarray | None:

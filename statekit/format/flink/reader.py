@@ -363,7 +363,8 @@ class FlinkStateReader:
         chain_kg = np.array([c[1] for c in chains], np.int64)
         P = lay.prefix_bytes
         located = locate(buf, starts, limits, where, stats, chain_kg=chain_kg, prefix_bytes=P,
-                         value_width=K.value_width(lay))
+                         value_width=K.value_width(lay),
+                         string_keys=lay.key_type.kind == "string" and lay.namespace_type is None)
         # every entry must carry the key group it is stored under: `locate` proved it for runs (and scans)
         ch = located.chained
         if len(ch):

@@ -96,12 +96,14 @@ def same_bytes(buf: np.ndarray, a: Run, b: Run, offset: int, length: int) -> boo
     return True
 
 
-def string_column(buf: np.ndarray, runs: list[Run], offsets: list[int], widths: list[int]) -> pa.Array | None:
+def string_column(buf: np.ndarray, runs: list[Run], offsets: list[int], widths: list[int],
+                  keys: bool = False) -> pa.Array | None:
     """Flink `StringValue`s of `widths[i]` bytes at `offsets[i]` of every entry of `runs[i]`, when every one is ASCII.
 
     A string of one byte width per run: its header (varint of chars + 1, one or two bytes) must say
     so, and every char be below 0x80 (one byte: its UTF-8). None when any run's strings differ
     (another header, a null, a multi-byte char): `values.strings` decodes those entry by entry.
+    `keys`: the strings are the runs' keys, whose one-byte headers `locate` checked where `Run.head` says so.
     """
     n = sum(r.count for r in runs)
     lengths: list[int] = []
@@ -111,7 +113,7 @@ def string_column(buf: np.ndarray, runs: list[Run], offsets: list[int], widths: 
         if ln < 0 or ln + 1 >= 1 << 14:
             return None
         if head == 1:
-            ok = (r.field(buf, off, "u1") == ln + 1).all()
+            ok = (keys and r.head) or (r.field(buf, off, "u1") == ln + 1).all()
         else:  # low 7 bits with the continuation bit, then the high bits (< 0x80)
             ok = (r.field(buf, off, "<u2") == ((ln + 1) & 0x7F | 0x80 | (ln + 1) >> 7 << 8)).all()
         if not ok:

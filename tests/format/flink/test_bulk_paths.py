@@ -627,3 +627,38 @@ def test_runs_and_the_entry_path_agree_on_a_damaged_namespace_byte(tmp_path: Pat
     entries = Savepoint.open(path).keyed_table("bench", with_key_group=True)
     assert runs.equals(entries)
     assert runs.num_rows > N  # the damaged keys are not paired with state a's
+
+
+@pytest.mark.parametrize("entry", [0, 5], ids=["a-runs-first-entry", "inside-a-run"])
+def test_runs_and_the_entry_path_agree_on_a_damaged_string_header(tmp_path: Path, monkeypatch, entry: int) -> None:
+    """String keys in runs, whose headers `locate` checks with the key-group prefix; one key's header (10 as written:
+    9 chars) set to 9 in both states (so their keys still compare equal): the run ends before it, and the read fails
+    as the entry path's does, instead of returning a key its header does not describe."""
+    import re
+
+    from statekit.format.flink import keyed
+
+    keys = [f"key-{i:05d}" for i in range(N)]
+    path = _flink_savepoint(tmp_path, keys, "string")
+    clean = Savepoint.open(path)
+    clean.keyed_table("bench")
+    assert "(3000 as copies" in clean.stats.describe(), clean.stats.describe()
+    f = sorted(p for p in path.iterdir() if p.name != "_metadata")[0]
+    data = bytearray(f.read_bytes())
+    hits = [m.start() for m in re.finditer(rb"\x00\x00\x00\x0c[\x00-\xff]\x0akey-", bytes(data))]
+    key = bytes(data[hits[entry] : hits[entry] + 16])  # length, prefix, header, chars, VoidNamespace's byte
+    both = [m.start() for m in re.finditer(re.escape(key), bytes(data))]
+    assert len(both) == 2  # the key in state a and in state b
+    for at in both:
+        data[at + 5] = 9
+    f.write_bytes(bytes(data))
+
+    def read() -> pa.Table | type:
+        try:
+            return Savepoint.open(path).keyed_table("bench", with_key_group=True)
+        except Exception as e:  # noqa: BLE001 - the same failure either way
+            return type(e)
+
+    runs = read()
+    monkeypatch.setattr(keyed, "_MIN_MEAN_RUN", 1 << 40)  # every table from the located entries
+    assert runs == read()
