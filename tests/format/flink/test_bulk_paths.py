@@ -332,12 +332,37 @@ def test_keyed_batches_and_the_conversion_through_them_equal_the_whole_table(tmp
     assert out.keyed_table("bench", with_key_group=True).equals(whole)
 
 
+def _state_run(kg: int, keys: list[bytes], values: list[int], widths: list[int] | None = None) -> bytes:
+    """One state's entries of key group `kg` as a canonical savepoint writes them (Long values of 8 bytes, or `widths`;
+    the run-end flag in the last key's prefix)."""
+    import struct
+
+    out = b""
+    for i, (k, v) in enumerate(zip(keys, values)):
+        key = bytes([kg | (0x80 if i == len(keys) - 1 else 0)]) + k
+        w = 8 if widths is None else widths[i]
+        out += struct.pack(">i", len(key)) + key + struct.pack(">i", w) + v.to_bytes(w, "big")
+    return out
+
+
+def _two_states(first: bytes, second: bytes):
+    """A key group of two state runs (state ids 0 and 1) as bytes (`data`), the buffer they are read from, and the
+    entries a walk finds there."""
+    import numpy as np
+
+    from statekit.format.flink import locate as L
+
+    data = b"\x00\x00" + first + b"\x00\x01" + second + b"\xff\xff"
+    buf = np.frombuffer(data + b"\x00" * 16, np.uint8)
+    return data, buf, L._chained(buf, [(0, 2, 0)], np.array([len(data)]), "test", L.DecodeStats())
+
+
 @pytest.mark.parametrize("chunk", [None, 64], ids=["default-steps", "64-byte-steps"])
 def test_a_state_run_is_taken_as_a_copy_of_the_first_only_when_its_bytes_say_so(monkeypatch, chunk) -> None:
     """A key group's second state run whose bytes equal the first's outside the values is located as a copy
     of it (recorded, so its keys are not compared again); one key byte, one key length, one entry more,
     or a value length that differs each make it proven on its own. Either way the entries are the walk's."""
-    import struct
+    import functools
 
     import numpy as np
 
@@ -346,14 +371,7 @@ def test_a_state_run_is_taken_as_a_copy_of_the_first_only_when_its_bytes_say_so(
     if chunk:
         monkeypatch.setattr(L, "_CHUNK", chunk)
     kg = 5
-
-    def run(keys: list[bytes], values: list[int], widths: list[int] | None = None) -> bytes:
-        out = b""
-        for i, (k, v) in enumerate(zip(keys, values)):
-            key = bytes([kg | (0x80 if i == len(keys) - 1 else 0)]) + k
-            w = 8 if widths is None else widths[i]
-            out += struct.pack(">i", len(key)) + key + struct.pack(">i", w) + v.to_bytes(w, "big")
-        return out
+    run = functools.partial(_state_run, kg)
 
     keys = [b"\x08key-%d\x00" % i for i in range(40)] + [b"\x0ckey-1234567\x00"]
     first = run(keys, list(range(41)))
@@ -365,9 +383,7 @@ def test_a_state_run_is_taken_as_a_copy_of_the_first_only_when_its_bytes_say_so(
         (run(keys, list(range(41)), [8] * 20 + [4] + [8] * 20), False),  # one value length
     ]
     for second, copied in cases:
-        data = b"\x00\x00" + first + b"\x00\x01" + second + b"\xff\xff"
-        buf = np.frombuffer(data + b"\x00" * 16, np.uint8)
-        walked = L._chained(buf, [(0, 2, 0)], np.array([len(data)]), "test", L.DecodeStats())
+        data, buf, walked = _two_states(first, second)
         got = L._scan_value_lengths(buf, 2, len(data), kg, 1, 0, 0, 8)
         if got is None:  # a value of another width: left to the key-group scan or the walk
             assert not copied
@@ -386,7 +402,7 @@ def test_a_strided_state_run_is_a_copy_of_the_first_only_when_its_bytes_say_so(m
     """A key group's second state whose runs equal the first's outside the values is located as their copy (recorded,
     so its keys are not compared again when the columns are cut); one key byte (in any block), one key length, one
     entry more or a value length that differs each make it probed on its own. Either way the entries are the walk's."""
-    import struct
+    import functools
 
     import numpy as np
 
@@ -395,14 +411,7 @@ def test_a_strided_state_run_is_a_copy_of_the_first_only_when_its_bytes_say_so(m
     if block:
         monkeypatch.setattr(L, "_COPY_BLOCK_BYTES", block)
     kg = 5
-
-    def state(keys: list[bytes], values: list[int], widths: list[int] | None = None) -> bytes:
-        out = b""
-        for i, (k, v) in enumerate(zip(keys, values)):
-            key = bytes([kg | (0x80 if i == len(keys) - 1 else 0)]) + k
-            w = 8 if widths is None else widths[i]
-            out += struct.pack(">i", len(key)) + key + struct.pack(">i", w) + v.to_bytes(w, "big")
-        return out
+    state = functools.partial(_state_run, kg)
 
     # two runs a state: 30 keys of 6 bytes, then 20 of 8 (key bytes, VoidNamespace's included)
     keys = [b"\x05k-%02d\x00" % i for i in range(30)] + [b"\x07k-%04d\x00" % i for i in range(20)]
@@ -416,9 +425,7 @@ def test_a_strided_state_run_is_a_copy_of_the_first_only_when_its_bytes_say_so(m
         (state(keys, list(range(50)), [8] * 40 + [4] + [8] * 9), False),  # one value length
     ]
     for second, copied in cases:
-        data = b"\x00\x00" + first + b"\x00\x01" + second + b"\xff\xff"
-        buf = np.frombuffer(data + b"\x00" * 16, np.uint8)
-        walked = L._chained(buf, [(0, 2, 0)], np.array([len(data)]), "test", L.DecodeStats())
+        data, buf, walked = _two_states(first, second)
         stats = L.DecodeStats()
         got = L.locate(buf, np.array([0]), np.array([len(data)]), "test", stats, chain_kg=np.array([kg]))
         assert not len(got.chained) and not got.pieces, got
