@@ -222,6 +222,7 @@ def locate(buf: np.ndarray, starts: np.ndarray, limits: np.ndarray, where: str, 
         # its keys need no comparison when the columns are cut)
         base: list[tuple[Run, bool]] = []  # the first state's runs, and whether each ended that state
         copy_at = 0  # the run of `base` the current state's next run may copy; -1 once one did not
+        copies: list[tuple[int, int]] = []  # this chain's entries of `same_keys`
         while True:
             got = None
             if sid != sid0 and 0 <= copy_at < len(base):
@@ -238,7 +239,8 @@ def locate(buf: np.ndarray, starts: np.ndarray, limits: np.ndarray, where: str, 
                 else:
                     copy_at = -1
             if got is None and chain_kg is not None and heads:
-                # an entry whose header does not say its width (non-ASCII chars) starts a run probed without
+                # (an entry whose header does not say its width, e.g. of non-ASCII chars, fails this probe: its run is
+                # then probed without the header, and the key column checks the headers of that run itself)
                 got = _strided(buf, p, lim, (int(chain_kg[c]), prefix_bytes), True)
             if got is None:
                 got = _strided(buf, p, lim, None if chain_kg is None else (int(chain_kg[c]), prefix_bytes))
@@ -252,7 +254,7 @@ def locate(buf: np.ndarray, starts: np.ndarray, limits: np.ndarray, where: str, 
                 stats.strided_entries -= sum(r.count for r in runs[first_run:])
                 stats.strided_copied -= copied
                 del runs[first_run:]
-                for key in [key for key in same_keys if key[0] == c]:
+                for key in copies:
                     del same_keys[key]
                 pending.append((c, int(starts[c]) + 2, sid0))
                 break
@@ -268,6 +270,7 @@ def locate(buf: np.ndarray, starts: np.ndarray, limits: np.ndarray, where: str, 
                     raise corrupt(where, f"a state run ends at offset {p} without a following state id")
                 if sid != sid0 and copy_at == len(base):  # every run of this state copied the first state's
                     same_keys[(c, sid)] = sid0
+                    copies.append((c, sid))
                 copy_at = 0
                 sid = int(buf[p]) << 8 | int(buf[p + 1])
                 p += 2

@@ -669,3 +669,24 @@ def test_runs_and_the_entry_path_agree_on_a_damaged_string_header(tmp_path: Path
     runs = read()
     monkeypatch.setattr(keyed, "_MIN_MEAN_RUN", 1 << 40)  # every table from the located entries
     assert runs == read()
+
+
+def test_a_chain_left_to_the_walk_after_a_copied_state_keeps_no_copy_record() -> None:
+    """State b copies a's run, then state c's entries change size at every entry (too many odd runs): the whole key
+    group goes to the walk, b's copy is forgotten with its runs, and the entries are the walk's."""
+    import numpy as np
+
+    from statekit.format.flink import locate as L
+
+    kg = 5
+    keys = [b"\x05k-%02d\x00" % i for i in range(40)]
+    odd = [b"\x03" + b"x" * (i + 1) + b"\x00" for i in range(20)]  # 20 key sizes: a run of one entry each
+    data = (b"\x00\x00" + _state_run(kg, keys, list(range(40))) + b"\x00\x01" + _state_run(kg, keys, list(range(40)))
+            + b"\x00\x02" + _state_run(kg, odd, list(range(20))) + b"\xff\xff")
+    buf = np.frombuffer(data + b"\x00" * 16, np.uint8)
+    walked = L._chained(buf, [(0, 2, 0)], np.array([len(data)]), "test", L.DecodeStats())
+    stats = L.DecodeStats()
+    got = L.locate(buf, np.array([0]), np.array([len(data)]), "test", stats)
+    assert not got.runs and got.same_keys == {} and stats.strided_entries == stats.strided_copied == 0
+    for f in ("sid", "kp", "klen", "vp", "vlen"):
+        assert np.array_equal(getattr(got.chained, f), getattr(walked, f)), f
