@@ -132,3 +132,60 @@ def test_commands_from_main_on_uris(s3_server, flink_uri, statekit_uri, tmp_path
 
     written = locate(target, storage_options=s3_server.options())
     assert (written / "_metadata").is_file() and not (written / "_metadata.json").exists()
+
+
+def test_a_sql_jobs_plan_names_columns_of_a_savepoint_on_s3(s3_server, tmp_path):
+    """``--plan`` (a local JSON file) with a SQL savepoint on the store: every read command answers as from disk."""
+    case = FIXTURES / "sql" / "2.3.0" / "plan-hashmap-canonical"
+    local, plan = case / "savepoint", case / "plan.json"
+    uri = s3_server.upload_dir(local, "cli-s3/sql-plan")
+    opts = s3_server.cli_options()
+    key = json.dumps({"user_name": "bartholomew", "device": 2})
+    commands = [
+        ["get", "{sp}", "--uid", "25_deduplicate", "--key", key, "--plan", plan, "--json"],
+        ["show", "{sp}", "--uid", "6_group-aggregate", "--logical", "--plan", plan, "--values", "--json", "--limit", "20"],
+        ["query", "{sp}", "--plan", plan, "--json",
+         'SELECT user_id, cnt, total FROM "12_global_window_aggregate".logical WHERE user_id = -42'],
+        ["inspect", "{sp}", "--plan", plan, "--json"],
+    ]
+    for args in commands:
+        on_disk = run([str(a).replace("{sp}", str(local)) for a in args])
+        on_s3 = run([str(a).replace("{sp}", uri) for a in args] + opts)
+        assert on_disk.exit_code == on_s3.exit_code == 0, (args[0], on_s3.output)
+        want, got = json.loads(on_disk.stdout), json.loads(on_s3.stdout)
+        if args[0] == "inspect":  # the location differs, the rest not
+            want.pop("path", None), got.pop("path", None)
+        assert got == want, args[0]
+    assert json.loads(run(commands[0][:1] + [uri] + commands[0][2:] + opts).stdout)["deduplicate-state"]["order_id"] == 1058
+    r = run(["export", uri, tmp_path / "out", "--plan", plan, "--uid", "43_join", *opts])
+    assert r.exit_code == 0 and (tmp_path / "out" / "43_join" / "logical.parquet").is_file(), r.output
+    assert run(["check", uri, "--plan", plan, *opts]).exit_code == 0
+
+
+def test_upgrade_reads_and_writes_s3(s3_server, tmp_path):
+    """`statekit upgrade` from a Flink 1.20 savepoint on the store to a Flink 2.3 savepoint on the store: the report and
+    every state as the same upgrade on local disk writes them; an existing target is refused."""
+    from statekit.format.storage import locate
+    from statekit.savepoint import Savepoint
+
+    pairs = FIXTURES / "upgrade"
+    local = pairs / "hashmap-1.20" / "savepoint"
+    source = s3_server.upload_dir(local, "cli-s3/upgrade-1.20")
+    target = f"s3://{BUCKET}/cli-s3/upgrade-2.3"
+    args = ["--to-flink", "2.3", "--classpath", pairs / "classes-1.20.jar", "--uid", "lists", "--json"]
+    on_disk = run(["upgrade", local, tmp_path / "up", *args])
+    on_s3 = run(["upgrade", source, target, *args, *s3_server.cli_options()])
+    assert on_disk.exit_code == on_s3.exit_code == 0, on_s3.output
+    want, got = json.loads(on_disk.stdout), json.loads(on_s3.stdout)
+    assert got["target"] == target and got["source"] == source
+    for doc in (want, got):
+        doc.pop("source"), doc.pop("target")
+    assert got == want
+    written = Savepoint.open(locate(target, storage_options=s3_server.options()))
+    expected = Savepoint.open(tmp_path / "up")
+    assert written.flink_version == expected.flink_version and str(written.flink_version).startswith("2.3")
+    for meta in expected.operators:
+        if meta.key_type is not None:
+            assert written.keyed_table(meta.identifier).equals(expected.keyed_table(meta.identifier)), meta.display_name
+    again = run(["upgrade", source, target, *args, *s3_server.cli_options()])
+    assert again.exit_code != 0 and "exists" in again.output, again.output
