@@ -55,11 +55,11 @@ def test_the_same_table_as_the_callers_decoder(case, tmp_path, helper, monkeypat
     sp = Savepoint.open(cp)
     parts = sp.spark_operator(0).num_partitions
     assert parts >= 2
-    got = sp.keyed_table(0)
-    assert got.equals(_without_helper(cp, monkeypatch))
+    got, want = sp.keyed_table(0), _without_helper(cp, monkeypatch)
+    assert got.equals(want)
     assert helper.decoded, "the helper decoded no partition"
     assert sorted(got.column("partition_id").unique().to_pylist()) == sorted(
-        _without_helper(cp, monkeypatch).column("partition_id").unique().to_pylist())
+        want.column("partition_id").unique().to_pylist())
 
 
 def test_a_partition_the_helper_cannot_decode_raises_the_callers_error(tmp_path, helper):

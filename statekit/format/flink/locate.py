@@ -227,10 +227,7 @@ def locate(buf: np.ndarray, starts: np.ndarray, limits: np.ndarray, where: str, 
             got = None
             if sid != sid0 and 0 <= copy_at < len(base):
                 r, r_ends = base[copy_at]
-                if scratch is None:
-                    scratch = getattr(_scratch, "buf", None)
-                    if scratch is None or len(scratch) != _COPY_BLOCK_BYTES:
-                        scratch = _scratch.buf = np.empty(_COPY_BLOCK_BYTES, np.uint8)
+                scratch = _copy_scratch() if scratch is None else scratch
                 if _copies_run(buf, r, p, lim, scratch):
                     got = (r.count, r.stride, r.klen, r.vlen, r_ends, r.head)
                     copy_at += 1
@@ -557,6 +554,14 @@ def _copy_run(buf: np.ndarray, p: int, m: int, first_run: tuple[int, int, int], 
         return None
     shift = run_pos - start
     return first.kp + shift, first.klen, first.vp + shift
+
+
+def _copy_scratch() -> np.ndarray:
+    """This thread's scratch for `_copies_run` (`_COPY_BLOCK_BYTES`), kept from one read to the next."""
+    got = getattr(_scratch, "buf", None)
+    if got is None or len(got) != _COPY_BLOCK_BYTES:
+        got = _scratch.buf = np.empty(_COPY_BLOCK_BYTES, np.uint8)
+    return got
 
 
 def _copies_run(buf: np.ndarray, r: Run, p: int, lim: int, scratch: np.ndarray) -> bool:
